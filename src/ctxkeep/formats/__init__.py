@@ -1,0 +1,98 @@
+"""Outside formats: one module per format, each with `sniff` and `parse`.
+
+Every importer module defines
+
+    NAME: str
+    def sniff(source: Source) -> bool          # cheap look at the head of the file
+    def parse(source: Source) -> list[Conversation]
+
+and two-way formats (openai, anthropic, agentscope) also `to_<format>(messages)` and
+`from_<format>(...)` functions for in-memory use. `load` reads a file, detects its format
+(or takes the one given) and returns a `Transcript`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from ctxkeep.errors import FormatError, UnknownFormatError
+from ctxkeep.formats.source import Conversation, Source
+from ctxkeep.messages import Message
+
+__all__ = ["Conversation", "Source", "Transcript", "detect", "format_names", "load", "parse"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Transcript:
+    """What `load` returns: the conversations of one file and notes on anything skipped."""
+
+    path: str
+    format: str
+    conversations: tuple[Conversation, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """All messages of all conversations, in file order."""
+        return tuple(m for c in self.conversations for m in c.messages)
+
+
+def _modules() -> dict[str, ModuleType]:
+    # Order matters for detection: the most specific sniffers first.
+    from ctxkeep.formats import (
+        agentscope,
+        anthropic,
+        claude_code,
+        codex,
+        native,
+        openai,
+        openhands,
+        pi,
+        swe_agent,
+        tau_bench,
+    )
+
+    mods = [native, claude_code, codex, pi, openhands, swe_agent, tau_bench, agentscope, anthropic, openai]
+    return {m.NAME: m for m in mods}
+
+
+def format_names() -> list[str]:
+    """The names `load(..., format=)` and `ctxkeep inspect --format` accept."""
+    return list(_modules())
+
+
+def detect(source: Source) -> str:
+    """The name of the format of `source`, or `UnknownFormatError`."""
+    for name, mod in _modules().items():
+        sniff: Callable[[Source], bool] = mod.sniff
+        if sniff(source):
+            return name
+    raise UnknownFormatError(
+        f"unrecognised transcript format; pass one of {', '.join(format_names())} with --format",
+        path=source.path,
+    )
+
+
+def parse(source: Source, format: str | None = None) -> Transcript:
+    """Parse an already-read `source` (see `load`)."""
+    mods = _modules()
+    name = format or detect(source)
+    if name not in mods:
+        raise FormatError(f"unknown format {name!r}; choose one of {', '.join(mods)}", path=source.path)
+    conversations = mods[name].parse(source)
+    if not conversations:
+        raise source.error(f"no conversation found in this {name} file")
+    return Transcript(path=source.path, format=name, conversations=tuple(conversations), notes=tuple(source.notes))
+
+
+def load(path: str | Path, *, format: str | None = None, lenient: bool = False) -> Transcript:
+    """Read a transcript file of any supported format.
+
+    Raises `FormatError` (with `.path` and `.line`) for a malformed file; with
+    `lenient=True` bad lines are skipped and listed in `Transcript.notes` instead.
+    Invalid UTF-8 never raises: it is replaced and noted.
+    """
+    return parse(Source.from_path(path, lenient=lenient), format)

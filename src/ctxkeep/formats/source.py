@@ -1,0 +1,119 @@
+"""Reading a transcript file: bytes to text, text to JSON records, with every problem noted.
+
+Invalid UTF-8 is decoded with U+FFFD replacements and reported, never a crash. A line that
+is not JSON raises `FormatError` naming file and line, or, when `lenient`, is skipped and
+reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ctxkeep.errors import FormatError
+from ctxkeep.messages import Message
+
+__all__ = ["Conversation", "Source"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Conversation:
+    """One conversation of a transcript file (a file may hold several: tau-bench, OpenHands)."""
+
+    id: str
+    messages: tuple[Message, ...]
+    title: str = ""  # e.g. "subagent a485154", "sidechain", "task 17"
+
+
+@dataclass(kw_only=True)
+class Source:
+    """A transcript's text and what went wrong reading it.
+
+    `notes` collects human-readable reports (replaced bytes, skipped lines) as an importer
+    runs; they end up in `Transcript.notes`.
+    """
+
+    path: str
+    text: str
+    lenient: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_path(cls, path: str | Path, *, lenient: bool = False) -> Source:
+        """Read `path`, decoding invalid UTF-8 with replacement characters (and noting where)."""
+        p = Path(path)
+        try:
+            raw = p.read_bytes()
+        except OSError as exc:
+            raise FormatError(f"cannot read file: {exc.strerror or exc}", path=str(path)) from exc
+        return cls.from_bytes(raw, path=str(path), lenient=lenient)
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, *, path: str = "<input>", lenient: bool = False) -> Source:
+        """Decode `raw` as UTF-8 with replacement, noting each line that had invalid bytes."""
+        notes: list[str] = []
+        if raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", errors="replace")
+            bad_lines = _lines_with_invalid_utf8(raw)
+            shown = ", ".join(str(n) for n in bad_lines[:10]) + (" ..." if len(bad_lines) > 10 else "")
+            notes.append(
+                f"invalid UTF-8 on {len(bad_lines)} line(s) ({shown}); bytes replaced with U+FFFD"
+            )
+        return cls(path=path, text=text, lenient=lenient, notes=notes)
+
+    def error(self, message: str, line: int | None = None) -> FormatError:
+        """A `FormatError` for this file."""
+        return FormatError(message, path=self.path, line=line)
+
+    def head(self, n_bytes: int = 65536) -> str:
+        """The start of the text, for format detection."""
+        return self.text[:n_bytes]
+
+    def records(self) -> Iterator[tuple[int, Any]]:
+        """(line number, parsed JSON) for each non-blank line of a JSONL file."""
+        # split on "\n" only: JSON strings may hold U+2028 and other characters splitlines() cuts at
+        for lineno, line in enumerate(self.text.split("\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                yield lineno, orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                self.skip(lineno, f"not valid JSON ({_short(exc)})")
+
+    def document(self) -> Any:
+        """The whole file parsed as one JSON document."""
+        try:
+            return orjson.loads(self.text)
+        except orjson.JSONDecodeError as exc:
+            line = self.text.count("\n", 0, exc.pos) + 1 if exc.pos is not None else None
+            raise self.error(f"not valid JSON ({_short(exc)})", line) from exc
+
+    def skip(self, line: int | None, reason: str) -> None:
+        """Raise for a bad line, or note and skip it when lenient."""
+        if not self.lenient:
+            raise self.error(reason + " (use --lenient to skip bad lines)", line)
+        where = f"line {line}" if line is not None else "record"
+        self.notes.append(f"skipped {where}: {reason}")
+
+
+def _short(exc: Exception) -> str:
+    msg = str(exc)
+    return msg.split(": line ")[0] if ": line " in msg else msg
+
+
+def _lines_with_invalid_utf8(raw: bytes) -> list[int]:
+    bad: list[int] = []
+    for lineno, line in enumerate(raw.split(b"\n"), start=1):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append(lineno)
+    return bad

@@ -1,0 +1,428 @@
+"""Messages, their content blocks, and the pairing of tool calls with their results.
+
+A conversation is a sequence of immutable `Message` values. Each message has a role
+(``system``, ``user``, ``assistant`` or ``tool``) and a tuple of content blocks:
+
+    TextBlock       plain text
+    ThinkingBlock   model reasoning (Anthropic thinking, Codex reasoning summaries)
+    ToolCall        a call the assistant made: id, tool name, JSON arguments as text
+    ToolResult      what came back for one call; lives in a ``tool`` message
+    ImageBlock      an image: media type, pixel size when known, bytes kept for export
+
+Tool results always live in ``tool`` messages, one result per message, as in OpenAI's
+chat format. Formats that group results differently (Anthropic puts them in the next
+user message) split and rejoin them on the way in and out.
+
+`validate` lists every pairing problem with its index; `repair` returns a sequence
+both OpenAI's and Anthropic's APIs accept and reports every change it made.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, Literal, TypeAlias
+
+__all__ = [
+    "Block",
+    "Change",
+    "ImageBlock",
+    "Message",
+    "Problem",
+    "Role",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolCall",
+    "ToolResult",
+    "make_id",
+    "repair",
+    "validate",
+]
+
+Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
+
+NO_RESULT_TEXT = "[no result recorded]"
+
+_ID_NAMESPACE = uuid.UUID("5b0f6f2e-7f43-4c55-9a59-6b0c1f1d2a10")
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def make_id(*parts: object) -> str:
+    """A stable message id derived from `parts` (same parts, same id)."""
+    return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join(str(p) for p in parts)))
+
+
+def _freeze(obj: object, name: str) -> None:
+    """Wrap a block's or message's `extra` mapping so it cannot be changed in place."""
+    extra = getattr(obj, "extra")
+    if not isinstance(extra, MappingProxyType):
+        object.__setattr__(obj, "extra", MappingProxyType(dict(extra)) if extra else _EMPTY)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TextBlock:
+    """Plain text."""
+
+    text: str
+    extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, hash=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise TypeError(f"TextBlock.text must be str, got {type(self.text).__name__}")
+        _freeze(self, "extra")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ThinkingBlock:
+    """Model reasoning. `redacted` blocks carry opaque `signature` data only."""
+
+    text: str
+    signature: str | None = None
+    redacted: bool = False
+    extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, hash=False)
+
+    def __post_init__(self) -> None:
+        _freeze(self, "extra")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCall:
+    """A tool call. `arguments` is the JSON text exactly as the model produced it."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+    extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, hash=False)
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise ValueError(f"ToolCall for tool {self.name!r} needs a non-empty id")
+        if not isinstance(self.arguments, str):
+            raise TypeError(
+                "ToolCall.arguments must be the JSON text of the arguments; "
+                "use ToolCall.from_input(...) to build one from a dict"
+            )
+        _freeze(self, "extra")
+
+    @classmethod
+    def from_input(cls, *, id: str, name: str, input: Any, **kw: Any) -> ToolCall:
+        """Build a call from already-parsed arguments (Anthropic's ``input``)."""
+        return cls(id=id, name=name, arguments=json.dumps(input, ensure_ascii=False), **kw)
+
+    def input(self) -> Any:
+        """The arguments parsed from JSON; the raw text when it is not valid JSON."""
+        try:
+            return json.loads(self.arguments)
+        except ValueError:
+            return self.arguments
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ImageBlock:
+    """An image. Its size, not its base64 text, is what counts toward the context."""
+
+    media_type: str
+    width: int | None = None
+    height: int | None = None
+    data: str | None = None  # base64, kept so the image survives export
+    url: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, hash=False)
+
+    def __post_init__(self) -> None:
+        _freeze(self, "extra")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolResult:
+    """The result of the call `call_id`: text, or a tuple of text and image blocks."""
+
+    call_id: str
+    content: str | tuple[TextBlock | ImageBlock, ...] = ""
+    is_error: bool = False
+    exit_code: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, hash=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.content, list):
+            object.__setattr__(self, "content", tuple(self.content))
+        _freeze(self, "extra")
+
+    @property
+    def text(self) -> str:
+        """The text of the result (image blocks left out)."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+
+Block: TypeAlias = TextBlock | ThinkingBlock | ToolCall | ToolResult | ImageBlock
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Message:
+    """One message of a conversation. Immutable: change it with `dataclasses.replace`.
+
+    `id` is stable across imports of the same file; `source_id` is the id the source
+    format gave the message, if any; `extra` keeps source fields ctxkeep does not model,
+    so exporting to the same format loses nothing.
+    """
+
+    role: Role
+    content: tuple[Block, ...]
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    timestamp: datetime | None = None
+    source_id: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"Message.role must be one of {sorted(ROLES)}, got {self.role!r}")
+        if not isinstance(self.content, tuple):
+            object.__setattr__(self, "content", tuple(self.content))
+        for block in self.content:
+            if isinstance(block, ToolResult) != (self.role == "tool"):
+                if self.role == "tool":
+                    raise ValueError("a tool message holds exactly one ToolResult and nothing else")
+                raise ValueError(f"a ToolResult belongs in a tool message, not a {self.role} message")
+            if isinstance(block, ToolCall) and self.role != "assistant":
+                raise ValueError(f"a ToolCall belongs in an assistant message, not a {self.role} message")
+        if self.role == "tool" and len(self.content) != 1:
+            raise ValueError("a tool message holds exactly one ToolResult")
+        _freeze(self, "extra")
+
+    @classmethod
+    def of(cls, role: Role, text: str, **kw: Any) -> Message:
+        """A message with one text block."""
+        return cls(role=role, content=(TextBlock(text=text),), **kw)
+
+    @property
+    def text(self) -> str:
+        """The message's text blocks joined by newlines."""
+        return "\n".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls in this message."""
+        return tuple(b for b in self.content if isinstance(b, ToolCall))
+
+    @property
+    def tool_result(self) -> ToolResult | None:
+        """The tool result, if this is a tool message."""
+        block = self.content[0] if self.role == "tool" else None
+        return block if isinstance(block, ToolResult) else None
+
+
+# --- pairing -------------------------------------------------------------------------
+
+ProblemKind: TypeAlias = Literal[
+    "orphan_result",  # a result whose call is nowhere in the conversation
+    "missing_result",  # a call with no result
+    "result_before_call",  # a result that comes before its call
+    "separated_result",  # a result with other messages between it and its call
+    "duplicate_call_id",  # two calls share an id
+    "duplicate_result",  # a second result for the same call
+    "duplicate_message_id",  # two messages share an id
+]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Problem:
+    """One pairing problem: what kind, at which message index, for which call id."""
+
+    kind: ProblemKind
+    index: int
+    call_id: str | None = None
+    detail: str = ""
+
+    def __str__(self) -> str:
+        where = f"message {self.index}"
+        if self.call_id:
+            where += f" (call {self.call_id})"
+        return f"{where}: {self.kind.replace('_', ' ')}" + (f": {self.detail}" if self.detail else "")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Change:
+    """One change `repair` made: what it did and at which index of its input."""
+
+    action: str
+    index: int
+    call_id: str | None = None
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"message {self.index}: {self.action}" + (f" ({self.detail})" if self.detail else "")
+
+
+def validate(messages: Sequence[Message]) -> list[Problem]:
+    """Every tool-call pairing problem in `messages`, in order of index.
+
+    A well-formed conversation has each assistant tool call followed, before any other
+    message, by exactly one ``tool`` message per call.
+    """
+    problems: list[Problem] = []
+    first_msg: dict[str, int] = {}
+    first_call: dict[str, int] = {}
+    for i, msg in enumerate(messages):
+        if msg.id in first_msg:
+            problems.append(
+                Problem(kind="duplicate_message_id", index=i, detail=f"same id as message {first_msg[msg.id]}")
+            )
+        first_msg.setdefault(msg.id, i)
+        for call in msg.tool_calls:
+            if call.id in first_call:
+                detail = f"first used at message {first_call[call.id]}"
+                problems.append(Problem(kind="duplicate_call_id", index=i, call_id=call.id, detail=detail))
+            first_call.setdefault(call.id, i)
+
+    first_result: dict[str, int] = {}
+    turn = -1  # index of the last non-tool message: the call a result may answer
+    for i, msg in enumerate(messages):
+        result = msg.tool_result
+        if result is None:
+            turn = i
+            continue
+        cid = result.call_id
+        at = first_call.get(cid)
+        if cid in first_result:
+            detail = f"first result at message {first_result[cid]}"
+            problems.append(Problem(kind="duplicate_result", index=i, call_id=cid, detail=detail))
+            continue
+        first_result[cid] = i
+        if at is None:
+            problems.append(Problem(kind="orphan_result", index=i, call_id=cid))
+        elif at > i:
+            problems.append(Problem(kind="result_before_call", index=i, call_id=cid, detail=f"call at message {at}"))
+        elif at != turn:
+            problems.append(Problem(kind="separated_result", index=i, call_id=cid, detail=f"call at message {at}"))
+    for cid, at in first_call.items():
+        if cid not in first_result:
+            problems.append(Problem(kind="missing_result", index=at, call_id=cid))
+    problems.sort(key=lambda p: p.index)
+    return problems
+
+
+def repair(messages: Sequence[Message]) -> tuple[list[Message], list[Change]]:
+    """A copy of `messages` that OpenAI's and Anthropic's APIs both accept, and the changes.
+
+    - each call's result is moved to sit right after its assistant message;
+    - a call with no result gets an explicit error result reading "[no result recorded]";
+    - a result with no call (or a second result for the same call) becomes user text;
+    - a repeated call id or message id gets a fresh one.
+    Nothing is dropped: every input message's content is in the output.
+    """
+    changes: list[Change] = []
+    msgs = _renumber_duplicates(messages, changes)
+
+    calls: dict[str, int] = {}
+    for i, msg in enumerate(msgs):
+        for call in msg.tool_calls:
+            calls[call.id] = i
+    results: dict[str, tuple[int, Message]] = {}
+    for i, msg in enumerate(msgs):
+        result = msg.tool_result
+        if result is None:
+            continue
+        if result.call_id in calls and result.call_id not in results:
+            results[result.call_id] = (i, msg)
+
+    out: list[Message] = []
+    for i, msg in enumerate(msgs):
+        result = msg.tool_result
+        if result is not None:
+            first = results.get(result.call_id)
+            if first is not None and first[0] == i:
+                continue  # placed after its call below
+            reason = "second result for the same call" if first else "result with no matching call"
+            changes.append(Change(action="turned result into user text", index=i, call_id=result.call_id, detail=reason))
+            out.append(_result_as_user_text(msg, result, reason))
+            continue
+        out.append(msg)
+        for call in msg.tool_calls:
+            found = results.get(call.id)
+            if found is None:
+                changes.append(
+                    Change(action="added a result for a call with none", index=i, call_id=call.id, detail=call.name)
+                )
+                out.append(
+                    Message(
+                        role="tool",
+                        id=make_id(msg.id, "no-result", call.id),
+                        content=(ToolResult(call_id=call.id, content=NO_RESULT_TEXT, is_error=True),),
+                    )
+                )
+                continue
+            at, result_msg = found
+            if not _directly_after(msgs, i, at):
+                changes.append(
+                    Change(action="moved result next to its call", index=at, call_id=call.id, detail=f"call at message {i}")
+                )
+            out.append(result_msg)
+    return out, changes
+
+
+def _directly_after(msgs: Sequence[Message], call_index: int, result_index: int) -> bool:
+    """True when only tool messages lie between the call's message and its result."""
+    if result_index <= call_index:
+        return False
+    return all(msgs[j].role == "tool" for j in range(call_index + 1, result_index))
+
+
+def _renumber_duplicates(messages: Sequence[Message], changes: list[Change]) -> list[Message]:
+    """Give repeated message ids and repeated call ids (and the results after them) new ids."""
+    out: list[Message] = []
+    seen_msg: set[str] = set()
+    seen_call: set[str] = set()
+    renamed: dict[str, str] = {}  # old call id -> new id, for results that follow
+    for i, msg in enumerate(messages):
+        if msg.id in seen_msg:
+            new_id = make_id(msg.id, "dup", i)
+            changes.append(Change(action="gave a repeated message id a new one", index=i, detail=f"{msg.id} -> {new_id}"))
+            msg = replace(msg, id=new_id)
+        seen_msg.add(msg.id)
+        if msg.role == "assistant" and any(c.id in seen_call for c in msg.tool_calls):
+            blocks: list[Block] = []
+            for block in msg.content:
+                if isinstance(block, ToolCall) and block.id in seen_call:
+                    new_cid = f"{block.id}_dup{i}"
+                    changes.append(
+                        Change(action="gave a repeated call id a new one", index=i, call_id=block.id, detail=new_cid)
+                    )
+                    renamed[block.id] = new_cid
+                    block = replace(block, id=new_cid)
+                blocks.append(block)
+            msg = replace(msg, content=tuple(blocks))
+        elif msg.role == "assistant":
+            for call in msg.tool_calls:
+                renamed.pop(call.id, None)
+        result = msg.tool_result
+        if result is not None and result.call_id in renamed:
+            msg = replace(msg, content=(replace(result, call_id=renamed.pop(result.call_id)),))
+        for call in msg.tool_calls:
+            seen_call.add(call.id)
+        out.append(msg)
+    return out
+
+
+def _result_as_user_text(msg: Message, result: ToolResult, reason: str) -> Message:
+    header = f"[tool result for call {result.call_id}: {reason}]"
+    if result.is_error:
+        header += " [error]"
+    blocks: list[Block] = [TextBlock(text=f"{header}\n{result.text}")]
+    if not isinstance(result.content, str):
+        blocks.extend(b for b in result.content if isinstance(b, ImageBlock))
+    return Message(role="user", id=msg.id, timestamp=msg.timestamp, source_id=msg.source_id, content=tuple(blocks))
+
+
+def count_pairs(messages: Iterable[Message]) -> tuple[int, int]:
+    """(tool calls, tool results) in `messages`."""
+    calls = results = 0
+    for msg in messages:
+        calls += len(msg.tool_calls)
+        results += msg.tool_result is not None
+    return calls, results
