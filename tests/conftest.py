@@ -1,0 +1,29 @@
+"""Shared fixtures. Real transcripts are read from ../shared/data/transcripts/ (never copied here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TRANSCRIPTS = ROOT.parent / "shared" / "data" / "transcripts"
+RAW = TRANSCRIPTS / "raw"
+
+
+def raw_files(fmt: str | None = None) -> list[Path]:
+    """Raw transcript files of `fmt` (a provenance.json format name), or all of them."""
+    prov = TRANSCRIPTS / "provenance.json"
+    if not prov.exists():
+        return []
+    entries = json.loads(prov.read_text())
+    return sorted(RAW / e["raw_file"] for e in entries if fmt is None or e["format"] == fmt)
+
+
+def raw_params(fmt: str | None = None) -> list[object]:
+    """pytest params for the raw files of `fmt`; one skipped param when shared/ is absent."""
+    files = raw_files(fmt)
+    if not files:
+        return [pytest.param(None, marks=pytest.mark.skip(reason=f"no transcripts in {TRANSCRIPTS}"))]
+    return [pytest.param(p, id=p.name) for p in files]
