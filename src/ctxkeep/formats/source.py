@@ -41,6 +41,10 @@ class Source:
     text: str
     lenient: bool = False
     notes: list[str] = field(default_factory=list)
+    _sample: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._sample = _UNSET
 
     @classmethod
     def from_path(cls, path: str | Path, *, lenient: bool = False) -> Source:
@@ -77,6 +81,15 @@ class Source:
         """The start of the text, for format detection."""
         return self.text[:n_bytes]
 
+    def sample(self) -> Any:
+        """The first JSON value of the file: the whole document, or its first JSONL line.
+
+        None when neither parses. Cached; used by `sniff` functions.
+        """
+        if self._sample is _UNSET:
+            self._sample = _first_json_value(self.text)
+        return self._sample
+
     def records(self) -> Iterator[tuple[int, Any]]:
         """(line number, parsed JSON) for each non-blank line of a JSONL file."""
         # split on "\n" only: JSON strings may hold U+2028 and other characters splitlines() cuts at
@@ -102,6 +115,25 @@ class Source:
             raise self.error(reason + " (use --lenient to skip bad lines)", line)
         where = f"line {line}" if line is not None else "record"
         self.notes.append(f"skipped {where}: {reason}")
+
+
+_UNSET: Any = object()
+
+
+def _first_json_value(text: str) -> Any:
+    stripped = text.lstrip()
+    if stripped[:1] == "[":
+        try:
+            return orjson.loads(stripped)
+        except orjson.JSONDecodeError:
+            return None
+    first = stripped.split("\n", 1)[0]
+    for candidate in (first, stripped):
+        try:
+            return orjson.loads(candidate)
+        except orjson.JSONDecodeError:
+            continue
+    return None
 
 
 def _short(exc: Exception) -> str:

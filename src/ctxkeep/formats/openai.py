@@ -1,0 +1,280 @@
+"""OpenAI chat completions messages, both ways.
+
+    from_openai(list of message dicts) -> list[Message]
+    to_openai(list[Message])           -> list of message dicts
+
+``system`` and ``developer`` messages become system messages; assistant ``tool_calls``
+become `ToolCall` blocks; each ``tool`` message becomes a tool message. Fields ctxkeep
+does not model (``name``, ``refusal``, ``audio``, ...) are kept in ``Message.extra["openai"]``
+and written back, so OpenAI -> ctxkeep -> OpenAI gives back equal dicts.
+
+Exporting messages that came from elsewhere: thinking blocks are left out (the chat
+completions API has no field for them) and images inside tool results become a text
+note, because tool messages accept text only. Call `repair` first if the messages may
+have pairing problems: `to_openai` writes what it is given.
+
+A file in this format is a JSON list of messages, a JSON object with ``messages``
+(a request body), JSONL with one message per line, or JSONL with one ``{"messages": [...]}``
+conversation per line (the fine-tuning format).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ctxkeep.formats.source import Conversation, Source
+from ctxkeep.messages import (
+    Block,
+    ImageBlock,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResult,
+    make_id,
+)
+
+NAME = "openai"
+
+__all__ = ["from_openai", "parse", "sniff", "to_openai"]
+
+_KNOWN = frozenset({"role", "content", "tool_calls", "tool_call_id"})
+_DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)", re.DOTALL)
+_FORM = "openai:content"  # how `content` was written: "str", "parts", "null" or "absent"
+_PART = "openai:part"  # an unmodelled content part, written back as it was
+_CALL_TYPE = "openai:type"
+
+
+def from_openai(messages: Sequence[Mapping[str, Any]], *, conversation_id: str = "") -> list[Message]:
+    """Messages from OpenAI chat message dicts. Raises ValueError naming a bad message."""
+    out: list[Message] = []
+    for i, raw in enumerate(messages):
+        try:
+            out.append(_message(raw, make_id(NAME, conversation_id, i)))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"message {i}: {_describe(exc)}") from exc
+    return out
+
+
+def _describe(exc: Exception) -> str:
+    return f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+
+
+def _message(raw: Mapping[str, Any], msg_id: str) -> Message:
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"expected a message object, got {type(raw).__name__}")
+    role = raw["role"]
+    extra: dict[str, Any] = {}
+    unknown = {k: v for k, v in raw.items() if k not in _KNOWN}
+    if unknown:
+        extra[NAME] = unknown
+    content = raw.get("content")
+    form = "absent" if "content" not in raw else "null" if content is None else "str" if isinstance(content, str) else "parts"
+    extra[_FORM] = form
+
+    if role == "tool":
+        result = ToolResult(
+            call_id=raw["tool_call_id"],
+            content=content if isinstance(content, str) else tuple(_parts_in(content or [])),
+        )
+        return Message(role="tool", id=msg_id, content=(result,), extra=extra)
+
+    if role in ("system", "developer"):
+        if role == "developer":
+            extra["openai:role"] = "developer"
+        role = "system"
+    elif role not in ("user", "assistant"):
+        raise ValueError(f"unknown role {role!r}")
+
+    blocks: list[Block] = []
+    if isinstance(content, str):
+        blocks.append(TextBlock(text=content))
+    elif content is not None:
+        blocks.extend(_parts_in(content))
+    for call in raw.get("tool_calls") or ():
+        blocks.append(_call_in(call))
+    return Message(role=role, id=msg_id, content=tuple(blocks), extra=extra)
+
+
+def _call_in(call: Mapping[str, Any]) -> ToolCall:
+    declared = call.get("type")  # None when absent: written back the same way
+    kind = declared or "function"
+    body = call[kind]
+    args_key = "input" if kind == "custom" else "arguments"
+    extra: dict[str, Any] = {_CALL_TYPE: declared}
+    rest = {k: v for k, v in call.items() if k not in ("id", "type", kind)}
+    body_rest = {k: v for k, v in body.items() if k not in ("name", args_key)}
+    if rest or body_rest:
+        extra[NAME] = {"call": rest, "body": body_rest}
+    return ToolCall(id=call["id"], name=body["name"], arguments=body.get(args_key, ""), extra=extra)
+
+
+def _parts_in(parts: Sequence[Mapping[str, Any]]) -> list[TextBlock | ImageBlock]:
+    blocks: list[TextBlock | ImageBlock] = []
+    for part in parts:
+        kind = part.get("type")
+        if kind == "text" and set(part) <= {"type", "text"}:
+            blocks.append(TextBlock(text=part["text"]))
+        elif kind == "image_url" and set(part) == {"type", "image_url"}:
+            blocks.append(_image_in(part["image_url"]))
+        else:
+            # refusal, input_audio, file, text with extra keys...: kept whole, shown as text
+            text = part.get("text") or part.get("refusal") or f"[{kind}]"
+            blocks.append(TextBlock(text=str(text), extra={_PART: dict(part)}))
+    return blocks
+
+
+def _image_in(image_url: Mapping[str, Any]) -> ImageBlock:
+    url = image_url["url"]
+    extra = {NAME: {k: v for k, v in image_url.items() if k != "url"}} if len(image_url) > 1 else {}
+    m = _DATA_URL.match(url)
+    if m:
+        return ImageBlock(media_type=m["type"], data=m["data"], extra=extra)
+    return ImageBlock(media_type=_guess_media_type(url), url=url, extra=extra)
+
+
+def _guess_media_type(url: str) -> str:
+    ext = url.rsplit("?", 1)[0].rsplit(".", 1)[-1].lower()
+    return {"png": "image/png", "gif": "image/gif", "webp": "image/webp", "jpg": "image/jpeg"}.get(ext, "image/jpeg")
+
+
+# --- export --------------------------------------------------------------------------
+
+
+def to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """OpenAI chat message dicts for `messages`."""
+    return [_message_out(m) for m in messages]
+
+
+def _message_out(msg: Message) -> dict[str, Any]:
+    form = msg.extra.get(_FORM)
+    out: dict[str, Any] = {"role": msg.extra.get("openai:role", msg.role)}
+    if msg.role == "tool":
+        result = msg.content[0]
+        assert isinstance(result, ToolResult)
+        out["tool_call_id"] = result.call_id
+        if form == "null":
+            out["content"] = None
+        elif form != "absent":
+            out["content"] = _result_content_out(result)
+    else:
+        blocks = [b for b in msg.content if isinstance(b, TextBlock | ImageBlock)]
+        calls = [b for b in msg.content if isinstance(b, ToolCall)]
+        if form is None:
+            form = _default_form(msg.role, blocks, bool(calls))
+        if form == "str":
+            out["content"] = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
+        elif form == "parts":
+            out["content"] = [_part_out(b) for b in blocks]
+        elif form == "null":
+            out["content"] = None
+        if calls:
+            out["tool_calls"] = [_call_out(c) for c in calls]
+    out.update(msg.extra.get(NAME, {}))
+    return out
+
+
+def _default_form(role: str, blocks: Sequence[TextBlock | ImageBlock], has_calls: bool) -> str:
+    if not blocks:
+        return "null" if has_calls else "str"
+    if role == "user" and any(isinstance(b, ImageBlock) or b.extra for b in blocks):
+        return "parts"
+    return "str"
+
+
+def _result_content_out(result: ToolResult) -> str | list[dict[str, Any]]:
+    if isinstance(result.content, str):
+        return result.content
+    parts: list[dict[str, Any]] = []
+    for block in result.content:
+        if isinstance(block, ImageBlock) and block.extra.get(_PART) is None:
+            # tool messages take text only: say what was there instead of sending it
+            parts.append({"type": "text", "text": f"[image {block.media_type} not sent: tool messages take text]"})
+        else:
+            parts.append(_part_out(block))
+    return parts
+
+
+def _part_out(block: TextBlock | ImageBlock | ThinkingBlock) -> dict[str, Any]:
+    part = block.extra.get(_PART)
+    if part is not None:
+        return dict(part)
+    if isinstance(block, ImageBlock):
+        url = block.url if block.url is not None else f"data:{block.media_type};base64,{block.data or ''}"
+        return {"type": "image_url", "image_url": {"url": url, **block.extra.get(NAME, {})}}
+    return {"type": "text", "text": block.text}
+
+
+def _call_out(call: ToolCall) -> dict[str, Any]:
+    declared = call.extra.get(_CALL_TYPE, "function")
+    kind = declared or "function"
+    kept = call.extra.get(NAME, {"call": {}, "body": {}})
+    out: dict[str, Any] = {"id": call.id}
+    if declared is not None:
+        out["type"] = declared
+    args_key = "input" if kind == "custom" else "arguments"
+    out[kind] = {"name": call.name, args_key: call.arguments, **kept["body"]}
+    out.update(kept["call"])
+    return out
+
+
+# --- files ---------------------------------------------------------------------------
+
+
+def _is_message_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(m, dict) and "role" in m for m in value[:5])
+
+
+def sniff(source: Source) -> bool:
+    """A list of role messages, a request body with ``messages``, or JSONL of either."""
+    sample = source.sample()
+    if isinstance(sample, dict):
+        return _is_message_list(sample.get("messages")) or ("role" in sample and "content" in sample)
+    return _is_message_list(sample)
+
+
+def parse(source: Source) -> list[Conversation]:
+    """Conversations from a JSON or JSONL file of OpenAI chat messages."""
+    return parse_message_file(source, from_openai)
+
+
+def parse_message_file(source: Source, convert: Any) -> list[Conversation]:
+    """Shared by the chat formats: a message list, a body with ``messages``, or JSONL of either.
+
+    `convert(list_of_dicts, conversation_id=...)` turns raw messages into ctxkeep messages.
+    """
+    text = source.text.lstrip()
+    if text.startswith("["):
+        return [_conversation(source, source.document(), convert, "0", None)]
+    sample = source.sample()
+    if isinstance(sample, dict) and "messages" in sample and text.count("\n", 0, len(text.rstrip())) == 0:
+        return [_conversation(source, sample, convert, "0", None)]
+    records = list(source.records())
+    if records and all(isinstance(r, dict) and "messages" in r for _, r in records):
+        return [_conversation(source, r, convert, str(n), n) for n, r in records]
+    if len(records) == 1 and isinstance(records[0][1], dict) and "messages" in records[0][1]:
+        return [_conversation(source, records[0][1], convert, "0", records[0][0])]
+    messages: list[Message] = []
+    for lineno, record in records:
+        try:
+            messages.extend(convert([record], conversation_id=f"line{lineno}"))
+        except ValueError as exc:
+            source.skip(lineno, str(exc))
+    return [Conversation(id=source.path, messages=tuple(messages))]
+
+
+def _conversation(source: Source, value: Any, convert: Any, conv_id: str, line: int | None) -> Conversation:
+    body = value if isinstance(value, dict) else {"messages": value}
+    raw = body.get("messages")
+    if not isinstance(raw, list):
+        raise source.error("expected a list of messages", line)
+    system = body.get("system")
+    try:
+        messages = convert(raw, conversation_id=conv_id, system=system) if system is not None else convert(
+            raw, conversation_id=conv_id
+        )
+    except ValueError as exc:
+        raise source.error(str(exc), line) from exc
+    return Conversation(id=conv_id, messages=tuple(messages))
