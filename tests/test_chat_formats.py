@@ -38,9 +38,14 @@ OPENAI_CHAT: list[dict[str, Any]] = [
     },
     {"role": "tool", "tool_call_id": "call_1", "content": "a.txt\nb.txt"},
     {"role": "tool", "tool_call_id": "call_2", "content": [{"type": "text", "text": "bad args"}]},
-    {"role": "assistant", "content": "", "refusal": None, "tool_calls": [
-        {"id": "call_3", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin Patch"}},
-    ]},
+    {
+        "role": "assistant",
+        "content": "",
+        "refusal": None,
+        "tool_calls": [
+            {"id": "call_3", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin Patch"}},
+        ],
+    },
     {"role": "tool", "tool_call_id": "call_3", "content": "done"},
     {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]},
     {"role": "assistant", "content": [{"type": "text", "text": "Two files."}, {"type": "refusal", "refusal": "no"}]},
@@ -93,7 +98,14 @@ ANTHROPIC_CHAT: list[dict[str, Any]] = [
 ]
 
 AGENTSCOPE_MSGS: list[dict[str, Any]] = [
-    {"id": "m1", "name": "user", "role": "user", "content": "hello", "metadata": {}, "timestamp": "2025-03-01 10:00:00.000"},
+    {
+        "id": "m1",
+        "name": "user",
+        "role": "user",
+        "content": "hello",
+        "metadata": {},
+        "timestamp": "2025-03-01 10:00:00.000",
+    },
     {
         "id": "m2",
         "name": "Friday",
@@ -123,8 +135,15 @@ AGENTSCOPE_MSGS: list[dict[str, Any]] = [
         "metadata": {},
         "timestamp": "2025-03-01 10:00:02.000",
     },
-    {"id": "m4", "name": "Friday", "role": "assistant", "content": [{"type": "text", "text": "Done"}],
-     "metadata": {"x": 1}, "timestamp": "2025-03-01 10:00:03.000", "generate_reason": "normal_reply"},
+    {
+        "id": "m4",
+        "name": "Friday",
+        "role": "assistant",
+        "content": [{"type": "text", "text": "Done"}],
+        "metadata": {"x": 1},
+        "timestamp": "2025-03-01 10:00:03.000",
+        "generate_reason": "normal_reply",
+    },
 ]
 
 
@@ -132,7 +151,7 @@ def test_openai_round_trip_is_lossless() -> None:
     original = copy.deepcopy(OPENAI_CHAT)
     messages = from_openai(OPENAI_CHAT)
     assert to_openai(messages) == original
-    assert OPENAI_CHAT == original  # input untouched
+    assert original == OPENAI_CHAT  # input untouched
 
 
 def test_openai_import_model() -> None:
@@ -236,10 +255,17 @@ def _openai_conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
         out.append({"role": "user", "content": draw(_text)})
         n = draw(st.integers(0, 3))
         calls = [
-            {"id": f"c{turn}_{k}", "type": "function", "function": {"name": draw(_text), "arguments": json.dumps(draw(_args))}}
+            {
+                "id": f"c{turn}_{k}",
+                "type": "function",
+                "function": {"name": draw(_text), "arguments": json.dumps(draw(_args))},
+            }
             for k in range(n)
         ]
-        msg: dict[str, Any] = {"role": "assistant", "content": draw(st.one_of(st.none(), _text)) if calls else draw(_text)}
+        msg: dict[str, Any] = {
+            "role": "assistant",
+            "content": draw(st.one_of(st.none(), _text)) if calls else draw(_text),
+        }
         if calls:
             msg["tool_calls"] = calls
         out.append(msg)

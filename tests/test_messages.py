@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pytest
 from hypothesis import given, settings
@@ -81,8 +82,14 @@ def test_native_dict_round_trip() -> None:
     )
     tool = Message(
         role="tool",
-        content=(ToolResult(call_id="c", content=(TextBlock(text="t"), ImageBlock(media_type="image/png", data="AA")),
-                            is_error=True, exit_code=3),),
+        content=(
+            ToolResult(
+                call_id="c",
+                content=(TextBlock(text="t"), ImageBlock(media_type="image/png", data="AA")),
+                is_error=True,
+                exit_code=3,
+            ),
+        ),
     )
     for m in (msg, tool):
         assert message_from_dict(message_to_dict(m)) == m
@@ -100,7 +107,10 @@ def test_validate_finds_each_kind_with_its_index() -> None:
     assert kinds([result("a"), call("a")]) == [("result_before_call", 0)]
     assert kinds([call("a"), user(), result("a")]) == [("separated_result", 2)]
     assert kinds([call("a"), result("a"), result("a")]) == [("duplicate_result", 2)]
-    assert kinds([call("a"), result("a"), call("a"), result("a")]) == [("duplicate_call_id", 2), ("duplicate_result", 3)]
+    assert kinds([call("a"), result("a"), call("a"), result("a")]) == [
+        ("duplicate_call_id", 2),
+        ("duplicate_result", 3),
+    ]
     m = user()
     assert kinds([m, m]) == [("duplicate_message_id", 1)]
 
@@ -152,7 +162,7 @@ def test_repaired_output_is_accepted_shape_for_both_apis() -> None:
             open_ids = {c["id"] for c in m.get("tool_calls", [])}
     # Anthropic: the message after tool_use holds a tool_result for each call
     _, anth = to_anthropic(msgs)
-    for prev, nxt in zip(anth, anth[1:], strict=False):
+    for prev, nxt in itertools.pairwise(anth):
         uses = {b["id"] for b in prev["content"] if isinstance(b, dict) and b["type"] == "tool_use"}
         if uses:
             got = {b["tool_use_id"] for b in nxt["content"] if b["type"] == "tool_result"}
@@ -185,9 +195,7 @@ def _payloads(messages: list[Message]) -> list[str]:
     texts: list[str] = []
     for m in messages:
         for b in m.content:
-            if isinstance(b, TextBlock):
-                texts.append(b.text)
-            elif isinstance(b, ToolResult):
+            if isinstance(b, TextBlock | ToolResult):
                 texts.append(b.text)
     return texts
 

@@ -1,9 +1,9 @@
 """ctxkeep's exceptions.
 
-    CtxkeepError
-    ├── FormatError          a transcript cannot be read (.path, .line)
-    │   └── UnknownFormatError   no importer recognises the file
-    └── TokenizerError       an encoding or tokenizer.json cannot be loaded
+CtxkeepError
+├── FormatError          a transcript cannot be read (.path, .line)
+│   └── UnknownFormatError   no importer recognises the file
+└── TokenizerError       an encoding or tokenizer.json cannot be loaded
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "make_id",
+    "renumber_duplicates",
     "repair",
     "validate",
 ]
@@ -57,9 +58,9 @@ def make_id(*parts: object) -> str:
     return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join(str(p) for p in parts)))
 
 
-def _freeze(obj: object, name: str) -> None:
+def _freeze(obj: Any) -> None:
     """Wrap a block's or message's `extra` mapping so it cannot be changed in place."""
-    extra = getattr(obj, "extra")
+    extra = obj.extra
     if not isinstance(extra, MappingProxyType):
         object.__setattr__(obj, "extra", MappingProxyType(dict(extra)) if extra else _EMPTY)
 
@@ -74,7 +75,7 @@ class TextBlock:
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise TypeError(f"TextBlock.text must be str, got {type(self.text).__name__}")
-        _freeze(self, "extra")
+        _freeze(self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -87,7 +88,7 @@ class ThinkingBlock:
     extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, hash=False)
 
     def __post_init__(self) -> None:
-        _freeze(self, "extra")
+        _freeze(self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -107,7 +108,7 @@ class ToolCall:
                 "ToolCall.arguments must be the JSON text of the arguments; "
                 "use ToolCall.from_input(...) to build one from a dict"
             )
-        _freeze(self, "extra")
+        _freeze(self)
 
     @classmethod
     def from_input(cls, *, id: str, name: str, input: Any, **kw: Any) -> ToolCall:
@@ -134,7 +135,7 @@ class ImageBlock:
     extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, hash=False)
 
     def __post_init__(self) -> None:
-        _freeze(self, "extra")
+        _freeze(self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -150,7 +151,7 @@ class ToolResult:
     def __post_init__(self) -> None:
         if isinstance(self.content, list):
             object.__setattr__(self, "content", tuple(self.content))
-        _freeze(self, "extra")
+        _freeze(self)
 
     @property
     def text(self) -> str:
@@ -193,7 +194,7 @@ class Message:
                 raise ValueError(f"a ToolCall belongs in an assistant message, not a {self.role} message")
         if self.role == "tool" and len(self.content) != 1:
             raise ValueError("a tool message holds exactly one ToolResult")
-        _freeze(self, "extra")
+        _freeze(self)
 
     @classmethod
     def of(cls, role: Role, text: str, **kw: Any) -> Message:
@@ -316,8 +317,7 @@ def repair(messages: Sequence[Message]) -> tuple[list[Message], list[Change]]:
     - a repeated call id or message id gets a fresh one.
     Nothing is dropped: every input message's content is in the output.
     """
-    changes: list[Change] = []
-    msgs = _renumber_duplicates(messages, changes)
+    msgs, changes = renumber_duplicates(messages)
 
     calls: dict[str, int] = {}
     for i, msg in enumerate(msgs):
@@ -339,7 +339,9 @@ def repair(messages: Sequence[Message]) -> tuple[list[Message], list[Change]]:
             if first is not None and first[0] == i:
                 continue  # placed after its call below
             reason = "second result for the same call" if first else "result with no matching call"
-            changes.append(Change(action="turned result into user text", index=i, call_id=result.call_id, detail=reason))
+            changes.append(
+                Change(action="turned result into user text", index=i, call_id=result.call_id, detail=reason)
+            )
             out.append(_result_as_user_text(msg, result, reason))
             continue
         out.append(msg)
@@ -360,7 +362,9 @@ def repair(messages: Sequence[Message]) -> tuple[list[Message], list[Change]]:
             at, result_msg = found
             if not _directly_after(msgs, i, at):
                 changes.append(
-                    Change(action="moved result next to its call", index=at, call_id=call.id, detail=f"call at message {i}")
+                    Change(
+                        action="moved result next to its call", index=at, call_id=call.id, detail=f"call at message {i}"
+                    )
                 )
             out.append(result_msg)
     return out, changes
@@ -373,8 +377,13 @@ def _directly_after(msgs: Sequence[Message], call_index: int, result_index: int)
     return all(msgs[j].role == "tool" for j in range(call_index + 1, result_index))
 
 
-def _renumber_duplicates(messages: Sequence[Message], changes: list[Change]) -> list[Message]:
-    """Give repeated message ids and repeated call ids (and the results after them) new ids."""
+def renumber_duplicates(messages: Sequence[Message]) -> tuple[list[Message], list[Change]]:
+    """Give repeated message ids and repeated call ids (and the results after them) new ids.
+
+    Some agents reuse a tool-call id for a later, different call (tau-bench, SWE-agent);
+    the APIs reject that. Returns the renumbered messages and one `Change` per new id.
+    """
+    changes: list[Change] = []
     out: list[Message] = []
     seen_msg: set[str] = set()
     seen_call: set[str] = set()
@@ -382,7 +391,9 @@ def _renumber_duplicates(messages: Sequence[Message], changes: list[Change]) -> 
     for i, msg in enumerate(messages):
         if msg.id in seen_msg:
             new_id = make_id(msg.id, "dup", i)
-            changes.append(Change(action="gave a repeated message id a new one", index=i, detail=f"{msg.id} -> {new_id}"))
+            changes.append(
+                Change(action="gave a repeated message id a new one", index=i, detail=f"{msg.id} -> {new_id}")
+            )
             msg = replace(msg, id=new_id)
         seen_msg.add(msg.id)
         if msg.role == "assistant" and any(c.id in seen_call for c in msg.tool_calls):
@@ -406,7 +417,7 @@ def _renumber_duplicates(messages: Sequence[Message], changes: list[Change]) -> 
         for call in msg.tool_calls:
             seen_call.add(call.id)
         out.append(msg)
-    return out
+    return out, changes
 
 
 def _result_as_user_text(msg: Message, result: ToolResult, reason: str) -> Message:

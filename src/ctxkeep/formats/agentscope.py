@@ -78,7 +78,14 @@ def _msg_in(raw: Mapping[str, Any], index: int, conv_id: str) -> list[Message]:
     if isinstance(content, str):
         extra["agentscope:content"] = "str"
         return [
-            Message(role=role, id=base_id, source_id=source_id, timestamp=ts, content=(TextBlock(text=content),), extra=extra)
+            Message(
+                role=role,
+                id=base_id,
+                source_id=source_id,
+                timestamp=ts,
+                content=(TextBlock(text=content),),
+                extra=extra,
+            )
         ]
 
     pieces: list[Message] = []
@@ -90,7 +97,9 @@ def _msg_in(raw: Mapping[str, Any], index: int, conv_id: str) -> list[Message]:
     def flush() -> None:
         if pending:
             pieces.append(
-                Message(role=role, id=piece_id(), source_id=source_id, timestamp=ts, content=tuple(pending), extra=extra)
+                Message(
+                    role=role, id=piece_id(), source_id=source_id, timestamp=ts, content=tuple(pending), extra=extra
+                )
             )
             pending.clear()
 
@@ -98,7 +107,14 @@ def _msg_in(raw: Mapping[str, Any], index: int, conv_id: str) -> list[Message]:
         if block.get("type") == "tool_result":
             flush()
             pieces.append(
-                Message(role="tool", id=piece_id(), source_id=source_id, timestamp=ts, content=(_result_in(block),), extra=extra)
+                Message(
+                    role="tool",
+                    id=piece_id(),
+                    source_id=source_id,
+                    timestamp=ts,
+                    content=(_result_in(block),),
+                    extra=extra,
+                )
             )
         else:
             pending.append(_block_in(block))
@@ -194,7 +210,12 @@ def _block_out(block: Block, names: Mapping[str, str]) -> dict[str, Any]:
         return {"type": "thinking", "thinking": block.text}
     if isinstance(block, ToolCall):
         value = block.input()
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": value if isinstance(value, dict) else {}}
+        return {
+            "type": "tool_use",
+            "id": block.id,
+            "name": block.name,
+            "input": value if isinstance(value, dict) else {},
+        }
     if isinstance(block, ImageBlock):
         if block.url is not None:
             return {"type": "image", "source": {"type": "url", "url": block.url}}

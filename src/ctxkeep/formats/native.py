@@ -75,13 +75,20 @@ def block_from_dict(d: dict[str, Any]) -> Block:
         raw = d["content"]
         content: str | tuple[Any, ...] = raw if isinstance(raw, str) else tuple(block_from_dict(b) for b in raw)
         return ToolResult(
-            call_id=d["call_id"], content=content, is_error=bool(d.get("is_error")),
-            exit_code=d.get("exit_code"), extra=extra,
+            call_id=d["call_id"],
+            content=content,
+            is_error=bool(d.get("is_error")),
+            exit_code=d.get("exit_code"),
+            extra=extra,
         )
     if kind == "image":
         return ImageBlock(
-            media_type=d["media_type"], width=d.get("width"), height=d.get("height"),
-            data=d.get("data"), url=d.get("url"), extra=extra,
+            media_type=d["media_type"],
+            width=d.get("width"),
+            height=d.get("height"),
+            data=d.get("data"),
+            url=d.get("url"),
+            extra=extra,
         )
     raise ValueError(f"unknown block type {kind!r}")
 

@@ -71,7 +71,15 @@ def _message(raw: Mapping[str, Any], msg_id: str) -> Message:
     if unknown:
         extra[NAME] = unknown
     content = raw.get("content")
-    form = "absent" if "content" not in raw else "null" if content is None else "str" if isinstance(content, str) else "parts"
+    form = (
+        "absent"
+        if "content" not in raw
+        else "null"
+        if content is None
+        else "str"
+        if isinstance(content, str)
+        else "parts"
+    )
     extra[_FORM] = form
 
     if role == "tool":
@@ -272,8 +280,10 @@ def _conversation(source: Source, value: Any, convert: Any, conv_id: str, line: 
         raise source.error("expected a list of messages", line)
     system = body.get("system")
     try:
-        messages = convert(raw, conversation_id=conv_id, system=system) if system is not None else convert(
-            raw, conversation_id=conv_id
+        messages = (
+            convert(raw, conversation_id=conv_id, system=system)
+            if system is not None
+            else convert(raw, conversation_id=conv_id)
         )
     except ValueError as exc:
         raise source.error(str(exc), line) from exc

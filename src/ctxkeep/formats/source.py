@@ -68,9 +68,7 @@ class Source:
             text = raw.decode("utf-8", errors="replace")
             bad_lines = _lines_with_invalid_utf8(raw)
             shown = ", ".join(str(n) for n in bad_lines[:10]) + (" ..." if len(bad_lines) > 10 else "")
-            notes.append(
-                f"invalid UTF-8 on {len(bad_lines)} line(s) ({shown}); bytes replaced with U+FFFD"
-            )
+            notes.append(f"invalid UTF-8 on {len(bad_lines)} line(s) ({shown}); bytes replaced with U+FFFD")
         return cls(path=path, text=text, lenient=lenient, notes=notes)
 
     def error(self, message: str, line: int | None = None) -> FormatError:

@@ -1,0 +1,543 @@
+"""Claude Code session files (``~/.claude/projects/<project>/<session>.jsonl``), 1.0.98 to 2.1.39.
+
+Each line is an entry; entries with a ``uuid`` form a tree through ``parentUuid``. What
+becomes what:
+
+    user / assistant        the conversation (Anthropic message in ``message``)
+    system compact_boundary not a message; the entry after it (``isCompactSummary``) is
+                            the summary text the model saw, kept as user text
+    isMeta user entries     kept as user text (caveats, slash-command prompts: the model saw them)
+    summary                 a session title, not conversation: the main conversation's
+                            title when its ``leafUuid`` is in the file
+    file-history-snapshot, progress (hook / bash / subagent progress), queue-operation,
+    other system entries    metadata, not conversation: not imported (progress entries still
+                            link the tree, so they are walked through)
+    any other entry type    not imported, and counted in a note
+
+The conversation is one path through the tree, from the newest user/assistant entry (last
+in the file) back to the root. A root that is not the first (a ``compact_boundary``)
+continues from its ``logicalParentUuid``, or, when that entry is not in the file, from the
+last user/assistant entry before it: so the main conversation spans compactions, with the
+summary where the compaction happened.
+
+Claude Code writes one API response as several assistant entries sharing ``message.id``
+(one block each) and hangs each tool result off the entry of its own call, so parallel
+calls and their results sit on side branches of the path. Those are taken back in: an
+off-path assistant entry of a response on the path, and an off-path user entry holding
+results of that response's calls. Every other user/assistant entry off the path belongs
+to a rewound or abandoned branch; it is left out and counted in a note.
+
+The entries of one response become one assistant message (id and ``source_id``: the uuid
+of its first entry; ``extra["claude_code"]["message_id"]`` the API id); each tool result
+becomes a ``tool`` message right after it, in call order (``is_error`` from the block,
+``exit_code`` from ``toolUseResult.exitCode`` or the ``Exit code N`` text of a failed
+Bash call; its other short scalar fields go to ``extra``). User text in the same entry as
+results follows them. Results whose call is not
+in the conversation and calls with no result are kept as they are and reported in a note.
+
+``isSidechain`` entries are a subagent's conversation: each sidechain tree is returned as
+its own `Conversation`, titled ``subagent <agentId>`` (subagent files) or
+``sidechain <n>`` (older versions, inline in the main file).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ctxkeep.formats.source import Conversation, Source
+from ctxkeep.messages import (
+    Block,
+    ImageBlock,
+    Message,
+    Role,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResult,
+    make_id,
+)
+
+NAME = "claude_code"
+
+__all__ = ["NAME", "parse", "sniff"]
+
+_CONVERSATION = frozenset({"user", "assistant"})
+# Entry types that carry no conversation; left out without a note (see the module docstring).
+_METADATA = frozenset({"summary", "file-history-snapshot", "progress", "queue-operation", "system"})
+_FLAGS = ("isMeta", "isCompactSummary", "isVisibleInTranscriptOnly", "isApiErrorMessage")
+_EXIT_CODE = re.compile(r"(?:Error: )?Exit code (-?\d+)\b")
+
+
+@dataclass(slots=True, kw_only=True)
+class _Entry:
+    """An entry of the tree: a user or assistant entry, or one that only links the tree (no blocks)."""
+
+    pos: int  # order in the file
+    line: int
+    kind: str
+    uuid: str
+    parent: str | None
+    logical_parent: str | None
+    sidechain: bool
+    session_id: str | None = None
+    agent_id: str | None = None
+    mid: str | None = None  # API message id of an assistant entry
+    blocks: list[Block] = field(default_factory=list)
+    timestamp: datetime | None = None
+    info: dict[str, Any] = field(default_factory=dict)  # small fields kept in Message.extra
+
+    @property
+    def talks(self) -> bool:
+        """True for user and assistant entries."""
+        return self.kind in _CONVERSATION
+
+
+# --- detection -----------------------------------------------------------------------
+
+
+def sniff(source: Source) -> bool:
+    """A JSONL line of a Claude Code session: an entry with ``parentUuid``/``sessionId`` and a known type."""
+    first = source.sample()
+    if isinstance(first, dict) and isinstance(first.get("type"), str):
+        kind = first["type"]
+        if kind in _CONVERSATION or kind in ("progress", "system"):
+            return "parentUuid" in first and "sessionId" in first
+        if kind == "summary":
+            return "leafUuid" in first
+        if kind == "file-history-snapshot":
+            return "messageId" in first and "snapshot" in first
+        if kind == "queue-operation":
+            return "operation" in first and "sessionId" in first
+    head = source.head()
+    return '"parentUuid"' in head and '"sessionId"' in head and '"isSidechain"' in head
+
+
+# --- parsing -------------------------------------------------------------------------
+
+
+def parse(source: Source) -> list[Conversation]:
+    """The main conversation (if any) and one conversation per sidechain tree."""
+    entries, summaries = _read(source)
+    parents = _link(entries, source)
+    main = [e for e in entries if not e.sidechain]
+    conversations: list[Conversation] = []
+    if any(e.talks for e in main):
+        session = next((e.session_id for e in main if e.session_id), None)
+        conv_id = session or make_id(NAME, main[0].uuid)
+        chosen = _branch(main, parents, source, "the main conversation")
+        in_tree = {e.uuid for e in chosen}
+        title = next((s for leaf, s in reversed(summaries) if leaf in in_tree), "")
+        conversations.append(Conversation(id=conv_id, messages=_messages(chosen, source, conv_id), title=title))
+    for n, tree in enumerate(_sidechain_trees(entries, parents), start=1):
+        root = tree[0]
+        agent = next((e.agent_id for e in tree if e.agent_id), None)
+        title = f"subagent {agent}" if agent else f"sidechain {n}"
+        conv_id = f"{root.session_id or ''}:{'agent-' + agent if agent else 'sidechain-' + root.uuid}"
+        chosen = _branch(tree, parents, source, title)
+        conversations.append(Conversation(id=conv_id, messages=_messages(chosen, source, conv_id), title=title))
+    return conversations
+
+
+def _read(source: Source) -> tuple[list[_Entry], list[tuple[str, str]]]:
+    """The entries of the tree, in file order, and the (leafUuid, summary) titles."""
+    entries: list[_Entry] = []
+    summaries: list[tuple[str, str]] = []
+    unknown: Counter[str] = Counter()
+    seen: set[str] = set()
+    for lineno, obj in source.records():
+        if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+            source.skip(lineno, "not a Claude Code entry (no 'type')")
+            continue
+        kind = obj["type"]
+        if kind == "summary" and isinstance(obj.get("summary"), str):
+            summaries.append((str(obj.get("leafUuid")), obj["summary"]))
+        if kind not in _CONVERSATION and kind not in _METADATA:
+            unknown[kind] += 1
+        try:
+            entry = _entry(obj, kind, lineno, len(entries))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            source.skip(lineno, f"bad {kind} entry: {detail}")
+            continue
+        if entry is None:
+            continue
+        if entry.uuid in seen:
+            source.notes.append(f"line {lineno}: repeated entry uuid {entry.uuid}; the repeat was not imported")
+            continue
+        seen.add(entry.uuid)
+        entries.append(entry)
+    if unknown:
+        kinds = ", ".join(f"{n} {k!r}" for k, n in sorted(unknown.items()))
+        source.notes.append(f"entries of unknown type not imported: {kinds}")
+    return entries, summaries
+
+
+def _entry(obj: Mapping[str, Any], kind: str, lineno: int, pos: int) -> _Entry | None:
+    """An `_Entry` for a user/assistant entry or another entry of the tree; None for one outside it."""
+    uuid = obj.get("uuid")
+    if not isinstance(uuid, str) or not uuid:
+        if kind in _CONVERSATION:
+            raise ValueError("no 'uuid'")
+        return None
+    entry = _Entry(
+        pos=pos,
+        line=lineno,
+        kind=kind,
+        uuid=uuid,
+        parent=_str(obj.get("parentUuid")),
+        logical_parent=_str(obj.get("logicalParentUuid")),
+        sidechain=bool(obj.get("isSidechain")),
+    )
+    if kind not in _CONVERSATION:
+        return entry
+    msg = obj["message"]
+    if not isinstance(msg, Mapping):
+        raise TypeError("'message' is not an object")
+    entry.session_id = _str(obj.get("sessionId"))
+    entry.agent_id = _str(obj.get("agentId"))
+    entry.timestamp = _time(obj.get("timestamp"))
+    entry.info = {k: obj[k] for k in _FLAGS if obj.get(k)}
+    if kind == "assistant":
+        entry.mid = _str(msg.get("id"))
+        for key in ("model", "usage"):
+            if msg.get(key) is not None:
+                entry.info[key] = msg[key]
+    entry.blocks = _blocks(msg["content"], obj.get("toolUseResult"))
+    return entry
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _time(value: Any) -> datetime | None:
+    """A timezone-aware time from ISO text; None when absent or unreadable (not worth a skip)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        stamp = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo is not None else None
+
+
+# --- content blocks ------------------------------------------------------------------
+
+
+def _blocks(content: Any, tool_use_result: Any) -> list[Block]:
+    if isinstance(content, str):
+        return [TextBlock(text=content)]
+    if not isinstance(content, list):
+        raise TypeError(f"'message.content' must be text or a list, got {type(content).__name__}")
+    n_results = sum(1 for b in content if isinstance(b, Mapping) and b.get("type") == "tool_result")
+    # toolUseResult describes the entry's result; only unambiguous when there is one
+    extra_result = tool_use_result if n_results == 1 else None
+    return [_block(b, extra_result) for b in content]
+
+
+def _block(block: Any, tool_use_result: Any) -> Block:
+    if not isinstance(block, Mapping):
+        raise TypeError(f"a content block must be an object, got {type(block).__name__}")
+    kind = block["type"]
+    if kind == "text":
+        return TextBlock(text=block["text"])
+    if kind == "thinking":
+        return ThinkingBlock(text=block["thinking"], signature=block.get("signature"))
+    if kind == "redacted_thinking":
+        return ThinkingBlock(text="", signature=block["data"], redacted=True)
+    if kind == "tool_use":
+        return ToolCall.from_input(id=block["id"], name=block["name"], input=block.get("input", {}))
+    if kind == "tool_result":
+        return _result(block, tool_use_result)
+    image = _image(block)
+    return image if image is not None else _kept_whole(block)
+
+
+def _image(block: Mapping[str, Any]) -> ImageBlock | None:
+    source = block.get("source")
+    if block.get("type") != "image" or not isinstance(source, Mapping):
+        return None
+    if source.get("type") == "base64":
+        return ImageBlock(media_type=source.get("media_type") or "image/png", data=source.get("data"))
+    if source.get("type") == "url":
+        return ImageBlock(media_type=source.get("media_type") or "image/jpeg", url=source.get("url"))
+    return None
+
+
+def _kept_whole(block: Mapping[str, Any]) -> TextBlock:
+    """A block ctxkeep does not model (document, tool_reference, ...): readable text, original in extra."""
+    text = block.get("text") or block.get("content")
+    if not isinstance(text, str):
+        text = f"[{block.get('type')}] " + json.dumps(block, ensure_ascii=False)[:2000]
+    return TextBlock(text=text, extra={NAME: {"block": dict(block)}})
+
+
+def _result(block: Mapping[str, Any], tool_use_result: Any) -> ToolResult:
+    raw = block.get("content", "")
+    content: str | tuple[TextBlock | ImageBlock, ...]
+    if raw is None:
+        content = ""
+    elif isinstance(raw, str):
+        content = raw
+    elif isinstance(raw, list):
+        parts = [_block(b, None) for b in raw]
+        content = tuple(p if isinstance(p, TextBlock | ImageBlock) else TextBlock(text=str(p)) for p in parts)
+    else:
+        raise TypeError(f"tool_result content must be text or a list, got {type(raw).__name__}")
+    is_error = bool(block.get("is_error"))
+    result = ToolResult(call_id=block["tool_use_id"], content=content, is_error=is_error)
+    details = _small_fields(tool_use_result)
+    exit_code = _exit_code(tool_use_result, result.text if is_error else "")
+    if details or exit_code is not None:
+        return ToolResult(
+            call_id=result.call_id,
+            content=content,
+            is_error=is_error,
+            exit_code=exit_code,
+            extra={NAME: {"toolUseResult": details}} if details else {},
+        )
+    return result
+
+
+def _exit_code(tool_use_result: Any, error_text: str) -> int | None:
+    """The exit code when the record states one: ``exitCode``, or a failed Bash call's "Exit code N"."""
+    if isinstance(tool_use_result, Mapping):
+        code = tool_use_result.get("exitCode")
+        if isinstance(code, int) and not isinstance(code, bool):
+            return code
+    for text in (error_text, tool_use_result if isinstance(tool_use_result, str) else ""):
+        match = _EXIT_CODE.match(text)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def _small_fields(tool_use_result: Any) -> dict[str, Any]:
+    """The scalar fields of ``toolUseResult`` (flags, codes); file copies and outputs are left out."""
+    if not isinstance(tool_use_result, Mapping):
+        return {}
+    return {
+        k: v
+        for k, v in tool_use_result.items()
+        if isinstance(v, bool | int | float) or (isinstance(v, str) and len(v) <= 200)
+    }
+
+
+# --- the tree ------------------------------------------------------------------------
+
+
+def _link(entries: list[_Entry], source: Source) -> dict[str, _Entry]:
+    """Each entry's effective parent (uuid -> entry), joining compaction roots to what they continue.
+
+    A main entry with no parent in the file, other than the first, continues from its
+    ``logicalParentUuid`` or else from the last main user/assistant entry before it; a
+    sidechain entry with none starts a sidechain tree.
+    """
+    by_uuid = {e.uuid: e for e in entries}
+    parents: dict[str, _Entry] = {}
+    last_main: _Entry | None = None  # newest main user/assistant entry so far
+    last_any: _Entry | None = None
+    missing = 0
+    for e in entries:
+        named = e.parent or e.logical_parent
+        parent = by_uuid.get(named) if named else None
+        if parent is None and e.parent and e.logical_parent:
+            parent = by_uuid.get(e.logical_parent)
+        if parent is not None and (parent.sidechain != e.sidechain or parent is e):
+            parent = None
+        if parent is None and named:
+            missing += 1
+        if parent is None and not e.sidechain:
+            parent = last_main or last_any
+        if parent is not None:
+            parents[e.uuid] = parent
+        if not e.sidechain:
+            last_any = e
+            if e.talks:
+                last_main = e
+    if missing:
+        source.notes.append(
+            f"{missing} entries name a parent that is not in the file: a main entry continues from the entry"
+            " before it, a sidechain entry starts a new sidechain"
+        )
+    return parents
+
+
+def _sidechain_trees(entries: list[_Entry], parents: Mapping[str, _Entry]) -> list[list[_Entry]]:
+    """The entries of each sidechain tree, in file order, trees ordered by their root; only trees that talk."""
+    trees: dict[int, list[_Entry]] = {}
+    root_of: dict[str, int] = {}
+    for e in entries:
+        if not e.sidechain:
+            continue
+        parent = parents.get(e.uuid)
+        root = root_of.get(parent.uuid, e.pos) if parent is not None else e.pos
+        root_of[e.uuid] = root
+        trees.setdefault(root, []).append(e)
+    return [tree for _, tree in sorted(trees.items()) if any(e.talks for e in tree)]
+
+
+def _branch(tree: list[_Entry], parents: Mapping[str, _Entry], source: Source, what: str) -> list[_Entry]:
+    """The user/assistant entries of the newest branch of `tree`, in file order.
+
+    The path from the newest user/assistant entry to the root, plus the pieces of its API
+    responses and the results of their calls that hang off the path.
+    """
+    tip = next(e for e in reversed(tree) if e.talks)
+    path: dict[str, _Entry] = {}
+    node: _Entry | None = tip
+    while node is not None and node.uuid not in path:
+        path[node.uuid] = node
+        node = parents.get(node.uuid)
+    mids = {e.mid for e in path.values() if e.mid}
+    calls = {b.id for e in tree if e.mid in mids for b in e.blocks if isinstance(b, ToolCall)}
+    children: dict[str, list[_Entry]] = {}
+    for e in tree:
+        parent = parents.get(e.uuid)
+        if parent is not None:
+            children.setdefault(parent.uuid, []).append(e)
+
+    chosen = dict(path)
+    stack = [c for uuid in path for c in children.get(uuid, ()) if c.uuid not in path]
+    while stack:
+        e = stack.pop()
+        if e.uuid in chosen:
+            continue
+        if e.talks and not _answers(e, mids, calls):
+            continue  # the start of another branch
+        chosen[e.uuid] = e
+        stack.extend(children.get(e.uuid, ()))
+    left_out = sum(1 for e in tree if e.talks and e.uuid not in chosen)
+    if left_out:
+        source.notes.append(
+            f"{what}: {left_out} user/assistant entries on other (rewound or abandoned) branches were not imported"
+        )
+    return sorted((e for e in chosen.values() if e.talks), key=lambda e: e.pos)
+
+
+def _answers(e: _Entry, mids: set[str], calls: set[str]) -> bool:
+    """True for an off-path piece of a response on the path, or an entry with results of its calls."""
+    if e.kind == "assistant":
+        return e.mid in mids
+    results = [b.call_id for b in e.blocks if isinstance(b, ToolResult)]
+    return bool(results) and all(cid in calls for cid in results)
+
+
+# --- messages ------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Turn:
+    """One API response being assembled from its entries, and the results of its calls."""
+
+    entries: list[_Entry]
+    blocks: list[Block]
+    results: list[Message] = field(default_factory=list)
+
+
+def _messages(chosen: list[_Entry], source: Source, conv_id: str) -> tuple[Message, ...]:
+    slots: list[_Turn | Message] = []
+    turns: dict[str, _Turn] = {}
+    owner: dict[str, _Turn] = {}  # call id -> the turn that made the call
+    orphans: list[str] = []
+    for e in chosen:
+        if e.kind == "assistant":
+            key = e.mid or e.uuid
+            turn = turns.get(key)
+            if turn is None:
+                turn = turns[key] = _Turn(entries=[], blocks=[])
+                slots.append(turn)
+            turn.entries.append(e)
+            for block in e.blocks:
+                if isinstance(block, ToolCall):
+                    if owner.get(block.id) is turn:
+                        continue  # the same call written twice for one response
+                    owner.setdefault(block.id, turn)
+                turn.blocks.append(block)
+            continue
+        for msg in _user_pieces(e):
+            result = msg.tool_result
+            target = owner.get(result.call_id) if result is not None else None
+            if target is not None:
+                target.results.append(msg)
+            else:
+                if result is not None:
+                    orphans.append(result.call_id)
+                slots.append(msg)
+    out: list[Message] = []
+    for slot in slots:
+        if isinstance(slot, Message):
+            out.append(slot)
+        else:
+            out.extend(_turn_messages(slot))
+    _report_pairing(out, orphans, source, conv_id)
+    return tuple(out)
+
+
+def _user_pieces(e: _Entry) -> list[Message]:
+    """A user entry as messages: one per tool result, one per run of other blocks, in order."""
+    groups: list[list[Block]] = []
+    for block in e.blocks:
+        if isinstance(block, ToolResult) or not groups or isinstance(groups[-1][0], ToolResult):
+            groups.append([block])
+        else:
+            groups[-1].append(block)
+    if not groups:
+        groups.append([])  # an empty user message is still a message
+    uuid = e.uuid
+    extra = {NAME: dict(e.info)} if e.info else {}
+    pieces: list[Message] = []
+    for k, blocks in enumerate(groups):
+        role: Role = "tool" if blocks and isinstance(blocks[0], ToolResult) else "user"
+        msg_id = uuid if len(groups) == 1 else f"{uuid}:{k}"
+        pieces.append(
+            Message(role=role, content=tuple(blocks), id=msg_id, timestamp=e.timestamp, source_id=uuid, extra=extra)
+        )
+    return pieces
+
+
+def _turn_messages(turn: _Turn) -> list[Message]:
+    """The assistant message of a turn, then its results in call order."""
+    first = turn.entries[0]
+    info: dict[str, Any] = {k: v for e in turn.entries for k, v in e.info.items()}  # last entry's usage wins
+    if first.mid:
+        info["message_id"] = first.mid
+    if len(turn.entries) > 1:
+        info["entries"] = [e.uuid for e in turn.entries]
+    msg = Message(
+        role="assistant",
+        content=tuple(turn.blocks),
+        id=first.uuid,
+        timestamp=first.timestamp,
+        source_id=first.uuid,
+        extra={NAME: info},
+    )
+    order = {b.id: i for i, b in enumerate(turn.blocks) if isinstance(b, ToolCall)}
+    results = sorted(turn.results, key=lambda m: order.get(m.tool_result.call_id if m.tool_result else "", 0))
+    return [msg, *results]
+
+
+def _report_pairing(messages: Iterable[Message], orphans: list[str], source: Source, conv_id: str) -> None:
+    answered: set[str] = set()
+    calls: list[str] = []
+    for msg in messages:
+        calls.extend(c.id for c in msg.tool_calls)
+        if msg.tool_result is not None:
+            answered.add(msg.tool_result.call_id)
+    missing = [c for c in calls if c not in answered]
+    if missing:
+        source.notes.append(f"conversation {conv_id}: {len(missing)} tool calls have no result: {_few(missing)}")
+    if orphans:
+        source.notes.append(
+            f"conversation {conv_id}: {len(orphans)} tool results have no call in the conversation: {_few(orphans)}"
+        )
+
+
+def _few(ids: list[str]) -> str:
+    return ", ".join(ids[:3]) + (" ..." if len(ids) > 3 else "")

@@ -1,0 +1,344 @@
+"""Claude Code session JSONL: real sessions counted independently, and hand-built trees."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import raw_files, raw_params
+
+from ctxkeep.errors import FormatError
+from ctxkeep.formats import claude_code
+from ctxkeep.formats.source import Conversation, Source
+from ctxkeep.messages import ImageBlock, Message, ThinkingBlock, ToolCall, validate
+
+PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+# --- real sessions -------------------------------------------------------------------
+
+
+def raw_counts(path: Path) -> dict[bool, tuple[int, int]]:
+    """{is_sidechain: (distinct tool_use ids, tool_result blocks)} straight from the file.
+
+    The rule: every user/assistant entry counts, main and sidechain entries apart. That is
+    right for the shared files because none has a rewound branch (the importer says so:
+    the test checks it notes no left-out branch).
+    """
+    calls: dict[bool, set[str]] = {False: set(), True: set()}
+    results = {False: 0, True: 0}
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        if not line.strip():
+            continue
+        entry = json.loads(line)
+        content = (entry.get("message") or {}).get("content")
+        if entry.get("type") not in ("user", "assistant") or not isinstance(content, list):
+            continue
+        side = bool(entry.get("isSidechain"))
+        for block in content:
+            if block.get("type") == "tool_use":
+                calls[side].add(block["id"])
+            elif block.get("type") == "tool_result":
+                results[side] += 1
+    return {side: (len(calls[side]), results[side]) for side in (False, True)}
+
+
+def imported_counts(conversations: list[Conversation]) -> dict[bool, tuple[int, int]]:
+    counts = {False: [0, 0], True: [0, 0]}
+    for conv in conversations:
+        side = conv.title.startswith(("sidechain", "subagent"))
+        for msg in conv.messages:
+            counts[side][0] += len(msg.tool_calls)
+            counts[side][1] += msg.tool_result is not None
+    return {side: (c[0], c[1]) for side, c in counts.items()}
+
+
+@pytest.mark.parametrize("path", raw_params("claude_code"))
+def test_real_session(path: Path) -> None:
+    source = Source.from_path(path)
+    assert claude_code.sniff(source)
+    conversations = claude_code.parse(source)
+
+    assert imported_counts(conversations) == raw_counts(path)
+    for conv in conversations:
+        assert conv.messages, conv.title
+        assert validate(conv.messages) == [], conv.title
+    # no file of the shared set has a rewound branch or an unpaired call or result
+    assert not [n for n in source.notes if "branches" in n or "no result" in n or "no call" in n]
+    if "_subagent_" in path.name:
+        assert [c.title.split()[0] for c in conversations] == ["subagent"]
+
+    again = claude_code.parse(Source.from_path(path))
+    assert [(c.id, [m.id for m in c.messages]) for c in again] == [
+        (c.id, [m.id for m in c.messages]) for c in conversations
+    ]
+
+
+def other_format_params() -> list[object]:
+    """The shared raw files of every other format (skipped when the folder is absent)."""
+    files = sorted(set(raw_files()) - set(raw_files("claude_code")))
+    return [pytest.param(p, id=p.name) for p in files] or raw_params()
+
+
+@pytest.mark.parametrize("path", other_format_params())
+def test_sniff_rejects_other_formats(path: Path) -> None:
+    assert not claude_code.sniff(Source.from_path(path))
+
+
+# --- hand-built sessions -------------------------------------------------------------
+
+
+def entry(kind: str, uuid: str, parent: str | None, content: Any, **fields: Any) -> dict[str, Any]:
+    """A Claude Code entry; `mid` makes an assistant entry part of that API response."""
+    message: dict[str, Any] = {"role": kind, "content": content}
+    if "mid" in fields:
+        message["id"] = fields.pop("mid")
+    return {
+        "parentUuid": parent,
+        "isSidechain": False,
+        "type": kind,
+        "uuid": uuid,
+        "sessionId": "sess",
+        "timestamp": "2026-01-02T03:04:05.678Z",
+        "message": message,
+        **fields,
+    }
+
+
+def call(cid: str, name: str = "Bash") -> dict[str, Any]:
+    return {"type": "tool_use", "id": cid, "name": name, "input": {"command": f"run {cid}"}}
+
+
+def result(cid: str, text: str = "ok", **more: Any) -> list[dict[str, Any]]:
+    return [{"type": "tool_result", "tool_use_id": cid, "content": text, **more}]
+
+
+def text(t: str) -> list[dict[str, str]]:
+    return [{"type": "text", "text": t}]
+
+
+def progress(uuid: str, parent: str) -> dict[str, Any]:
+    return {
+        "type": "progress",
+        "uuid": uuid,
+        "parentUuid": parent,
+        "sessionId": "sess",
+        "data": {"type": "hook_progress"},
+    }
+
+
+def load(*entries: Any, lenient: bool = False) -> tuple[list[Conversation], list[str]]:
+    lines = [e if isinstance(e, str) else json.dumps(e) for e in entries]
+    source = Source.from_bytes("\n".join(lines).encode(), path="session.jsonl", lenient=lenient)
+    return claude_code.parse(source), source.notes
+
+
+def shape(messages: tuple[Message, ...]) -> list[str]:
+    """Each message as role plus its call ids / result id / text, for readable asserts."""
+    out = []
+    for m in messages:
+        if m.tool_result is not None:
+            out.append(f"tool {m.tool_result.call_id}")
+        elif m.tool_calls:
+            out.append(f"{m.role} " + ",".join(c.id for c in m.tool_calls))
+        else:
+            out.append(f"{m.role} {m.text}")
+    return out
+
+
+def test_parallel_calls_stored_as_a_chain_with_results_on_side_branches() -> None:
+    # Claude Code 2.1: each call its own entry, chained; each result hangs off its call's entry
+    convs, notes = load(
+        entry("user", "u1", None, "list and count"),
+        entry("assistant", "a1", "u1", [{"type": "thinking", "thinking": "both", "signature": "sig"}], mid="m1"),
+        entry("assistant", "a2", "a1", [call("t1")], mid="m1"),
+        entry("assistant", "a3", "a2", [call("t2")], mid="m1"),
+        progress("p1", "a3"),
+        entry("user", "r1", "a2", result("t1")),
+        entry("assistant", "a4", "p1", [call("t3")], mid="m1"),  # a late piece, after a hook ran
+        entry("user", "r3", "a4", result("t3")),
+        entry("user", "r2", "a3", result("t2")),
+        entry("assistant", "a5", "r2", text("done"), mid="m2"),
+    )
+    (conv,) = convs
+    assert shape(conv.messages) == [
+        "user list and count",
+        "assistant t1,t2,t3",
+        "tool t1",
+        "tool t2",
+        "tool t3",
+        "assistant done",
+    ]
+    assert validate(conv.messages) == [] and notes == []
+    first = conv.messages[1]
+    assert isinstance(first.content[0], ThinkingBlock) and first.content[0].signature == "sig"
+    assert first.id == "a1" and first.extra["claude_code"]["entries"] == ["a1", "a2", "a3", "a4"]
+    assert json.loads(first.tool_calls[0].arguments) == {"command": "run t1"}
+    assert conv.messages[0].timestamp is not None and conv.messages[0].timestamp.utcoffset() is not None
+
+
+def test_parallel_calls_stored_as_siblings_under_one_parent() -> None:
+    convs, notes = load(
+        entry("user", "u1", None, "go"),
+        entry("assistant", "a1", "u1", [call("t1")], mid="m1"),
+        entry("assistant", "a2", "u1", [call("t2")], mid="m1"),
+        entry("user", "r2", "a2", result("t2")),
+        entry("user", "r1", "a1", result("t1")),
+        entry("assistant", "a3", "r1", text("both ran"), mid="m2"),
+    )
+    assert shape(convs[0].messages) == ["user go", "assistant t1,t2", "tool t1", "tool t2", "assistant both ran"]
+    assert notes == []
+
+
+def test_rewind_keeps_the_newest_branch() -> None:
+    convs, notes = load(
+        entry("user", "u1", None, "first"),
+        entry("assistant", "a1", "u1", text("one"), mid="m1"),
+        entry("user", "u2", "a1", "old question"),
+        entry("assistant", "a2", "u2", [call("t1")], mid="m2"),
+        entry("user", "r1", "a2", result("t1")),
+        entry("user", "u2b", "a1", "new question"),  # the user rewound to after "one"
+        entry("assistant", "a2b", "u2b", text("new answer"), mid="m3"),
+    )
+    assert shape(convs[0].messages) == ["user first", "assistant one", "user new question", "assistant new answer"]
+    assert notes == [
+        "the main conversation: 3 user/assistant entries on other (rewound or abandoned) branches were not imported"
+    ]
+
+
+def test_sidechain_becomes_its_own_conversation() -> None:
+    side = {"isSidechain": True}
+    convs, _ = load(
+        {"type": "summary", "summary": "Fix the build", "leafUuid": "a2"},
+        entry("user", "u1", None, "delegate"),
+        entry("assistant", "a1", "u1", [call("task", "Task")], mid="m1"),
+        entry("user", "s1", None, "subtask prompt", **side),
+        entry("assistant", "s2", "s1", [call("t9", "Read")], mid="m9", **side),
+        entry("user", "s3", "s2", result("t9"), **side),
+        entry("assistant", "s4", "s3", text("sub done"), mid="m10", **side),
+        entry("user", "r1", "a1", result("task", "sub done")),
+        entry("assistant", "a2", "r1", text("all done"), mid="m2"),
+    )
+    main, sub = convs
+    assert main.title == "Fix the build" and main.id == "sess"
+    assert shape(main.messages) == ["user delegate", "assistant task", "tool task", "assistant all done"]
+    assert sub.title == "sidechain 1" and sub.id == "sess:sidechain-s1"
+    assert shape(sub.messages) == ["user subtask prompt", "assistant t9", "tool t9", "assistant sub done"]
+
+
+def test_subagent_file_is_titled_by_its_agent() -> None:
+    agent = {"isSidechain": True, "agentId": "a485154"}
+    convs, _ = load(
+        entry("user", "s1", None, "look around", **agent),
+        entry("assistant", "s2", "s1", text("looked"), mid="m1", **agent),
+    )
+    assert [(c.title, c.id) for c in convs] == [("subagent a485154", "sess:agent-a485154")]
+
+
+def test_compaction_continues_the_conversation_with_the_summary_as_user_text() -> None:
+    convs, notes = load(
+        entry("user", "u1", None, "long task"),
+        entry("assistant", "a1", "u1", text("working"), mid="m1"),
+        {
+            "type": "system",
+            "subtype": "compact_boundary",
+            "uuid": "b1",
+            "parentUuid": None,
+            "logicalParentUuid": "gone",
+            "sessionId": "sess",
+            "isSidechain": False,
+            "content": "Conversation compacted",
+        },
+        entry("user", "c1", "b1", "This session is being continued ... summary", isCompactSummary=True),
+        entry("assistant", "a2", "c1", text("continuing"), mid="m2"),
+    )
+    msgs = convs[0].messages
+    assert shape(msgs) == [
+        "user long task",
+        "assistant working",
+        "user This session is being continued ... summary",
+        "assistant continuing",
+    ]
+    assert msgs[2].extra["claude_code"] == {"isCompactSummary": True}
+    assert len(notes) == 1 and "not in the file" in notes[0]
+
+
+def test_results_keep_errors_exit_codes_and_images() -> None:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}}
+    convs, _ = load(
+        entry("user", "u1", None, [{"type": "text", "text": "see"}, image]),
+        entry("assistant", "a1", "u1", [call("t1"), call("t2", "BashOutput"), call("t3", "Read")], mid="m1"),
+        entry("user", "r1", "a1", result("t1", "Exit code 2\nboom", is_error=True), toolUseResult="Error: Exit code 2"),
+        entry("user", "r2", "a1", result("t2", "running"), toolUseResult={"exitCode": 0, "stdout": "x" * 500}),
+        entry("user", "r3", "a1", [{"type": "tool_result", "tool_use_id": "t3", "content": [image]}]),
+    )
+    msgs = convs[0].messages
+    assert isinstance(msgs[0].content[1], ImageBlock) and msgs[0].content[1].data == PNG_B64
+    r1, r2, r3 = (m.tool_result for m in msgs[2:])
+    assert r1 is not None and r1.is_error and r1.exit_code == 2
+    assert r2 is not None and not r2.is_error and r2.exit_code == 0
+    assert r2.extra["claude_code"] == {"toolUseResult": {"exitCode": 0}}  # long outputs are not copied
+    assert r3 is not None and r3.exit_code is None
+    assert r3.content == (ImageBlock(media_type="image/png", width=None, height=None, data=PNG_B64),)
+
+
+def test_unpaired_calls_and_results_are_kept_and_reported_not_invented() -> None:
+    convs, notes = load(
+        entry("user", "u1", None, "go"),
+        entry("user", "r0", "u1", result("lost")),  # its call is not in the file
+        entry("assistant", "a1", "r0", [call("t1")], mid="m1"),  # the session ended mid-call
+    )
+    msgs = convs[0].messages
+    assert shape(msgs) == ["user go", "tool lost", "assistant t1"]
+    assert sorted(p.kind for p in validate(msgs)) == ["missing_result", "orphan_result"]
+    assert len(notes) == 2 and "1 tool calls have no result: t1" in notes[0] and "no call" in notes[1]
+
+
+def test_metadata_entries_are_not_conversation() -> None:
+    convs, notes = load(
+        {"type": "file-history-snapshot", "messageId": "x", "snapshot": {}, "isSnapshotUpdate": False},
+        {"type": "queue-operation", "operation": "enqueue", "sessionId": "sess", "timestamp": "2026-01-02T03:04:05Z"},
+        progress("p0", "none"),
+        entry("user", "u1", "p0", "hi"),
+        entry("assistant", "a1", "u1", text("hello"), mid="m1"),
+        {"type": "system", "subtype": "turn_duration", "uuid": "y1", "parentUuid": "a1", "isSidechain": False},
+        {"type": "attachment", "uuid": "z1", "parentUuid": "y1", "isSidechain": False},
+    )
+    assert shape(convs[0].messages) == ["user hi", "assistant hello"]
+    assert "entries of unknown type not imported: 1 'attachment'" in notes
+
+
+def test_malformed_line_raises_with_its_line_number_or_is_skipped() -> None:
+    good = [entry("user", "u1", None, "hi"), entry("assistant", "a1", "u1", text("hello"), mid="m1")]
+    for bad in ('{"parentUuid": "u1", "type": "user", "uuid": "x"', json.dumps(entry("user", "x", "a1", 5))):
+        with pytest.raises(FormatError) as info:
+            load(good[0], bad, good[1])
+        assert info.value.line == 2 and info.value.path == "session.jsonl"
+
+        convs, notes = load(good[0], bad, good[1], lenient=True)
+        assert shape(convs[0].messages) == ["user hi", "assistant hello"]
+        assert len(notes) == 1 and notes[0].startswith("skipped line 2: ")
+
+
+def test_ids_are_stable_and_unique() -> None:
+    entries = [
+        entry("user", "u1", None, "go"),
+        entry("assistant", "a1", "u1", [call("t1"), call("t2")], mid="m1"),
+        entry("user", "r1", "a1", result("t1") + result("t2") + text("and stop")),  # one entry, three messages
+    ]
+    first, _ = load(*entries)
+    second, _ = load(*entries)
+    ids = [m.id for m in first[0].messages]
+    assert ids == [m.id for m in second[0].messages] == ["u1", "a1", "r1:0", "r1:1", "r1:2"]
+    assert [m.source_id for m in first[0].messages] == ["u1", "a1", "r1", "r1", "r1"]
+    assert shape(first[0].messages)[-1] == "user and stop"
+    assert all(isinstance(b, ToolCall) for b in first[0].messages[1].content)
+
+
+def test_sniff() -> None:
+    assert claude_code.sniff(Source.from_bytes(json.dumps(entry("user", "u1", None, "hi")).encode()))
+    line = {"type": "file-history-snapshot", "messageId": "x", "snapshot": {}}
+    assert claude_code.sniff(Source.from_bytes(json.dumps(line).encode()))
+    assert not claude_code.sniff(Source.from_bytes(b'{"role": "user", "content": "hi"}'))
