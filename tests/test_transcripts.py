@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import TRANSCRIPTS, raw_params
 
 from ctxkeep.formats import load
-from ctxkeep.messages import validate
+from ctxkeep.messages import repair, validate
 
 # provenance.json's format names -> ctxkeep's
 FORMAT_NAMES = {
@@ -22,6 +22,11 @@ FORMAT_NAMES = {
 }
 
 
+# Calls the agent made that never got a result, as the raw file records them (checked by
+# tests/test_import_pi.py's own reader): pi aborted five mid-call and compacted before one ran.
+UNPAIRED_IN_SOURCE = {"pi_before_compaction.jsonl": 6}
+
+
 def expected_format(path: Path) -> str:
     entries = json.loads((TRANSCRIPTS / "provenance.json").read_text())
     return FORMAT_NAMES[next(e["format"] for e in entries if e["raw_file"] == path.name)]
@@ -32,8 +37,13 @@ def test_detected_and_paired(path: Path) -> None:
     transcript = load(path)
     assert transcript.format == expected_format(path)
     assert transcript.conversations
+    problems = [p for conv in transcript.conversations for p in validate(conv.messages)]
+    unpaired = UNPAIRED_IN_SOURCE.get(path.name, 0)
+    assert [p.kind for p in problems] == ["missing_result"] * unpaired, f"{path.name}: {problems[:3]}"
     for conv in transcript.conversations:
-        assert validate(conv.messages) == [], f"{path.name} {conv.id}"
+        fixed, changes = repair(conv.messages)
+        assert validate(fixed) == []
+        assert len(changes) == len(validate(conv.messages))
     ids = [m.id for m in transcript.messages]
     assert len(ids) == len(set(ids)), "message ids are unique within a file"
     again = load(path)
