@@ -26,7 +26,7 @@ def test_inspect_example_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     report = json.loads(out)
     assert report["format"] == "claude_code"
-    assert report["messages"] == 12
+    assert report["messages"] == 9
     assert report["pairing_problems"] == []
     tools = {row["tool"]: row["calls"] for row in report["by_tool"]}
     assert tools == {"Bash": 2, "Read": 1, "Edit": 1}
@@ -83,7 +83,7 @@ def test_format_override_wrong_format_is_clear(capsys: pytest.CaptureFixture[str
 
 def test_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "inspect", str(EXAMPLE), "--progress")
-    assert code == 0 and "counting [" in err and "12/12 messages" in err
+    assert code == 0 and "counting [" in err and "9/9 messages" in err
     code, _, err = run(capsys, "inspect", str(EXAMPLE), "--no-progress")
     assert err == ""
 
@@ -92,7 +92,7 @@ def test_console_script_runs_for_real() -> None:
     exe = Path(sys.executable).with_name("ctxkeep")
     proc = subprocess.run([str(exe), "inspect", str(EXAMPLE), "--json"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["messages"] == 12
+    assert json.loads(proc.stdout)["messages"] == 9
 
 
 @pytest.mark.parametrize("path", raw_params())

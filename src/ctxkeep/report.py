@@ -15,6 +15,7 @@ from ctxkeep.tokens import Counter
 __all__ = ["build_report", "render_text"]
 
 TOP_RESULTS = 10
+PROGRESS_CHUNK = 500  # messages counted between progress updates
 
 
 def build_report(
@@ -37,7 +38,12 @@ def build_report(
     conversations: list[dict[str, Any]] = []
     done = 0
     for conv in transcript.conversations:
-        counts = _count(counter, conv.messages)
+        counts: list[int] = []
+        for start in range(0, len(conv.messages), PROGRESS_CHUNK):
+            counts += counter.count_each(conv.messages[start : start + PROGRESS_CHUNK])
+            if progress is not None:
+                progress(done + len(counts), total_messages)
+        done += len(conv.messages)
         names = _tool_names(conv.messages)
         for i, (msg, tokens) in enumerate(zip(conv.messages, counts, strict=True)):
             by_role[msg.role] += tokens
@@ -62,9 +68,6 @@ def build_report(
         conversations.append(
             {"id": conv.id, "title": conv.title, "messages": len(conv.messages), "tokens": sum(counts)}
         )
-        done += len(conv.messages)
-        if progress is not None:
-            progress(done, total_messages)
     results.sort(key=lambda r: (-r["tokens"], r["conversation"], r["index"]))
     tools = sorted(set(tool_calls) | set(tool_tokens), key=lambda t: (-tool_tokens[t], t))
     return {
@@ -81,10 +84,6 @@ def build_report(
         "notes": list(transcript.notes),
         "per_conversation": conversations,
     }
-
-
-def _count(counter: Counter, messages: Iterable[Message]) -> list[int]:
-    return [counter.count_message(m) for m in messages]
 
 
 def _tool_names(messages: Iterable[Message]) -> dict[str, str]:

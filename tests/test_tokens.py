@@ -1,0 +1,637 @@
+"""Token counting: exactness against tiktoken, message overhead, images, cache, anchor, errors."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import raw_params
+
+import ctxkeep.tokens as tokens_pkg
+from ctxkeep.errors import CtxkeepError, TokenizerError
+from ctxkeep.messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
+from ctxkeep.tokens import (
+    UNKNOWN_IMAGE_TOKENS,
+    Anchor,
+    CacheInfo,
+    CountSettings,
+    TiktokenTokenizer,
+    TokenCounter,
+    anthropic_image_tokens,
+    get_counter,
+    image_tokens,
+    openai_image_tokens,
+)
+from ctxkeep.tokens.encodings import load_tokenizer, read_bpe_ranks
+from ctxkeep.tokens.images import image_size_from_base64, image_size_from_bytes
+
+ENCODINGS = ("o200k_base", "cl100k_base")
+
+
+# --- exactness against the reference ---------------------------------------------------
+
+
+def _strings(obj: Any) -> Iterator[str]:
+    """Every string value in a JSON document."""
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _raw_texts(path: Path) -> list[str]:
+    """The distinct string values of a raw transcript (a JSON document or JSONL)."""
+    text = path.read_text(encoding="utf-8")
+    found: set[str] = set()
+    try:
+        found.update(_strings(json.loads(text)))
+    except ValueError:
+        for line in text.splitlines():
+            try:
+                found.update(_strings(json.loads(line)))
+            except ValueError:
+                continue
+    return sorted(found)
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[str, TiktokenTokenizer]:
+    """tiktoken built from bpe-openai's files: the counts every backend must match."""
+    return {name: TiktokenTokenizer(name) for name in ENCODINGS}
+
+
+@pytest.mark.parametrize("path", raw_params())
+def test_counts_match_tiktoken_on_transcripts(path: Path, reference: dict[str, TiktokenTokenizer]) -> None:
+    texts = _raw_texts(path)
+    assert texts
+    for name in ENCODINGS:
+        expected = reference[name].count_texts(texts)
+        got = get_counter(name).count_texts(texts)
+        wrong = [(i, len(texts[i]), e, g) for i, (e, g) in enumerate(zip(expected, got, strict=True)) if e != g]
+        assert wrong == [], f"{name}: (index, chars, tiktoken, ours) {wrong[:5]}"
+
+
+@pytest.mark.parametrize("path", raw_params("tau_bench_results")[:1])
+def test_message_counts_match_between_backends(path: Path) -> None:
+    texts = _raw_texts(path)[:3000]
+    msgs = [Message.of("user" if i % 2 else "assistant", t) for i, t in enumerate(texts)]
+    for name in ENCODINGS:
+        fast = get_counter(name).count_each(msgs)
+        ref = get_counter(name, backend="tiktoken").count_each(msgs)
+        assert fast == ref
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+@pytest.mark.parametrize("backend", ["toktok", "tiktoken"])
+def test_special_token_strings_are_ordinary_text(name: str, backend: Any, reference: dict[str, Any]) -> None:
+    text = "a <|endoftext|> b <|endofprompt|> <|fim_prefix|>"
+    expected = len(reference[name].encoding.encode_ordinary(text))
+    assert expected > 5  # as text, not 1 token each
+    assert get_counter(name, backend=backend).count_text(text) == expected
+
+
+def test_known_counts() -> None:
+    counter = get_counter()
+    assert counter.count_text("hello world") == 2
+    assert counter.count_text("") == 0
+    assert counter.count_texts([]) == []
+    assert get_counter("cl100k_base").count_texts(["tiktoken is great!"]) == [6]  # OpenAI cookbook
+
+
+def test_constants_match_tiktoken_openai_public(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our restated pat_str, special tokens and file hashes equal tiktoken's own (no download)."""
+    from tiktoken_ext import openai_public
+
+    from ctxkeep.tokens import encodings
+
+    seen: dict[str, str] = {}
+
+    def fake_load(url: str, expected_hash: str) -> dict[bytes, int]:
+        seen[url] = expected_hash
+        return {}
+
+    monkeypatch.setattr(openai_public, "load_tiktoken_bpe", fake_load)
+    for name in ENCODINGS:
+        spec = getattr(openai_public, name)()
+        ours = encodings._TIKTOKEN_SPECS[name]
+        assert spec["pat_str"] == ours["pat_str"]
+        assert spec["special_tokens"] == ours["special_tokens"]
+        assert seen.popitem()[1] == ours["sha256"]
+        assert len(read_bpe_ranks(name)) > 100_000
+
+
+class Recording:
+    """Wraps a tokenizer and records every batch it is asked to count."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.calls: list[list[str]] = []
+
+    def count_texts(self, texts: Sequence[str]) -> list[int]:
+        self.calls.append(list(texts))
+        counts: list[int] = self.inner.count_texts(texts)
+        return counts
+
+
+def _parts(msg: Message) -> tuple[list[str], int]:
+    """The texts a message is documented to count, and its fixed overhead (no images in the transcripts)."""
+    out: list[str] = []
+    fixed = 3
+    name = msg.extra.get("name") or msg.extra.get("openai", {}).get("name")
+    if name:  # OpenAI's ``name`` (tau-bench's tool messages carry the function name)
+        out.append(name)
+        fixed += 1
+    for block in msg.content:
+        if isinstance(block, (TextBlock, ThinkingBlock)):
+            out.append(block.text)
+        elif isinstance(block, ToolCall):
+            out += [block.name, block.arguments]
+        elif isinstance(block, ToolResult):
+            parts = [block.content] if isinstance(block.content, str) else block.content
+            out += [p if isinstance(p, str) else p.text for p in parts if not isinstance(p, ImageBlock)]
+    return out, fixed
+
+
+@pytest.mark.parametrize("path", raw_params())
+def test_imported_transcripts_count_as_documented(path: Path) -> None:
+    from ctxkeep.formats import load
+
+    msgs = list(load(path).messages)
+    rec = Recording(load_tokenizer("o200k_base"))
+    counter = TokenCounter(rec)
+    each = counter.count_each(msgs)
+    t = rec.inner.count_texts
+    for msg, n in zip(msgs, each, strict=True):
+        texts, fixed = _parts(msg)
+        assert n == fixed + t([msg.role])[0] + sum(t(texts)), msg.id
+    calls = len(rec.calls)
+    assert counter.count_messages(msgs) == sum(each) + 3
+    assert len(rec.calls) == calls  # the recount came from the cache
+
+
+# --- what a message counts -------------------------------------------------------------
+
+COOKBOOK_MESSAGES = [
+    (
+        "system",
+        "You are a helpful, pattern-following assistant that translates corporate jargon into plain English.",
+        None,
+    ),
+    ("system", "New synergies will help drive top-line growth.", "example_user"),
+    ("system", "Things working well together will increase revenue.", "example_assistant"),
+    (
+        "system",
+        "Let's circle back when we have more bandwidth to touch base on opportunities for increased leverage.",
+        "example_user",
+    ),
+    ("system", "Let's talk later when we're less busy about how to do better.", "example_assistant"),
+    ("user", "This late pivot means we don't have time to boil the ocean for the client deliverable.", None),
+]
+
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_current_weather",
+        "description": "Get the current weather in a given location",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "location": {"type": "string", "description": "The city and state, e.g. San Francisco, CA"},
+                "unit": {
+                    "type": "string",
+                    "description": "The unit of temperature to return",
+                    "enum": ["celsius", "fahrenheit"],
+                },
+            },
+            "required": ["location"],
+        },
+    },
+}
+
+
+@pytest.mark.parametrize(("name", "expected"), [("o200k_base", 124), ("cl100k_base", 129)])
+def test_openai_cookbook_chat_example(name: str, expected: int) -> None:
+    """The cookbook's example, whose count the OpenAI API confirmed (gpt-4o: 124, gpt-4: 129)."""
+    msgs = [Message.of(role, text, extra={"name": n} if n else {}) for role, text, n in COOKBOOK_MESSAGES]  # type: ignore[arg-type]
+    assert get_counter(name).count_messages(msgs) == expected
+
+
+@pytest.mark.parametrize(("name", "expected"), [("o200k_base", 101), ("cl100k_base", 105)])
+def test_openai_cookbook_tools_example(name: str, expected: int) -> None:
+    """The cookbook's tool example, confirmed by the API (gpt-4o: 101, gpt-4: 105)."""
+    counter = get_counter(name)
+    msgs = [
+        Message.of("system", "You are a helpful assistant that can answer to questions about the weather."),
+        Message.of("user", "What's the weather like in San Francisco?"),
+    ]
+    assert counter.count_tools([WEATHER_TOOL]) + counter.count_messages(msgs) == expected
+    anthropic_form = {
+        "name": "get_current_weather",
+        **{k: v for k, v in WEATHER_TOOL["function"].items() if k != "name"},
+    }
+    anthropic_form["input_schema"] = anthropic_form.pop("parameters")
+    assert counter.count_tools([anthropic_form]) == counter.count_tools([WEATHER_TOOL])
+    assert counter.count_tools([]) == 0
+
+
+def test_message_parts_counted() -> None:
+    c = get_counter()
+    t = c.count_text
+    call = ToolCall(id="c1", name="bash", arguments='{"command": "ls -la"}')
+    assistant = Message(
+        role="assistant",
+        content=(ThinkingBlock(text="let me look"), TextBlock(text="Listing."), call),
+    )
+    assert c.count_message(assistant) == 3 + t("assistant") + t("let me look") + t("Listing.") + t("bash") + t(
+        call.arguments
+    )
+    redacted = Message(role="assistant", content=(ThinkingBlock(text="", signature="opaque", redacted=True),))
+    assert c.count_message(redacted) == 3 + 1
+    result = Message(role="tool", content=(ToolResult(call_id="c1", content="total 0\n"),))
+    assert c.count_message(result) == 3 + t("tool") + t("total 0\n")
+    named = Message.of("user", "hi", extra={"openai": {"name": "bob"}})
+    assert c.count_message(named) == 3 + 1 + 1 + t("bob") + t("hi")
+    assert c.count_messages([]) == 3
+    zero = get_counter(settings=CountSettings(tokens_per_message=0, reply_priming=0))
+    assert zero.count_messages([Message.of("user", "hello world")]) == 1 + 2
+
+
+def test_images_count_by_rule_not_base64() -> None:
+    png = _b64(_png(1024, 1024)) + "A" * 400_000  # a long payload must not be counted as text
+    msg = Message(role="user", content=(TextBlock(text="look"), ImageBlock(media_type="image/png", data=png)))
+    openai = get_counter()
+    assert openai.count_message(msg) == 3 + 1 + 1 + 765
+    anthropic = get_counter(settings=CountSettings(provider="anthropic"))
+    assert anthropic.count_message(msg) == 3 + 1 + 1 + anthropic_image_tokens(1024, 1024)
+    low = get_counter(settings=CountSettings(image_detail="low"))
+    assert low.count_message(msg) == 3 + 1 + 1 + 85
+    in_result = Message(
+        role="tool",
+        content=(
+            ToolResult(call_id="c", content=(TextBlock(text="shot"), ImageBlock(media_type="image/png", data=png))),
+        ),
+    )
+    assert openai.count_message(in_result) == 3 + 1 + 1 + 765
+
+
+# --- image rules -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("size", "detail", "expected"),
+    [
+        ((1024, 1024), "high", 765),  # OpenAI's examples
+        ((2048, 4096), "high", 1105),
+        ((4096, 8192), "low", 85),
+        ((512, 512), "auto", 255),
+        ((100, 100), "high", 255),  # small images are not scaled up
+        ((768, 2048), "high", 1445),  # the most an image can cost
+        ((513, 200), "high", 425),
+    ],
+)
+def test_openai_image_rule(size: tuple[int, int], detail: Any, expected: int) -> None:
+    assert openai_image_tokens(*size, detail) == expected
+
+
+@pytest.mark.parametrize(
+    ("size", "expected"),
+    [
+        ((200, 200), 54),  # Anthropic's examples
+        ((1000, 1000), 1334),
+        ((1092, 1092), 1590),
+        ((3000, 200), 218),  # long edge scaled to 1568: 1568 x 104
+    ],
+)
+def test_anthropic_image_rule(size: tuple[int, int], expected: int) -> None:
+    assert anthropic_image_tokens(*size) == expected
+
+
+def test_anthropic_large_images_are_capped() -> None:
+    for size in [(4000, 3000), (8000, 8000), (1568, 1568), (951, 1268)]:
+        assert 1500 < anthropic_image_tokens(*size) <= 1600
+
+
+def test_image_size_fallbacks_and_detail_override() -> None:
+    url_only = ImageBlock(media_type="image/png", url="https://example.com/a.png")
+    assert image_tokens(url_only, "openai") == UNKNOWN_IMAGE_TOKENS["openai"] == 1445
+    assert image_tokens(url_only, "anthropic") == UNKNOWN_IMAGE_TOKENS["anthropic"] == 1600
+    assert image_tokens(ImageBlock(media_type="image/png", data="not an image"), "openai") == 1445
+    sized = ImageBlock(media_type="image/png", width=1024, height=1024)
+    assert image_tokens(sized, "openai") == 765
+    assert image_tokens(ImageBlock(media_type="image/png", width=1024, height=1024, extra={"detail": "low"})) == 85
+    imported = ImageBlock(media_type="image/png", width=1024, height=1024, extra={"openai": {"detail": "low"}})
+    assert image_tokens(imported, "openai", "high") == 85
+    data_url = ImageBlock(media_type="image/gif", url="data:image/gif;base64," + _b64(_gif(1024, 1024)))
+    assert image_tokens(data_url, "openai") == 765
+
+
+# --- image headers -----------------------------------------------------------------------
+
+
+def _png(w: int, h: int) -> bytes:
+    ihdr = struct.pack(">II", w, h) + bytes([8, 2, 0, 0, 0])
+    chunk = struct.pack(">I", 13) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    return b"\x89PNG\r\n\x1a\n" + chunk + b"\x00\x00\x00\x00IEND\xae\x42\x60\x82"
+
+
+def _gif(w: int, h: int) -> bytes:
+    return b"GIF89a" + struct.pack("<HH", w, h) + b"\x00\x00\x00;"
+
+
+def _segment(marker: int, payload: bytes) -> bytes:
+    return bytes([0xFF, marker]) + struct.pack(">H", len(payload) + 2) + payload
+
+
+def _jpeg(w: int, h: int, *, sof: int = 0xC0, padding: int = 0) -> bytes:
+    app0 = _segment(0xE0, b"JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00")
+    exif = _segment(0xE1, b"Exif\x00\x00" + b"\x00" * padding) if padding else b""
+    dht = _segment(0xC4, b"\x00" * 20)  # C4 is in the SOF range but is not a frame header
+    frame = _segment(sof, struct.pack(">BHHB", 8, h, w, 3) + b"\x01\x22\x00\x02\x11\x01\x03\x11\x01")
+    return b"\xff\xd8" + app0 + exif + dht + b"\xff\xff" + frame + _segment(0xDA, b"\x00" * 10) + b"\xff\xd9"
+
+
+def _riff(chunk: bytes, payload: bytes) -> bytes:
+    body = b"WEBP" + chunk + struct.pack("<I", len(payload)) + payload
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def _webp_lossy(w: int, h: int) -> bytes:
+    return _riff(b"VP8 ", b"\x50\x01\x00\x9d\x01\x2a" + struct.pack("<HH", w, h) + b"\x00" * 8)
+
+
+def _webp_lossless(w: int, h: int) -> bytes:
+    return _riff(b"VP8L", b"\x2f" + struct.pack("<I", (w - 1) | ((h - 1) << 14)) + b"\x00" * 4)
+
+
+def _webp_extended(w: int, h: int) -> bytes:
+    return _riff(b"VP8X", b"\x10\x00\x00\x00" + (w - 1).to_bytes(3, "little") + (h - 1).to_bytes(3, "little"))
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+@pytest.mark.parametrize(
+    ("data", "size"),
+    [
+        (_png(1920, 1080), (1920, 1080)),
+        (_gif(320, 240), (320, 240)),
+        (_jpeg(800, 600), (800, 600)),
+        (_jpeg(801, 601, sof=0xC2), (801, 601)),  # progressive
+        (_webp_lossy(640, 480), (640, 480)),
+        (_webp_lossless(16383, 7), (16383, 7)),
+        (_webp_extended(5000, 3000), (5000, 3000)),
+    ],
+    ids=["png", "gif", "jpeg", "jpeg-progressive", "webp-lossy", "webp-lossless", "webp-extended"],
+)
+def test_image_headers(data: bytes, size: tuple[int, int]) -> None:
+    assert image_size_from_bytes(data) == size
+    assert image_size_from_base64(_b64(data)) == size
+    mime = "\n".join(_b64(data)[i : i + 76] for i in range(0, len(_b64(data)), 76))  # MIME line breaks
+    assert image_size_from_base64(mime) == size
+    assert image_size_from_base64("data:image/x;base64," + _b64(data)) == size
+
+
+def test_jpeg_size_after_large_metadata() -> None:
+    data = _jpeg(1234, 567, padding=30_000)  # the frame header sits ~40,000 base64 characters in
+    assert image_size_from_base64(_b64(data)) == (1234, 567)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\x89PNG\r\n\x1a\n",
+        b"GIF8",
+        b"\xff\xd8\xff\xe0\x00",
+        b"RIFF\x00\x00\x00\x00WEBPVP8Z",
+        b"hello world",
+        _png(0, 5),
+    ],
+    ids=["empty", "png-cut", "gif-cut", "jpeg-cut", "webp-unknown", "text", "png-zero"],
+)
+def test_unreadable_headers(data: bytes) -> None:
+    assert image_size_from_bytes(data) is None
+    assert image_size_from_base64(_b64(data)) is None
+
+
+def test_not_base64() -> None:
+    assert image_size_from_base64("!!!! not base64 at all ????") is None
+    assert image_size_from_base64("data:image/png;base64,") is None
+
+
+# --- cache -------------------------------------------------------------------------------
+
+
+class WordTokenizer:
+    """One token per whitespace-separated word; records what it was asked to count."""
+
+    name = "words"
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def count_texts(self, texts: Sequence[str]) -> list[int]:
+        self.calls.append(list(texts))
+        return [len(t.split()) for t in texts]
+
+
+def _counted(tok: WordTokenizer) -> list[str]:
+    return [t for call in tok.calls for t in call]
+
+
+def test_custom_tokenizer_plugs_in() -> None:
+    counter = TokenCounter(WordTokenizer())
+    assert isinstance(counter, tokens_pkg.Counter)
+    assert isinstance(WordTokenizer(), tokens_pkg.TextTokenizer)
+    assert counter.name == "words"
+    assert counter.count_message(Message.of("user", "one two three")) == 3 + 1 + 3
+
+
+def test_cache_hits_same_content_and_recounts_changed_content() -> None:
+    tok = WordTokenizer()
+    counter = TokenCounter(tok)
+    tok.calls.clear()
+    a = Message.of("user", "alpha beta", id="m1")
+    assert counter.count_message(a) == 6
+    assert counter.count_message(a) == 6  # same object
+    assert counter.count_message(Message.of("user", "alpha beta", id="m1")) == 6  # equal copy
+    assert _counted(tok) == ["alpha beta"]
+    changed = Message.of("user", "alpha beta gamma", id="m1")  # same id, new content
+    assert counter.count_message(changed) == 7
+    assert _counted(tok) == ["alpha beta", "alpha beta gamma"]
+    info = counter.cache_info()
+    assert (info.hits, info.misses) == (2, 2)
+
+
+def test_cache_batches_misses_and_keeps_order() -> None:
+    tok = WordTokenizer()
+    counter = TokenCounter(tok)
+    msgs = [Message.of("user", "w " * i) for i in range(1, 6)]
+    counter.count_message(msgs[2])
+    tok.calls.clear()
+    assert counter.count_each(msgs) == [4 + i for i in range(1, 6)]
+    assert len(tok.calls) == 1 and len(tok.calls[0]) == 4  # one batch, the cached one left out
+    assert counter.count_messages(msgs) == sum(4 + i for i in range(1, 6)) + 3
+    assert len(tok.calls) == 1
+
+
+def test_cache_is_bounded_lru() -> None:
+    tok = WordTokenizer()
+    counter = TokenCounter(tok, CountSettings(cache_size=2))
+    a, b, c = (Message.of("user", t) for t in ("a", "b b", "c c c"))
+    counter.count_each([a, b, c])  # a is the least recently used: out
+    assert counter.cache_info().size == 2
+    tok.calls.clear()
+    counter.count_each([b, c])
+    assert tok.calls == []
+    counter.count_message(a)
+    assert _counted(tok) == ["a"]
+    counter.count_message(c)  # c used after b: b goes when d comes in
+    counter.count_message(Message.of("user", "d"))
+    tok.calls.clear()
+    counter.count_each([c, a])  # a: counted again above; c: kept
+    assert tok.calls == []
+    counter.clear_cache()
+    assert counter.cache_info() == CacheInfo(hits=0, misses=0, size=0)
+
+
+def test_cache_disabled() -> None:
+    tok = WordTokenizer()
+    counter = TokenCounter(tok, CountSettings(cache_size=0))
+    msg = Message.of("user", "x y")
+    counter.count_message(msg)
+    counter.count_message(msg)
+    assert _counted(tok) == ["system", "user", "assistant", "tool", "x y", "x y"]
+
+
+# --- anchor ------------------------------------------------------------------------------
+
+
+def test_anchor_counts_only_later_messages() -> None:
+    counter = TokenCounter(WordTokenizer())
+    msgs = [Message.of("user", "a b c"), Message.of("assistant", "d e"), Message.of("user", "f")]
+    each = counter.count_each(msgs)
+    assert counter.count_messages(msgs, anchor=Anchor(index=1, tokens=1000)) == 1000 + each[2] + 3
+    assert counter.count_messages(msgs, anchor=Anchor(index=2, tokens=50)) == 50 + 3
+    assert counter.count_messages(msgs, anchor=Anchor(index=0, tokens=0)) == sum(each[1:]) + 3
+    with pytest.raises(ValueError, match="past the last message"):
+        counter.count_messages(msgs, anchor=Anchor(index=3, tokens=10))
+    with pytest.raises(ValueError, match="index"):
+        Anchor(index=-1, tokens=10)
+    with pytest.raises(ValueError, match="tokens"):
+        Anchor(index=0, tokens=-5)
+
+
+# --- Hugging Face tokenizer.json ---------------------------------------------------------
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "def count_tokens(text: str) -> int:\n    return len(text.split())",
+    "上下文窗口的预算管理 与 压缩摘要",
+    '{"path": "/tmp/tool_result/1.txt", "lines": 42}',
+]
+
+
+def _train(tmp_path: Path, *, truncate: bool = False) -> Path:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<s>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(CORPUS * 5, trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    if truncate:
+        tok.enable_truncation(max_length=4)
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def test_tokenizer_json_counts_equal_tokenizers_library(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    path = _train(tmp_path)
+    reference = Tokenizer.from_file(str(path))
+    texts = [*CORPUS, "unseen words: zebra, ζ, 🧠", "", "x" * 1000]
+    expected = [len(reference.encode(t, add_special_tokens=False).ids) for t in texts]
+    counter = get_counter(path)
+    assert counter.count_texts(texts) == expected
+    assert [counter.count_text(t) for t in texts] == expected
+    assert get_counter(str(path)).count_texts(texts) == expected
+    assert get_counter(tmp_path).count_texts(texts) == expected  # the model's folder
+
+
+def test_tokenizer_json_counts_special_strings_as_text_and_ignores_truncation(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    path = _train(tmp_path, truncate=True)
+    text = "hello <|im_end|> world " * 5
+    reference = Tokenizer.from_file(str(path))
+    reference.no_truncation()
+    as_special = len(reference.encode(text, add_special_tokens=False).ids)  # <|im_end|> as one token
+    reference.encode_special_tokens = True
+    expected = len(reference.encode(text, add_special_tokens=False).ids)
+    assert get_counter(path).count_text(text) == expected > as_special + 5  # and not truncated to 4
+
+
+# --- errors and settings -----------------------------------------------------------------
+
+
+def test_unknown_encoding() -> None:
+    with pytest.raises(TokenizerError, match=r"o200k_base.*cl100k_base.*tokenizer\.json"):
+        get_counter("p50k_base")
+    assert issubclass(TokenizerError, CtxkeepError)
+
+
+def test_unreadable_tokenizer_files(tmp_path: Path) -> None:
+    with pytest.raises(TokenizerError, match="does not exist"):
+        get_counter(tmp_path / "missing" / "tokenizer.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(TokenizerError, match=r"Hugging Face tokenizer\.json"):
+        get_counter(bad)
+    other = tmp_path / "other.json"
+    other.write_text('{"hello": "world"}')
+    with pytest.raises(TokenizerError, match="cannot read"):
+        get_counter(other)
+
+
+def test_backend_errors(tmp_path: Path) -> None:
+    with pytest.raises(TokenizerError, match="backend"):
+        get_counter("o200k_base", backend="nope")  # type: ignore[arg-type]
+    with pytest.raises(TokenizerError, match=r"not to a tokenizer\.json"):
+        get_counter(_train(tmp_path), backend="tiktoken")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"provider": "google"}, {"image_detail": "medium"}, {"tokens_per_message": -1}, {"cache_size": 1.5}],
+)
+def test_settings_are_validated(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="CountSettings"):
+        CountSettings(**kwargs)
+
+
+def test_all_is_sorted_and_complete() -> None:
+    assert tokens_pkg.__all__ == sorted(tokens_pkg.__all__, key=lambda n: (not n.isupper(), n))
+    for name in tokens_pkg.__all__:
+        assert hasattr(tokens_pkg, name)
