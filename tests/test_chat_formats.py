@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.conftest import raw_params
 
 from ctxkeep.formats.agentscope import from_agentscope, to_agentscope
 from ctxkeep.formats.anthropic import from_anthropic, to_anthropic
@@ -286,3 +288,30 @@ def test_openai_round_trip_property(chat: list[dict[str, Any]]) -> None:
     results = [r.call_id for m in back if (r := m.tool_result) is not None]
     assert calls == results
     assert all(isinstance(b, ToolCall | ToolResult) or b for m in back for b in m.content)
+
+
+# --- real data -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", raw_params("tau_bench_results"))
+def test_openai_round_trip_on_real_tau_bench_trajectories(path: Path) -> None:
+    runs = json.loads(path.read_text(encoding="utf-8"))
+    for run in runs:
+        original = copy.deepcopy(run["traj"])
+        assert to_openai(from_openai(run["traj"])) == original
+
+
+@pytest.mark.parametrize("path", raw_params("claude_code"))
+def test_anthropic_round_trip_on_real_claude_code_messages(path: Path) -> None:
+    """Each Claude Code entry holds an Anthropic API message: it must come back equal."""
+    messages = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line)
+        if entry.get("type") in ("user", "assistant") and isinstance(entry.get("message"), dict):
+            messages.append(entry["message"])
+    assert messages
+    original = copy.deepcopy(messages)
+    for i, msg in enumerate(messages):  # one at a time: consecutive entries may share a role
+        system, out = to_anthropic(from_anthropic([msg]))
+        assert system is None
+        assert out == [original[i]]

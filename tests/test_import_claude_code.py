@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import raw_files, raw_params
+from tests.conftest import RAW, raw_files, raw_params
 
+from ctxkeep import formats
 from ctxkeep.errors import FormatError
 from ctxkeep.formats import claude_code
 from ctxkeep.formats.source import Conversation, Source
@@ -342,3 +344,23 @@ def test_sniff() -> None:
     line = {"type": "file-history-snapshot", "messageId": "x", "snapshot": {}}
     assert claude_code.sniff(Source.from_bytes(json.dumps(line).encode()))
     assert not claude_code.sniff(Source.from_bytes(b'{"role": "user", "content": "hi"}'))
+
+
+def test_subagent_files_beside_a_session_are_loaded_with_it(tmp_path: Path) -> None:
+    """The layout Claude Code 2.1 writes: <session>.jsonl and <session>/subagents/agent-*.jsonl."""
+    main = RAW / "cc_spotter_fa812bfe.jsonl"
+    subs = [RAW / "cc_spotter_subagent_a93ccab.jsonl", RAW / "cc_spotter_subagent_aa84377.jsonl"]
+    if not main.exists():
+        pytest.skip(f"no transcripts in {RAW}")
+    session = tmp_path / "fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl"
+    shutil.copy(main, session)
+    folder = tmp_path / session.stem / "subagents"
+    folder.mkdir(parents=True)
+    for sub in subs:
+        shutil.copy(sub, folder / f"agent-{sub.stem.rsplit('_', 1)[1]}.jsonl")
+    transcript = formats.load(session)
+    titles = [c.title for c in transcript.conversations]
+    assert titles[1:] == ["subagent a93ccab", "subagent aa84377"]
+    alone = formats.load(main)
+    assert len(alone.conversations) == 1
+    assert transcript.conversations[0].messages == alone.conversations[0].messages

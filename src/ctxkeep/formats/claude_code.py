@@ -37,7 +37,9 @@ in the conversation and calls with no result are kept as they are and reported i
 
 ``isSidechain`` entries are a subagent's conversation: each sidechain tree is returned as
 its own `Conversation`, titled ``subagent <agentId>`` (subagent files) or
-``sidechain <n>`` (older versions, inline in the main file).
+``sidechain <n>`` (older versions, inline in the main file). Loading a main session file
+also loads the subagent files Claude Code 2.1 keeps beside it, in
+``<session>/subagents/agent-*.jsonl``, each as its own conversation.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from ctxkeep.formats.source import Conversation, Source
@@ -141,7 +144,23 @@ def parse(source: Source) -> list[Conversation]:
         conv_id = f"{root.session_id or ''}:{'agent-' + agent if agent else 'sidechain-' + root.uuid}"
         chosen = _branch(tree, parents, source, title)
         conversations.append(Conversation(id=conv_id, messages=_messages(chosen, source, conv_id), title=title))
+    known = {c.id for c in conversations}
+    for path in _subagent_files(source.path):
+        sub = Source.from_path(path, lenient=source.lenient)
+        found = [c for c in parse(sub) if c.id not in known]
+        source.notes.extend(f"{path.name}: {note}" for note in sub.notes)
+        conversations.extend(found)
+        known.update(c.id for c in found)
     return conversations
+
+
+def _subagent_files(session_path: str) -> list[Path]:
+    """Subagent files Claude Code 2.1 writes beside a session: ``<session>/subagents/agent-*.jsonl``."""
+    path = Path(session_path)
+    if path.suffix != ".jsonl":
+        return []
+    folder = path.with_suffix("") / "subagents"
+    return sorted(folder.glob("agent-*.jsonl")) if folder.is_dir() else []
 
 
 def _read(source: Source) -> tuple[list[_Entry], list[tuple[str, str]]]:
