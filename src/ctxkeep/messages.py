@@ -20,6 +20,7 @@ both OpenAI's and Anthropic's APIs accept and reports every change it made.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -136,6 +137,23 @@ class ImageBlock:
 
     def __post_init__(self) -> None:
         _freeze(self)
+
+    @classmethod
+    def from_url(cls, url: str, **kw: Any) -> ImageBlock:
+        """An image from a ``data:<type>;base64,...`` URL (bytes kept) or a web URL."""
+        m = _DATA_URL.match(url)
+        if m:
+            return cls(media_type=m["type"], data=m["data"], **kw)
+        return cls(media_type=_media_type_of(url), url=url, **kw)
+
+
+_DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)", re.DOTALL)
+_MEDIA_TYPES = {"png": "image/png", "gif": "image/gif", "webp": "image/webp", "jpg": "image/jpeg", "jpeg": "image/jpeg"}
+
+
+def _media_type_of(url: str) -> str:
+    ext = url.split("?", 1)[0].rsplit(".", 1)[-1].lower()
+    return _MEDIA_TYPES.get(ext, "image/jpeg")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -53,7 +53,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ctxkeep.formats.source import Conversation, Source
+from ctxkeep.formats.source import Conversation, Source, parse_timestamp
 from ctxkeep.messages import (
     Block,
     ImageBlock,
@@ -220,7 +220,7 @@ def _entry(obj: Mapping[str, Any], kind: str, lineno: int, pos: int) -> _Entry |
         raise TypeError("'message' is not an object")
     entry.session_id = _str(obj.get("sessionId"))
     entry.agent_id = _str(obj.get("agentId"))
-    entry.timestamp = _time(obj.get("timestamp"))
+    entry.timestamp = parse_timestamp(obj.get("timestamp"))
     entry.info = {k: obj[k] for k in _FLAGS if obj.get(k)}
     if kind == "assistant":
         entry.mid = _str(msg.get("id"))
@@ -233,17 +233,6 @@ def _entry(obj: Mapping[str, Any], kind: str, lineno: int, pos: int) -> _Entry |
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
-
-
-def _time(value: Any) -> datetime | None:
-    """A timezone-aware time from ISO text; None when absent or unreadable (not worth a skip)."""
-    if not isinstance(value, str):
-        return None
-    try:
-        stamp = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return stamp if stamp.tzinfo is not None else None
 
 
 # --- content blocks ------------------------------------------------------------------

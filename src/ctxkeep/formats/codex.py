@@ -52,11 +52,11 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ctxkeep.formats.source import Conversation, Source
+from ctxkeep.formats.source import Conversation, Source, parse_timestamp
 from ctxkeep.messages import Block, ImageBlock, Message, Role, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
 
 NAME = "codex"
@@ -76,7 +76,6 @@ _ITEM_TYPES = _ASSISTANT_TYPES | _OUTPUT_TYPES | _COMPACTION_TYPES | _IGNORED_IT
 # exit-code headers of shell outputs: "Exit code: 1" (shell tool), "Process exited with code 1" (unified exec)
 _EXIT_RE = re.compile(r"^(?:Exit code:|Process exited with code)\s*(-?\d+)\s*$", re.MULTILINE)
 _HEADER_CHARS = 600  # the headers sit above "Output:"; the command's own output is never searched
-_DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)", re.DOTALL)
 
 COMPACTED_HEADER = "[Summary of the earlier conversation, written when Codex compacted its context]\n\n"
 ENCRYPTED_COMPACTION_TEXT = "[The earlier conversation was compacted here; the provider's summary is encrypted]"
@@ -152,13 +151,13 @@ def _records(source: Source) -> list[_Record]:
             if kind not in _RECORD_TYPES:
                 unknown[kind] = unknown.get(kind, 0) + 1
                 continue
-            out.append((kind, lineno, payload, _timestamp(rec.get("timestamp"))))
+            out.append((kind, lineno, payload, parse_timestamp(rec.get("timestamp"))))
         elif is_first and kind is None and "id" in rec:  # old files: a bare session meta first
-            out.append(("session_meta", lineno, rec, _timestamp(rec.get("timestamp"))))
+            out.append(("session_meta", lineno, rec, parse_timestamp(rec.get("timestamp"))))
         elif "record_type" in rec:  # old files: {"record_type": "state"} bookkeeping lines
             continue
         elif isinstance(kind, str) and kind in _ITEM_TYPES:  # old files: a bare response item
-            out.append(("response_item", lineno, rec, _timestamp(rec.get("timestamp"))))
+            out.append(("response_item", lineno, rec, parse_timestamp(rec.get("timestamp"))))
         else:
             source.skip(lineno, "not a Codex rollout record (no 'payload', not a response item)")
     for kind, n in sorted(unknown.items()):
@@ -170,17 +169,6 @@ def _conversation_id(meta: Mapping[str, Any] | None, path: str) -> str:
     if meta is not None and isinstance(meta.get("id"), str) and meta["id"]:
         return str(meta["id"])
     return Path(path).stem
-
-
-def _timestamp(value: Any) -> datetime | None:
-    """An ISO 8601 string as an aware datetime (UTC when it names no zone); None when unreadable."""
-    if not isinstance(value, str):
-        return None
-    try:
-        ts = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 @dataclass
@@ -349,15 +337,8 @@ def _content_item(part: Any) -> TextBlock | ImageBlock | None:
         return TextBlock(text=part["text"])
     if kind == "input_image" and isinstance(part.get("image_url"), str):
         extra = {"codex:detail": part["detail"]} if part.get("detail") is not None else {}
-        return _image(part["image_url"], extra)
+        return ImageBlock.from_url(part["image_url"], extra=extra)
     return None
-
-
-def _image(url: str, extra: Mapping[str, Any]) -> ImageBlock:
-    m = _DATA_URL.match(url)
-    if m:
-        return ImageBlock(media_type=m["type"], data=m["data"], extra=extra)
-    return ImageBlock(media_type="image/*", url=url, extra=extra)
 
 
 def _rest(item: Mapping[str, Any], modelled: frozenset[str] | set[str]) -> dict[str, Any]:

@@ -20,7 +20,6 @@ conversation per line (the fine-tuning format).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,7 +40,6 @@ NAME = "openai"
 __all__ = ["from_openai", "parse", "sniff", "to_openai"]
 
 _KNOWN = frozenset({"role", "content", "tool_calls", "tool_call_id"})
-_DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)", re.DOTALL)
 _FORM = "openai:content"  # how `content` was written: "str", "parts", "null" or "absent"
 _PART = "openai:part"  # an unmodelled content part, written back as it was
 _CALL_TYPE = "openai:type"
@@ -137,15 +135,7 @@ def _parts_in(parts: Sequence[Mapping[str, Any]]) -> list[TextBlock | ImageBlock
 def _image_in(image_url: Mapping[str, Any]) -> ImageBlock:
     url = image_url["url"]
     extra = {NAME: {k: v for k, v in image_url.items() if k != "url"}} if len(image_url) > 1 else {}
-    m = _DATA_URL.match(url)
-    if m:
-        return ImageBlock(media_type=m["type"], data=m["data"], extra=extra)
-    return ImageBlock(media_type=_guess_media_type(url), url=url, extra=extra)
-
-
-def _guess_media_type(url: str) -> str:
-    ext = url.rsplit("?", 1)[0].rsplit(".", 1)[-1].lower()
-    return {"png": "image/png", "gif": "image/gif", "webp": "image/webp", "jpg": "image/jpeg"}.get(ext, "image/jpeg")
+    return ImageBlock.from_url(url, extra=extra)
 
 
 # --- export --------------------------------------------------------------------------

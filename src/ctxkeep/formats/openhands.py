@@ -32,13 +32,11 @@ writes the machine's local time); they are read as UTC.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from ctxkeep.formats.source import Conversation, Source
+from ctxkeep.formats.source import Conversation, Source, parse_timestamp
 from ctxkeep.messages import (
     Block,
     ImageBlock,
@@ -59,7 +57,6 @@ __all__ = ["parse", "sniff"]
 _STATE_ACTIONS = frozenset({"recall", "change_agent_state", "null"})
 _STATE_OBSERVATIONS = frozenset({"agent_state_changed", "null"})
 _EDITOR_OBSERVATIONS = frozenset({"edit", "read"})
-_DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)", re.DOTALL)
 
 
 def sniff(source: Source) -> bool:
@@ -178,7 +175,7 @@ class _Builder:
                 role=role,
                 id=msg_id,
                 source_id=source_id,
-                timestamp=_timestamp(event.get("timestamp")),
+                timestamp=parse_timestamp(event.get("timestamp")),
                 content=tuple(blocks),
                 extra={NAME: extra} if extra else {},
             )
@@ -239,7 +236,7 @@ class _Builder:
             role="assistant",
             id=msg_id,
             source_id=source_id,
-            timestamp=_timestamp(event.get("timestamp")),
+            timestamp=parse_timestamp(event.get("timestamp")),
             content=tuple(blocks),
             extra=extra,
         )
@@ -294,7 +291,7 @@ class _Builder:
             role="tool",
             id=msg_id,
             source_id=source_id,
-            timestamp=_timestamp(event.get("timestamp")),
+            timestamp=parse_timestamp(event.get("timestamp")),
             content=(result,),
             extra={NAME: {"observation": kind}},
         )
@@ -371,19 +368,5 @@ def _images(urls: Any) -> list[ImageBlock]:
     for url in urls if isinstance(urls, list) else ():
         if not isinstance(url, str) or not url.strip():
             continue
-        m = _DATA_URL.match(url)
-        if m:
-            blocks.append(ImageBlock(media_type=m["type"], data=m["data"]))
-        else:
-            blocks.append(ImageBlock(media_type="image/png" if url.endswith(".png") else "image/jpeg", url=url))
+        blocks.append(ImageBlock.from_url(url))
     return blocks
-
-
-def _timestamp(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        ts = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)

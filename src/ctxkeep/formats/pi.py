@@ -44,11 +44,11 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ctxkeep.formats.source import Conversation, Source
+from ctxkeep.formats.source import Conversation, Source, parse_timestamp
 from ctxkeep.messages import Block, ImageBlock, Message, Role, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
 
 NAME = "pi"
@@ -166,20 +166,8 @@ def _active_path(source: Source, entries: Sequence[_Entry]) -> list[_Entry]:
 
 def _timestamp(entry: Mapping[str, Any], message: Mapping[str, Any] | None = None) -> datetime | None:
     """The message's own time (epoch ms) when it has one, else the entry's ISO time."""
-    ms = message.get("timestamp") if message is not None else None
-    if isinstance(ms, int | float) and not isinstance(ms, bool):
-        try:
-            return datetime.fromtimestamp(ms / 1000, tz=UTC)
-        except (OverflowError, OSError, ValueError):
-            pass
-    value = entry.get("timestamp")
-    if not isinstance(value, str):
-        return None
-    try:
-        ts = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+    own = parse_timestamp(message.get("timestamp")) if message is not None else None
+    return own or parse_timestamp(entry.get("timestamp"))
 
 
 @dataclass

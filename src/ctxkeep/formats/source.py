@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import orjson
 from ctxkeep.errors import FormatError
 from ctxkeep.messages import Message
 
-__all__ = ["Conversation", "Source"]
+__all__ = ["Conversation", "Source", "parse_timestamp"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -113,6 +114,25 @@ class Source:
             raise self.error(reason + " (use --lenient to skip bad lines)", line)
         where = f"line {line}" if line is not None else "record"
         self.notes.append(f"skipped {where}: {reason}")
+
+
+def parse_timestamp(value: Any) -> datetime | None:
+    """A timezone-aware time from ISO 8601 text or epoch milliseconds; None when unreadable.
+
+    Text that names no zone is read as UTC (what the agents that write it mean).
+    """
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return datetime.fromtimestamp(value / 1000, tz=UTC)
+        except (OverflowError, OSError, ValueError):
+            return None
+    if not isinstance(value, str):
+        return None
+    try:
+        stamp = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)
 
 
 _UNSET: Any = object()

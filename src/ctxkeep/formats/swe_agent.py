@@ -52,7 +52,6 @@ __all__ = ["parse", "sniff"]
 
 _SHELL_TOOL = "bash"
 _KNOWN = frozenset({"role", "content", "tool_calls", "tool_call_ids", "tool_call_id", "thinking_blocks"})
-_DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)", re.DOTALL)
 _TRAJECTORY = re.compile(r'"trajectory"\s*:\s*\[')
 _HISTORY = re.compile(r'"history"\s*:\s*\[')
 
@@ -242,7 +241,7 @@ def _content(content: Any) -> list[TextBlock | ImageBlock]:
     for part in content:
         kind = part.get("type")
         if kind == "image_url":
-            blocks.append(_image(part["image_url"]["url"]))
+            blocks.append(ImageBlock.from_url(part["image_url"]["url"]))
         elif kind == "text" or "text" in part:
             blocks.append(TextBlock(text=str(part.get("text", ""))))
         else:
@@ -254,13 +253,6 @@ def _result_content(blocks: list[TextBlock | ImageBlock]) -> str | tuple[TextBlo
     if all(isinstance(b, TextBlock) for b in blocks):
         return "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
     return tuple(blocks)
-
-
-def _image(url: str) -> ImageBlock:
-    m = _DATA_URL.match(url)
-    if m:
-        return ImageBlock(media_type=m["type"], data=m["data"])
-    return ImageBlock(media_type="image/png" if url.lower().endswith(".png") else "image/jpeg", url=url)
 
 
 def _thinking(raw: Any) -> list[ThinkingBlock]:
