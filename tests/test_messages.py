@@ -217,3 +217,10 @@ def test_repair_always_validates_and_drops_nothing(messages: list[Message]) -> N
     system, out = to_anthropic(fixed)
     back = from_anthropic(out, system=system)
     assert validate(back) == []
+
+
+def test_image_from_url() -> None:
+    data = ImageBlock.from_url("data:image/webp;base64,UklGRg==")
+    assert (data.media_type, data.data, data.url) == ("image/webp", "UklGRg==", None)
+    web = ImageBlock.from_url("https://example.com/a/shot.PNG?x=1")
+    assert (web.media_type, web.data, web.url) == ("image/png", None, "https://example.com/a/shot.PNG?x=1")

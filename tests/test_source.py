@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from ctxkeep.errors import FormatError
-from ctxkeep.formats.source import Source
+from ctxkeep.formats.source import Source, parse_timestamp
 
 
 def test_invalid_utf8_is_replaced_and_reported() -> None:
@@ -49,3 +50,19 @@ def test_bom_is_ignored_and_document_errors_have_lines(tmp_path: Path) -> None:
 def test_missing_file_is_a_format_error(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="cannot read file"):
         Source.from_path(tmp_path / "absent.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2026-01-08T20:53:23.483Z", datetime(2026, 1, 8, 20, 53, 23, 483000, tzinfo=UTC)),
+        ("2026-01-08T21:53:23+01:00", datetime(2026, 1, 8, 20, 53, 23, tzinfo=UTC)),
+        ("2026-01-08 20:53:23", datetime(2026, 1, 8, 20, 53, 23, tzinfo=UTC)),  # no zone: UTC
+        (1767905603483, datetime(2026, 1, 8, 20, 53, 23, 483000, tzinfo=UTC)),  # epoch ms
+        ("yesterday", None),
+        (None, None),
+        (True, None),
+    ],
+)
+def test_parse_timestamp(value: object, expected: datetime | None) -> None:
+    assert parse_timestamp(value) == expected
