@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -224,3 +226,22 @@ def test_image_from_url() -> None:
     assert (data.media_type, data.data, data.url) == ("image/webp", "UklGRg==", None)
     web = ImageBlock.from_url("https://example.com/a/shot.PNG?x=1")
     assert (web.media_type, web.data, web.url) == ("image/png", None, "https://example.com/a/shot.PNG?x=1")
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: ToolResult(call_id=None), "ToolResult.call_id must be str, got NoneType"),  # type: ignore[arg-type]
+        (lambda: ToolResult(call_id=""), "non-empty id of its call"),
+        (lambda: ToolResult(call_id="a", content=[{"text": "x"}]), "a part of ToolResult.content must be"),  # type: ignore[list-item]
+        (lambda: ToolResult(call_id="a", exit_code="1"), "ToolResult.exit_code must be int or None"),  # type: ignore[arg-type]
+        (lambda: ToolCall(id=7, name="x"), "ToolCall.id must be str"),  # type: ignore[arg-type]
+        (lambda: ToolCall(id="a", name=None), "ToolCall.name must be str"),  # type: ignore[arg-type]
+        (lambda: ThinkingBlock(text=None), "ThinkingBlock.text must be str"),  # type: ignore[arg-type]
+        (lambda: ImageBlock(media_type="image/png", width="9"), "ImageBlock.width must be int or None"),  # type: ignore[arg-type]
+        (lambda: Message(role="user", content=(), id=None), "Message.id must be str"),  # type: ignore[arg-type]
+    ],
+)
+def test_bad_field_types_fail_with_the_field_named(build: Any, message: str) -> None:
+    with pytest.raises((TypeError, ValueError), match=re.escape(message)):
+        build()

@@ -59,6 +59,17 @@ def make_id(*parts: object) -> str:
     return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join(str(p) for p in parts)))
 
 
+def _need(value: object, kind: type | tuple[type, ...], what: str) -> None:
+    """Raise a TypeError naming the field when a value has the wrong type (bad source data)."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{what} must be {_type_names(kind)}, got {type(value).__name__}")
+
+
+def _type_names(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
+
+
 def _freeze(obj: Any) -> None:
     """Wrap a block's or message's `extra` mapping so it cannot be changed in place."""
     extra = obj.extra
@@ -74,8 +85,7 @@ class TextBlock:
     extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, hash=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.text, str):
-            raise TypeError(f"TextBlock.text must be str, got {type(self.text).__name__}")
+        _need(self.text, str, "TextBlock.text")
         _freeze(self)
 
 
@@ -89,6 +99,8 @@ class ThinkingBlock:
     extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, hash=False)
 
     def __post_init__(self) -> None:
+        _need(self.text, str, "ThinkingBlock.text")
+        _need(self.signature, (str, type(None)), "ThinkingBlock.signature")
         _freeze(self)
 
 
@@ -102,6 +114,8 @@ class ToolCall:
     extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, hash=False)
 
     def __post_init__(self) -> None:
+        _need(self.id, str, "ToolCall.id")
+        _need(self.name, str, "ToolCall.name")
         if not self.id:
             raise ValueError(f"ToolCall for tool {self.name!r} needs a non-empty id")
         if not isinstance(self.arguments, str):
@@ -136,6 +150,11 @@ class ImageBlock:
     extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, hash=False)
 
     def __post_init__(self) -> None:
+        _need(self.media_type, str, "ImageBlock.media_type")
+        for name in ("data", "url"):
+            _need(getattr(self, name), (str, type(None)), f"ImageBlock.{name}")
+        for name in ("width", "height"):
+            _need(getattr(self, name), (int, type(None)), f"ImageBlock.{name}")
         _freeze(self)
 
     @classmethod
@@ -167,8 +186,15 @@ class ToolResult:
     extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, hash=False)
 
     def __post_init__(self) -> None:
+        _need(self.call_id, str, "ToolResult.call_id")
+        if not self.call_id:
+            raise ValueError("ToolResult needs the non-empty id of its call")
         if isinstance(self.content, list):
             object.__setattr__(self, "content", tuple(self.content))
+        _need(self.content, (str, tuple), "ToolResult.content")
+        for part in self.content if isinstance(self.content, tuple) else ():
+            _need(part, (TextBlock, ImageBlock), "a part of ToolResult.content")
+        _need(self.exit_code, (int, type(None)), "ToolResult.exit_code")
         _freeze(self)
 
     @property
@@ -199,6 +225,7 @@ class Message:
     extra: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, hash=False)
 
     def __post_init__(self) -> None:
+        _need(self.id, str, "Message.id")
         if self.role not in ROLES:
             raise ValueError(f"Message.role must be one of {sorted(ROLES)}, got {self.role!r}")
         if not isinstance(self.content, tuple):
