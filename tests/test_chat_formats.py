@@ -315,3 +315,49 @@ def test_anthropic_round_trip_on_real_claude_code_messages(path: Path) -> None:
         system, out = to_anthropic(from_anthropic([msg]))
         assert system is None
         assert out == [original[i]]
+
+
+_ODD: list[Any] = [None, 0, "", "x", [], {}, [None], {"type": None}, True]
+
+
+def _json_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _json_paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value[:10]):
+            out += _json_paths(v, (*prefix, i))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_converters_reject_odd_input_with_value_error_only(data: st.DataObject) -> None:
+    """Any field dropped or of the wrong type: a ValueError naming the message, never another error."""
+    name, convert, sample = data.draw(
+        st.sampled_from(
+            [
+                ("openai", from_openai, OPENAI_CHAT),
+                ("anthropic", from_anthropic, ANTHROPIC_CHAT),
+                ("agentscope", from_agentscope, AGENTSCOPE_MSGS),
+            ]
+        ),
+        label="format",
+    )
+    msgs = copy.deepcopy(sample)
+    path = data.draw(st.sampled_from(_json_paths(msgs)[1:]), label="path")
+    parent = msgs
+    for key in path[:-1]:
+        parent = parent[key]
+    if data.draw(st.booleans(), label="drop") and isinstance(parent, dict):
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = data.draw(st.sampled_from(_ODD), label="odd")
+    try:
+        messages = convert(msgs)
+    except ValueError as exc:
+        assert str(exc).startswith(("message ", "Msg ")), f"{name}: {exc}"
+        return
+    # what was accepted exports again without error
+    {"openai": to_openai, "anthropic": to_anthropic, "agentscope": to_agentscope}[name](messages)

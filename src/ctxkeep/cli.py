@@ -1,6 +1,7 @@
 """The ``ctxkeep`` command line.
 
     ctxkeep inspect FILE [--format NAME] [--json] [--lenient] [--encoding NAME|tokenizer.json]
+                         [--provider openai|anthropic] [--progress|--no-progress]
 
 Exit codes: 0 success, 2 bad input (the message names file, line and what is wrong).
 """
@@ -18,7 +19,7 @@ from typing import TextIO
 from ctxkeep.errors import CtxkeepError
 from ctxkeep.formats import format_names, load
 from ctxkeep.report import build_report, render_text
-from ctxkeep.tokens import get_counter
+from ctxkeep.tokens import CountSettings, get_counter
 
 __all__ = ["main"]
 
@@ -38,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
         "--encoding",
         default="o200k_base",
         help="o200k_base (default), cl100k_base, or the path of a Hugging Face tokenizer.json",
+    )
+    inspect.add_argument(
+        "--provider",
+        choices=["openai", "anthropic"],
+        default="openai",
+        help="whose rule counts images (default openai)",
     )
     progress = inspect.add_mutually_exclusive_group()
     progress.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show progress")
@@ -65,7 +72,7 @@ def _inspect(args: argparse.Namespace) -> int:
     if bar:
         bar.stage("reading")
     transcript = load(args.file, format=args.format, lenient=args.lenient)
-    counter = get_counter(args.encoding)
+    counter = get_counter(args.encoding, settings=CountSettings(provider=args.provider))
     report = build_report(transcript, counter, progress=bar.update if bar else None)
     if bar:
         bar.close()
