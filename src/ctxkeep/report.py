@@ -15,6 +15,7 @@ from ctxkeep.tokens import Counter
 __all__ = ["build_report", "render_text"]
 
 TOP_RESULTS = 10
+MAX_CONVERSATIONS = 10  # rows of the conversation table in the text report
 PROGRESS_CHUNK = 500  # messages counted between progress updates
 
 
@@ -60,6 +61,7 @@ def build_report(
                         "tokens": tokens,
                         "bytes": len(result.text.encode("utf-8")),
                         "conversation": conv.id,
+                        "conversation_title": conv.title,
                         "index": i,
                         "is_error": result.is_error,
                     }
@@ -112,9 +114,18 @@ def render_text(report: dict[str, Any]) -> str:
     if report["largest_tool_results"]:
         lines += ["", f"largest tool results (top {TOP_RESULTS})"]
         for r in report["largest_tool_results"]:
-            where = f"#{r['index']}" if report["conversations"] == 1 else f"{r['conversation']} #{r['index']}"
+            where = f"#{r['index']}"
+            if report["conversations"] > 1:
+                where = f"{_short_name(r['conversation_title'] or r['conversation'])} {where}"
             error = "  error" if r["is_error"] else ""
             lines.append(f"  {r['tokens']:>9,} tok {r['bytes']:>10,} B  {r['tool'][:30]:<30} {where}{error}")
+    convs = report["per_conversation"]
+    if len(convs) > 1:
+        lines += ["", "conversations                            messages        tokens"]
+        for c in sorted(convs, key=lambda c: -c["tokens"])[:MAX_CONVERSATIONS]:
+            lines.append(f"  {_short_name(c['title'] or c['id']):<36} {c['messages']:>9,}  {c['tokens']:>12,}")
+        if len(convs) > MAX_CONVERSATIONS:
+            lines.append(f"  ... {len(convs) - MAX_CONVERSATIONS} more (see --json)")
     problems = report["pairing_problems"]
     lines += ["", f"pairing problems: {len(problems) or 'none'}"]
     for p in problems[:20]:
@@ -126,6 +137,10 @@ def render_text(report: dict[str, Any]) -> str:
     for note in report["notes"]:
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def _short_name(name: str, width: int = 36) -> str:
+    return name if len(name) <= width else name[: width - 3] + "..."
 
 
 def _share(part: int, whole: int) -> str:
