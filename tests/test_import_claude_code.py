@@ -307,9 +307,18 @@ def test_metadata_entries_are_not_conversation() -> None:
         entry("assistant", "a1", "u1", text("hello"), mid="m1"),
         {"type": "system", "subtype": "turn_duration", "uuid": "y1", "parentUuid": "a1", "isSidechain": False},
         {"type": "attachment", "uuid": "z1", "parentUuid": "y1", "isSidechain": False},
+        {"type": "last-prompt", "lastPrompt": "hi", "leafUuid": "a1", "sessionId": "sess"},
+        {"type": "agent-name", "agentName": "Claude Code", "sessionId": "sess"},
+        {"type": "pr-link", "prNumber": 7, "prUrl": "https://example.invalid/pull/7", "sessionId": "sess"},
+        {"type": "permission-mode", "permissionMode": "default", "sessionId": "sess"},
+        {"type": "made-up-record", "sessionId": "sess"},
     )
     assert shape(convs[0].messages) == ["user hi", "assistant hello"]
-    assert "entries of unknown type not imported: 1 'attachment'" in notes
+    assert notes[:2] == [
+        "entries of unknown type not imported: 1 'made-up-record'",
+        "attachments of unknown kind not imported: 1 '?'",
+    ]
+    assert len(notes) == 3 and "not in the file" in notes[2]  # progress p0 names a parent that is not there
 
 
 def test_malformed_line_raises_with_its_line_number_or_is_skipped() -> None:
@@ -344,6 +353,15 @@ def test_sniff() -> None:
     line = {"type": "file-history-snapshot", "messageId": "x", "snapshot": {}}
     assert claude_code.sniff(Source.from_bytes(json.dumps(line).encode()))
     assert not claude_code.sniff(Source.from_bytes(b'{"role": "user", "content": "hi"}'))
+    # sessions that start with a newer metadata record, and trimmed entries with no parentUuid
+    for first in (
+        {"type": "last-prompt", "lastPrompt": "hi", "leafUuid": "u1", "sessionId": "sess"},
+        {"type": "custom-title", "customTitle": "Fix it", "sessionId": "sess"},
+        {"type": "permission-mode", "permissionMode": "default", "sessionId": "sess"},
+        {"type": "user", "sessionId": "sess", "uuid": "u1", "message": {"role": "user", "content": "hi"}},
+    ):
+        assert claude_code.sniff(Source.from_bytes(json.dumps(first).encode())), first
+    assert not claude_code.sniff(Source.from_bytes(b'{"type": "user", "message": {"content": "hi"}}'))
 
 
 def test_subagent_files_beside_a_session_are_loaded_with_it(tmp_path: Path) -> None:
@@ -364,3 +382,171 @@ def test_subagent_files_beside_a_session_are_loaded_with_it(tmp_path: Path) -> N
     alone = formats.load(main)
     assert len(alone.conversations) == 1
     assert transcript.conversations[0].messages == alone.conversations[0].messages
+
+
+# --- trimmed and newer files ---------------------------------------------------------
+
+
+def no_id(cid: str | None = None, name: str = "Bash") -> dict[str, Any]:
+    """A tool_use block that names no id (trimmed or hand-made files); `cid` only labels the command."""
+    return {"type": "tool_use", "name": name, "input": {"command": f"run {cid or name}"}}
+
+
+def bare_result(text: str = "ok", **more: Any) -> list[dict[str, Any]]:
+    """A tool_result block with no tool_use_id."""
+    return [{"type": "tool_result", "content": text, **more}]
+
+
+def test_assistant_entries_without_message_id_are_responses_of_their_own() -> None:
+    convs, notes = load(
+        entry("user", "u1", None, "go"),
+        entry("assistant", "a1", "u1", [call("t1"), call("t2")]),  # no message id
+        entry("user", "r1", "a1", result("t1")),
+        entry("user", "r2", "a1", result("t2")),  # hangs off the call's entry, beside the path
+        entry("assistant", "a2", "r1", text("first")),
+        entry("assistant", "a3", "a2", text("second")),
+    )
+    assert shape(convs[0].messages) == [
+        "user go",
+        "assistant t1,t2",
+        "tool t1",
+        "tool t2",
+        "assistant first",
+        "assistant second",
+    ]
+    assert notes == []
+    assert "message_id" not in convs[0].messages[1].extra["claude_code"]
+
+
+def test_result_without_tool_use_id_takes_the_entrys_source_tool_use_id() -> None:
+    convs, notes = load(
+        entry("user", "u1", None, "go"),
+        entry("assistant", "a1", "u1", [call("t1")], mid="m1"),
+        entry("user", "r1", "a1", bare_result("done"), sourceToolUseID="t1", toolUseResult={"exitCode": 0}),
+    )
+    msgs = convs[0].messages
+    assert shape(msgs) == ["user go", "assistant t1", "tool t1"]
+    assert msgs[2].tool_result is not None and msgs[2].tool_result.exit_code == 0
+    assert validate(msgs) == [] and notes == []
+
+
+def test_call_without_id_takes_the_id_its_result_names() -> None:
+    convs, notes = load(
+        entry("user", "u1", None, "go"),
+        entry("assistant", "a1", "u1", [no_id()]),
+        entry("user", "r1", "a1", bare_result(), sourceToolUseID="t7", sourceToolAssistantUUID="a1"),
+        entry("user", "r2", "a1", bare_result("rejected", is_error=True), sourceToolUseID="t8"),  # a rewound try
+        entry("assistant", "a2", "r1", text("listed")),
+    )
+    assert shape(convs[0].messages) == ["user go", "assistant t7", "tool t7", "assistant listed"]
+    assert validate(convs[0].messages) == []
+    assert notes == [
+        "1 tool calls have no id in the file: 1 took the id their result names, 0 got a made-up one",
+        "the main conversation: 1 user/assistant entries on other (rewound or abandoned) branches were not imported",
+    ]
+
+
+def test_call_and_result_without_ids_are_paired_through_the_tree_with_a_stable_made_up_id() -> None:
+    entries = [
+        entry("user", "u1", None, "go"),
+        entry("assistant", "a1", "u1", [text("searching")[0], no_id()]),
+        entry("user", "r1", "a1", bare_result("a.txt"), toolUseResult={"stdout": "a.txt"}),
+    ]
+    convs, notes = load(*entries)
+    msgs = convs[0].messages
+    made_up = msgs[1].tool_calls[0].id
+    assert shape(msgs) == ["user go", f"assistant {made_up}", f"tool {made_up}"]
+    assert validate(msgs) == []
+    assert notes == ["1 tool calls have no id in the file: 0 took the id their result names, 1 got a made-up one"]
+    assert load(*entries)[0][0].messages[1].tool_calls[0].id == made_up
+
+
+def test_result_with_no_way_to_its_call_is_a_bad_record() -> None:
+    entries = [
+        entry("user", "u1", None, "go"),
+        entry("assistant", "a1", "u1", [call("t1"), call("t2")], mid="m1"),  # two calls: which one?
+        entry("user", "r1", "a1", bare_result()),
+        entry("assistant", "a2", "r1", text("next")),
+    ]
+    with pytest.raises(FormatError, match="names no tool_use_id") as info:
+        load(*entries)
+    assert info.value.line == 3
+    convs, notes = load(*entries, lenient=True)
+    assert shape(convs[0].messages) == ["user go", "assistant t1,t2", "assistant next"]  # the tree still holds
+    assert notes[0].startswith("skipped line 3: a tool_result names no tool_use_id")
+
+
+def test_tool_blocks_in_the_wrong_entry_are_bad_records() -> None:
+    for bad in (entry("user", "x", "u1", [call("t1")]), entry("assistant", "x", "u1", result("t1"), mid="m9")):
+        with pytest.raises(FormatError, match="block in a"):
+            load(entry("user", "u1", None, "hi"), bad)
+
+
+def test_titles_prefer_the_users_over_summaries_over_generated_ones() -> None:
+    talk = [entry("user", "u1", None, "hi"), entry("assistant", "a1", "u1", text("hello"), mid="m1")]
+    summary = {"type": "summary", "summary": "Greeting", "leafUuid": "a1"}
+    custom = {"type": "custom-title", "customTitle": "My title", "sessionId": "sess"}
+    generated = {"type": "ai-title", "aiTitle": "Saying hello", "sessionId": "sess"}
+    assert load(*talk, generated, summary, custom)[0][0].title == "My title"
+    assert load(*talk, generated, summary)[0][0].title == "Greeting"
+    assert load(*talk, generated)[0][0].title == "Saying hello"
+
+
+def attachment(uuid: str, parent: str, **body: Any) -> dict[str, Any]:
+    return {
+        "type": "attachment",
+        "uuid": uuid,
+        "parentUuid": parent,
+        "isSidechain": False,
+        "sessionId": "sess",
+        "timestamp": "2026-01-02T03:04:06Z",
+        "attachment": body,
+    }
+
+
+def test_attachments_with_text_the_model_saw_are_user_text() -> None:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}}
+    convs, notes = load(
+        entry("user", "u1", None, "fix the build"),
+        attachment("m1", "u1", type="nested_memory", path="/repo/CLAUDE.md", content={"content": "Use tabs."}),
+        attachment("h1", "m1", type="hook_success", hookName="SessionStart", content="", exitCode=0),
+        attachment("d1", "h1", type="deferred_tools_delta", addedNames=["Read"]),
+        entry("assistant", "a1", "d1", [call("t1")], mid="m1"),
+        attachment("c1", "a1", type="hook_additional_context", content=["lint first"]),  # beside the path
+        entry("user", "r1", "a1", result("t1")),
+        attachment("q1", "r1", type="queued_command", prompt=[{"type": "text", "text": "also this"}, image]),
+        attachment("x1", "q1", type="brand_new_kind", text="?"),
+        entry("assistant", "a2", "x1", text("on it"), mid="m2"),
+    )
+    msgs = convs[0].messages
+    assert shape(msgs) == [
+        "user fix the build",
+        "user Use tabs.",
+        "assistant t1",
+        "tool t1",
+        "user lint first",
+        "user also this",
+        "assistant on it",
+    ]
+    assert [m.extra.get("claude_code", {}).get("attachment") for m in msgs] == [
+        None,
+        "nested_memory",
+        None,
+        None,
+        "hook_additional_context",
+        "queued_command",
+        None,
+    ]
+    assert isinstance(msgs[5].content[1], ImageBlock) and msgs[1].id == "m1"
+    assert validate(msgs) == []
+    assert notes == ["attachments of unknown kind not imported: 1 'brand_new_kind'"]
+
+
+def test_repeated_uuids_are_reported_once() -> None:
+    convs, notes = load(
+        entry("user", "u1", None, "hi"),
+        entry("assistant", "a1", "u1", text("hello"), mid="m1"),
+        *[entry("user", "u1", "a1", f"copy {n}") for n in range(7)],
+    )
+    assert shape(convs[0].messages) == ["user hi", "assistant hello"]
+    assert notes == ["7 entries repeat the uuid of an earlier entry and were not imported (lines 3, 4, 5, 6, 7 ...)"]

@@ -1,4 +1,4 @@
-"""Claude Code session files (``~/.claude/projects/<project>/<session>.jsonl``), 1.0.98 to 2.1.39.
+"""Claude Code session files (``~/.claude/projects/<project>/<session>.jsonl``), 1.0.98 to 2.1.15x.
 
 Each line is an entry; entries with a ``uuid`` form a tree through ``parentUuid``. What
 becomes what:
@@ -7,9 +7,18 @@ becomes what:
     system compact_boundary not a message; the entry after it (``isCompactSummary``) is
                             the summary text the model saw, kept as user text
     isMeta user entries     kept as user text (caveats, slash-command prompts: the model saw them)
-    summary                 a session title, not conversation: the main conversation's
-                            title when its ``leafUuid`` is in the file
+    attachment              context Claude Code sent the model as a user message (2.1): kept as
+                            user text when the entry holds that text (a prompt queued while the
+                            agent worked, hook context, a CLAUDE.md file, an @-mentioned file, an
+                            edit snippet, a blocking hook error, skills, reminders with their
+                            text); reminders Claude Code words at request time from structured
+                            fields (todo lists, plan mode, tool and agent deltas, budgets, hook
+                            status, dates) are metadata; an unknown kind is counted in a note
+    summary, custom-title,  session titles, not conversation: the main conversation's title is
+    ai-title                the last ``custom-title`` (set by the user), else the last summary
+                            whose ``leafUuid`` is in it, else the last ``ai-title``
     file-history-snapshot, progress (hook / bash / subagent progress), queue-operation,
+    last-prompt, agent-name, pr-link, permission-mode and the other state records,
     other system entries    metadata, not conversation: not imported (progress entries still
                             link the tree, so they are walked through)
     any other entry type    not imported, and counted in a note
@@ -35,6 +44,12 @@ Bash call; its other short scalar fields go to ``extra``). User text in the same
 results follows them. Results whose call is not
 in the conversation and calls with no result are kept as they are and reported in a note.
 
+Trimmed or hand-made files leave ids out. An assistant entry with no ``message.id`` is a
+response of its own. A result with no ``tool_use_id`` takes the entry's ``sourceToolUseID``,
+else the id of the one call of the entry it answers (``sourceToolAssistantUUID``, else its
+parent); with neither it is a bad record. A call with no ``id`` takes the id a result
+answering its entry names, else a made-up stable one (both counted in a note).
+
 ``isSidechain`` entries are a subagent's conversation: each sidechain tree is returned as
 its own `Conversation`, titled ``subagent <agentId>`` (subagent files) or
 ``sidechain <n>`` (older versions, inline in the main file). Loading a main session file
@@ -48,7 +63,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -72,7 +87,82 @@ __all__ = ["NAME", "parse", "sniff"]
 
 _CONVERSATION = frozenset({"user", "assistant"})
 # Entry types that carry no conversation; left out without a note (see the module docstring).
-_METADATA = frozenset({"summary", "file-history-snapshot", "progress", "queue-operation", "system"})
+_METADATA = frozenset(
+    {
+        "summary",
+        "custom-title",
+        "ai-title",
+        "file-history-snapshot",
+        "progress",
+        "queue-operation",
+        "system",
+        "attachment",  # the ones with text the model saw become user entries, see _ATTACHMENT_TEXT
+        "last-prompt",  # a copy of the last prompt, for resuming
+        "agent-name",
+        "pr-link",
+        "frame-link",
+        "permission-mode",
+        "mode",
+        "worktree-state",
+        "relocated",
+        "bridge-session",
+    }
+)
+# What the first line of a session holds besides its type, for each type a session may start with.
+_SNIFF_FIELDS: dict[str, tuple[str, ...]] = {
+    "progress": ("parentUuid", "sessionId"),
+    "system": ("parentUuid", "sessionId"),
+    "attachment": ("attachment", "parentUuid", "sessionId"),
+    "summary": ("leafUuid",),
+    "file-history-snapshot": ("messageId", "snapshot"),
+    "queue-operation": ("operation", "sessionId"),
+    "last-prompt": ("lastPrompt", "sessionId"),
+    "custom-title": ("customTitle", "sessionId"),
+    "ai-title": ("aiTitle", "sessionId"),
+    "agent-name": ("agentName", "sessionId"),
+    "permission-mode": ("permissionMode", "sessionId"),
+}
+_TITLES = {"custom-title": "customTitle", "ai-title": "aiTitle"}
+# Attachments holding text Claude Code sent the model, and where the text is ("*": each item of a list).
+_ATTACHMENT_TEXT: dict[str, tuple[str, ...]] = {
+    "queued_command": ("prompt",),  # a prompt the user typed while the agent worked: text or blocks
+    "hook_additional_context": ("content",),
+    "nested_memory": ("content", "content"),  # a CLAUDE.md file
+    "file": ("content", "file", "content"),  # a file the user @-mentioned
+    "edited_text_file": ("snippet",),  # a file changed outside the agent
+    "hook_blocking_error": ("blockingError", "blockingError"),
+    "invoked_skills": ("skills", "*", "content"),
+    "skill_listing": ("content",),
+    "total_tokens_reminder": ("text",),
+    "silent_turn_reminder": ("text",),
+    "batching_reminder_sent": ("text",),
+}
+# Attachments the model saw only as wording Claude Code builds from their fields, or never saw: metadata.
+_ATTACHMENT_METADATA = frozenset(
+    {
+        "hook_success",
+        "hook_non_blocking_error",
+        "hook_cancelled",
+        "command_permissions",
+        "deferred_tools_delta",
+        "mcp_instructions_delta",
+        "agent_listing_delta",
+        "todo",
+        "todo_reminder",
+        "task_reminder",
+        "task_status",
+        "plan_mode",
+        "plan_mode_exit",
+        "auto_mode",
+        "ultra_effort_enter",
+        "ultra_effort_exit",
+        "budget_usd",
+        "date_change",
+        "compact_file_reference",
+        "dynamic_skill",
+        "read_truncation_notice",
+    }
+)
 _FLAGS = ("isMeta", "isCompactSummary", "isVisibleInTranscriptOnly", "isApiErrorMessage")
 _EXIT_CODE = re.compile(r"(?:Error: )?Exit code (-?\d+)\b")
 
@@ -94,11 +184,18 @@ class _Entry:
     blocks: list[Block] = field(default_factory=list)
     timestamp: datetime | None = None
     info: dict[str, Any] = field(default_factory=dict)  # small fields kept in Message.extra
+    answers: str | None = None  # the assistant entry whose calls a user entry answers
+    unnamed: list[int] = field(default_factory=list)  # blocks whose call or result named no id
 
     @property
     def talks(self) -> bool:
         """True for user and assistant entries."""
         return self.kind in _CONVERSATION
+
+    @property
+    def response(self) -> str:
+        """The API response an assistant entry is part of: its message id, else the entry alone."""
+        return self.mid or self.uuid
 
 
 # --- detection -----------------------------------------------------------------------
@@ -109,14 +206,10 @@ def sniff(source: Source) -> bool:
     first = source.sample()
     if isinstance(first, dict) and isinstance(first.get("type"), str):
         kind = first["type"]
-        if kind in _CONVERSATION or kind in ("progress", "system"):
-            return "parentUuid" in first and "sessionId" in first
-        if kind == "summary":
-            return "leafUuid" in first
-        if kind == "file-history-snapshot":
-            return "messageId" in first and "snapshot" in first
-        if kind == "queue-operation":
-            return "operation" in first and "sessionId" in first
+        if kind in _CONVERSATION:  # older or trimmed files may leave out parentUuid
+            return "sessionId" in first and ("parentUuid" in first or ("uuid" in first and "message" in first))
+        if kind in _SNIFF_FIELDS:
+            return all(name in first for name in _SNIFF_FIELDS[kind])
     head = source.head()
     return '"parentUuid"' in head and '"sessionId"' in head and '"isSidechain"' in head
 
@@ -126,7 +219,7 @@ def sniff(source: Source) -> bool:
 
 def parse(source: Source) -> list[Conversation]:
     """The main conversation (if any) and one conversation per sidechain tree."""
-    entries, summaries = _read(source)
+    entries, titles = _read(source)
     parents = _link(entries, source)
     main = [e for e in entries if not e.sidechain]
     conversations: list[Conversation] = []
@@ -134,8 +227,7 @@ def parse(source: Source) -> list[Conversation]:
         session = next((e.session_id for e in main if e.session_id), None)
         conv_id = session or make_id(NAME, main[0].uuid)
         chosen = _branch(main, parents, source, "the main conversation")
-        in_tree = {e.uuid for e in chosen}
-        title = next((s for leaf, s in reversed(summaries) if leaf in in_tree), "")
+        title = _title(titles, {e.uuid for e in chosen})
         conversations.append(Conversation(id=conv_id, messages=_messages(chosen, source, conv_id), title=title))
     for n, tree in enumerate(_sidechain_trees(entries, parents), start=1):
         root = tree[0]
@@ -154,6 +246,16 @@ def parse(source: Source) -> list[Conversation]:
     return conversations
 
 
+def _title(titles: Mapping[str, list[tuple[str, str]]], in_tree: set[str]) -> str:
+    """The main conversation's title: set by the user, else a summary of its branch, else generated."""
+    if titles["custom-title"]:
+        return titles["custom-title"][-1][1]
+    summary = next((text for leaf, text in reversed(titles["summary"]) if leaf in in_tree), None)
+    if summary is not None:
+        return summary
+    return titles["ai-title"][-1][1] if titles["ai-title"] else ""
+
+
 def _subagent_files(session_path: str) -> list[Path]:
     """Subagent files Claude Code 2.1 writes beside a session: ``<session>/subagents/agent-*.jsonl``."""
     path = Path(session_path)
@@ -163,21 +265,28 @@ def _subagent_files(session_path: str) -> list[Path]:
     return sorted(folder.glob("agent-*.jsonl")) if folder.is_dir() else []
 
 
-def _read(source: Source) -> tuple[list[_Entry], list[tuple[str, str]]]:
-    """The entries of the tree, in file order, and the (leafUuid, summary) titles."""
+def _read(source: Source) -> tuple[list[_Entry], dict[str, list[tuple[str, str]]]]:
+    """The entries of the tree, in file order, and the titles by kind: (leafUuid or "", title)."""
     entries: list[_Entry] = []
-    summaries: list[tuple[str, str]] = []
+    titles: dict[str, list[tuple[str, str]]] = {"summary": [], "custom-title": [], "ai-title": []}
     unknown: Counter[str] = Counter()
+    attachments: Counter[str] = Counter()
     seen: set[str] = set()
+    repeats: list[int] = []  # lines of entries whose uuid an earlier entry has
     for lineno, obj in source.records():
         if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
             source.skip(lineno, "not a Claude Code entry (no 'type')")
             continue
         kind = obj["type"]
-        if kind == "summary" and isinstance(obj.get("summary"), str):
-            summaries.append((str(obj.get("leafUuid")), obj["summary"]))
+        title = obj.get(_TITLES.get(kind, "summary"))
+        if kind in titles and isinstance(title, str) and title:
+            titles[kind].append((str(obj.get("leafUuid") or ""), title))
         if kind not in _CONVERSATION and kind not in _METADATA:
             unknown[kind] += 1
+        if kind == "attachment":
+            what = _attachment_kind(obj)
+            if what not in _ATTACHMENT_TEXT and what not in _ATTACHMENT_METADATA:
+                attachments[what] += 1
         try:
             entry = _entry(obj, kind, lineno, len(entries))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -187,14 +296,22 @@ def _read(source: Source) -> tuple[list[_Entry], list[tuple[str, str]]]:
         if entry is None:
             continue
         if entry.uuid in seen:
-            source.notes.append(f"line {lineno}: repeated entry uuid {entry.uuid}; the repeat was not imported")
+            repeats.append(lineno)
             continue
         seen.add(entry.uuid)
         entries.append(entry)
     if unknown:
         kinds = ", ".join(f"{n} {k!r}" for k, n in sorted(unknown.items()))
         source.notes.append(f"entries of unknown type not imported: {kinds}")
-    return entries, summaries
+    if attachments:
+        kinds = ", ".join(f"{n} {k!r}" for k, n in sorted(attachments.items()))
+        source.notes.append(f"attachments of unknown kind not imported: {kinds}")
+    if repeats:
+        lines = ", ".join(map(str, repeats[:5])) + (" ..." if len(repeats) > 5 else "")
+        source.notes.append(
+            f"{len(repeats)} entries repeat the uuid of an earlier entry and were not imported (lines {lines})"
+        )
+    return _pair_unnamed(entries, source), titles
 
 
 def _entry(obj: Mapping[str, Any], kind: str, lineno: int, pos: int) -> _Entry | None:
@@ -213,40 +330,121 @@ def _entry(obj: Mapping[str, Any], kind: str, lineno: int, pos: int) -> _Entry |
         logical_parent=_str(obj.get("logicalParentUuid")),
         sidechain=bool(obj.get("isSidechain")),
     )
+    if kind == "attachment":
+        blocks = _attachment_blocks(obj)
+        if blocks:
+            _fill(entry, obj, "user")
+            entry.blocks = blocks
+            entry.info["attachment"] = _attachment_kind(obj)
+        return entry
     if kind not in _CONVERSATION:
         return entry
     msg = obj["message"]
     if not isinstance(msg, Mapping):
         raise TypeError("'message' is not an object")
-    entry.session_id = _str(obj.get("sessionId"))
-    entry.agent_id = _str(obj.get("agentId"))
-    entry.timestamp = parse_timestamp(obj.get("timestamp"))
-    entry.info = {k: obj[k] for k in _FLAGS if obj.get(k)}
+    _fill(entry, obj, kind)
     if kind == "assistant":
         entry.mid = _str(msg.get("id"))
         for key in ("model", "usage"):
             if msg.get(key) is not None:
                 entry.info[key] = msg[key]
-    entry.blocks = _blocks(msg["content"], obj.get("toolUseResult"))
+    else:
+        entry.answers = _str(obj.get("sourceToolAssistantUUID")) or entry.parent
+    entry.blocks, entry.unnamed = _blocks(msg["content"], obj, uuid)
+    wrong = ToolResult if kind == "assistant" else ToolCall
+    if any(isinstance(b, wrong) for b in entry.blocks):
+        raise ValueError(f"a {'tool_result' if kind == 'assistant' else 'tool_use'} block in a {kind} entry")
     return entry
+
+
+def _fill(entry: _Entry, obj: Mapping[str, Any], kind: str) -> None:
+    """The fields of an entry that talks."""
+    entry.kind = kind
+    entry.session_id = _str(obj.get("sessionId"))
+    entry.agent_id = _str(obj.get("agentId"))
+    entry.timestamp = parse_timestamp(obj.get("timestamp"))
+    entry.info = {k: obj[k] for k in _FLAGS if obj.get(k)}
 
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+# --- attachments ---------------------------------------------------------------------
+
+
+def _attachment_kind(obj: Mapping[str, Any]) -> str:
+    attachment = obj.get("attachment")
+    kind = attachment.get("type") if isinstance(attachment, Mapping) else None
+    return kind if isinstance(kind, str) else "?"
+
+
+def _attachment_blocks(obj: Mapping[str, Any]) -> list[Block]:
+    """The text (and images) an attachment sent the model; empty for one that is metadata."""
+    where = _ATTACHMENT_TEXT.get(_attachment_kind(obj))
+    if where is None:
+        return []
+    blocks: list[Block] = []
+    for value in _dig(obj["attachment"], where):
+        if isinstance(value, str):
+            blocks.append(TextBlock(text=value))
+        elif isinstance(value, list):  # a queued prompt with images, or several hook contexts
+            blocks.extend(TextBlock(text=v) if isinstance(v, str) else _block(v, None) for v in value)
+        elif value is not None:
+            raise TypeError(f"attachment text must be text or a list, got {type(value).__name__}")
+    for block in blocks:
+        if not isinstance(block, TextBlock | ImageBlock):
+            raise TypeError(f"an attachment holds a {type(block).__name__}, not text")
+    return [b for b in blocks if not isinstance(b, TextBlock) or b.text]
+
+
+def _dig(value: Any, path: tuple[str, ...]) -> list[Any]:
+    """The values at `path` inside `value` ("*" steps into each item of a list); missing ones left out."""
+    found = [value]
+    for step in path:
+        if step == "*":
+            found = [item for v in found if isinstance(v, list) for item in v]
+        else:
+            found = [v[step] for v in found if isinstance(v, Mapping) and step in v]
+    return found
+
+
 # --- content blocks ------------------------------------------------------------------
 
 
-def _blocks(content: Any, tool_use_result: Any) -> list[Block]:
+def _blocks(content: Any, obj: Mapping[str, Any], uuid: str) -> tuple[list[Block], list[int]]:
+    """The blocks of an entry's message, and the positions of the calls and results that name no id.
+
+    Those get a stable made-up id here; `_pair_unnamed` replaces it when the file tells more.
+    """
     if isinstance(content, str):
-        return [TextBlock(text=content)]
+        return [TextBlock(text=content)], []
     if not isinstance(content, list):
         raise TypeError(f"'message.content' must be text or a list, got {type(content).__name__}")
     n_results = sum(1 for b in content if isinstance(b, Mapping) and b.get("type") == "tool_result")
-    # toolUseResult describes the entry's result; only unambiguous when there is one
-    extra_result = tool_use_result if n_results == 1 else None
-    return [_block(b, extra_result) for b in content]
+    # toolUseResult and sourceToolUseID describe the entry's result; only unambiguous when there is one
+    tool_use_result = obj.get("toolUseResult") if n_results == 1 else None
+    source_call = _str(obj.get("sourceToolUseID")) if n_results == 1 else None
+    blocks: list[Block] = []
+    unnamed: list[int] = []
+    for i, block in enumerate(content):
+        key = _missing_id(block)
+        if key == "tool_use_id" and source_call:
+            block = {**block, key: source_call}
+        elif key is not None:
+            block = {**block, key: make_id(NAME, uuid, i)}
+            unnamed.append(i)
+        blocks.append(_block(block, tool_use_result))
+    return blocks, unnamed
+
+
+def _missing_id(block: Any) -> str | None:
+    """The id field a tool_use or tool_result block leaves out or empty (trimmed files), else None."""
+    if not isinstance(block, Mapping):
+        return None
+    kind = block.get("type")
+    key = "id" if kind == "tool_use" else "tool_use_id" if kind == "tool_result" else None
+    return key if key is not None and block.get(key) in (None, "") else None
 
 
 def _block(block: Any, tool_use_result: Any) -> Block:
@@ -337,6 +535,68 @@ def _small_fields(tool_use_result: Any) -> dict[str, Any]:
     }
 
 
+# --- ids missing from the file -------------------------------------------------------
+
+
+def _pair_unnamed(entries: list[_Entry], source: Source) -> list[_Entry]:
+    """Give the calls and results that named no id the ids the rest of the file implies.
+
+    A call takes an id that a result answering its entry names; a result takes the id of
+    the one call of the entry it answers. A result left with none is a bad record; a call
+    keeps its made-up id (and will show as a call with no result).
+    """
+    if not any(e.unnamed for e in entries):
+        return entries
+    by_uuid = {e.uuid: e for e in entries}
+    named: dict[str, list[str]] = {}  # assistant entry -> ids its answers name
+    for e in entries:
+        if e.kind == "user" and e.answers:
+            ids = [b.call_id for i, b in enumerate(e.blocks) if isinstance(b, ToolResult) and i not in e.unnamed]
+            named.setdefault(e.answers, []).extend(ids)
+    taken = made_up = 0
+    for e in entries:
+        if e.kind != "assistant" or not e.unnamed:
+            continue
+        own = {b.id for b in e.blocks if isinstance(b, ToolCall)}
+        free = iter(dict.fromkeys(cid for cid in named.get(e.uuid, ()) if cid not in own))
+        for i in e.unnamed:
+            cid = next(free, None)
+            block = e.blocks[i]
+            if cid is not None and isinstance(block, ToolCall):
+                e.blocks[i] = replace(block, id=cid)
+                taken += 1
+            else:
+                made_up += 1
+        e.unnamed = []
+    if taken or made_up:
+        source.notes.append(
+            f"{taken + made_up} tool calls have no id in the file: {taken} took the id their result names,"
+            f" {made_up} got a made-up one"
+        )
+    kept: list[_Entry] = []
+    for e in entries:
+        if e.unnamed and not _name_results(e, by_uuid.get(e.answers or "")):
+            source.skip(
+                e.line,
+                "a tool_result names no tool_use_id, its entry no sourceToolUseID, and the entry it answers"
+                " has not exactly one tool call",
+            )
+            e.kind, e.blocks = "skipped", []  # still links the tree
+        kept.append(e)
+    return kept
+
+
+def _name_results(e: _Entry, answered: _Entry | None) -> bool:
+    """Give a user entry's one id-less result the id of the one call of `answered`; False if it cannot."""
+    calls = [b for b in answered.blocks if isinstance(b, ToolCall)] if answered and answered.kind == "assistant" else []
+    block = e.blocks[e.unnamed[0]]
+    if len(e.unnamed) != 1 or len(calls) != 1 or not isinstance(block, ToolResult):
+        return False
+    e.blocks[e.unnamed[0]] = replace(block, call_id=calls[0].id)
+    e.unnamed = []
+    return True
+
+
 # --- the tree ------------------------------------------------------------------------
 
 
@@ -403,8 +663,14 @@ def _branch(tree: list[_Entry], parents: Mapping[str, _Entry], source: Source, w
     while node is not None and node.uuid not in path:
         path[node.uuid] = node
         node = parents.get(node.uuid)
-    mids = {e.mid for e in path.values() if e.mid}
-    calls = {b.id for e in tree if e.mid in mids for b in e.blocks if isinstance(b, ToolCall)}
+    responses = {e.response for e in path.values() if e.kind == "assistant"}
+    calls = {
+        b.id
+        for e in tree
+        if e.kind == "assistant" and e.response in responses
+        for b in e.blocks
+        if isinstance(b, ToolCall)
+    }
     children: dict[str, list[_Entry]] = {}
     for e in tree:
         parent = parents.get(e.uuid)
@@ -417,7 +683,7 @@ def _branch(tree: list[_Entry], parents: Mapping[str, _Entry], source: Source, w
         e = stack.pop()
         if e.uuid in chosen:
             continue
-        if e.talks and not _answers(e, mids, calls):
+        if e.talks and not _answers(e, responses, calls):
             continue  # the start of another branch
         chosen[e.uuid] = e
         stack.extend(children.get(e.uuid, ()))
@@ -429,10 +695,13 @@ def _branch(tree: list[_Entry], parents: Mapping[str, _Entry], source: Source, w
     return sorted((e for e in chosen.values() if e.talks), key=lambda e: e.pos)
 
 
-def _answers(e: _Entry, mids: set[str], calls: set[str]) -> bool:
-    """True for an off-path piece of a response on the path, or an entry with results of its calls."""
+def _answers(e: _Entry, responses: set[str], calls: set[str]) -> bool:
+    """True for an off-path piece of a response on the path, an entry with results of its calls,
+    or an attachment hung on an entry taken (context sent with that step)."""
     if e.kind == "assistant":
-        return e.mid in mids
+        return e.response in responses
+    if "attachment" in e.info:
+        return True
     results = [b.call_id for b in e.blocks if isinstance(b, ToolResult)]
     return bool(results) and all(cid in calls for cid in results)
 
@@ -456,7 +725,7 @@ def _messages(chosen: list[_Entry], source: Source, conv_id: str) -> tuple[Messa
     orphans: list[str] = []
     for e in chosen:
         if e.kind == "assistant":
-            key = e.mid or e.uuid
+            key = e.response
             turn = turns.get(key)
             if turn is None:
                 turn = turns[key] = _Turn(entries=[], blocks=[])
