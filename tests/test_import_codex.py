@@ -375,3 +375,185 @@ def test_tool_call_blocks_keep_arguments_text() -> None:
     [block] = m.content
     assert isinstance(block, ToolCall)
     assert block.arguments == '{"cmd": "ls -la", "workdir": "/w"}'
+
+
+# --- shapes found in rollouts from other projects ---------------------------------------
+
+
+def event(payload: dict[str, Any]) -> dict[str, Any]:
+    return line("event_msg", payload)
+
+
+def shape(messages: list[Message]) -> list[str]:
+    """Each message as role:text or role:call ids or role:result id, to compare orders at a glance."""
+    out = []
+    for m in messages:
+        if m.tool_result is not None:
+            out.append(f"tool:{m.tool_result.call_id}")
+        elif m.tool_calls:
+            out.append(f"{m.role}:" + ",".join(c.id for c in m.tool_calls))
+        else:
+            out.append(f"{m.role}:{m.text}")
+    return out
+
+
+def test_notice_between_call_and_output_moves_after_the_outputs() -> None:
+    records = [
+        meta(),
+        msg("user", "go"),
+        call("c1"),
+        call("c2"),
+        msg("developer", "approved: ls"),
+        output("c1", "one"),
+        msg("developer", "model switched"),
+        output("c2", "two"),
+        msg("assistant", "done"),
+    ]
+    src = source_of(records)
+    [conv] = codex.parse(src)
+    assert shape(list(conv.messages)) == [
+        "user:go",
+        "assistant:c1,c2",
+        "tool:c1",
+        "tool:c2",
+        "system:approved: ls",
+        "system:model switched",
+        "assistant:done",
+    ]
+    assert validate(conv.messages) == []
+    assert src.notes == [
+        "moved 2 message(s) that Codex recorded between tool calls and their outputs "
+        "to just after the outputs, so no message separates a call from its result"
+    ]
+
+
+def test_held_message_stays_in_place_when_the_outputs_never_come() -> None:
+    turn = line("turn_context", {"turn_id": "t2"})
+    src = source_of([meta(), msg("user", "go"), call("c1"), msg("user", "stop"), turn, msg("assistant", "ok")])
+    [conv] = codex.parse(src)
+    assert shape(list(conv.messages)) == ["user:go", "assistant:c1", "user:stop", "assistant:ok"]
+    assert [(p.kind, p.call_id) for p in validate(conv.messages)] == [("missing_result", "c1")]
+    assert src.notes == []
+
+
+def test_model_speaking_after_a_held_message_places_it_first() -> None:
+    reasoning = item({"type": "reasoning", "summary": [{"type": "summary_text", "text": "again"}]})
+    messages = parse([meta(), call("c1"), msg("user", "actually, wait"), reasoning, msg("assistant", "ok")])
+    assert shape(messages) == ["assistant:c1", "user:actually, wait", "assistant:ok"]
+    assert isinstance(messages[2].content[0], ThinkingBlock)
+
+
+def test_notice_between_parallel_calls_does_not_split_the_response() -> None:
+    messages = parse([meta(), call("c1"), msg("developer", "note"), call("c2"), output("c1", "1"), output("c2", "2")])
+    assert shape(messages) == ["assistant:c1,c2", "tool:c1", "tool:c2", "system:note"]
+    assert validate(messages) == []
+
+
+def test_items_of_the_same_response_join_it_while_outputs_come_in() -> None:
+    search = item({"type": "web_search_call", "action": {"type": "search", "query": "q"}})
+    messages = parse(
+        [meta(), msg("user", "go"), call("c1"), call("c2"), output("c2", "two"), search, output("c1", "one")]
+    )
+    assert shape(messages) == ["user:go", "assistant:c1,c2", "tool:c2", "tool:c1"]
+    assert isinstance(messages[1].content[-1], TextBlock) and messages[1].text == "[web search: q]"
+    assert validate(messages) == []
+
+
+def test_output_as_a_single_content_item() -> None:
+    result = result_of({"type": "input_text", "text": "a.txt\n", "detail": None, "image_url": None})
+    assert isinstance(result.content, tuple)
+    [part] = result.content
+    assert isinstance(part, TextBlock) and part.text == "a.txt\n"
+    image = result_of({"type": "input_image", "image_url": f"data:image/png;base64,{PNG_B64}"})
+    assert isinstance(image.content, tuple)
+    [picture] = image.content
+    assert isinstance(picture, ImageBlock) and (picture.media_type, picture.data) == ("image/png", PNG_B64)
+
+
+def test_file_with_only_events_is_read_from_them() -> None:
+    records = [
+        meta(),
+        line("turn_context", {"cwd": "/w", "model": "gpt-6"}),
+        event({"type": "user_message", "message": "pin the deps", "images": []}),
+        event({"type": "agent_reasoning", "text": "check the lockfile"}),
+        event({"type": "exec_command_begin", "call_id": "e1", "command": ["ls"], "cwd": "/w"}),
+        event({"type": "exec_command_end", "call_id": "e1", "aggregated_output": "uv.lock\n", "exit_code": 0}),
+        event({"type": "exec_command_end", "call_id": "e2", "command": ["false"], "stdout": "", "exit_code": 1}),
+        event({"type": "exec_command_begin", "call_id": "e3", "command": ["sleep", "9"], "cwd": "/w"}),
+        event({"type": "agent_message", "message": "Pinned."}),
+        event({"type": "token_count", "info": None}),
+    ]
+    src = source_of(records)
+    [conv] = codex.parse(src)
+    assert shape(list(conv.messages)) == [
+        "user:pin the deps",
+        "assistant:e1",
+        "tool:e1",
+        "assistant:e2",
+        "tool:e2",
+        "assistant:Pinned.",
+    ]
+    assert validate(conv.messages) == []
+    first, second = (m.tool_result for m in conv.messages if m.tool_result is not None)
+    assert first is not None and (first.content, first.exit_code, first.is_error) == ("uv.lock\n", 0, False)
+    assert second is not None and (second.exit_code, second.is_error) == (1, True)
+    assert json.loads(conv.messages[1].tool_calls[0].arguments) == {"command": ["ls"], "workdir": "/w"}
+    assert any("rebuilt from its event_msg records" in n for n in src.notes)
+    assert any("1 tool call(s) whose begin event has no end event" in n for n in src.notes)
+
+
+def test_events_are_noted_not_imported_when_response_items_hold_no_message() -> None:
+    records = [meta(), event({"type": "user_message", "message": "hi"}), call("c1"), output("c1", "x")]
+    src = source_of(records)
+    [conv] = codex.parse(src)
+    assert shape(list(conv.messages)) == ["assistant:c1", "tool:c1"]
+    assert any("user_message/agent_message events" in n for n in src.notes)
+
+
+@pytest.mark.parametrize("lenient", [False, True])
+def test_file_without_conversation_is_a_format_error(lenient: bool) -> None:
+    records = [meta(), event({"type": "token_count", "info": None}), event({"type": "error", "message": "rate limit"})]
+    with pytest.raises(FormatError, match="no conversation") as info:
+        codex.parse(source_of(records, lenient=lenient))
+    assert "event_msg error" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("end", "name", "content", "is_error"),
+    [
+        (
+            {"type": "patch_apply_end", "call_id": "p1", "stdout": "Success.\n", "stderr": "", "success": True},
+            "apply_patch",
+            "Success.\n",
+            False,
+        ),
+        (
+            {
+                "type": "mcp_tool_call_end",
+                "call_id": "p1",
+                "invocation": {"server": "docs", "tool": "search", "arguments": {"q": "x"}},
+                "result": {"Ok": {"content": [{"type": "text", "text": "found"}], "isError": False}},
+            },
+            "docs__search",
+            "found",
+            False,
+        ),
+        (
+            {
+                "type": "mcp_tool_call_end",
+                "call_id": "p1",
+                "invocation": {"server": "docs", "tool": "search"},
+                "result": {"Err": "timeout"},
+            },
+            "docs__search",
+            "timeout",
+            True,
+        ),
+    ],
+)
+def test_tool_end_events_give_call_and_result(end: dict[str, Any], name: str, content: str, is_error: bool) -> None:
+    messages = parse([meta(), event({"type": "user_message", "message": "go"}), event(end)])
+    assert [m.role for m in messages] == ["user", "assistant", "tool"]
+    assert messages[1].tool_calls[0].name == name
+    result = messages[2].tool_result
+    assert result is not None and (result.content, result.is_error) == (content, is_error)

@@ -394,3 +394,27 @@ def test_ids_are_stable_across_imports() -> None:
 )
 def test_sniff(first: dict[str, Any], expected: bool) -> None:
     assert pi.sniff(source_of([first])) is expected
+
+
+def test_calls_of_failed_responses_stay_unpaired_and_are_noted() -> None:
+    t = Tree()
+    t.message("u1", user("go"))
+    t.message("a1", {**assistant(tool_call("t1"), tool_call("t2"), stop="error"), "errorMessage": "overloaded"})
+    t.message("a2", assistant(tool_call("t3"), stop="aborted"))
+    t.message("u2", user("again"))
+    t.message("a3", assistant(tool_call("t4")))
+    t.message("r4", tool_result("t4", "ok"))
+    src = source_of(t.entries)
+    [conv] = pi.parse(src)
+    assert [(p.kind, p.call_id) for p in validate(conv.messages)] == [
+        ("missing_result", "t1"),
+        ("missing_result", "t2"),
+        ("missing_result", "t3"),
+    ]
+    assert count_pairs(conv.messages) == (4, 1)  # nothing invented
+    assert src.notes == [
+        "2 tool call(s) have no result, kept as written: the response that made them ended with "
+        "stopReason 'error', so pi ran none of them (t1, t2)",
+        "1 tool call(s) have no result, kept as written: the response that made them ended with "
+        "stopReason 'aborted', so pi ran none of them (t3)",
+    ]

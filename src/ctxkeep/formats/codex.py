@@ -29,10 +29,28 @@ web_search_end, task_started/complete, turn_aborted...), ``ghost_snapshot``, ``c
 ``configuration_update`` and ``additional_tools`` items, and the ``record_type: state`` lines of old
 files. Unknown record or item types (newer Codex versions) are left out with a note.
 
-Grouping: assistant-side items (reasoning, text, calls) with nothing from the user or a tool between
-them came from one model response, so they go into one assistant message in file order.
+Files with no response items at all (some tools write only the UI events) are read from their
+``event_msg`` records instead, with a note: ``user_message`` -> user text (and images),
+``agent_message`` -> assistant text, ``agent_reasoning`` -> ThinkingBlock, ``web_search_end`` ->
+assistant text as above, and each ``exec_command_end``, ``patch_apply_end`` or ``mcp_tool_call_end``
+-> a ToolCall (from its ``*_begin`` event when there is one, else from the end event, which repeats
+the command) with its ToolResult. A ``*_begin`` with no end is left out with a note. A file whose
+response items hold no user or assistant message while its events do gets a note saying so (the
+events are not imported then). A file that gives no user, assistant or tool message either way is a
+`FormatError`, not an empty import.
 
-Outputs: a string, a list of ``input_text``/``input_image`` items, or ``{"content", "success"}``.
+Grouping: assistant-side items (reasoning, text, calls) with nothing from the user or a tool between
+them came from one model response, so they go into one assistant message in file order. Newer Codex
+records a call's output as soon as the tool ends, while the model is still streaming; assistant-side
+items that arrive while calls of the current response await their outputs join that response's
+message. A developer, user or system message (or an agent_message) that arrives while calls still
+await their outputs (Codex records its notices as they happen) is moved to just after those outputs,
+in order, so no message separates a call from its result; a note says how many were moved. If the
+outputs never come (a new turn, a compaction, or the model answering a held user message), the
+held messages are placed where that becomes clear.
+
+Outputs: a string, a list of ``input_text``/``input_image`` items (a single item given on its own
+counts as a one-item list), or ``{"content", "success"}``.
 Older versions wrap shell output as the JSON text ``{"output": ..., "metadata": {"exit_code": N}}``:
 the inner output becomes the content and the metadata goes to extra. Newer ones start the text with
 ``Exit code: N`` or ``Process exited with code N`` headers; the exit code is read from there. A
@@ -51,7 +69,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -98,11 +116,12 @@ def sniff(source: Source) -> bool:
 
 def parse(source: Source) -> list[Conversation]:
     """The one conversation of a rollout file."""
-    records = _records(source)
+    records, events = _records(source)
     meta = next((p for kind, _, p, _ in records if kind == "session_meta"), None)
     conv_id = _conversation_id(meta, source.path)
     builder = _Builder(source=source, conv_id=conv_id)
     seen_meta = False
+    has_items = any(kind in ("response_item", "compacted") for kind, _, _, _ in records)
     for kind, lineno, payload, ts in records:
         try:
             if kind == "session_meta":
@@ -114,11 +133,20 @@ def parse(source: Source) -> list[Conversation]:
             elif kind == "compacted":
                 builder.compacted(payload, ts)
             elif kind == "turn_context":
-                builder.flush()  # a new turn: the previous assistant message is complete
+                builder.settle()  # a new turn: the previous assistant message is complete
         except (_Bad, KeyError, TypeError, AttributeError, ValueError) as exc:
             source.skip(lineno, _reason(kind, exc))
-    builder.flush()
-    builder.report_unknown()
+    if not has_items:
+        _read_events(builder, events)
+    builder.settle()
+    builder.report()
+    if has_items and not builder.spoken and any(_event_type(e) in _SPOKEN_EVENTS for e in events):
+        source.notes.append(
+            "the response items hold no user or assistant message, but user_message/agent_message events do; "
+            "those events were not imported (they normally repeat the response items)"
+        )
+    if not any(m.role in ("user", "assistant", "tool") for m in builder.messages):
+        raise source.error(f"no conversation in this file: {_what_is_there(records, events)}")
     return [Conversation(id=conv_id, messages=tuple(builder.messages))]
 
 
@@ -130,9 +158,10 @@ def _reason(kind: str, exc: Exception) -> str:
 _Record = tuple[str, int, Mapping[str, Any], datetime | None]
 
 
-def _records(source: Source) -> list[_Record]:
-    """(kind, line, payload, timestamp) for the records that matter; event_msg and unknown kinds dropped."""
+def _records(source: Source) -> tuple[list[_Record], list[_Record]]:
+    """(kind, line, payload, timestamp) for the records that matter, and the event_msg records apart."""
     out: list[_Record] = []
+    events: list[_Record] = []
     unknown: dict[str, int] = {}
     first = True
     for lineno, rec in source.records():
@@ -147,6 +176,7 @@ def _records(source: Source) -> list[_Record]:
                 source.skip(lineno, "a rollout line needs a string 'type' and an object 'payload'")
                 continue
             if kind == "event_msg":
+                events.append((kind, lineno, payload, parse_timestamp(rec.get("timestamp"))))
                 continue
             if kind not in _RECORD_TYPES:
                 unknown[kind] = unknown.get(kind, 0) + 1
@@ -162,7 +192,7 @@ def _records(source: Source) -> list[_Record]:
             source.skip(lineno, "not a Codex rollout record (no 'payload', not a response item)")
     for kind, n in sorted(unknown.items()):
         source.notes.append(f"left out {n} record(s) of unknown type {kind!r}")
-    return out
+    return out, events
 
 
 def _conversation_id(meta: Mapping[str, Any] | None, path: str) -> str:
@@ -171,9 +201,36 @@ def _conversation_id(meta: Mapping[str, Any] | None, path: str) -> str:
     return Path(path).stem
 
 
+def _event_type(event: _Record) -> str:
+    kind = event[2].get("type")
+    return kind if isinstance(kind, str) else "?"
+
+
+def _what_is_there(records: Sequence[_Record], events: Sequence[_Record]) -> str:
+    """A short account of a file that holds no conversation, for the error message."""
+    counts: dict[str, int] = {}
+    for kind, _, _, _ in records:
+        counts[kind] = counts.get(kind, 0) + 1
+    for event in events:
+        name = f"event_msg {_event_type(event)}"
+        counts[name] = counts.get(name, 0) + 1
+    if not counts:
+        return "no Codex records at all"
+    shown = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1])[:8])
+    return f"no message, tool call or user/agent message event, only {shown}"
+
+
+_Held = tuple[Role, list[Block], datetime | None, str | None, Mapping[str, Any]]
+
+
 @dataclass
 class _Builder:
-    """Turns records into messages, holding the assistant message still being assembled."""
+    """Turns records into messages, holding the assistant message still being assembled.
+
+    `awaiting` holds the ids of the current response's calls that have no output yet. While it is
+    not empty, assistant-side items join that response's message (`open_index` once it is
+    emitted) and user-side messages are held in `held` until the outputs are in.
+    """
 
     source: Source
     conv_id: str
@@ -183,6 +240,12 @@ class _Builder:
     pending: list[Block] = field(default_factory=list)
     pending_ts: datetime | None = None
     pending_source_id: str | None = None
+    awaiting: set[str] = field(default_factory=set)
+    open_index: int | None = None
+    held: list[_Held] = field(default_factory=list)
+    held_passed: bool = False  # an output was placed while messages were held: releasing them moves them
+    moved: int = 0
+    spoken: bool = False  # a user or assistant message item was seen
 
     # --- emitting ----------------------------------------------------------------------
 
@@ -205,25 +268,82 @@ class _Builder:
         )
 
     def add_assistant(self, block: Block, ts: datetime | None, source_id: str | None) -> None:
-        """Add a block to the assistant message being assembled."""
+        """Add a block to the assistant message of the current model response."""
+        if any(role == "user" for role, *_ in self.held):
+            # the model answers a user who spoke after the calls: their outputs will not come. A
+            # held notice (developer/system) says nothing of the kind; the response goes on
+            self.settle()
+        elif self.open_index is not None:
+            # the response goes on while its calls' outputs come in: the block joins its message
+            msg = self.messages[self.open_index]
+            self.messages[self.open_index] = replace(msg, content=(*msg.content, block))
+            if isinstance(block, ToolCall):
+                self.awaiting.add(block.id)
+            return
         if not self.pending:
             self.pending_ts = ts
         if self.pending_source_id is None:
             self.pending_source_id = source_id
         self.pending.append(block)
+        if isinstance(block, ToolCall):
+            self.awaiting.add(block.id)
 
     def flush(self) -> None:
         """Close the assistant message being assembled, if any."""
         if self.pending:
             self.emit("assistant", self.pending, self.pending_ts, self.pending_source_id)
+            if self.awaiting:
+                self.open_index = len(self.messages) - 1
         self.pending = []
         self.pending_ts = None
         self.pending_source_id = None
 
-    def report_unknown(self) -> None:
-        """Note the response item types that were left out because they are unknown."""
+    def add_other(
+        self,
+        role: Role,
+        blocks: Sequence[Block],
+        ts: datetime | None,
+        source_id: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        """A user-side message: held back while calls await their outputs, else placed here."""
+        if self.awaiting:
+            self.held.append((role, list(blocks), ts, source_id, extra or {}))
+            return
+        self.flush()
+        self.emit(role, blocks, ts, source_id, extra)
+
+    def add_result(self, result: ToolResult, ts: datetime | None, source_id: str | None) -> None:
+        """A tool message; the last awaited output releases the messages held back."""
+        self.flush()
+        self.emit("tool", [result], ts, source_id)
+        if self.held:
+            self.held_passed = True
+        self.awaiting.discard(result.call_id)
+        if not self.awaiting:
+            self.settle()
+
+    def settle(self) -> None:
+        """End the current response: close its message, place held messages, stop waiting."""
+        self.flush()
+        if self.held_passed:
+            self.moved += len(self.held)
+        for role, blocks, ts, source_id, extra in self.held:
+            self.emit(role, blocks, ts, source_id, extra)
+        self.held = []
+        self.held_passed = False
+        self.awaiting.clear()
+        self.open_index = None
+
+    def report(self) -> None:
+        """Note what was left out or moved."""
         for kind, n in sorted(self.unknown.items()):
             self.source.notes.append(f"left out {n} response item(s) of unknown type {kind!r}")
+        if self.moved:
+            self.source.notes.append(
+                f"moved {self.moved} message(s) that Codex recorded between tool calls and their outputs "
+                "to just after the outputs, so no message separates a call from its result"
+            )
 
     # --- records -----------------------------------------------------------------------
 
@@ -239,7 +359,7 @@ class _Builder:
         message = payload.get("message")
         if not isinstance(message, str):
             raise _Bad("'message' must be the summary text")
-        self.flush()
+        self.settle()
         extra: dict[str, Any] = {"codex:type": "compacted"}
         if payload.get("replacement_history") is not None:
             extra["codex:replacement_history"] = payload["replacement_history"]
@@ -263,13 +383,11 @@ class _Builder:
         elif kind == "image_generation_call":
             self.add_assistant(_image_generation(item), ts, source_id)
         elif kind in _OUTPUT_TYPES:
-            result = _output(item, str(kind))
-            self.flush()
-            self.emit("tool", [result], ts, source_id)
+            self.add_result(_output(item, str(kind)), ts, source_id)
         elif kind == "agent_message":
             self.agent_message(item, ts, source_id)
         elif kind in _COMPACTION_TYPES:
-            self.flush()
+            self.settle()
             extra = {"codex:type": kind, "codex:encrypted_content": item.get("encrypted_content")}
             self.source.notes.append(f"a {kind} item holds an encrypted summary; a marker message stands in for it")
             self.emit("user", [TextBlock(text=ENCRYPTED_COMPACTION_TEXT)], ts, source_id, extra)
@@ -286,21 +404,20 @@ class _Builder:
         content = item.get("content")
         if not isinstance(content, list):
             raise _Bad("message 'content' must be a list")
+        if role not in ("user", "assistant", "developer", "system"):
+            raise _Bad(f"message with unknown role {role!r}")
         blocks = [self.content_item(part) for part in content]
+        self.spoken = self.spoken or role in ("user", "assistant")
         if role == "assistant":
             phase = item.get("phase")
             for block in blocks:
                 if phase is not None and isinstance(block, TextBlock):
                     block = TextBlock(text=block.text, extra={**block.extra, "codex:phase": phase})
                 self.add_assistant(block, ts, source_id)
-            return
-        if role not in ("user", "developer", "system"):
-            raise _Bad(f"message with unknown role {role!r}")
-        self.flush()
-        if role == "user":
-            self.emit("user", blocks, ts, source_id)
+        elif role == "user":
+            self.add_other("user", blocks, ts, source_id)
         else:
-            self.emit("system", blocks, ts, source_id, {"codex:role": role})
+            self.add_other("system", blocks, ts, source_id, {"codex:role": role})
 
     def agent_message(self, item: Mapping[str, Any], ts: datetime | None, source_id: str | None) -> None:
         """A message from another agent: user text, the sender in extra."""
@@ -315,8 +432,7 @@ class _Builder:
             "codex:author": item.get("author"),
             "codex:recipient": item.get("recipient"),
         }
-        self.flush()
-        self.emit("user", [TextBlock(text=t) for t in texts], ts, source_id, extra)
+        self.add_other("user", [TextBlock(text=t) for t in texts], ts, source_id, extra)
 
     def content_item(self, part: Any) -> TextBlock | ImageBlock:
         """One content item of a message: text, an image, or something kept whole as text."""
@@ -439,6 +555,8 @@ def _output_body(
     output: Any, extra: dict[str, Any]
 ) -> tuple[str | tuple[TextBlock | ImageBlock, ...], int | None, bool]:
     """(content, exit code, explicit failure) of an output; `extra` gets what is not content."""
+    if isinstance(output, dict) and "type" in output and "content" not in output:
+        output = [output]  # a single content item given on its own
     if isinstance(output, list):
         parts = tuple(_content_item(p) or TextBlock(text=json.dumps(p, ensure_ascii=False)) for p in output)
         return parts, None, False
@@ -482,3 +600,114 @@ def _header_exit_code(text: str) -> int | None:
         return None
     m = _EXIT_RE.search(text, 0, end)
     return int(m.group(1)) if m else None
+
+
+# --- event_msg fallback ----------------------------------------------------------------
+
+
+def _read_events(builder: _Builder, events: Sequence[_Record]) -> None:
+    """Rebuild the conversation from UI events, for files that have no response items."""
+    if not any(_event_type(e) in _SPOKEN_EVENTS or _event_type(e) in _TOOL_ENDS for e in events):
+        return
+    ended = {e[2].get("call_id") for e in events if _event_type(e) in _TOOL_ENDS}
+    called: set[str] = set()
+    unended = 0
+    for record in events:
+        _, lineno, event, ts = record
+        kind = _event_type(record)
+        try:
+            if kind in _TOOL_BEGINS and event.get("call_id") not in ended:
+                unended += 1
+            else:
+                _read_event(builder, kind, event, ts, called)
+        except (_Bad, KeyError, TypeError, AttributeError, ValueError) as exc:
+            builder.source.skip(lineno, _reason(f"event_msg {kind}", exc))
+    builder.source.notes.append(
+        "this file has no response items; the conversation was rebuilt from its event_msg records "
+        "(user_message, agent_message, agent_reasoning, web search and tool events)"
+    )
+    if unended:
+        builder.source.notes.append(f"left out {unended} tool call(s) whose begin event has no end event")
+
+
+def _read_event(builder: _Builder, kind: str, event: Mapping[str, Any], ts: datetime | None, called: set[str]) -> None:
+    """One event of the fallback; `called` holds the ids of the calls already placed."""
+    if kind == "user_message":
+        builder.add_other("user", _user_event(event), ts, None, {"codex:event": kind})
+    elif kind == "agent_message":
+        builder.add_assistant(TextBlock(text=_text_field(event, "message")), ts, None)
+    elif kind == "agent_reasoning":
+        builder.add_assistant(ThinkingBlock(text=_text_field(event, "text")), ts, None)
+    elif kind == "web_search_end":
+        action = event.get("action")
+        if not isinstance(action, dict):
+            action = {"type": "search", "query": event.get("query")}
+        builder.add_assistant(_web_search({"action": action}), ts, None)
+    elif kind in _TOOL_BEGINS or kind in _TOOL_ENDS:
+        call = _event_call(_TOOL_BEGINS.get(kind) or _TOOL_ENDS[kind], event)
+        if call.id not in called:  # newer Codex persists only the end event, which repeats the call
+            builder.add_assistant(call, ts, None)
+            called.add(call.id)
+        if kind in _TOOL_ENDS:
+            builder.add_result(_event_result(kind, event), ts, None)
+
+
+_SPOKEN_EVENTS = frozenset({"user_message", "agent_message"})
+# event type -> the kind of tool call it describes
+_TOOL_BEGINS = {"exec_command_begin": "exec", "patch_apply_begin": "patch", "mcp_tool_call_begin": "mcp"}
+_TOOL_ENDS = {"exec_command_end": "exec", "patch_apply_end": "patch", "mcp_tool_call_end": "mcp"}
+
+
+def _text_field(event: Mapping[str, Any], key: str) -> str:
+    value = event.get(key)
+    if not isinstance(value, str):
+        raise _Bad(f"{key!r} must be text")
+    return value
+
+
+def _user_event(event: Mapping[str, Any]) -> list[Block]:
+    blocks: list[Block] = [TextBlock(text=_text_field(event, "message"))]
+    images = event.get("images")
+    for url in images if isinstance(images, list) else []:
+        if isinstance(url, str) and url:
+            blocks.append(ImageBlock.from_url(url))
+    return blocks
+
+
+def _event_call(kind: str, event: Mapping[str, Any]) -> ToolCall:
+    """The tool call a begin or end event describes."""
+    call_id = event.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise _Bad("tool event without a 'call_id'")
+    if kind == "exec":
+        name, args = "shell", {"command": event.get("command"), "workdir": event.get("cwd")}
+    elif kind == "patch":
+        name, args = "apply_patch", {"changes": event.get("changes")}
+    else:
+        invocation = event["invocation"]
+        name, args = f"{invocation['server']}__{invocation['tool']}", invocation.get("arguments")
+    extra = {"codex:event": "reconstructed from event_msg records"}
+    return ToolCall(id=call_id, name=name, arguments=json.dumps(args, ensure_ascii=False), extra=extra)
+
+
+def _event_result(kind: str, event: Mapping[str, Any]) -> ToolResult:
+    """The result an end event reports."""
+    call_id = str(event["call_id"])
+    extra = {"codex:event": kind}
+    if kind == "mcp_tool_call_end":
+        result = event.get("result")
+        if isinstance(result, dict) and isinstance(result.get("Ok"), dict):
+            ok = result["Ok"]
+            text = "\n".join(_texts(ok.get("content")))
+            return ToolResult(call_id=call_id, content=text, is_error=ok.get("isError") is True, extra=extra)
+        error = result.get("Err") if isinstance(result, dict) else result
+        return ToolResult(call_id=call_id, content=str(error), is_error=True, extra=extra)
+    stdout, stderr = event.get("stdout"), event.get("stderr")
+    streams = "".join(s for s in (stdout, stderr) if isinstance(s, str))
+    if kind == "patch_apply_end":
+        return ToolResult(call_id=call_id, content=streams, is_error=event.get("success") is False, extra=extra)
+    output = event.get("aggregated_output")
+    code = event.get("exit_code")
+    exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    content = output if isinstance(output, str) else streams
+    return ToolResult(call_id=call_id, content=content, is_error=bool(exit_code), exit_code=exit_code, extra=extra)

@@ -33,6 +33,9 @@ types (newer pi versions) are left out with a note.
 
 Pairing is imported as the file has it: a response aborted or cut by compaction keeps its tool
 calls without results (`validate` reports them, `repair` adds results as pi does when it sends).
+A note says how many calls have no result and why: their response ended with ``stopReason``
+"error" or "aborted" (pi runs no tool of such a response), a compaction came right after it, or
+nothing in the file explains it.
 
 Ids: entries of version 2+ files have their own ids; version 1 entries are numbered by their
 position in the file (header = 0), the numbering pi's ``firstKeptEntryIndex`` uses.
@@ -290,10 +293,39 @@ class _Builder:
                 )
         for kind, n in sorted(self.unknown.items()):
             self.source.notes.append(f"left out {n} entries of unknown type {kind!r}")
+        self.source.notes.extend(_unanswered_calls(self.messages))
         if self.excluded_bash:
             self.source.notes.append(
                 f"left out {self.excluded_bash} bash execution(s) marked excludeFromContext (never sent to the model)"
             )
+
+
+def _unanswered_calls(messages: Sequence[Message]) -> list[str]:
+    """Notes on the tool calls that have no result, grouped by why."""
+    answered = {m.tool_result.call_id for m in messages if m.tool_result is not None}
+    missing: dict[str, list[str]] = {}
+    for i, msg in enumerate(messages):
+        unanswered = [c.id for c in msg.tool_calls if c.id not in answered]
+        if not unanswered:
+            continue
+        stop = msg.extra.get("pi:stopReason")
+        after = messages[i + 1] if i + 1 < len(messages) else None
+        if stop in ("error", "aborted"):
+            why = f"the response that made them ended with stopReason {stop!r}, so pi ran none of them"
+        elif after is not None and after.extra.get("pi:type") == "compaction":
+            why = "pi compacted the context right after the response that made them, instead of running them"
+        elif after is None:
+            why = "the session ends right after the response that made them"
+        else:
+            why = "the file does not say why"
+        missing.setdefault(why, []).extend(unanswered)
+    return [
+        f"{len(ids)} tool call(s) have no result, kept as written: {why} ({_few(ids)})" for why, ids in missing.items()
+    ]
+
+
+def _few(ids: Sequence[str]) -> str:
+    return ", ".join(ids[:3]) + (" ..." if len(ids) > 3 else "")
 
 
 def _user_content(content: Any) -> list[Block]:
