@@ -166,3 +166,19 @@ def test_ids_stable_and_sniff() -> None:
     assert swe_agent.sniff(Source.from_bytes(json.dumps(doc, indent=2).encode()))
     assert not swe_agent.sniff(Source.from_bytes(b'[{"task_id": 0, "traj": []}]'))
     assert not swe_agent.sniff(Source.from_bytes(b'{"instance_id": "a", "history": []}\n'))
+
+
+def test_values_of_the_wrong_type_are_format_errors_not_crashes() -> None:
+    # a role that is a list once crashed the set lookup with "unhashable type"
+    bad = {"history": [{"role": "user", "content": "hi"}, {"role": ["assistant"], "content": "?"}]}
+    with pytest.raises(FormatError, match="history item 1"):
+        load(bad)
+    steps = {"trajectory": [{"action": "ls", "observation": "a", "response": ["not", "text"], "thought": 7}, 3]}
+    with pytest.raises(FormatError, match="trajectory step 1"):
+        load(steps)
+    source = Source.from_bytes(json.dumps(steps).encode(), path="x.traj", lenient=True)
+    (conv,) = swe_agent.parse(source)
+    assert count_pairs(conv.messages) == (1, 1) and len(source.notes) == 1
+    weird = {"trajectory": [{"action": "ls", "observation": "a", "state": {"k": [1]}}, {"action": "pwd", "thought": 1}]}
+    (conv,) = load(weird)
+    assert [m.role for m in conv.messages] == ["assistant", "tool", "assistant"]

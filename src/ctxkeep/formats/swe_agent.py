@@ -94,7 +94,8 @@ def _from_history(source: Source, conv_id: str, history: list[Any], steps: list[
     i = 0
     while i < len(history):
         item = history[i]
-        if not isinstance(item, dict) or item.get("role") not in ROLES:
+        # a role of the wrong type (a list, a dict) must not reach the set lookup
+        if not isinstance(item, dict) or _str(item.get("role")) not in ROLES:
             source.skip(None, f"history item {i} is not a message with a known role")
             i += 1
             continue
@@ -183,33 +184,35 @@ def _from_trajectory(source: Source, conv_id: str, steps: list[Any]) -> list[Mes
         if not isinstance(step, dict):
             source.skip(None, f"trajectory step {k} is not an object")
             continue
-        text = _str(step.get("response")) or _str(step.get("thought"))
-        action, observation = step.get("action"), step.get("observation")
-        extra = {NAME: {key: step[key] for key in ("thought", "action", "state") if key in step}}
-        blocks: list[Block] = [TextBlock(text=text)] if text else []
-        if not (isinstance(action, str) and action.strip() and isinstance(observation, str)):
-            out.append(
-                Message(role="assistant", id=make_id(NAME, conv_id, "step", k), content=tuple(blocks), extra=extra)
-            )
-            if isinstance(observation, str) and observation:
-                out.append(Message.of("user", observation, id=make_id(NAME, conv_id, "step", k, "observation")))
-            continue
-        call = ToolCall(
-            id=make_id(NAME, conv_id, "step", k, "call"),
-            name=_SHELL_TOOL,
-            arguments=json.dumps({"command": action}, ensure_ascii=False),
-        )
-        out.append(
-            Message(role="assistant", id=make_id(NAME, conv_id, "step", k), content=(*blocks, call), extra=extra)
-        )
-        out.append(
-            Message(
-                role="tool",
-                id=make_id(NAME, conv_id, "step", k, "observation"),
-                content=(ToolResult(call_id=call.id, content=observation),),
-            )
-        )
+        try:
+            out.extend(_step_messages(conv_id, k, step))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            source.skip(None, f"trajectory step {k} is malformed ({exc})")
     return out
+
+
+def _step_messages(conv_id: str, k: int, step: Mapping[str, Any]) -> list[Message]:
+    """One trajectory step: the response with a shell call of its action, and the observation."""
+    text = _str(step.get("response")) or _str(step.get("thought"))
+    action, observation = step.get("action"), step.get("observation")
+    extra = {NAME: {key: step[key] for key in ("thought", "action", "state") if key in step}}
+    blocks: list[Block] = [TextBlock(text=text)] if text else []
+    msg_id = make_id(NAME, conv_id, "step", k)
+    observation_id = make_id(NAME, conv_id, "step", k, "observation")
+    if not (isinstance(action, str) and action.strip() and isinstance(observation, str)):
+        out = [Message(role="assistant", id=msg_id, content=tuple(blocks), extra=extra)]
+        if isinstance(observation, str) and observation:
+            out.append(Message.of("user", observation, id=observation_id))
+        return out
+    call = ToolCall(
+        id=make_id(NAME, conv_id, "step", k, "call"),
+        name=_SHELL_TOOL,
+        arguments=json.dumps({"command": action}, ensure_ascii=False),
+    )
+    return [
+        Message(role="assistant", id=msg_id, content=(*blocks, call), extra=extra),
+        Message(role="tool", id=observation_id, content=(ToolResult(call_id=call.id, content=observation),)),
+    ]
 
 
 # --- blocks ---------------------------------------------------------------------------
