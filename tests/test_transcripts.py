@@ -9,6 +9,7 @@ import pytest
 from tests.conftest import TRANSCRIPTS, raw_params
 
 from ctxkeep.formats import load
+from ctxkeep.formats.native import dumps
 from ctxkeep.messages import repair, validate
 
 # provenance.json's format names -> ctxkeep's
@@ -49,3 +50,14 @@ def test_detected_and_paired(path: Path) -> None:
     again = load(path)
     assert [m.id for m in again.messages] == ids, "ids are stable across imports"
     assert all(m.timestamp is None or m.timestamp.tzinfo is not None for m in transcript.messages)
+
+
+@pytest.mark.parametrize("path", raw_params())
+def test_native_format_keeps_every_imported_message(path: Path, tmp_path: Path) -> None:
+    """What the archive will write (ctxkeep JSONL) reads back equal, for every real message."""
+    transcript = load(path)
+    out = tmp_path / "archive.jsonl"
+    out.write_bytes(b"".join(dumps(m) for m in transcript.messages))
+    again = load(out)
+    assert again.format == "ctxkeep"
+    assert again.messages == transcript.messages
