@@ -74,6 +74,10 @@ def test_unknown_format_and_missing_file(tmp_path: Path, capsys: pytest.CaptureF
     assert code == 2 and "unrecognised transcript format" in err and "--format" in err
     code, _, err = run(capsys, "inspect", str(tmp_path / "nope.jsonl"))
     assert code == 2 and "cannot read file" in err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n \n")
+    code, _, err = run(capsys, "inspect", str(empty))
+    assert code == 2 and err == f"ctxkeep: error: {empty}: the file is empty\n"
 
 
 def test_format_override_wrong_format_is_clear(capsys: pytest.CaptureFixture[str]) -> None:

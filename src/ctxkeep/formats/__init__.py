@@ -79,6 +79,8 @@ def detect(source: Source) -> str:
 def parse(source: Source, format: str | None = None) -> Transcript:
     """Parse an already-read `source` (see `load`)."""
     mods = _modules()
+    if not source.text.strip():
+        raise source.error("the file is empty")
     name = format or detect(source)
     if name not in mods:
         raise FormatError(f"unknown format {name!r}; choose one of {', '.join(mods)}", path=source.path)
