@@ -12,10 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.conftest import raw_params
 
+from ctxkeep.errors import FormatError
+from ctxkeep.formats import load
 from ctxkeep.formats.agentscope import from_agentscope, to_agentscope
 from ctxkeep.formats.anthropic import from_anthropic, to_anthropic
 from ctxkeep.formats.openai import from_openai, to_openai
-from ctxkeep.messages import ImageBlock, ThinkingBlock, ToolCall, ToolResult, validate
+from ctxkeep.messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, validate
 
 PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
@@ -361,3 +363,110 @@ def test_converters_reject_odd_input_with_value_error_only(data: st.DataObject) 
         return
     # what was accepted exports again without error
     {"openai": to_openai, "anthropic": to_anthropic, "agentscope": to_agentscope}[name](messages)
+
+
+# --- review fixes ----------------------------------------------------------------------
+
+
+def test_jsonl_files_keep_messages_apart_on_export(tmp_path: Path) -> None:
+    """Per-line conversion must not merge unrelated messages when exported again."""
+    lines = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": [{"type": "text", "text": "second"}]},
+        {"role": "user", "content": "third"},
+    ]
+    path = tmp_path / "chat.jsonl"
+    path.write_text("\n".join(json.dumps(m) for m in lines) + "\n")
+    messages = load(path, format="anthropic").messages
+    assert len({m.id for m in messages}) == 3
+    assert to_anthropic(messages)[1] == lines
+    msgs = [
+        {"id": f"m{i}", "name": "u", "role": r, "content": t, "metadata": {}, "timestamp": None}
+        for i, (r, t) in enumerate([("user", "a"), ("assistant", "b")])
+    ]
+    as_path = tmp_path / "msgs.jsonl"
+    as_path.write_text("\n".join(json.dumps(m) for m in msgs) + "\n")
+    assert to_agentscope(load(as_path, format="agentscope").messages) == msgs
+
+
+def test_agentscope_keeps_extra_block_keys() -> None:
+    msgs = [
+        {
+            "id": "a",
+            "name": "Friday",
+            "role": "assistant",
+            "metadata": {},
+            "timestamp": "2025-03-01 10:00:00.000",
+            "content": [
+                {"type": "thinking", "thinking": "secret plan", "signature": "sig"},
+                {"type": "tool_use", "id": "c1", "name": "shell", "input": {"cmd": "ls"}, "raw_input": '{"cmd": "ls"}'},
+            ],
+        },
+        {
+            "id": "b",
+            "name": "system",
+            "role": "system",
+            "metadata": {},
+            "timestamp": "2025-03-01 10:00:01.000",
+            "content": [{"type": "tool_result", "id": "c1", "name": "shell", "output": "a.md"}],
+        },
+    ]
+    messages = from_agentscope(msgs)
+    assert validate(messages) == []
+    thinking = messages[0].content[0]
+    assert isinstance(thinking, ThinkingBlock) and thinking.signature == "sig"
+    assert to_openai(messages)[0]["content"] is None  # hidden reasoning is not sent as text
+    assert to_agentscope(messages) == msgs
+
+
+def test_to_anthropic_leaves_out_what_the_api_rejects() -> None:
+    messages = [
+        Message.of("system", ""),
+        Message(role="user", content=(TextBlock(text=""),)),
+        Message(role="assistant", content=(ThinkingBlock(text="other provider's reasoning"), TextBlock(text="hi"))),
+        Message(role="assistant", content=(ThinkingBlock(text="", signature="", redacted=True),)),
+        Message(role="assistant", content=(ToolCall(id="t", name="noargs", arguments=""),)),
+        Message(role="tool", content=(ToolResult(call_id="t", content="ok"),)),
+    ]
+    system, out = to_anthropic(messages)
+    assert system is None
+    assert out == [
+        {"role": "assistant", "content": [{"type": "text", "text": "hi"}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "noargs", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}]},
+    ]
+
+
+def test_pretty_printed_request_body_loads(tmp_path: Path) -> None:
+    body = {"model": "x", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(body, indent=2))
+    assert [m.text for m in load(path).messages] == ["hi", "yo"]
+    anth = tmp_path / "anthropic.json"
+    anth.write_text(json.dumps({"system": "be brief", **body}, indent=2))
+    transcript = load(anth)
+    assert transcript.format == "anthropic" and transcript.messages[0].role == "system"
+    with pytest.raises(FormatError, match="use --format anthropic"):
+        load(anth, format="openai")
+
+
+def test_ids_follow_position_with_start() -> None:
+    a = from_openai([{"role": "user", "content": "one"}])
+    b = from_openai([{"role": "user", "content": "two"}], start=1)
+    both = from_openai([{"role": "user", "content": "one"}, {"role": "user", "content": "two"}])
+    assert [m.id for m in a + b] == [m.id for m in both]
+    with pytest.raises(ValueError, match="expected a list of messages"):
+        from_openai("hello")  # type: ignore[arg-type]
+
+
+def test_openai_arguments_given_as_an_object() -> None:
+    chat = [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}],
+        }
+    ]
+    messages = from_openai(chat)
+    assert messages[0].tool_calls[0].arguments == '{"a": 1}'
+    assert to_openai(messages) == chat

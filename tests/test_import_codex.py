@@ -13,6 +13,7 @@ from ctxkeep.errors import FormatError
 from ctxkeep.formats import codex
 from ctxkeep.formats.source import Source
 from ctxkeep.messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, count_pairs, validate
+from ctxkeep.tokens.images import image_tokens
 
 PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 TS = "2026-05-11T08:27:17.490Z"
@@ -127,6 +128,14 @@ def test_user_image_from_data_url() -> None:
     [m] = parse([meta(), user])
     assert isinstance(m.content[1], ImageBlock)
     assert (m.content[1].media_type, m.content[1].data) == ("image/png", PNG_B64)
+
+
+def test_image_detail_is_where_token_counting_reads_it() -> None:
+    image = {"type": "input_image", "image_url": f"data:image/png;base64,{PNG_B64}", "detail": "low"}
+    [m] = parse([meta(), item({"type": "message", "role": "user", "content": [image]})])
+    block = m.content[0]
+    assert isinstance(block, ImageBlock) and block.extra["detail"] == "low"
+    assert image_tokens(block, "openai", "high") == 85
 
 
 def test_reasoning_becomes_thinking_with_encrypted_content_in_extra() -> None:

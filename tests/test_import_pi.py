@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +187,10 @@ def test_message_roles_and_blocks() -> None:
         ("(no output)\n\nCommand exited with code 1", True, 1),
         ("Command aborted", True, None),
         ("a.txt\nb.txt\n", False, None),
+        ("Command exited with code 3", True, 3),  # the whole output
+        ("out\n \t\n Command exited with code -1 \n\n", True, -1),
+        ("out Command exited with code 4", True, None),  # not on its own line
+        ("out\nCommand exited with code 4 more", True, None),  # not at the end
     ],
 )
 def test_bash_exit_codes(text: str, error: bool, exit_code: int | None) -> None:
@@ -193,6 +199,28 @@ def test_bash_exit_codes(text: str, error: bool, exit_code: int | None) -> None:
     t.message("r1", tool_result("t1", text, error=error))
     result = parse(t.entries)[1].tool_result
     assert result is not None and (result.is_error, result.exit_code) == (error, exit_code)
+
+
+def test_bash_exit_code_of_a_huge_blank_output_is_read_in_linear_time() -> None:
+    # a regex retried at every newline took seconds here: the read must stay linear
+    t = Tree()
+    t.message("a1", assistant(tool_call("t1")))
+    t.message("r1", tool_result("t1", "\n" * 200_000 + "Command exited with code 5" + " \n" * 200_000, error=True))
+    t.message("r2", tool_result("t1", "\n" * 200_000 + "x", error=True))
+    results = [m.tool_result for m in parse(t.entries)[1:]]
+    assert [r.exit_code for r in results if r is not None] == [5, None]
+
+
+def test_bash_exit_code_matches_the_line_rule() -> None:
+    # the rule as a regex (quadratic on long blank outputs, fine on these short ones)
+    rule = re.compile(r"\n\s*Command exited with code (-?\d+)\s*$")
+    phrase = "Command exited with code "
+    pieces = ["", "x", " ", "\n", "\t\n ", phrase, "7", "-12", "a\n", "\n\n"]
+    for a, b, c, d in itertools.product(pieces, repeat=4):
+        text = a + b + c + d
+        m = rule.search("\n" + text)
+        expected = int(m.group(1)) if m else None
+        assert pi._bash_exit_code([TextBlock(text=text)]) == expected, text
 
 
 def test_exit_code_line_only_counts_for_bash() -> None:

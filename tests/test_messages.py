@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -245,3 +246,32 @@ def test_image_from_url() -> None:
 def test_bad_field_types_fail_with_the_field_named(build: Any, message: str) -> None:
     with pytest.raises((TypeError, ValueError), match=re.escape(message)):
         build()
+
+
+def test_repair_same_call_id_twice_in_one_message() -> None:
+    msgs, changes = repair([call("x", "x"), result("x", "first"), result("x", "second")])
+    assert validate(msgs) == []
+    first, second = msgs[0].tool_calls
+    assert first.id == "x" and second.id != "x"
+    answers = {m.tool_result.call_id: m.tool_result.text for m in msgs[1:] if m.tool_result}
+    assert answers == {"x": "first", second.id: "second"}
+    assert [c.action for c in changes] == ["gave a repeated call id a new one"]
+
+
+def test_renamed_call_ids_do_not_depend_on_the_window() -> None:
+    history = [user(), call("x"), result("x"), user("again"), call("x"), result("x")]
+    whole, _ = repair(history)
+    tail, _ = repair(history[1:])
+    assert whole[4].tool_calls[0].id == tail[3].tool_calls[0].id != "x"
+
+
+def test_timestamps_must_be_aware_and_content_must_be_blocks() -> None:
+    with pytest.raises(ValueError, match="time zone"):
+        Message.of("user", "x", timestamp=datetime(2026, 1, 1))
+    with pytest.raises(TypeError, match=r"Message\.timestamp must be datetime"):
+        Message.of("user", "x", timestamp="2026-01-01")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"use Message\.of"):
+        Message(role="user", content="hello")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"a block of Message\.content"):
+        Message(role="user", content=("hello",))  # type: ignore[arg-type]
+    assert Message.of("user", "x", timestamp=datetime(2026, 1, 1, tzinfo=UTC)).timestamp is not None

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ctxkeep.errors import FormatError
+from ctxkeep.formats import load
 from ctxkeep.formats.source import Source, parse_timestamp
 
 
@@ -66,3 +67,13 @@ def test_missing_file_is_a_format_error(tmp_path: Path) -> None:
 )
 def test_parse_timestamp(value: object, expected: datetime | None) -> None:
     assert parse_timestamp(value) == expected
+
+
+def test_native_format_odd_lines_are_format_errors(tmp_path: Path) -> None:
+    good = '{"v":"ctxkeep/1","id":"a","role":"user","content":[{"type":"text","text":"hi"}]}'
+    path = tmp_path / "archive.jsonl"
+    path.write_text("\n".join([good, '{"v":"ctxkeep/1","id":"b","role":"user","content":["hello"]}', "[1, 2]"]))
+    with pytest.raises(FormatError, match=":2: not a ctxkeep message"):
+        load(path)
+    transcript = load(path, lenient=True)
+    assert [m.id for m in transcript.messages] == ["a"] and len(transcript.notes) == 2

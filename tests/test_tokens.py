@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
@@ -493,7 +494,7 @@ def test_cache_is_bounded_lru() -> None:
     counter = TokenCounter(tok, CountSettings(cache_size=2))
     a, b, c = (Message.of("user", t) for t in ("a", "b b", "c c c"))
     counter.count_each([a, b, c])  # a is the least recently used: out
-    assert counter.cache_info().size == 2
+    assert (counter.cache_info().size, counter.cache_info().content_size) == (2, 2)
     tok.calls.clear()
     counter.count_each([b, c])
     assert tok.calls == []
@@ -505,7 +506,7 @@ def test_cache_is_bounded_lru() -> None:
     counter.count_each([c, a])  # a: counted again above; c: kept
     assert tok.calls == []
     counter.clear_cache()
-    assert counter.cache_info() == CacheInfo(hits=0, misses=0, size=0)
+    assert counter.cache_info() == CacheInfo(hits=0, misses=0, size=0, content_size=0)
 
 
 def test_cache_disabled() -> None:
@@ -578,6 +579,22 @@ def test_tokenizer_json_counts_equal_tokenizers_library(tmp_path: Path) -> None:
     assert [counter.count_text(t) for t in texts] == expected
     assert get_counter(str(path)).count_texts(texts) == expected
     assert get_counter(tmp_path).count_texts(texts) == expected  # the model's folder
+
+
+def test_tokenizer_json_in_a_folder_is_read_again_when_overwritten(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    path = _train(tmp_path)
+    text = CORPUS[0]
+    before = get_counter(tmp_path).count_text(text)
+    folder_time = tmp_path.stat().st_mtime_ns
+    whole_words = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    whole_words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    path.write_text(whole_words.to_str())  # in place: the folder's own time does not change
+    os.utime(path, ns=(folder_time + 10**9, folder_time + 10**9))
+    os.utime(tmp_path, ns=(folder_time, folder_time))
+    after = get_counter(tmp_path).count_text(text)
+    assert after == len(text.split()) != before
 
 
 def test_tokenizer_json_counts_special_strings_as_text_and_ignores_truncation(tmp_path: Path) -> None:

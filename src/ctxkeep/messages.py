@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -29,6 +30,8 @@ from types import MappingProxyType
 from typing import Any, Literal, TypeAlias
 
 __all__ = [
+    "NO_RESULT_TEXT",
+    "ROLES",
     "Block",
     "Change",
     "ImageBlock",
@@ -39,6 +42,7 @@ __all__ = [
     "ThinkingBlock",
     "ToolCall",
     "ToolResult",
+    "count_pairs",
     "make_id",
     "renumber_duplicates",
     "repair",
@@ -206,6 +210,7 @@ class ToolResult:
 
 
 Block: TypeAlias = TextBlock | ThinkingBlock | ToolCall | ToolResult | ImageBlock
+_BLOCK_TYPES = (TextBlock, ThinkingBlock, ToolCall, ToolResult, ImageBlock)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -228,9 +233,16 @@ class Message:
         _need(self.id, str, "Message.id")
         if self.role not in ROLES:
             raise ValueError(f"Message.role must be one of {sorted(ROLES)}, got {self.role!r}")
+        if isinstance(self.content, str | bytes):
+            raise TypeError("Message.content must be a tuple of blocks; use Message.of(role, text) for plain text")
         if not isinstance(self.content, tuple):
             object.__setattr__(self, "content", tuple(self.content))
+        if self.timestamp is not None:
+            _need(self.timestamp, datetime, "Message.timestamp")
+            if self.timestamp.tzinfo is None:
+                raise ValueError("Message.timestamp must carry a time zone (e.g. datetime.now(UTC))")
         for block in self.content:
+            _need(block, _BLOCK_TYPES, "a block of Message.content")
             if isinstance(block, ToolResult) != (self.role == "tool"):
                 if self.role == "tool":
                     raise ValueError("a tool message holds exactly one ToolResult and nothing else")
@@ -425,44 +437,57 @@ def _directly_after(msgs: Sequence[Message], call_index: int, result_index: int)
 def renumber_duplicates(messages: Sequence[Message]) -> tuple[list[Message], list[Change]]:
     """Give repeated message ids and repeated call ids (and the results after them) new ids.
 
-    Some agents reuse a tool-call id for a later, different call (tau-bench, SWE-agent);
-    the APIs reject that. Returns the renumbered messages and one `Change` per new id.
+    Some agents reuse a tool-call id for a later, different call (tau-bench, SWE-agent), even
+    within one message; the APIs reject that. A new call id is derived from the id of the
+    message holding the call, so it is the same in every window that shows both uses. Returns
+    the renumbered messages and one `Change` per new id.
     """
     changes: list[Change] = []
     out: list[Message] = []
-    seen_msg: set[str] = set()
+    seen_msg: dict[str, int] = {}
     seen_call: set[str] = set()
-    renamed: dict[str, str] = {}  # old call id -> new id, for results that follow
+    waiting: dict[str, deque[str]] = {}  # a call id as results name it -> the ids still to answer, in order
     for i, msg in enumerate(messages):
         if msg.id in seen_msg:
-            new_id = make_id(msg.id, "dup", i)
+            seen_msg[msg.id] += 1
+            new_id = make_id(msg.id, "dup", seen_msg[msg.id])
             changes.append(
                 Change(action="gave a repeated message id a new one", index=i, detail=f"{msg.id} -> {new_id}")
             )
             msg = replace(msg, id=new_id)
-        seen_msg.add(msg.id)
-        if msg.role == "assistant" and any(c.id in seen_call for c in msg.tool_calls):
-            blocks: list[Block] = []
-            for block in msg.content:
-                if isinstance(block, ToolCall) and block.id in seen_call:
-                    new_cid = f"{block.id}_dup{i}"
-                    changes.append(
-                        Change(action="gave a repeated call id a new one", index=i, call_id=block.id, detail=new_cid)
-                    )
-                    renamed[block.id] = new_cid
-                    block = replace(block, id=new_cid)
-                blocks.append(block)
-            msg = replace(msg, content=tuple(blocks))
-        elif msg.role == "assistant":
-            for call in msg.tool_calls:
-                renamed.pop(call.id, None)
+        seen_msg.setdefault(msg.id, 0)
+        if msg.tool_calls:
+            msg = _renumber_calls(msg, i, seen_call, waiting, changes)
         result = msg.tool_result
-        if result is not None and result.call_id in renamed:
-            msg = replace(msg, content=(replace(result, call_id=renamed.pop(result.call_id)),))
-        for call in msg.tool_calls:
-            seen_call.add(call.id)
+        if result is not None and waiting.get(result.call_id):
+            new_cid = waiting[result.call_id].popleft()
+            if new_cid != result.call_id:
+                msg = replace(msg, content=(replace(result, call_id=new_cid),))
         out.append(msg)
     return out, changes
+
+
+def _renumber_calls(
+    msg: Message, index: int, seen: set[str], waiting: dict[str, deque[str]], changes: list[Change]
+) -> Message:
+    """`msg` with each call id used before (here or in an earlier message) made unique."""
+    blocks: list[Block] = []
+    this_turn: dict[str, deque[str]] = {}
+    for k, block in enumerate(msg.content):
+        if isinstance(block, ToolCall):
+            old = block.id
+            if old in seen:
+                new_cid = f"{old}_{make_id(msg.id, old, k)[:8]}"
+                changes.append(
+                    Change(action="gave a repeated call id a new one", index=index, call_id=old, detail=new_cid)
+                )
+                block = replace(block, id=new_cid)
+            seen.add(old)
+            seen.add(block.id)
+            this_turn.setdefault(old, deque()).append(block.id)
+        blocks.append(block)
+    waiting.update(this_turn)  # results after this message answer its calls, in call order
+    return replace(msg, content=tuple(blocks)) if blocks != list(msg.content) else msg
 
 
 def _result_as_user_text(msg: Message, result: ToolResult, reason: str) -> Message:

@@ -15,11 +15,11 @@ AgentScope gives back equal dicts.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC
 from typing import Any
 
-from ctxkeep.formats.openai import parse_message_file
-from ctxkeep.formats.source import Conversation, Source
+from ctxkeep.formats.chat import parse_message_file
+from ctxkeep.formats.source import RECORD_ERRORS, Conversation, Source, describe, parse_timestamp
 from ctxkeep.messages import (
     Block,
     ImageBlock,
@@ -41,27 +41,21 @@ _BLOCK = "agentscope:block"
 _TS_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 
 
-def from_agentscope(msgs: Sequence[Mapping[str, Any]], *, conversation_id: str = "") -> list[Message]:
-    """Messages from AgentScope Msg dicts. Raises ValueError naming a bad Msg."""
+def from_agentscope(msgs: Sequence[Mapping[str, Any]], *, conversation_id: str = "", start: int = 0) -> list[Message]:
+    """Messages from AgentScope Msg dicts. Raises ValueError naming a bad Msg.
+
+    A Msg's own ``id`` becomes the message id; a Msg without one gets an id from
+    `conversation_id` and its position (`start` + index).
+    """
+    if not isinstance(msgs, Sequence) or isinstance(msgs, str | bytes):
+        raise ValueError(f"expected a list of Msg dicts, got {type(msgs).__name__}")
     out: list[Message] = []
-    for i, raw in enumerate(msgs):
+    for i, raw in enumerate(msgs, start):
         try:
             out.extend(_msg_in(raw, i, conversation_id))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            raise ValueError(f"Msg {i}: {detail}") from exc
+        except RECORD_ERRORS as exc:
+            raise ValueError(f"Msg {i}: {describe(exc)}") from exc
     return out
-
-
-def _timestamp(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    # AgentScope writes local time without a zone: read it as this machine's local time
-    return parsed if parsed.tzinfo else parsed.astimezone()
 
 
 def _msg_in(raw: Mapping[str, Any], index: int, conv_id: str) -> list[Message]:
@@ -70,10 +64,11 @@ def _msg_in(raw: Mapping[str, Any], index: int, conv_id: str) -> list[Message]:
     role = raw["role"]
     if role not in ("user", "assistant", "system"):
         raise ValueError(f"role must be user, assistant or system, got {role!r}")
-    extra: dict[str, Any] = {_GROUP: index, _MSG: {k: v for k, v in raw.items() if k not in ("role", "content")}}
     source_id = str(raw["id"]) if raw.get("id") is not None else None
     base_id = source_id or make_id(NAME, conv_id, index)
-    ts = _timestamp(raw.get("timestamp"))
+    extra: dict[str, Any] = {_GROUP: base_id, _MSG: {k: v for k, v in raw.items() if k not in ("role", "content")}}
+    # AgentScope writes the agent's local time with no zone, which a file does not say: read as UTC
+    ts = parse_timestamp(raw.get("timestamp"))
     content = raw["content"]
     if isinstance(content, str):
         extra["agentscope:content"] = "str"
@@ -124,21 +119,31 @@ def _msg_in(raw: Mapping[str, Any], index: int, conv_id: str) -> list[Message]:
     return pieces
 
 
+_MODELLED: dict[str, tuple[str, ...]] = {
+    "text": ("type", "text"),
+    "thinking": ("type", "thinking", "signature"),
+    "tool_use": ("type", "id", "name", "input"),
+}
+
+
 def _block_in(block: Mapping[str, Any]) -> Block:
     kind = block.get("type")
-    if kind == "text" and set(block) <= {"type", "text"}:
-        return TextBlock(text=block["text"])
-    if kind == "thinking" and set(block) <= {"type", "thinking"}:
-        return ThinkingBlock(text=block["thinking"])
-    if kind == "tool_use" and set(block) <= {"type", "id", "name", "input"}:
-        return ToolCall.from_input(id=block["id"], name=block["name"], input=block["input"])
+    rest = {k: v for k, v in block.items() if k not in _MODELLED.get(str(kind), ())}
+    extra: dict[str, Any] = {NAME: rest} if rest else {}
+    if kind == "text":
+        return TextBlock(text=block["text"], extra=extra)
+    if kind == "thinking":
+        return ThinkingBlock(text=block["thinking"], signature=block.get("signature"), extra=extra)
+    if kind == "tool_use":
+        return ToolCall.from_input(id=block["id"], name=block["name"], input=block["input"], extra=extra)
     if kind == "image" and set(block) == {"type", "source"}:
         src = block["source"]
         if src.get("type") == "base64" and set(src) == {"type", "media_type", "data"}:
             return ImageBlock(media_type=src["media_type"], data=src["data"])
         if src.get("type") == "url" and set(src) == {"type", "url"}:
-            return ImageBlock(media_type="image/*", url=src["url"])
-    text = block.get("text") or block.get("thinking") or f"[{kind}]"
+            return ImageBlock.from_url(src["url"])
+    # audio, video and shapes not modelled: kept whole, shown as text
+    text = block.get("text") or f"[{kind}]"
     return TextBlock(text=str(text), extra={_BLOCK: dict(block)})
 
 
@@ -191,7 +196,8 @@ def _group_out(group: list[Message], names: Mapping[str, str]) -> dict[str, Any]
             "id": first.id,
             "name": "system" if first.role == "tool" else first.role,
             "metadata": {},
-            "timestamp": (first.timestamp or datetime.now().astimezone()).strftime(_TS_FORMAT)[:-3],
+            # AgentScope fills in the current time itself when the value is None
+            "timestamp": first.timestamp.astimezone(UTC).strftime(_TS_FORMAT)[:-3] if first.timestamp else None,
         }
     blocks = [_block_out(b, names) for m in group for b in m.content]
     content: str | list[dict[str, Any]] = blocks
@@ -204,18 +210,19 @@ def _block_out(block: Block, names: Mapping[str, str]) -> dict[str, Any]:
     kept = block.extra.get(_BLOCK)
     if kept is not None:
         return dict(kept)
+    rest = block.extra.get(NAME, {})
     if isinstance(block, TextBlock):
-        return {"type": "text", "text": block.text}
+        return {"type": "text", "text": block.text, **rest}
     if isinstance(block, ThinkingBlock):
-        return {"type": "thinking", "thinking": block.text}
+        thinking: dict[str, Any] = {"type": "thinking", "thinking": block.text}
+        if block.signature is not None:
+            thinking["signature"] = block.signature
+        return {**thinking, **rest}
     if isinstance(block, ToolCall):
-        value = block.input()
-        return {
-            "type": "tool_use",
-            "id": block.id,
-            "name": block.name,
-            "input": value if isinstance(value, dict) else {},
-        }
+        value = block.input() if block.arguments.strip() else {}
+        if not isinstance(value, dict):  # AgentScope wants an object: keep what was there
+            value = {"arguments": value}
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": value, **rest}
     if isinstance(block, ImageBlock):
         if block.url is not None:
             return {"type": "image", "source": {"type": "url", "url": block.url}}

@@ -25,8 +25,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxkeep.formats.openai import parse_message_file
-from ctxkeep.formats.source import Conversation, Source
+from ctxkeep.formats.chat import parse_message_file
+from ctxkeep.formats.source import RECORD_ERRORS, Conversation, Source, describe
 from ctxkeep.messages import (
     Block,
     ImageBlock,
@@ -42,7 +42,7 @@ NAME = "anthropic"
 
 __all__ = ["from_anthropic", "parse", "sniff", "to_anthropic"]
 
-_GROUP = "anthropic:group"  # index of the original message a piece came from
+_GROUP = "anthropic:group"  # id of the original message a piece came from
 _FORM = "anthropic:content"  # "str" when the original content was a plain string
 _BLOCK = "anthropic:block"  # an unmodelled block, written back as it was
 _PRESENT = "anthropic:present"  # optional keys of a tool_result that were present
@@ -51,18 +51,26 @@ System = str | list[dict[str, Any]] | None
 
 
 def from_anthropic(
-    messages: Sequence[Mapping[str, Any]], *, system: System = None, conversation_id: str = ""
+    messages: Sequence[Mapping[str, Any]], *, system: System = None, conversation_id: str = "", start: int = 0
 ) -> list[Message]:
-    """Messages from Anthropic message dicts (and the separate system prompt)."""
+    """Messages from Anthropic message dicts (and the separate system prompt).
+
+    Ids are derived from `conversation_id` and the position (`start` + index), as in
+    `from_openai`. Raises ValueError naming a bad message.
+    """
+    if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
+        raise ValueError(f"expected a list of messages, got {type(messages).__name__}")
     out: list[Message] = []
     if system is not None:
-        out.append(_system_in(system, make_id(NAME, conversation_id, "system")))
-    for i, raw in enumerate(messages):
+        try:
+            out.append(_system_in(system, make_id(NAME, conversation_id, "system")))
+        except RECORD_ERRORS as exc:
+            raise ValueError(f"system: {describe(exc)}") from exc
+    for i, raw in enumerate(messages, start):
         try:
             out.extend(_message_in(raw, i, conversation_id))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            raise ValueError(f"message {i}: {detail}") from exc
+        except RECORD_ERRORS as exc:
+            raise ValueError(f"message {i}: {describe(exc)}") from exc
     return out
 
 
@@ -79,34 +87,35 @@ def _message_in(raw: Mapping[str, Any], index: int, conv_id: str) -> list[Messag
     role = raw["role"]
     if role not in ("user", "assistant"):
         raise ValueError(f"role must be user or assistant, got {role!r}")
-    extra: dict[str, Any] = {_GROUP: index}
+    base_id = make_id(NAME, conv_id, index)
+    extra: dict[str, Any] = {_GROUP: base_id}
     unknown = {k: v for k, v in raw.items() if k not in ("role", "content")}
     if unknown:
         extra[NAME] = unknown
     content = raw["content"]
     if isinstance(content, str):
         extra[_FORM] = "str"
-        return [Message(role=role, id=make_id(NAME, conv_id, index), content=(TextBlock(text=content),), extra=extra)]
+        return [Message(role=role, id=base_id, content=(TextBlock(text=content),), extra=extra)]
 
     pieces: list[Message] = []
     pending: list[Block] = []
 
     def flush() -> None:
         if pending:
-            msg_id = make_id(NAME, conv_id, index, len(pieces))
+            msg_id = make_id(NAME, conv_id, index, len(pieces)) if pieces else base_id
             pieces.append(Message(role=role, id=msg_id, content=tuple(pending), extra=extra))
             pending.clear()
 
     for block in content:
         if block.get("type") == "tool_result" and role == "user":
             flush()
-            msg_id = make_id(NAME, conv_id, index, len(pieces))
+            msg_id = make_id(NAME, conv_id, index, len(pieces)) if pieces else base_id
             pieces.append(Message(role="tool", id=msg_id, content=(_result_in(block),), extra=extra))
         else:
             pending.append(_block_in(block))
     flush()
     if not pieces:  # an empty content list is still a message
-        pieces.append(Message(role=role, id=make_id(NAME, conv_id, index), content=(), extra=extra))
+        pieces.append(Message(role=role, id=base_id, content=(), extra=extra))
     return pieces
 
 
@@ -114,7 +123,7 @@ def _block_in(block: Mapping[str, Any]) -> Block:
     kind = block["type"]
     rest = {k: v for k, v in block.items() if k not in _MODELLED.get(kind, ())}
     extra: dict[str, Any] = {NAME: rest} if rest else {}
-    if kind == "text" and kind in _MODELLED:
+    if kind == "text":
         return TextBlock(text=block["text"], extra=extra)
     if kind == "thinking":
         return ThinkingBlock(text=block["thinking"], signature=block.get("signature"), extra=extra)
@@ -172,18 +181,32 @@ def _result_in(block: Mapping[str, Any]) -> ToolResult:
 def to_anthropic(messages: Sequence[Message]) -> tuple[System, list[dict[str, Any]]]:
     """(system, messages) for Anthropic's Messages API.
 
-    Several system messages are joined into one system prompt of text blocks.
+    Several system messages are joined into one system prompt of text blocks. What the API
+    rejects is left out of the request (the messages themselves are not changed): empty text
+    blocks, thinking without the signature Anthropic needs to accept it back (reasoning from
+    other providers), redacted thinking without data, and messages left with no content.
     """
     system_msgs = [m for m in messages if m.role == "system"]
     system: System = None
     if len(system_msgs) == 1 and system_msgs[0].extra.get(_FORM) == "str":
-        system = system_msgs[0].text
+        system = system_msgs[0].text or None
     elif system_msgs:
-        system = [_block_out(b) for m in system_msgs for b in m.content]
+        system = [_block_out(b) for m in system_msgs for b in m.content if _sendable(b)] or None
     out: list[dict[str, Any]] = []
     for group in _groups([m for m in messages if m.role != "system"]):
-        out.append(_group_out(group))
+        message = _group_out(group)
+        if message["content"]:
+            out.append(message)
     return system, out
+
+
+def _sendable(block: Block) -> bool:
+    """False for blocks the API rejects: empty text, thinking it cannot verify."""
+    if block.extra.get(_BLOCK) is not None or isinstance(block, ToolCall | ToolResult | ImageBlock):
+        return True
+    if isinstance(block, ThinkingBlock):
+        return bool(block.signature)
+    return bool(block.text)
 
 
 def _groups(messages: Sequence[Message]) -> list[list[Message]]:
@@ -212,7 +235,8 @@ def _group_out(group: list[Message]) -> dict[str, Any]:
     blocks: list[dict[str, Any]] = []
     for msg in group:
         for block in msg.content:
-            blocks.append(_result_out(block) if isinstance(block, ToolResult) else _block_out(block))
+            if _sendable(block):
+                blocks.append(_result_out(block) if isinstance(block, ToolResult) else _block_out(block))
     if first.extra.get(_FORM) == "str" and len(blocks) == 1 and blocks[0]["type"] == "text":
         out["content"] = blocks[0]["text"]
     else:
@@ -248,6 +272,8 @@ def _block_out(block: Block) -> dict[str, Any]:
 
 def _input(call: ToolCall) -> Any:
     """Anthropic wants an object; arguments that are not a JSON object are wrapped."""
+    if not call.arguments.strip():  # what servers send for a tool without parameters
+        return {}
     value = call.input()
     return value if isinstance(value, dict) else {"arguments": value}
 
@@ -285,4 +311,4 @@ def sniff(source: Source) -> bool:
 
 def parse(source: Source) -> list[Conversation]:
     """Conversations from a JSON or JSONL file of Anthropic messages."""
-    return parse_message_file(source, from_anthropic)
+    return parse_message_file(source, from_anthropic, system_field=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from ctxkeep.formats.source import Conversation, Source
+from ctxkeep.formats.source import RECORD_ERRORS, Conversation, Source, describe
 from ctxkeep.messages import (
     Block,
     ImageBlock,
@@ -61,6 +61,8 @@ def block_to_dict(block: Block) -> dict[str, Any]:
 
 def block_from_dict(d: dict[str, Any]) -> Block:
     """The inverse of `block_to_dict`."""
+    if not isinstance(d, dict):
+        raise TypeError(f"expected a block object, got {type(d).__name__}")
     extra = d.get("extra") or {}
     kind = d.get("type")
     if kind == "text":
@@ -107,7 +109,9 @@ def message_to_dict(msg: Message) -> dict[str, Any]:
 
 
 def message_from_dict(d: dict[str, Any]) -> Message:
-    """The inverse of `message_to_dict`."""
+    """The inverse of `message_to_dict`. Raises TypeError/ValueError/KeyError on a malformed dict."""
+    if not isinstance(d, dict) or not isinstance(d.get("content"), list):
+        raise TypeError("expected an object with a 'content' list")
     ts = d.get("timestamp")
     return Message(
         role=d["role"],
@@ -135,6 +139,6 @@ def parse(source: Source) -> list[Conversation]:
     for lineno, record in source.records():
         try:
             messages.append(message_from_dict(record))
-        except (KeyError, TypeError, ValueError) as exc:
-            source.skip(lineno, f"not a ctxkeep message ({exc})")
+        except RECORD_ERRORS as exc:
+            source.skip(lineno, f"not a ctxkeep message ({describe(exc)})")
     return [Conversation(id=source.path, messages=tuple(messages))]

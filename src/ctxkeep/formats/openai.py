@@ -20,10 +20,12 @@ conversation per line (the fine-tuning format).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxkeep.formats.source import Conversation, Source
+from ctxkeep.formats.chat import parse_message_file
+from ctxkeep.formats.source import RECORD_ERRORS, Conversation, Source, describe
 from ctxkeep.messages import (
     Block,
     ImageBlock,
@@ -45,19 +47,21 @@ _PART = "openai:part"  # an unmodelled content part, written back as it was
 _CALL_TYPE = "openai:type"
 
 
-def from_openai(messages: Sequence[Mapping[str, Any]], *, conversation_id: str = "") -> list[Message]:
-    """Messages from OpenAI chat message dicts. Raises ValueError naming a bad message."""
+def from_openai(messages: Sequence[Mapping[str, Any]], *, conversation_id: str = "", start: int = 0) -> list[Message]:
+    """Messages from OpenAI chat message dicts. Raises ValueError naming a bad message.
+
+    Ids are derived from `conversation_id` and the position (`start` + index): converting
+    the same history again gives the same ids; pass `start` when converting a continuation.
+    """
+    if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
+        raise ValueError(f"expected a list of messages, got {type(messages).__name__}")
     out: list[Message] = []
-    for i, raw in enumerate(messages):
+    for i, raw in enumerate(messages, start):
         try:
             out.append(_message(raw, make_id(NAME, conversation_id, i)))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ValueError(f"message {i}: {_describe(exc)}") from exc
+        except RECORD_ERRORS as exc:
+            raise ValueError(f"message {i}: {describe(exc)}") from exc
     return out
-
-
-def _describe(exc: Exception) -> str:
-    return f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
 
 
 def _message(raw: Mapping[str, Any], msg_id: str) -> Message:
@@ -114,7 +118,11 @@ def _call_in(call: Mapping[str, Any]) -> ToolCall:
     body_rest = {k: v for k, v in body.items() if k not in ("name", args_key)}
     if rest or body_rest:
         extra[NAME] = {"call": rest, "body": body_rest}
-    return ToolCall(id=call["id"], name=body["name"], arguments=body.get(args_key, ""), extra=extra)
+    arguments = body.get(args_key, "")
+    if isinstance(arguments, dict | list):  # some servers send an object, not JSON text
+        extra["openai:arguments"] = "object"
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return ToolCall(id=call["id"], name=body["name"], arguments=arguments, extra=extra)
 
 
 def _parts_in(parts: Sequence[Mapping[str, Any]]) -> list[TextBlock | ImageBlock]:
@@ -213,7 +221,8 @@ def _call_out(call: ToolCall) -> dict[str, Any]:
     if declared is not None:
         out["type"] = declared
     args_key = "input" if kind == "custom" else "arguments"
-    out[kind] = {"name": call.name, args_key: call.arguments, **kept["body"]}
+    arguments: Any = call.input() if call.extra.get("openai:arguments") == "object" else call.arguments
+    out[kind] = {"name": call.name, args_key: arguments, **kept["body"]}
     out.update(kept["call"])
     return out
 
@@ -236,45 +245,3 @@ def sniff(source: Source) -> bool:
 def parse(source: Source) -> list[Conversation]:
     """Conversations from a JSON or JSONL file of OpenAI chat messages."""
     return parse_message_file(source, from_openai)
-
-
-def parse_message_file(source: Source, convert: Any) -> list[Conversation]:
-    """Shared by the chat formats: a message list, a body with ``messages``, or JSONL of either.
-
-    `convert(list_of_dicts, conversation_id=...)` turns raw messages into ctxkeep messages.
-    """
-    text = source.text.lstrip()
-    if text.startswith("["):
-        return [_conversation(source, source.document(), convert, "0", None)]
-    sample = source.sample()
-    if isinstance(sample, dict) and "messages" in sample and text.count("\n", 0, len(text.rstrip())) == 0:
-        return [_conversation(source, sample, convert, "0", None)]
-    records = list(source.records())
-    if records and all(isinstance(r, dict) and "messages" in r for _, r in records):
-        return [_conversation(source, r, convert, str(n), n) for n, r in records]
-    if len(records) == 1 and isinstance(records[0][1], dict) and "messages" in records[0][1]:
-        return [_conversation(source, records[0][1], convert, "0", records[0][0])]
-    messages: list[Message] = []
-    for lineno, record in records:
-        try:
-            messages.extend(convert([record], conversation_id=f"line{lineno}"))
-        except ValueError as exc:
-            source.skip(lineno, str(exc))
-    return [Conversation(id=source.path, messages=tuple(messages))]
-
-
-def _conversation(source: Source, value: Any, convert: Any, conv_id: str, line: int | None) -> Conversation:
-    body = value if isinstance(value, dict) else {"messages": value}
-    raw = body.get("messages")
-    if not isinstance(raw, list):
-        raise source.error("expected a list of messages", line)
-    system = body.get("system")
-    try:
-        messages = (
-            convert(raw, conversation_id=conv_id, system=system)
-            if system is not None
-            else convert(raw, conversation_id=conv_id)
-        )
-    except ValueError as exc:
-        raise source.error(str(exc), line) from exc
-    return Conversation(id=conv_id, messages=tuple(messages))

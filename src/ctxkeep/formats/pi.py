@@ -43,6 +43,7 @@ position in the file (header = 0), the numbering pi's ``firstKeptEntryIndex`` us
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -51,8 +52,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ctxkeep.formats.source import Conversation, Source, parse_timestamp
-from ctxkeep.messages import Block, ImageBlock, Message, Role, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
+from ctxkeep.formats.source import RECORD_ERRORS, Conversation, Source, describe, parse_timestamp
+from ctxkeep.messages import (
+    Block,
+    ImageBlock,
+    Message,
+    Role,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResult,
+    make_id,
+    validate,
+)
 
 NAME = "pi"
 
@@ -63,7 +75,8 @@ BRANCH_SUMMARY_HEADER = "[Summary of a branch this conversation came back from]\
 
 _SETTINGS = frozenset({"model_change", "thinking_level_change", "custom", "label", "session_info"})
 _USER_LIKE = frozenset({"custom", "hookMessage"})
-_BASH_EXIT = re.compile(r"\n\s*Command exited with code (-?\d+)\s*$")
+_BASH_EXIT = "Command exited with code "
+_INT = re.compile(r"-?\d+")
 
 
 class _Bad(ValueError):
@@ -98,9 +111,8 @@ def parse(source: Source) -> list[Conversation]:
     for entry in path:
         try:
             builder.entry(entry)
-        except (_Bad, KeyError, TypeError, AttributeError, ValueError) as exc:
-            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            source.skip(entry.lineno, f"{entry.data.get('type')} entry: {detail}")
+        except RECORD_ERRORS as exc:  # _Bad is a ValueError
+            source.skip(entry.lineno, f"{entry.data.get('type')} entry: {describe(exc)}")
     builder.finish()
     return [Conversation(id=conv_id, messages=tuple(builder.messages), title=builder.title)]
 
@@ -283,14 +295,8 @@ class _Builder:
             kept_id = self.ids_by_index.get(kept)
             if kept_id is not None:
                 msg = self.messages[msg_index]
-                self.messages[msg_index] = Message(
-                    role=msg.role,
-                    content=msg.content,
-                    id=msg.id,
-                    timestamp=msg.timestamp,
-                    source_id=msg.source_id,
-                    extra={**msg.extra, "pi:firstKeptEntryId": kept_id},
-                )
+                extra = {**msg.extra, "pi:firstKeptEntryId": kept_id}
+                self.messages[msg_index] = dataclasses.replace(msg, extra=extra)
         for kind, n in sorted(self.unknown.items()):
             self.source.notes.append(f"left out {n} entries of unknown type {kind!r}")
         self.source.notes.extend(_unanswered_calls(self.messages))
@@ -302,12 +308,13 @@ class _Builder:
 
 def _unanswered_calls(messages: Sequence[Message]) -> list[str]:
     """Notes on the tool calls that have no result, grouped by why."""
-    answered = {m.tool_result.call_id for m in messages if m.tool_result is not None}
+    by_message: dict[int, list[str]] = {}
+    for problem in validate(messages):
+        if problem.kind == "missing_result" and problem.call_id is not None:
+            by_message.setdefault(problem.index, []).append(problem.call_id)
     missing: dict[str, list[str]] = {}
-    for i, msg in enumerate(messages):
-        unanswered = [c.id for c in msg.tool_calls if c.id not in answered]
-        if not unanswered:
-            continue
+    for i, unanswered in by_message.items():
+        msg = messages[i]
         stop = msg.extra.get("pi:stopReason")
         after = messages[i + 1] if i + 1 < len(messages) else None
         if stop in ("error", "aborted"):
@@ -325,6 +332,7 @@ def _unanswered_calls(messages: Sequence[Message]) -> list[str]:
 
 
 def _few(ids: Sequence[str]) -> str:
+    """The first three ids, for a note (also used by the Claude Code importer)."""
     return ", ".join(ids[:3]) + (" ..." if len(ids) > 3 else "")
 
 
@@ -408,8 +416,16 @@ def _bash_exit_code(parts: Sequence[TextBlock | ImageBlock]) -> int | None:
     texts = [p.text for p in parts if isinstance(p, TextBlock)]
     if not texts:
         return None
-    m = _BASH_EXIT.search("\n" + texts[-1])
-    return int(m.group(1)) if m else None
+    # string methods, not one regex over the text: ``\n\s*...`` retried at every newline of a long
+    # blank output was quadratic. Same rule: the phrase and a number end the text (trailing space
+    # aside), and the space before the phrase starts the text or holds a newline.
+    before, phrase, number = texts[-1].rstrip().rpartition(_BASH_EXIT)
+    if not phrase or not _INT.fullmatch(number):
+        return None
+    kept = before.rstrip()
+    if kept and "\n" not in before[len(kept) :]:
+        return None
+    return int(number)
 
 
 def _bash_text(msg: Mapping[str, Any]) -> str:

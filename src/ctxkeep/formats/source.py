@@ -18,7 +18,17 @@ import orjson
 from ctxkeep.errors import FormatError
 from ctxkeep.messages import Message
 
-__all__ = ["Conversation", "Source", "parse_timestamp"]
+__all__ = ["RECORD_ERRORS", "Conversation", "Source", "describe", "parse_timestamp"]
+
+_UNSET: Any = object()
+
+# What reading an odd record can raise; importers turn these into `Source.skip` (FormatError).
+RECORD_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
+def describe(exc: BaseException) -> str:
+    """A short reason for a record that could not be read: ``missing field 'x'`` or the error's text."""
+    return f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,10 +52,8 @@ class Source:
     text: str
     lenient: bool = False
     notes: list[str] = field(default_factory=list)
-    _sample: Any = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        self._sample = _UNSET
+    _whole: Any = field(default=_UNSET, init=False, repr=False)
+    _sample: Any = field(default=_UNSET, init=False, repr=False)
 
     @classmethod
     def from_path(cls, path: str | Path, *, lenient: bool = False) -> Source:
@@ -80,13 +88,26 @@ class Source:
         """The start of the text, for format detection."""
         return self.text[:n_bytes]
 
+    def whole(self) -> Any:
+        """The file parsed as one JSON value; None when it is not one (JSONL, or not JSON). Cached."""
+        if self._whole is _UNSET:
+            try:
+                self._whole = orjson.loads(self.text)
+            except orjson.JSONDecodeError:
+                self._whole = None
+        return self._whole
+
     def sample(self) -> Any:
-        """The first JSON value of the file: the whole document, or its first JSONL line.
+        """The first JSON value of the file: its first JSONL line, else the whole document.
 
         None when neither parses. Cached; used by `sniff` functions.
         """
         if self._sample is _UNSET:
-            self._sample = _first_json_value(self.text)
+            stripped = self.text.lstrip()
+            try:
+                self._sample = orjson.loads(stripped.split("\n", 1)[0])
+            except orjson.JSONDecodeError:
+                self._sample = self.whole()
         return self._sample
 
     def records(self) -> Iterator[tuple[int, Any]]:
@@ -102,7 +123,10 @@ class Source:
 
     def document(self) -> Any:
         """The whole file parsed as one JSON document."""
-        try:
+        value = self.whole()
+        if value is not None:
+            return value
+        try:  # again, for the position of the error
             return orjson.loads(self.text)
         except orjson.JSONDecodeError as exc:
             line = self.text.count("\n", 0, exc.pos) + 1 if exc.pos is not None else None
@@ -133,25 +157,6 @@ def parse_timestamp(value: Any) -> datetime | None:
     except ValueError:
         return None
     return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)
-
-
-_UNSET: Any = object()
-
-
-def _first_json_value(text: str) -> Any:
-    stripped = text.lstrip()
-    if stripped[:1] == "[":
-        try:
-            return orjson.loads(stripped)
-        except orjson.JSONDecodeError:
-            return None
-    first = stripped.split("\n", 1)[0]
-    for candidate in (first, stripped):
-        try:
-            return orjson.loads(candidate)
-        except orjson.JSONDecodeError:
-            continue
-    return None
 
 
 def _short(exc: Exception) -> str:

@@ -32,7 +32,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ctxkeep.formats.source import Conversation, Source
+from ctxkeep.formats.openhands.content import _result_content
+from ctxkeep.formats.openhands.records import _str
+from ctxkeep.formats.source import RECORD_ERRORS, Conversation, Source, describe
 from ctxkeep.messages import (
     ROLES,
     Block,
@@ -113,8 +115,8 @@ def _from_history(source: Source, conv_id: str, history: list[Any], steps: list[
                 i += 1 if answered else 0
             else:
                 out.append(_message(conv_id, i, item))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            source.skip(None, f"history item {i} is malformed ({exc})")
+        except RECORD_ERRORS as exc:
+            source.skip(None, f"history item {i} is malformed ({describe(exc)})")
         i += 1
     return out
 
@@ -186,8 +188,8 @@ def _from_trajectory(source: Source, conv_id: str, steps: list[Any]) -> list[Mes
             continue
         try:
             out.extend(_step_messages(conv_id, k, step))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            source.skip(None, f"trajectory step {k} is malformed ({exc})")
+        except RECORD_ERRORS as exc:
+            source.skip(None, f"trajectory step {k} is malformed ({describe(exc)})")
     return out
 
 
@@ -218,10 +220,6 @@ def _step_messages(conv_id: str, k: int, step: Mapping[str, Any]) -> list[Messag
 # --- blocks ---------------------------------------------------------------------------
 
 
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
 def _extra(item: Mapping[str, Any]) -> dict[str, Any]:
     rest = {k: v for k, v in item.items() if k not in _KNOWN}
     return {NAME: rest} if rest else {}
@@ -250,12 +248,6 @@ def _content(content: Any) -> list[TextBlock | ImageBlock]:
         else:
             blocks.append(TextBlock(text=json.dumps(part, ensure_ascii=False)))
     return blocks
-
-
-def _result_content(blocks: list[TextBlock | ImageBlock]) -> str | tuple[TextBlock | ImageBlock, ...]:
-    if all(isinstance(b, TextBlock) for b in blocks):
-        return "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
-    return tuple(blocks)
 
 
 def _thinking(raw: Any) -> list[ThinkingBlock]:

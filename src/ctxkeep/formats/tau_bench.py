@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ctxkeep.formats.openai import from_openai
-from ctxkeep.formats.source import Conversation, Source, parse_timestamp
+from ctxkeep.formats.source import RECORD_ERRORS, Conversation, Source, describe, parse_timestamp
 from ctxkeep.messages import Block, Message, Role, TextBlock, ToolCall, ToolResult, make_id, renumber_duplicates
 
 NAME = "tau_bench"
@@ -48,7 +48,6 @@ __all__ = ["parse", "sniff"]
 
 _TAU2_RESULTS = re.compile(r'"simulations"\s*:\s*\[')
 _TAU2_KEYS = frozenset({"role", "content", "tool_calls", "raw_data", "timestamp", "id", "tool_messages"})
-_ERRORS = (KeyError, TypeError, ValueError, AttributeError)
 
 
 def sniff(source: Source) -> bool:
@@ -91,8 +90,8 @@ def _tau1(source: Source, runs: list[Any]) -> list[Conversation]:
         conv_id, title = _names(run, index, seen)
         try:
             messages = from_openai(run["traj"], conversation_id=f"{NAME}:{conv_id}")
-        except _ERRORS as exc:
-            source.skip(None, f"run {index} ({title}): {exc}")
+        except RECORD_ERRORS as exc:
+            source.skip(None, f"run {index} ({title}): {describe(exc)}")
             continue
         messages, changes = renumber_duplicates(messages)
         renamed += len(changes)
@@ -178,8 +177,8 @@ def _simulation(source: Source, conv_id: str, title: str, raw: list[Any]) -> lis
     for index, item in enumerate(raw):
         try:
             out.extend(_message(conv_id, index, item))
-        except _ERRORS as exc:
-            source.skip(None, f"{title}: message {index} is malformed ({exc})")
+        except RECORD_ERRORS as exc:
+            source.skip(None, f"{title}: message {index} is malformed ({describe(exc)})")
     return out
 
 

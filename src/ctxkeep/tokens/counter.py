@@ -61,8 +61,9 @@ class CountSettings:
     The overheads default to OpenAI's chat format (OpenAI cookbook, "How to count tokens with
     tiktoken"): `tokens_per_message` for ``<|start|>{role}\\n ... <|end|>\\n`` around each message,
     `tokens_per_name` when a message has a ``name``, `reply_priming` once per request for
-    ``<|start|>assistant<|message|>``. `cache_size` bounds the per-message cache (entries; 0
-    turns it off); the cache holds the messages it counted, so they stay in memory until evicted.
+    ``<|start|>assistant<|message|>``. `cache_size` bounds each of the per-message cache's two
+    maps (by object and by content; 0 turns the cache off), so it holds at most 2 × `cache_size`
+    messages; they stay in memory until evicted.
     """
 
     provider: Provider = "openai"
@@ -105,11 +106,17 @@ class Anchor:
 
 @dataclass(frozen=True, slots=True)
 class CacheInfo:
-    """Per-message cache statistics: lookups answered from the cache, counted afresh, entries held."""
+    """Per-message cache statistics: lookups answered from the cache, lookups counted afresh, entries held.
+
+    `size` is the entries of the by-object map, `content_size` those of the by-content map; each is at
+    most ``CountSettings.cache_size``. A message may be in both, so the cache holds between
+    max(size, content_size) and size + content_size messages.
+    """
 
     hits: int
     misses: int
     size: int
+    content_size: int
 
 
 _MISS: tuple[None, int] = (None, 0)
@@ -209,6 +216,10 @@ class TokenCounter:
     A message counts ``tokens_per_message`` + its role word + its rendered text + its images
     (see the package docstring for exactly what is rendered). Message counts are cached by
     content, so recounting an unchanged history is nearly free. Safe to share between threads.
+
+    The cache relies on messages being immutable. `Message.extra` is frozen one level deep only: a
+    dict or list nested inside it can still be changed in place, and the cache does not see that
+    (the same object keeps its old count). Change a message with `dataclasses.replace`, never in place.
     """
 
     def __init__(self, tokenizer: TextTokenizer, settings: CountSettings | None = None) -> None:
@@ -268,8 +279,11 @@ class TokenCounter:
         return base + sum(self.count_each(tail)) + self.settings.reply_priming
 
     def cache_info(self) -> CacheInfo:
-        """Hits, misses and size of the per-message cache."""
-        return CacheInfo(hits=self._cache.hits, misses=self._cache.misses, size=len(self._cache.by_object))
+        """Hits, misses and the entries of each map of the per-message cache."""
+        cache = self._cache
+        return CacheInfo(
+            hits=cache.hits, misses=cache.misses, size=len(cache.by_object), content_size=len(cache.by_content)
+        )
 
     def clear_cache(self) -> None:
         """Forget every cached message count."""

@@ -173,6 +173,12 @@ def _tiktoken_encoding(encoding: str) -> Any:
     )
 
 
+def _tokenizer_file(path: str | os.PathLike[str]) -> Path:
+    """The tokenizer.json a path names: the file itself, or the one inside a folder."""
+    file = Path(path)
+    return file / "tokenizer.json" if file.is_dir() else file
+
+
 class HuggingFaceTokenizer:
     """A Hugging Face ``tokenizer.json`` (e.g. Qwen's), through the ``tokenizers`` library.
 
@@ -182,9 +188,7 @@ class HuggingFaceTokenizer:
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        file = Path(path)
-        if file.is_dir():
-            file = file / "tokenizer.json"
+        file = _tokenizer_file(path)
         try:
             from tokenizers import Tokenizer
         except ImportError as exc:
@@ -231,7 +235,8 @@ def load_tokenizer(spec: str | os.PathLike[str] = "o200k_base", *, backend: Back
             raise TokenizerError(f"backend={backend!r} applies to {' and '.join(ENCODINGS)}, not to a tokenizer.json")
         path = str(spec)
         try:
-            stamp = os.stat(path).st_mtime_ns
+            # the file's own mtime: a folder's does not change when its tokenizer.json is overwritten in place
+            stamp = os.stat(_tokenizer_file(path)).st_mtime_ns
         except OSError:
             stamp = 0  # HuggingFaceTokenizer reports the missing file
         return _load_hf(path, stamp)

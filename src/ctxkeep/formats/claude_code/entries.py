@@ -15,7 +15,7 @@ from ctxkeep.formats.claude_code.attachments import (
     _attachment_kind,
 )
 from ctxkeep.formats.claude_code.blocks import _blocks, _str
-from ctxkeep.formats.source import Source, parse_timestamp
+from ctxkeep.formats.source import RECORD_ERRORS, Source, describe, parse_timestamp
 from ctxkeep.messages import Block, ToolCall, ToolResult
 
 _CONVERSATION = frozenset({"user", "assistant"})
@@ -100,9 +100,8 @@ def _read(source: Source) -> tuple[list[_Entry], dict[str, list[tuple[str, str]]
                 attachments[what] += 1
         try:
             entry = _entry(obj, kind, lineno, len(entries))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            source.skip(lineno, f"bad {kind} entry: {detail}")
+        except RECORD_ERRORS as exc:
+            source.skip(lineno, f"bad {kind} entry: {describe(exc)}")
             continue
         if entry is None:
             continue

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ctxkeep.formats.claude_code.blocks import NAME
 from ctxkeep.formats.claude_code.entries import _Entry
+from ctxkeep.formats.pi import _few
 from ctxkeep.formats.source import Source
-from ctxkeep.messages import Block, Message, Role, ToolCall, ToolResult
+from ctxkeep.messages import Block, Message, Role, ToolCall, ToolResult, validate
 
 
 @dataclass(slots=True)
@@ -25,7 +26,6 @@ def _messages(chosen: list[_Entry], source: Source, conv_id: str) -> tuple[Messa
     slots: list[_Turn | Message] = []
     turns: dict[str, _Turn] = {}
     owner: dict[str, _Turn] = {}  # call id -> the turn that made the call
-    orphans: list[str] = []
     for e in chosen:
         if e.kind == "assistant":
             key = e.response
@@ -47,8 +47,6 @@ def _messages(chosen: list[_Entry], source: Source, conv_id: str) -> tuple[Messa
             if target is not None:
                 target.results.append(msg)
             else:
-                if result is not None:
-                    orphans.append(result.call_id)
                 slots.append(msg)
     out: list[Message] = []
     for slot in slots:
@@ -56,7 +54,7 @@ def _messages(chosen: list[_Entry], source: Source, conv_id: str) -> tuple[Messa
             out.append(slot)
         else:
             out.extend(_turn_messages(slot))
-    _report_pairing(out, orphans, source, conv_id)
+    _report_pairing(out, source, conv_id)
     return tuple(out)
 
 
@@ -103,21 +101,13 @@ def _turn_messages(turn: _Turn) -> list[Message]:
     return [msg, *results]
 
 
-def _report_pairing(messages: Iterable[Message], orphans: list[str], source: Source, conv_id: str) -> None:
-    answered: set[str] = set()
-    calls: list[str] = []
-    for msg in messages:
-        calls.extend(c.id for c in msg.tool_calls)
-        if msg.tool_result is not None:
-            answered.add(msg.tool_result.call_id)
-    missing = [c for c in calls if c not in answered]
+def _report_pairing(messages: Sequence[Message], source: Source, conv_id: str) -> None:
+    problems = validate(messages)
+    missing = [p.call_id for p in problems if p.kind == "missing_result" and p.call_id is not None]
+    orphans = [p.call_id for p in problems if p.kind == "orphan_result" and p.call_id is not None]
     if missing:
         source.notes.append(f"conversation {conv_id}: {len(missing)} tool calls have no result: {_few(missing)}")
     if orphans:
         source.notes.append(
             f"conversation {conv_id}: {len(orphans)} tool results have no call in the conversation: {_few(orphans)}"
         )
-
-
-def _few(ids: list[str]) -> str:
-    return ", ".join(ids[:3]) + (" ..." if len(ids) > 3 else "")

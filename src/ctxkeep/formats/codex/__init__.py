@@ -69,7 +69,6 @@ from __future__ import annotations
 from ctxkeep.formats.codex.events import _SPOKEN_EVENTS, _read_events
 from ctxkeep.formats.codex.records import (
     _RECORD_TYPES,
-    _Bad,
     _conversation_id,
     _event_type,
     _reason,
@@ -80,7 +79,7 @@ from ctxkeep.formats.codex.turns import COMPACTED_HEADER as COMPACTED_HEADER
 from ctxkeep.formats.codex.turns import ENCRYPTED_COMPACTION_TEXT as ENCRYPTED_COMPACTION_TEXT
 from ctxkeep.formats.codex.turns import NAME as NAME
 from ctxkeep.formats.codex.turns import _Builder
-from ctxkeep.formats.source import Conversation, Source
+from ctxkeep.formats.source import RECORD_ERRORS, Conversation, Source
 
 __all__ = ["parse", "sniff"]
 
@@ -118,7 +117,7 @@ def parse(source: Source) -> list[Conversation]:
                 builder.compacted(payload, ts)
             elif kind == "turn_context":
                 builder.settle()  # a new turn: the previous assistant message is complete
-        except (_Bad, KeyError, TypeError, AttributeError, ValueError) as exc:
+        except RECORD_ERRORS as exc:  # _Bad is a ValueError
             source.skip(lineno, _reason(kind, exc))
     if not has_items:
         _read_events(builder, events)

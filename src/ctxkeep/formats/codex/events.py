@@ -10,6 +10,7 @@ from typing import Any
 from ctxkeep.formats.codex.items import _texts, _web_search
 from ctxkeep.formats.codex.records import _Bad, _event_type, _reason, _Record
 from ctxkeep.formats.codex.turns import _Builder
+from ctxkeep.formats.source import RECORD_ERRORS
 from ctxkeep.messages import Block, ImageBlock, TextBlock, ThinkingBlock, ToolCall, ToolResult
 
 
@@ -28,7 +29,7 @@ def _read_events(builder: _Builder, events: Sequence[_Record]) -> None:
                 unended += 1
             else:
                 _read_event(builder, kind, event, ts, called)
-        except (_Bad, KeyError, TypeError, AttributeError, ValueError) as exc:
+        except RECORD_ERRORS as exc:  # _Bad is a ValueError
             builder.source.skip(lineno, _reason(f"event_msg {kind}", exc))
     builder.source.notes.append(
         "this file has no response items; the conversation was rebuilt from its event_msg records "

@@ -17,7 +17,7 @@ def _content_item(part: Any) -> TextBlock | ImageBlock | None:
     if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
         return TextBlock(text=part["text"])
     if kind == "input_image" and isinstance(part.get("image_url"), str):
-        extra = {"codex:detail": part["detail"]} if part.get("detail") is not None else {}
+        extra = {"detail": part["detail"]} if part.get("detail") is not None else {}
         return ImageBlock.from_url(part["image_url"], extra=extra)
     return None
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ctxkeep.formats.source import Source, parse_timestamp
+from ctxkeep.formats.source import Source, describe, parse_timestamp
 
 _RECORD_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
 _CALL_TYPES = frozenset({"function_call", "custom_tool_call", "local_shell_call", "tool_search_call"})
@@ -24,8 +24,7 @@ class _Bad(ValueError):
 
 
 def _reason(kind: str, exc: Exception) -> str:
-    detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-    return f"{kind} record: {detail}"
+    return f"{kind} record: {describe(exc)}"
 
 
 _Record = tuple[str, int, Mapping[str, Any], datetime | None]

@@ -9,10 +9,9 @@ from ctxkeep.formats.openhands.classic import _ClassicEvents
 from ctxkeep.formats.openhands.records import _events, _is_event
 from ctxkeep.formats.openhands.sdk import _SdkEvents
 from ctxkeep.formats.openhands.turns import NAME
-from ctxkeep.formats.source import Source
+from ctxkeep.formats.source import RECORD_ERRORS, Source, describe
 from ctxkeep.messages import Message, make_id
 
-_ERRORS = (KeyError, TypeError, ValueError, AttributeError)
 _STATE_ACTIONS = frozenset({"recall", "change_agent_state", "null"})
 _STATE_OBSERVATIONS = frozenset({"agent_state_changed", "null"})
 
@@ -42,8 +41,8 @@ def _build(source: Source, lineno: int | None, conv_id: str, history: list[Any])
             continue
         try:
             builder.add(event, index)
-        except _ERRORS as exc:
-            source.skip(lineno, f"history event {index} of {conv_id} is malformed ({exc})")
+        except RECORD_ERRORS as exc:
+            source.skip(lineno, f"history event {index} of {conv_id} is malformed ({describe(exc)})")
     for kind, n in sorted(builder.left_out.items()):
         source.notes.append(f"{conv_id}: left out {n} {kind} event(s), which carry no message")
     return builder.messages()
