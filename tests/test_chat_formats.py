@@ -470,3 +470,5 @@ def test_openai_arguments_given_as_an_object() -> None:
     messages = from_openai(chat)
     assert messages[0].tool_calls[0].arguments == '{"a": 1}'
     assert to_openai(messages) == chat
+    del chat[0]["tool_calls"][0]["function"]["arguments"]
+    assert to_openai(from_openai(chat)) == chat

@@ -119,7 +119,9 @@ def _call_in(call: Mapping[str, Any]) -> ToolCall:
     if rest or body_rest:
         extra[NAME] = {"call": rest, "body": body_rest}
     arguments = body.get(args_key, "")
-    if isinstance(arguments, dict | list):  # some servers send an object, not JSON text
+    if args_key not in body:
+        extra["openai:arguments"] = "absent"
+    elif isinstance(arguments, dict | list):  # some servers send an object, not JSON text
         extra["openai:arguments"] = "object"
         arguments = json.dumps(arguments, ensure_ascii=False)
     return ToolCall(id=call["id"], name=body["name"], arguments=arguments, extra=extra)
@@ -221,8 +223,11 @@ def _call_out(call: ToolCall) -> dict[str, Any]:
     if declared is not None:
         out["type"] = declared
     args_key = "input" if kind == "custom" else "arguments"
-    arguments: Any = call.input() if call.extra.get("openai:arguments") == "object" else call.arguments
-    out[kind] = {"name": call.name, args_key: arguments, **kept["body"]}
+    form = call.extra.get("openai:arguments")
+    out[kind] = {"name": call.name, args_key: call.input() if form == "object" else call.arguments}
+    if form == "absent":
+        del out[kind][args_key]
+    out[kind].update(kept["body"])
     out.update(kept["call"])
     return out
 
