@@ -13,8 +13,10 @@ Tool results always live in ``tool`` messages, one result per message, as in Ope
 chat format. Formats that group results differently (Anthropic puts them in the next
 user message) split and rejoin them on the way in and out.
 
-`validate` lists every pairing problem with its index; `repair` returns a sequence
-both OpenAI's and Anthropic's APIs accept and reports every change it made.
+`validate` lists every pairing problem with its index; `repair` returns a sequence whose
+tool-call pairing both OpenAI's and Anthropic's APIs accept, and reports every change it
+made. (What else an API refuses, such as empty text or unsigned thinking for Anthropic, is
+left out by the exporters in `ctxkeep.formats`, not changed in the messages.)
 """
 
 from __future__ import annotations
@@ -366,7 +368,7 @@ def validate(messages: Sequence[Message]) -> list[Problem]:
 
 
 def repair(messages: Sequence[Message]) -> tuple[list[Message], list[Change]]:
-    """A copy of `messages` that OpenAI's and Anthropic's APIs both accept, and the changes.
+    """A copy of `messages` whose tool-call pairing both APIs accept, and the changes made.
 
     - each call's result is moved to sit right after its assistant message;
     - a call with no result gets an explicit error result reading "[no result recorded]";
