@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# CI runs the same examples every time (HYPOTHESIS_PROFILE=ci in .ci/run), so a landing never
+# hangs on luck; local runs explore new examples on each run.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 ROOT = Path(__file__).resolve().parents[1]
 TRANSCRIPTS = ROOT.parent / "shared" / "data" / "transcripts"
