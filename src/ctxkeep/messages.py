@@ -48,6 +48,7 @@ __all__ = [
     "make_id",
     "renumber_duplicates",
     "repair",
+    "result_content",
     "validate",
 ]
 
@@ -209,6 +210,13 @@ class ToolResult:
         if isinstance(self.content, str):
             return self.content
         return "\n".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+
+def result_content(parts: Sequence[TextBlock | ImageBlock]) -> str | tuple[TextBlock | ImageBlock, ...]:
+    """Content for a `ToolResult`: the texts joined by newlines, or the parts when one is an image."""
+    if all(isinstance(p, TextBlock) for p in parts):
+        return "\n".join(p.text for p in parts if isinstance(p, TextBlock))
+    return tuple(parts)
 
 
 Block: TypeAlias = TextBlock | ThinkingBlock | ToolCall | ToolResult | ImageBlock

@@ -52,7 +52,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ctxkeep.formats.source import RECORD_ERRORS, Conversation, Source, describe, parse_timestamp
+from ctxkeep.formats.source import RECORD_ERRORS, Conversation, Source, describe, few, parse_timestamp
 from ctxkeep.messages import (
     Block,
     ImageBlock,
@@ -327,13 +327,8 @@ def _unanswered_calls(messages: Sequence[Message]) -> list[str]:
             why = "the file does not say why"
         missing.setdefault(why, []).extend(unanswered)
     return [
-        f"{len(ids)} tool call(s) have no result, kept as written: {why} ({_few(ids)})" for why, ids in missing.items()
+        f"{len(ids)} tool call(s) have no result, kept as written: {why} ({few(ids)})" for why, ids in missing.items()
     ]
-
-
-def _few(ids: Sequence[str]) -> str:
-    """The first three ids, for a note (also used by the Claude Code importer)."""
-    return ", ".join(ids[:3]) + (" ..." if len(ids) > 3 else "")
 
 
 def _user_content(content: Any) -> list[Block]:

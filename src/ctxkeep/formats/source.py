@@ -7,7 +7,7 @@ reported.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,12 +18,17 @@ import orjson
 from ctxkeep.errors import FormatError
 from ctxkeep.messages import Message
 
-__all__ = ["RECORD_ERRORS", "Conversation", "Source", "describe", "parse_timestamp"]
+__all__ = ["RECORD_ERRORS", "Conversation", "Source", "describe", "few", "parse_timestamp"]
 
 _UNSET: Any = object()
 
 # What reading an odd record can raise; importers turn these into `Source.skip` (FormatError).
 RECORD_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
+def few(ids: Sequence[str], shown: int = 3) -> str:
+    """The first few ids, for a note: ``a, b, c ...``."""
+    return ", ".join(ids[:shown]) + (" ..." if len(ids) > shown else "")
 
 
 def describe(exc: BaseException) -> str:

@@ -32,8 +32,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ctxkeep.formats.openhands.content import _result_content
-from ctxkeep.formats.openhands.records import _str
 from ctxkeep.formats.source import RECORD_ERRORS, Conversation, Source, describe
 from ctxkeep.messages import (
     ROLES,
@@ -46,6 +44,7 @@ from ctxkeep.messages import (
     ToolResult,
     make_id,
     renumber_duplicates,
+    result_content,
 )
 
 NAME = "swe_agent"
@@ -139,7 +138,7 @@ def _tool_messages(source: Source, conv_id: str, index: int, item: Mapping[str, 
         Message(
             role="tool",
             id=make_id(NAME, conv_id, index) if n == 0 else make_id(NAME, conv_id, index, n),
-            content=(ToolResult(call_id=str(call_id), content=_result_content(content)),),
+            content=(ToolResult(call_id=str(call_id), content=result_content(content)),),
             extra=_extra(item),
         )
         for n, call_id in enumerate(ids)
@@ -160,7 +159,7 @@ def _text_action(
     )
     msg = Message(role="assistant", id=msg.id, content=(*msg.content, call), extra=msg.extra)
     if observation is not None:
-        content = _result_content(_content(observation.get("content")))
+        content = result_content(_content(observation.get("content")))
         result_id, extra = make_id(NAME, conv_id, index + 1), _extra(observation)
     else:
         content, result_id, extra = fallback or "", make_id(NAME, conv_id, index, "result"), {"from": "trajectory"}
@@ -258,3 +257,7 @@ def _thinking(raw: Any) -> list[ThinkingBlock]:
         else:
             blocks.append(ThinkingBlock(text=_str(block.get("thinking")), signature=block.get("signature")))
     return blocks
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""

@@ -8,8 +8,7 @@ from typing import Any
 
 from ctxkeep.formats.claude_code.blocks import NAME
 from ctxkeep.formats.claude_code.entries import _Entry
-from ctxkeep.formats.pi import _few
-from ctxkeep.formats.source import Source
+from ctxkeep.formats.source import Source, few
 from ctxkeep.messages import Block, Message, Role, ToolCall, ToolResult, validate
 
 
@@ -106,8 +105,8 @@ def _report_pairing(messages: Sequence[Message], source: Source, conv_id: str) -
     missing = [p.call_id for p in problems if p.kind == "missing_result" and p.call_id is not None]
     orphans = [p.call_id for p in problems if p.kind == "orphan_result" and p.call_id is not None]
     if missing:
-        source.notes.append(f"conversation {conv_id}: {len(missing)} tool calls have no result: {_few(missing)}")
+        source.notes.append(f"conversation {conv_id}: {len(missing)} tool calls have no result: {few(missing)}")
     if orphans:
         source.notes.append(
-            f"conversation {conv_id}: {len(orphans)} tool results have no call in the conversation: {_few(orphans)}"
+            f"conversation {conv_id}: {len(orphans)} tool results have no call in the conversation: {few(orphans)}"
         )

@@ -30,13 +30,3 @@ def _content_blocks(content: Any) -> list[TextBlock | ImageBlock]:
         elif _str(part.get("text")):
             blocks.append(TextBlock(text=part["text"]))
     return blocks
-
-
-def _result_content(blocks: list[TextBlock | ImageBlock]) -> str | tuple[TextBlock | ImageBlock, ...]:
-    """A tool result's content: the texts joined by newlines, or the blocks when there is an image.
-
-    Also used by the SWE-agent importer.
-    """
-    if all(isinstance(b, TextBlock) for b in blocks):
-        return "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
-    return tuple(blocks)

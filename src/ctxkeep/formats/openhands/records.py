@@ -53,7 +53,7 @@ def _dict(value: Any) -> dict[str, Any]:
 
 
 def _str(value: Any) -> str:
-    """`value` if it is a string, else "" (also used by the SWE-agent importer)."""
+    """`value` if it is a string, else ""."""
     return value if isinstance(value, str) else ""
 
 

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ctxkeep.formats.openhands.content import _content_blocks, _content_text, _result_content
+from ctxkeep.formats.openhands.content import _content_blocks, _content_text
 from ctxkeep.formats.openhands.records import _dict, _int, _key, _str
 from ctxkeep.formats.openhands.turns import _Assembly, _Turn
-from ctxkeep.messages import Block, ImageBlock, Role, TextBlock, ThinkingBlock, ToolCall, ToolResult
+from ctxkeep.messages import Block, ImageBlock, Role, TextBlock, ThinkingBlock, ToolCall, ToolResult, result_content
 
 _V1_STATE = frozenset(
     {"PauseEvent", "ConversationStateUpdateEvent", "CondensationRequest", "TokenEvent", "StreamingDeltaEvent"}
@@ -97,7 +97,7 @@ class _SdkEvents(_Assembly):
             text = "\n".join(b.text for b in content if isinstance(b, TextBlock))
             self._append(self._message("user", [TextBlock(text=text)], event, index, kind=kind))
             return
-        result = ToolResult(call_id=call_id, content=_result_content(content), is_error=is_error, exit_code=exit_code)
+        result = ToolResult(call_id=call_id, content=result_content(content), is_error=is_error, exit_code=exit_code)
         turn.results[call_id] = self._message("tool", [result], event, index, kind=kind)
 
 
