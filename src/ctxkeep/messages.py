@@ -144,6 +144,17 @@ class ToolCall:
         except ValueError:
             return self.arguments
 
+    def input_object(self) -> dict[str, Any]:
+        """The arguments as a JSON object, as Anthropic and AgentScope want them.
+
+        Blank arguments (what servers send for a tool without parameters) give ``{}``;
+        anything that is not an object is kept under ``"arguments"``.
+        """
+        if not self.arguments.strip():
+            return {}
+        value = self.input()
+        return value if isinstance(value, dict) else {"arguments": value}
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ImageBlock:

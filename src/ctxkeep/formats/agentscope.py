@@ -219,10 +219,7 @@ def _block_out(block: Block, names: Mapping[str, str]) -> dict[str, Any]:
             thinking["signature"] = block.signature
         return {**thinking, **rest}
     if isinstance(block, ToolCall):
-        value = block.input() if block.arguments.strip() else {}
-        if not isinstance(value, dict):  # AgentScope wants an object: keep what was there
-            value = {"arguments": value}
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": value, **rest}
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input_object(), **rest}
     if isinstance(block, ImageBlock):
         if block.url is not None:
             return {"type": "image", "source": {"type": "url", "url": block.url}}

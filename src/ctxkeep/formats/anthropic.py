@@ -260,7 +260,7 @@ def _block_out(block: Block) -> dict[str, Any]:
             out["signature"] = block.signature
         return {**out, **rest}
     if isinstance(block, ToolCall):
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": _input(block), **rest}
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input_object(), **rest}
     if isinstance(block, ImageBlock):
         if block.url is not None and block.data is None:
             source: dict[str, Any] = {"type": "url", "url": block.url}
@@ -268,14 +268,6 @@ def _block_out(block: Block) -> dict[str, Any]:
             source = {"type": "base64", "media_type": block.media_type, "data": block.data or ""}
         return {"type": "image", "source": source, **rest}
     return _result_out(block)
-
-
-def _input(call: ToolCall) -> Any:
-    """Anthropic wants an object; arguments that are not a JSON object are wrapped."""
-    if not call.arguments.strip():  # what servers send for a tool without parameters
-        return {}
-    value = call.input()
-    return value if isinstance(value, dict) else {"arguments": value}
 
 
 def _result_out(result: ToolResult) -> dict[str, Any]:
