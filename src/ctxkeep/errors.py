@@ -3,12 +3,27 @@
 CtxkeepError
 ├── FormatError          a transcript cannot be read (.path, .line)
 │   └── UnknownFormatError   no importer recognises the file
-└── TokenizerError       an encoding or tokenizer.json cannot be loaded
+├── TokenizerError       an encoding or tokenizer.json cannot be loaded
+├── WorkspaceError       a workspace cannot be used (.path)
+│   ├── StorageError         a file cannot be read or written (.errno): disk full, read-only, ...
+│   └── WorkspaceLockedError another process holds the workspace
+├── PinnedOverBudgetError   pinned messages alone exceed the compaction budget
+└── SummaryError         a summarizer returned no usable summary
 """
 
 from __future__ import annotations
 
-__all__ = ["CtxkeepError", "FormatError", "TokenizerError", "UnknownFormatError"]
+__all__ = [
+    "CtxkeepError",
+    "FormatError",
+    "PinnedOverBudgetError",
+    "StorageError",
+    "SummaryError",
+    "TokenizerError",
+    "UnknownFormatError",
+    "WorkspaceError",
+    "WorkspaceLockedError",
+]
 
 
 class CtxkeepError(Exception):
@@ -34,3 +49,39 @@ class UnknownFormatError(FormatError):
 
 class TokenizerError(CtxkeepError):
     """An encoding or tokenizer file cannot be loaded."""
+
+
+class WorkspaceError(CtxkeepError):
+    """A workspace folder cannot be used. `path` names the folder or file."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(message)
+
+
+class StorageError(WorkspaceError):
+    """A file cannot be read or written (disk full, read-only, permissions). `errno` is the OS code.
+
+    Whatever step raised it left the live context as it was.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, errno: int | None = None) -> None:
+        self.errno = errno
+        super().__init__(message, path=path)
+
+
+class WorkspaceLockedError(WorkspaceError):
+    """Another process holds the workspace."""
+
+
+class PinnedOverBudgetError(CtxkeepError):
+    """Pinned messages alone do not fit in the compaction budget. `pinned` and `budget` are token counts."""
+
+    def __init__(self, message: str, *, pinned: int, budget: int) -> None:
+        self.pinned = pinned
+        self.budget = budget
+        super().__init__(message)
+
+
+class SummaryError(CtxkeepError):
+    """A summarizer returned no usable summary; the previous summary and the messages are unchanged."""
