@@ -1,0 +1,172 @@
+"""Where to cut the history (seed name ``context_check``): what to compact, what to keep verbatim.
+
+`split` walks from the newest message backwards, adding up token counts while they fit in
+`reserve`; the first message that does not fit, and everything older, goes to `to_compact`::
+
+    index   0    1    2        3    4    5         6
+           user asst tool ... user asst tool      user
+           └───── to_compact ─────┘ └──── to_keep ────┘
+                                   ▲ cut: messages[cut:] is kept
+
+**Pair protection.** A tool call and its results form a *pair group*: the assistant message
+holding the calls plus one ``tool`` message per call (parallel calls share one group). A cut
+inside a group's span (from its first to its last member, messages in between included) would
+leave a result without its call, or a call without its results, so it is unsafe.
+`safe_cuts` lists which cuts are safe. When the first cut tried is unsafe, the boundary moves:
+
+- *newer* first, to the next safe cut, so the kept part stays within `reserve`;
+- *older*, only when no safe cut newer than it keeps at least one message (the newest message
+  belongs to a group that starts before the cut); then the whole group is kept, over `reserve`.
+
+The newest message is always kept, even when it alone is over `reserve`: the agent must see
+the request it answers (that first cut is still valid when it is safe). A split that keeps
+everything (`to_compact` empty) is returned as is; the caller then knows nothing can be compacted.
+
+**Pins.** Messages whose id is in `pinned` are never compacted, and neither are the other
+members of their pair groups. A pinned message older than the cut stays live in `Split.pinned`;
+pinned messages cost nothing against `reserve`. Cuts never fall inside a group, pinned or not, so
+for repaired input the live context ``pinned + to_keep`` pairs every call with its results.
+
+**Broken pairing.** The engine runs `ctxkeep.messages.repair` before splitting, so every group
+is an assistant message followed by its results. Input that is not repaired still splits without
+error: a result whose call is nowhere is a group of its own, a call whose results are missing is
+a group of the call alone, and a result before or far after its call spans everything between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from ctxkeep.messages import Message
+
+__all__ = ["Split", "pair_groups", "safe_cuts", "split"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Split:
+    """The result of `split`. ``to_compact + pinned + to_keep`` holds every input message once.
+
+    `to_compact` and `pinned` are the older part (in input order, pinned ones set apart);
+    `to_keep` is the contiguous newest tail. `is_valid` is False when the first cut tried
+    would have broken a pair group and the boundary had to move, by `moved` messages.
+    """
+
+    to_compact: tuple[Message, ...]
+    pinned: tuple[Message, ...]
+    to_keep: tuple[Message, ...]
+    is_valid: bool
+    moved: int
+
+    @property
+    def cut(self) -> int:
+        """Index in the input of the first kept message (the input's length when none is kept)."""
+        return len(self.to_compact) + len(self.pinned)
+
+
+def pair_groups(messages: Sequence[Message]) -> list[int]:
+    """For each message, the index of its pair group's root: the assistant message holding its call.
+
+    A message that is not a tool result is its own root; so is a result whose call is nowhere.
+    A result answers the nearest earlier message holding its call id, or else the first later
+    one (a result recorded before its call).
+    """
+    first_call: dict[str, int] = {}
+    for i, msg in enumerate(messages):
+        for call in msg.tool_calls:
+            first_call.setdefault(call.id, i)
+    roots = list(range(len(messages)))
+    last_call: dict[str, int] = {}  # call id -> latest message so far holding it (ids may repeat if not repaired)
+    for i, msg in enumerate(messages):
+        for call in msg.tool_calls:
+            last_call[call.id] = i
+        result = msg.tool_result
+        if result is not None:
+            roots[i] = last_call.get(result.call_id, first_call.get(result.call_id, i))
+    return roots
+
+
+def safe_cuts(messages: Sequence[Message]) -> list[bool]:
+    """One flag per cut point 0..len(messages): True when ``messages[i:]`` can be a kept tail.
+
+    A cut is safe when no pair group has members on both sides of it. Cut 0 (keep all) and
+    cut ``len(messages)`` (keep none) are always safe.
+    """
+    return _safe_from_roots(pair_groups(messages))
+
+
+def _safe_from_roots(roots: Sequence[int]) -> list[bool]:
+    n = len(roots)
+    lo = list(range(n))
+    hi = list(range(n))
+    for i, root in enumerate(roots):
+        lo[root] = min(lo[root], i)
+        hi[root] = max(hi[root], i)
+    # Cuts lo+1..hi split the group at `root`; count covering spans with a difference array (O(n)).
+    cover = [0] * (n + 2)
+    for root in set(roots):
+        if lo[root] < hi[root]:
+            cover[lo[root] + 1] += 1
+            cover[hi[root] + 1] -= 1
+    safe: list[bool] = []
+    depth = 0
+    for i in range(n + 1):
+        depth += cover[i]
+        safe.append(depth == 0)
+    return safe
+
+
+def split(
+    messages: Sequence[Message], counts: Sequence[int], *, reserve: int, pinned: Collection[str] = frozenset()
+) -> Split:
+    """Split `messages` into the part to compact and the newest tail to keep within `reserve` tokens.
+
+    `counts[i]` is the token count of ``messages[i]``. `pinned` holds ids of messages never to
+    compact (ids not in `messages` are ignored). Whether to compact at all (total over the
+    threshold) is the caller's decision; this only says where. See the module docstring for how
+    pairs, pins and the newest message are protected.
+    """
+    n = len(messages)
+    if len(counts) != n:
+        raise ValueError(f"split needs one token count per message: got {len(counts)} counts for {n} messages")
+    if reserve < 0:
+        raise ValueError(f"split needs reserve >= 0 tokens, got {reserve}")
+    if any(c < 0 for c in counts):
+        bad = next(i for i, c in enumerate(counts) if c < 0)
+        raise ValueError(f"token counts must be >= 0, got {counts[bad]} for message {bad}")
+    if n == 0:
+        return Split(to_compact=(), pinned=(), to_keep=(), is_valid=True, moved=0)
+
+    roots = pair_groups(messages)
+    safe = _safe_from_roots(roots)
+    pinned_roots = {roots[i] for i, msg in enumerate(messages) if msg.id in pinned}
+    is_pinned = [root in pinned_roots for root in roots]
+
+    first = _first_cut(counts, is_pinned, reserve)
+    cut = first
+    if not safe[cut]:
+        newer = next((c for c in range(cut + 1, n) if safe[c]), None)
+        # cut 0 is always safe, so moving older always ends somewhere
+        cut = newer if newer is not None else next(c for c in range(cut - 1, -1, -1) if safe[c])
+
+    older = range(cut)
+    return Split(
+        to_compact=tuple(messages[i] for i in older if not is_pinned[i]),
+        pinned=tuple(messages[i] for i in older if is_pinned[i]),
+        to_keep=tuple(messages[cut:]),
+        is_valid=cut == first,
+        moved=abs(cut - first),
+    )
+
+
+def _first_cut(counts: Sequence[int], is_pinned: Sequence[bool], reserve: int) -> int:
+    """The oldest cut whose tail fits `reserve` (pinned messages free), keeping at least the newest message."""
+    cut = len(counts) - 1
+    used = 0 if is_pinned[cut] else counts[cut]
+    while cut > 0:
+        cost = 0 if is_pinned[cut - 1] else counts[cut - 1]
+        if used + cost > reserve:
+            break
+        used += cost
+        cut -= 1
+    return cut
