@@ -1,0 +1,451 @@
+"""Offload big tool results to files (the seed's ``compact_tool_result``), and clean the files up.
+
+Tool results are measured in UTF-8 bytes. The `recent_n` newest results are *recent* and cut to
+`recent_max_bytes`; older ones are *old* and cut to `old_max_bytes`. Before a result is cut, its
+full text is written to ``tool_result/<uuid>.txt``; the message keeps the head of the text and a
+notice that says what was kept, where the rest is and from which line to read on::
+
+    first seen (recent)                  ages past recent_n (old)            afterwards
+    ───────────────────                  ────────────────────────            ──────────
+    over recent_max_bytes?               over old_max_bytes?                 never touched again
+      save the full text, keep head ──►    cut the kept head further,
+      + notice                 (stage      keep pointing at the SAME   ──►   (stage "old")
+                               "recent")   original file
+
+So a result's visible text changes at most twice in its life, which keeps the provider's prompt
+cache warm. What was done is recorded in ``ToolResult.extra[OFFLOAD_KEY]`` (a JSON-ready dict, see
+`OffloadRecord`); that record makes `offload` idempotent and lets `cleanup` keep every file a live
+message still points at.
+
+Per-tool policies (`OffloadSettings.policy_for`, chosen by tool-name patterns):
+
+    default     as above
+    browser     the raw page is saved on first sight, even when small; recent: head + notice;
+                old: the notice alone (file reference, no head)
+    file_read   untouched while recent (the file is on disk already); once old: cut + saved copy
+
+Choices made here:
+
+- The budget covers the notice: a cut message carries at most the limit in bytes, head and notice
+  together, so a cut never makes a message bigger. Only when the notice alone is over the limit (a
+  tiny limit) is the notice kept with no head.
+- The head ends at a line boundary (the longest whole-line prefix that fits) unless that keeps less
+  than half of what fits: then (one giant line, or minified JSON after a short first line) it is cut
+  mid-line at a character boundary and the notice says which line was cut short. UTF-8 characters
+  are never split.
+- Only the head is kept, as the seed says, also for errors, whose message is often at the end: the
+  notice of an error result tells the agent to read the last lines of the file too.
+- Images in a result are kept; only its text parts are cut. The saved file holds `ToolResult.text`.
+- Texts are encoded with ``surrogatepass``, so a lone surrogate from a broken source neither crashes
+  nor gets lost: the file gives back exactly the original string.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal, TypeAlias, get_args
+
+from .folder import Folder
+from .messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
+from .settings import OffloadSettings, PolicyKind
+
+__all__ = [
+    "OFFLOAD_KEY",
+    "TOOL_RESULT_DIR",
+    "OffloadRecord",
+    "Stage",
+    "cleanup",
+    "offload",
+    "original_file",
+    "record_of",
+    "referenced_files",
+]
+
+OFFLOAD_KEY = "ctxkeep_offload"
+TOOL_RESULT_DIR = "tool_result"
+
+Stage: TypeAlias = Literal["recent", "old"]
+
+_log = logging.getLogger("ctxkeep")
+_SECONDS_PER_DAY = 86_400
+_POLICIES: tuple[str, ...] = get_args(PolicyKind)
+# A reference to a saved file inside some text: what the notice prints, or what an agent copied.
+_REFERENCE = re.compile(TOOL_RESULT_DIR + r"/([\w.-]+)")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OffloadRecord:
+    """What `offload` did to one tool result; stored as a dict in ``ToolResult.extra[OFFLOAD_KEY]``.
+
+    `kept_bytes` is the size of the original's head still shown (the visible text is that head, a
+    newline and the notice, or the notice alone when nothing is kept); `next_line` is the 1-based
+    line of the saved file from which to read on.
+    """
+
+    file: str
+    stage: Stage
+    policy: PolicyKind
+    original_bytes: int
+    original_lines: int
+    kept_bytes: int
+    next_line: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready dict kept in the result's `extra`."""
+        return {
+            "file": self.file,
+            "stage": self.stage,
+            "policy": self.policy,
+            "original_bytes": self.original_bytes,
+            "original_lines": self.original_lines,
+            "kept_bytes": self.kept_bytes,
+            "next_line": self.next_line,
+        }
+
+    @classmethod
+    def from_dict(cls, d: object) -> OffloadRecord:
+        """The record from its dict; ValueError naming the bad field when it is malformed."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"an offload record must be a JSON object; got {type(d).__name__}")
+        file, stage, policy = d.get("file"), d.get("stage"), d.get("policy")
+        if not isinstance(file, str) or not file.startswith(TOOL_RESULT_DIR + "/"):
+            raise ValueError(f"offload record: 'file' must name a file under {TOOL_RESULT_DIR}/; got {file!r}")
+        if stage not in ("recent", "old"):
+            raise ValueError(f"offload record: 'stage' must be 'recent' or 'old'; got {stage!r}")
+        if policy not in _POLICIES:
+            raise ValueError(f"offload record: 'policy' must be one of {list(_POLICIES)}; got {policy!r}")
+        numbers: dict[str, int] = {}
+        for key in ("original_bytes", "original_lines", "kept_bytes", "next_line"):
+            value = d.get(key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"offload record: {key!r} must be a whole number, 0 or more; got {value!r}")
+            numbers[key] = value
+        if numbers["kept_bytes"] > numbers["original_bytes"]:
+            raise ValueError("offload record: 'kept_bytes' cannot exceed 'original_bytes'")
+        return cls(file=file, stage=stage, policy=policy, **numbers)
+
+
+def record_of(result: ToolResult) -> OffloadRecord | None:
+    """The offload record of a result, or None when it was never offloaded (ValueError when malformed)."""
+    raw = result.extra.get(OFFLOAD_KEY)
+    return None if raw is None else OffloadRecord.from_dict(raw)
+
+
+def original_file(result: ToolResult) -> str | None:
+    """The folder-relative name of the file holding the result's full text, or None."""
+    record = record_of(result)
+    return None if record is None else record.file
+
+
+# --- offload -------------------------------------------------------------------------
+
+
+def offload(
+    messages: Sequence[Message],
+    settings: OffloadSettings,
+    folder: Folder,
+    *,
+    tool_names: Mapping[str, str] | None = None,
+) -> list[Message]:
+    """The messages with big tool results cut and their full texts saved in `folder`.
+
+    Same length and order as `messages`; a message that does not change is returned as the same
+    object. A tool's name (which picks its policy) comes from `tool_names` (call id -> name), else
+    from the assistant call in `messages`. Every file is written before any message changes: when
+    `folder` raises `StorageError`, the error propagates and nothing is returned. File names derive
+    from the message and call ids, so a retry rewrites the same files.
+    """
+    if not isinstance(settings, OffloadSettings):
+        raise TypeError(f"offload needs an OffloadSettings; got {type(settings).__name__}")
+    names = _names(messages, tool_names)
+    tools = [i for i, m in enumerate(messages) if m.role == "tool"]
+    recent = set(tools[max(0, len(tools) - settings.recent_n) :])
+    policies: dict[str | None, PolicyKind] = {}
+
+    changed: dict[int, Message] = {}
+    writes: dict[str, bytes] = {}
+    for i in tools:
+        message = messages[i]
+        result = message.tool_result
+        if result is None:  # a tool message always holds one; this keeps mypy sure of it
+            continue
+        name = names.get(result.call_id)
+        if name not in policies:
+            policies[name] = settings.policy_for(name)
+        stage: Stage = "recent" if i in recent else "old"
+        plan = _plan(message, result, stage, policies[name], settings, folder)
+        if plan is not None:
+            changed[i], write = plan
+            if write is not None:
+                writes[write[0]] = write[1]
+
+    for name, data in writes.items():
+        folder.write(name, data)
+    if changed:
+        _log.debug("offloaded %d tool results (%d files written)", len(changed), len(writes))
+    return [changed.get(i, m) for i, m in enumerate(messages)]
+
+
+def _names(messages: Sequence[Message], given: Mapping[str, str] | None) -> dict[str, str]:
+    names = {call.id: call.name for m in messages if m.role == "assistant" for call in m.tool_calls}
+    if given:
+        names.update(given)
+    return names
+
+
+def _plan(
+    message: Message,
+    result: ToolResult,
+    stage: Stage,
+    policy: PolicyKind,
+    settings: OffloadSettings,
+    folder: Folder,
+) -> tuple[Message, tuple[str, bytes] | None] | None:
+    """The new message and the file to write, or None when the message stays as it is."""
+    raw = result.extra.get(OFFLOAD_KEY)
+    if raw is not None:
+        try:
+            record = OffloadRecord.from_dict(raw)
+        except ValueError as exc:
+            _log.warning("tool result %s left as it is: %s", result.call_id, exc)
+            return None
+        if record.stage == "old" or stage == "recent":
+            return None
+        recut = _age(result, record, settings, folder)
+        return None if recut is None else (replace(message, content=(recut,)), None)
+
+    if policy == "file_read" and stage == "recent":
+        return None
+    text = result.text
+    limit = settings.recent_max_bytes if stage == "recent" else settings.old_max_bytes
+    if policy == "browser":
+        if not text:
+            return None
+        if stage == "old":
+            limit = 0
+    elif not _over(text, limit):
+        return None
+
+    data = _encode(text)
+    file = f"{TOOL_RESULT_DIR}/{make_id(message.id, result.call_id)}.txt"
+    lines = _count_lines(data)
+    widest = OffloadRecord(
+        file=file,
+        stage=stage,
+        policy=policy,
+        original_bytes=len(data),
+        original_lines=lines,
+        kept_bytes=len(data),
+        next_line=lines + 1,
+    )
+    head, record, notice = _cut(data, limit, widest, folder.location(file), is_error=result.is_error)
+    new = _with_content(result, _content(result.content, _decode(head), notice), record)
+    return replace(message, content=(new,)), (file, data)
+
+
+def _age(result: ToolResult, record: OffloadRecord, settings: OffloadSettings, folder: Folder) -> ToolResult | None:
+    """A result cut when recent, cut again from its kept head now that it is old; same original file.
+
+    The original file is not read (it may be large, or gone): the kept head is a prefix of the
+    original, so its line numbers are the original's.
+    """
+    data = _encode(result.text)
+    kept = record.kept_bytes
+    # The visible text is head + "\n" + notice (or the notice alone): check before trusting kept_bytes.
+    fits = kept == 0 or (len(data) > kept and data[kept] == ord("\n"))
+    head = _decode(data[:kept]) if fits else ""
+    base = _without_notice(result.content)
+    if not fits or (not isinstance(base, str) and "\n".join(_texts(base)) != head):
+        _log.warning("tool result %s left as it is: its text no longer matches its offload record", result.call_id)
+        return None
+    limit = 0 if record.policy == "browser" else settings.old_max_bytes
+    widest = replace(record, stage="old", kept_bytes=record.original_bytes, next_line=record.original_lines + 1)
+    new_head, new_record, notice = _cut(
+        data[:kept], limit, widest, folder.location(record.file), is_error=result.is_error
+    )
+    content = _content(head if isinstance(base, str) else base, _decode(new_head), notice)
+    return _with_content(result, content, new_record)
+
+
+def _with_content(
+    result: ToolResult, content: str | tuple[TextBlock | ImageBlock, ...], record: OffloadRecord
+) -> ToolResult:
+    # is_error and exit_code are kept by replace(); other extra keys stay too.
+    return replace(result, content=content, extra={**result.extra, OFFLOAD_KEY: record.to_dict()})
+
+
+# --- cutting -------------------------------------------------------------------------
+
+
+def _encode(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", "surrogatepass")
+
+
+def _over(text: str, limit: int) -> bool:
+    """True when the text is over `limit` bytes of UTF-8, without encoding it when the length decides."""
+    n = len(text)
+    if n * 4 <= limit:  # a character takes at most 4 bytes
+        return False
+    if n > limit:  # and at least 1
+        return True
+    return len(_encode(text)) > limit
+
+
+def _count_lines(data: bytes) -> int:
+    """Lines as an editor numbers them: a last line without a newline counts too."""
+    if not data:
+        return 0
+    return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+
+
+def _head(data: bytes, budget: int) -> bytes:
+    """The prefix of `data` to keep within `budget` bytes: whole lines, or mid-line when those keep too little."""
+    if len(data) <= budget:
+        return data
+    end = max(budget, 0)
+    while end > 0 and data[end] & 0xC0 == 0x80:  # never inside a UTF-8 character
+        end -= 1
+    newline = data.rfind(b"\n", 0, end)
+    if newline >= 0 and (newline + 1) * 2 >= end:
+        return data[: newline + 1]
+    return data[:end]
+
+
+def _cut(
+    data: bytes, limit: int, widest: OffloadRecord, location: str, *, is_error: bool
+) -> tuple[bytes, OffloadRecord, str]:
+    """A head of `data` (a prefix of the original) such that head, newline and notice fit in `limit` bytes.
+
+    `widest` is the record with the largest numbers the notice can show (everything kept); the
+    head, the final record and the notice are returned.
+    """
+    # Numbers in the notice only shrink from those of `widest`, so this is the most the notice can take.
+    longest = _truncated_notice(widest, location, shown=widest.next_line, partial=True, is_error=is_error)
+    reserve = len(_encode(longest)) + 1
+    head = _head(data, limit - reserve) if limit > reserve else b""
+    partial = bool(head) and not head.endswith(b"\n") and len(head) < widest.original_bytes
+    record = replace(widest, kept_bytes=len(head), next_line=head.count(b"\n") + 1)
+    return head, record, _notice(record, location, partial=partial, is_error=is_error)
+
+
+_ERROR_HINT = "; this is an error output: read its last lines too, the error is often at the end"
+
+
+def _notice(record: OffloadRecord, location: str, *, partial: bool, is_error: bool) -> str:
+    """The line that follows the kept head: what was kept, where the full text is, where to read on."""
+    size = f"{record.original_bytes:,} bytes, {_lines(record.original_lines)}"
+    hint = _ERROR_HINT if is_error else ""
+    if record.kept_bytes >= record.original_bytes:
+        return f"[ctxkeep: this output ({size}) is also saved in {location}{hint}]"
+    if record.kept_bytes == 0:
+        return f"[ctxkeep: output offloaded ({size}) to {location}; read it from line 1{hint}]"
+    shown = record.next_line if partial else record.next_line - 1
+    return _truncated_notice(record, location, shown=shown, partial=partial, is_error=is_error)
+
+
+def _truncated_notice(record: OffloadRecord, location: str, *, shown: int, partial: bool, is_error: bool) -> str:
+    cut = f", line {record.next_line:,} cut short" if partial else ""
+    return (
+        f"[ctxkeep: output truncated, showing {record.kept_bytes:,} of {record.original_bytes:,} bytes"
+        f" ({'line 1' if shown == 1 else f'lines 1-{shown:,}'} of {record.original_lines:,}{cut});"
+        f" the full output is in {location},"
+        f" read from line {record.next_line:,}{_ERROR_HINT if is_error else ''}]"
+    )
+
+
+def _lines(n: int) -> str:
+    return "1 line" if n == 1 else f"{n:,} lines"
+
+
+def _content(
+    base: str | tuple[TextBlock | ImageBlock, ...], head: str, notice: str
+) -> str | tuple[TextBlock | ImageBlock, ...]:
+    """New content: `head` (a prefix of `base`'s text) laid over base's text parts, images kept, then the notice.
+
+    The new `ToolResult.text` is always ``head + "\\n" + notice``, or the notice alone when the head
+    is empty, so a later cut finds the head again from its byte size.
+    """
+    if isinstance(base, str):
+        return f"{head}\n{notice}" if head else notice
+    parts: list[TextBlock | ImageBlock] = []
+    at = 0  # where the next text part starts in "\n".join(text parts)
+    for part in base:
+        if isinstance(part, ImageBlock):
+            parts.append(part)
+            continue
+        # A part starting right at the end of the head still counts when the head ends with the
+        # newline that joins it to the previous part: an empty piece keeps that newline.
+        if at < len(head) or 0 < at == len(head):
+            piece = head[at : at + len(part.text)]
+            parts.append(part if piece == part.text else replace(part, text=piece))
+        at += len(part.text) + 1
+    parts.append(TextBlock(text=notice))
+    return tuple(parts)
+
+
+def _without_notice(content: str | tuple[TextBlock | ImageBlock, ...]) -> str | tuple[TextBlock | ImageBlock, ...]:
+    """A cut result's content with its notice (the last text part) taken off; a string is returned as is."""
+    if isinstance(content, str):
+        return content
+    last = max((i for i, p in enumerate(content) if isinstance(p, TextBlock)), default=-1)
+    return tuple(p for i, p in enumerate(content) if i != last)
+
+
+def _texts(parts: Iterable[TextBlock | ImageBlock]) -> list[str]:
+    return [p.text for p in parts if isinstance(p, TextBlock)]
+
+
+# --- references and cleanup ----------------------------------------------------------
+
+
+def referenced_files(messages: Iterable[Message]) -> set[str]:
+    """Names of saved files the messages point at: through their offload records or a path in their text."""
+    names: set[str] = set()
+    for message in messages:
+        for block in message.content:
+            texts: list[str]
+            if isinstance(block, ToolResult):
+                raw = block.extra.get(OFFLOAD_KEY)
+                # Read leniently: even a damaged record protects the file it names.
+                if isinstance(raw, Mapping) and isinstance(raw.get("file"), str):
+                    names.add(raw["file"])
+                texts = [block.content] if isinstance(block.content, str) else _texts(block.content)
+            elif isinstance(block, TextBlock | ThinkingBlock):
+                texts = [block.text]
+            elif isinstance(block, ToolCall):
+                texts = [block.arguments]
+            else:
+                continue
+            for text in texts:
+                if TOOL_RESULT_DIR + "/" not in text:
+                    continue
+                for match in _REFERENCE.finditer(text):
+                    # "see tool_result/x.txt." ends a sentence: keep both readings.
+                    names.add(f"{TOOL_RESULT_DIR}/{match[1]}")
+                    names.add(f"{TOOL_RESULT_DIR}/{match[1].rstrip('.-')}")
+    return names
+
+
+def cleanup(folder: Folder, live: Iterable[Message], *, retention_days: int, now: float) -> list[str]:
+    """Remove ``tool_result/`` files older than `retention_days` that no live message references.
+
+    `now` is the current time in epoch seconds (passed in, so tests pin it). Returns the removed
+    names, sorted.
+    """
+    if not isinstance(retention_days, int) or isinstance(retention_days, bool) or retention_days < 1:
+        raise ValueError(f"retention_days must be a whole number, 1 or more; got {retention_days!r}")
+    keep = referenced_files(live)
+    cutoff = now - retention_days * _SECONDS_PER_DAY
+    removed: list[str] = []
+    for info in folder.list(TOOL_RESULT_DIR + "/"):
+        if info.mtime < cutoff and info.name not in keep:
+            folder.remove(info.name)
+            removed.append(info.name)
+    return removed
