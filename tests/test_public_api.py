@@ -19,6 +19,18 @@ MODULES = [
     "ctxkeep.formats.source",
     "ctxkeep.report",
     "ctxkeep.tokens",
+    "ctxkeep.settings",
+    "ctxkeep.folder",
+    "ctxkeep.archive",
+    "ctxkeep.offload",
+    "ctxkeep.split",
+    "ctxkeep.summarize",
+    "ctxkeep.summarize.identifiers",
+    "ctxkeep.summarize.sections",
+    "ctxkeep.summarize.extractive",
+    "ctxkeep.engine",
+    "ctxkeep.session",
+    "ctxkeep.replay",
 ]
 
 

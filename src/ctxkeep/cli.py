@@ -2,6 +2,8 @@
 
     ctxkeep inspect FILE [--format NAME] [--json] [--lenient] [--encoding NAME|tokenizer.json]
                          [--provider openai|anthropic] [--progress|--no-progress]
+    ctxkeep compact FILE -o WORKSPACE [--as openai|anthropic] [--window N] [--conversation N]
+                         [--format NAME] [--lenient] [--encoding ...] [--json] [--progress|--no-progress]
 
 Exit codes: 0 success, 2 bad input (the message names file, line and what is wrong).
 """
@@ -11,14 +13,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from collections.abc import Sequence
-from typing import TextIO
+from pathlib import Path
+from typing import Any, TextIO
 
+from ctxkeep.engine import EngineSettings
 from ctxkeep.errors import CtxkeepError
 from ctxkeep.formats import format_names, load
+from ctxkeep.formats.anthropic import to_anthropic
+from ctxkeep.formats.openai import to_openai
+from ctxkeep.replay import Replay, replay, split_system
 from ctxkeep.report import build_report, render_text
+from ctxkeep.session import Session
+from ctxkeep.settings import CompactSettings
 from ctxkeep.tokens import CountSettings, get_counter
 
 __all__ = ["main"]
@@ -46,17 +56,35 @@ def _parser() -> argparse.ArgumentParser:
         default="openai",
         help="whose rule counts images (default openai)",
     )
-    progress = inspect.add_mutually_exclusive_group()
+    _progress_flags(inspect)
+
+    compact = sub.add_parser(
+        "compact", help="replay a transcript through the engine and write the final context and workspace"
+    )
+    compact.add_argument("file", help="a transcript in any format `inspect` reads")
+    compact.add_argument("-o", "--output", required=True, help="workspace folder to create (must be new or empty)")
+    compact.add_argument("--as", dest="as_", choices=["openai", "anthropic"], default="openai", help="context format")
+    compact.add_argument("--window", type=int, default=128_000, help="the model's context window in tokens")
+    compact.add_argument("--conversation", type=int, default=0, help="which conversation of the file (default 0)")
+    compact.add_argument("--format", choices=format_names(), help="skip detection and read the file as this format")
+    compact.add_argument("--lenient", action="store_true", help="skip malformed lines and report them")
+    compact.add_argument("--encoding", default="o200k_base", help="o200k_base (default), cl100k_base or tokenizer.json")
+    compact.add_argument("--json", action="store_true", help="print the report as JSON")
+    _progress_flags(compact)
+    return parser
+
+
+def _progress_flags(parser: argparse.ArgumentParser) -> None:
+    progress = parser.add_mutually_exclusive_group()
     progress.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show progress")
     progress.add_argument("--no-progress", dest="progress", action="store_false", help="never show progress")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     args = _parser().parse_args(argv)
     try:
-        return _inspect(args)
+        return _compact(args) if args.command == "compact" else _inspect(args)
     except CtxkeepError as exc:
         print(f"ctxkeep: error: {exc}", file=sys.stderr)
         return 2
@@ -72,7 +100,7 @@ def _inspect(args: argparse.Namespace) -> int:
     show = args.progress
     if show is None:
         show = sys.stderr.isatty() and _size(args.file) >= PROGRESS_MIN_BYTES
-    bar = _Progress(sys.stderr) if show else None
+    bar = _Progress(sys.stderr, "counting", "messages") if show else None
     if bar:
         bar.stage("reading")
     transcript = load(args.file, format=args.format, lenient=args.lenient)
@@ -87,6 +115,81 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compact(args: argparse.Namespace) -> int:
+    out = Path(args.output)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CtxkeepError(f"{out} already exists and is not an empty folder; choose a new workspace folder")
+    transcript = load(args.file, format=args.format, lenient=args.lenient)
+    if not 0 <= args.conversation < len(transcript.conversations):
+        raise CtxkeepError(
+            f"{args.file} holds {len(transcript.conversations)} conversation(s); --conversation must be in"
+            f" 0..{len(transcript.conversations) - 1}"
+        )
+    system, messages = split_system(transcript.conversations[args.conversation].messages)
+    settings = EngineSettings(compact=CompactSettings(max_input_length=args.window))
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    bar = _Progress(sys.stderr, "replaying", "messages") if show else None
+    with Session.open(out, settings=settings, counter=get_counter(args.encoding)) as session:
+        result = replay(session, messages, system=system, progress=bar.update if bar else None)
+        if bar:
+            bar.close()
+        context = session.prepare(system).context
+        payload: Any
+        if args.as_ == "anthropic":
+            system_out, body = to_anthropic(context.as_messages())
+            payload = {"system": system_out, "messages": body}
+        else:
+            payload = {"messages": to_openai(context.as_messages())}
+        (out / "context.json").write_text(json.dumps(payload, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        offloaded = len(session.folder.list("tool_result/"))
+    report = _compact_report(args, result, offloaded, len(transcript.conversations))
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False, indent=2))
+    else:
+        print(_render_compact(report))
+    return 0
+
+
+def _compact_report(args: argparse.Namespace, r: Replay, offloaded: int, conversations: int) -> dict[str, Any]:
+    steps_ms = [s * 1000 for s in r.step_seconds]
+    return {
+        "file": args.file,
+        "workspace": args.output,
+        "conversation": f"{args.conversation + 1} of {conversations}",
+        "messages": r.messages,
+        "steps": r.steps,
+        "window": args.window,
+        "tokens_full_history": r.tokens_full,
+        "tokens_final_context": r.tokens_final,
+        "peak_context_tokens": r.peak_tokens,
+        "compactions": len(r.compactions),
+        "failed_compactions": len(r.failures),
+        "archived_messages": sum(c.compacted for c in r.compactions),
+        "tool_results_offloaded": offloaded,
+        "pairing_repairs": r.repairs,
+        "step_ms_median": round(statistics.median(steps_ms), 3) if steps_ms else 0.0,
+        "seconds": round(r.seconds, 2),
+        "context_file": str(Path(args.output) / "context.json"),
+        "warnings": r.warnings[:5],
+    }
+
+
+def _render_compact(rep: dict[str, Any]) -> str:
+    lines = [
+        f"{rep['file']} (conversation {rep['conversation']}) -> {rep['workspace']}",
+        f"  messages        {rep['messages']:,} in {rep['steps']:,} steps, window {rep['window']:,} tokens",
+        f"  tokens          {rep['tokens_full_history']:,} in the full history -> {rep['tokens_final_context']:,}"
+        f" in the final context (peak {rep['peak_context_tokens']:,})",
+        f"  compactions     {rep['compactions']} ({rep['archived_messages']:,} messages archived in dialog/)"
+        + (f", {rep['failed_compactions']} not applied" if rep["failed_compactions"] else ""),
+        f"  offloaded       {rep['tool_results_offloaded']} tool results in tool_result/",
+        f"  time            {rep['seconds']} s, {rep['step_ms_median']} ms per step (median)",
+        f"  context         {rep['context_file']}, summary.md",
+    ]
+    lines += [f"  warning: {w}" for w in rep["warnings"]]
+    return "\n".join(lines)
+
+
 def _size(path: str) -> int:
     try:
         return os.path.getsize(path)
@@ -97,8 +200,10 @@ def _size(path: str) -> int:
 class _Progress:
     """A one-line progress bar on stderr."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, verb: str, unit: str) -> None:
         self.stream = stream
+        self.verb = verb
+        self.unit = unit
         self.started = time.monotonic()
 
     def stage(self, name: str) -> None:
@@ -108,7 +213,7 @@ class _Progress:
     def update(self, done: int, total: int) -> None:
         width = 30
         filled = width * done // total if total else width
-        self.stream.write(f"\rcounting [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} messages")
+        self.stream.write(f"\r{self.verb} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} {self.unit}")
         self.stream.flush()
 
     def close(self) -> None:

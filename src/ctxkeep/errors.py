@@ -3,6 +3,7 @@
 CtxkeepError
 ├── FormatError          a transcript cannot be read (.path, .line)
 │   └── UnknownFormatError   no importer recognises the file
+├── MessageError         a message cannot join the live context (.index): orphan result, repeated id
 ├── TokenizerError       an encoding or tokenizer.json cannot be loaded
 ├── WorkspaceError       a workspace cannot be used (.path)
 │   ├── StorageError         a file cannot be read or written (.errno): disk full, read-only, ...
@@ -16,6 +17,7 @@ from __future__ import annotations
 __all__ = [
     "CtxkeepError",
     "FormatError",
+    "MessageError",
     "PinnedOverBudgetError",
     "StorageError",
     "SummaryError",
@@ -85,3 +87,11 @@ class PinnedOverBudgetError(CtxkeepError):
 
 class SummaryError(CtxkeepError):
     """A summarizer returned no usable summary; the previous summary and the messages are unchanged."""
+
+
+class MessageError(CtxkeepError):
+    """A message cannot join the live context. `index` is its position in the batch given."""
+
+    def __init__(self, message: str, *, index: int | None = None) -> None:
+        self.index = index
+        super().__init__(message)

@@ -238,7 +238,7 @@ class MemoryFolder:
     """Files in a dict: for tests and for callers that keep nothing on disk."""
 
     def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
+        self.files: dict[str, bytearray] = {}
         self.mtimes: dict[str, float] = {}
         self._locked = False
 
@@ -246,14 +246,15 @@ class MemoryFolder:
         self.mtimes[name] = time.time()
 
     def read(self, name: str) -> bytes | None:
-        return self.files.get(name)
+        data = self.files.get(name)
+        return None if data is None else bytes(data)
 
     def write(self, name: str, data: bytes) -> None:
-        self.files[name] = bytes(data)
+        self.files[name] = bytearray(data)
         self._touch(name)
 
     def append(self, name: str, data: bytes) -> int:
-        self.files[name] = self.files.get(name, b"") + data
+        self.files.setdefault(name, bytearray()).extend(data)
         self._touch(name)
         return len(self.files[name])
 
@@ -262,7 +263,7 @@ class MemoryFolder:
 
     def truncate(self, name: str, size: int) -> None:
         if name in self.files:
-            self.files[name] = self.files[name][:size]
+            del self.files[name][size:]
 
     def remove(self, name: str) -> None:
         self.files.pop(name, None)

@@ -1,0 +1,107 @@
+"""The dialog archive: compacted messages, in order, one JSON message per line (seed name `mark_compressed`).
+
+Messages compacted on a given day are appended to ``dialog/YYYY-MM-DD.jsonl`` and flushed to disk
+before they leave the live context. `Archive` is the index of those files (bytes and lines each),
+kept in the session state, so a crash after an append but before the commit can be undone by cutting
+each file back to its recorded size (`restore`): every message ends up either live or archived,
+exactly once.
+
+`guide` writes the paragraph that opens every summary and tells the agent where to look.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from types import MappingProxyType
+from typing import Any
+
+from .folder import Folder
+from .formats.native import dumps
+from .messages import Message
+
+__all__ = ["DIALOG_DIR", "Archive", "ArchiveFile", "append", "archive_name", "guide", "restore"]
+
+DIALOG_DIR = "dialog"
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveFile:
+    """One archive file as committed: its size in bytes and its number of lines."""
+
+    bytes: int
+    lines: int
+
+
+@dataclass(frozen=True, slots=True)
+class Archive:
+    """The committed archive files by name (``dialog/YYYY-MM-DD.jsonl``), oldest first."""
+
+    files: Mapping[str, ArchiveFile] = field(default_factory=lambda: MappingProxyType({}))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form for the session state."""
+        return {name: {"bytes": f.bytes, "lines": f.lines} for name, f in self.files.items()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Archive:
+        """The inverse of `to_dict`."""
+        return cls(MappingProxyType({str(k): ArchiveFile(int(v["bytes"]), int(v["lines"])) for k, v in d.items()}))
+
+    @property
+    def lines(self) -> int:
+        """How many messages are archived in all."""
+        return sum(f.lines for f in self.files.values())
+
+
+def archive_name(day: date) -> str:
+    """The archive file for messages compacted on `day`."""
+    return f"{DIALOG_DIR}/{day.isoformat()}.jsonl"
+
+
+def append(folder: Folder, archive: Archive, messages: Sequence[Message], day: date) -> Archive:
+    """Append `messages` durably to the day's file and return the archive index that includes them.
+
+    The returned index is what the caller commits; until then, `restore` with the old index undoes
+    the append. Raises `StorageError` (the old index still describes the files) when the disk refuses.
+    """
+    if not messages:
+        return archive
+    name = archive_name(day)
+    known = archive.files.get(name, ArchiveFile(0, 0))
+    if folder.size(name) != known.bytes:
+        # An earlier append was never committed: cut it off before adding ours after it.
+        folder.truncate(name, known.bytes)
+    size = folder.append(name, b"".join(dumps(m) for m in messages))
+    files = dict(archive.files)
+    files[name] = ArchiveFile(size, known.lines + len(messages))
+    return Archive(MappingProxyType(dict(sorted(files.items()))))
+
+
+def restore(folder: Folder, archive: Archive) -> list[str]:
+    """Cut every archive file back to its committed size, removing uncommitted files; the names changed."""
+    changed: list[str] = []
+    for info in folder.list(f"{DIALOG_DIR}/"):
+        known = archive.files.get(info.name)
+        if known is None:
+            folder.remove(info.name)
+            changed.append(info.name)
+        elif info.size > known.bytes:
+            folder.truncate(info.name, known.bytes)
+            changed.append(info.name)
+    return changed
+
+
+def guide(archive: Archive, *, language: str = "en") -> str:
+    """The paragraph that opens a summary: which archive files hold the earlier conversation, and how to read them."""
+    if not archive.files:
+        return ""
+    if language == "zh":
+        parts = "、".join(f"{name}（{f.lines} 行）" for name, f in archive.files.items())
+        return f"完整的早期对话保存在 {parts}，每行一条 JSON 消息，按时间从旧到新；需要细节时从文件末尾往前读。"
+    parts = ", ".join(f"{name} ({f.lines} lines)" for name, f in archive.files.items())
+    return (
+        f"The full earlier conversation is in {parts}: one JSON message per line, oldest first;"
+        " read from the end backwards when you need a detail."
+    )

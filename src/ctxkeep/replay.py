@@ -1,0 +1,85 @@
+"""Replay a recorded conversation through a session as the agent would have run it.
+
+The messages are added in order and `Session.prepare` runs once before each assistant turn (a run
+of assistant messages counts as one turn), the way an agent framework calls ctxkeep before every
+reasoning step. A leading system message is the system prompt (layer 1), not a live message.
+Pairing is repaired first, so a transcript with aborted calls still replays.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from .engine import Compaction, Failure
+from .messages import Message, repair
+from .session import Session
+
+__all__ = ["Replay", "replay", "split_system"]
+
+
+@dataclass(kw_only=True, slots=True)
+class Replay:
+    """What a replay did: tokens before and after, steps, compactions, and the time each step took."""
+
+    messages: int = 0
+    steps: int = 0
+    tokens_full: int = 0  # the whole conversation, as if nothing were compacted
+    tokens_final: int = 0  # the last context sent to the model
+    peak_tokens: int = 0  # the largest context sent
+    compactions: list[Compaction] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    repairs: int = 0
+    step_seconds: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def split_system(messages: Sequence[Message]) -> tuple[str | None, list[Message]]:
+    """The leading system message's text (the system prompt), and the other messages."""
+    if messages and messages[0].role == "system":
+        return messages[0].text, list(messages[1:])
+    return None, list(messages)
+
+
+def replay(
+    session: Session,
+    messages: Sequence[Message],
+    *,
+    system: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Replay:
+    """Add `messages` to `session` turn by turn, preparing before each assistant turn; returns the figures."""
+    started = time.perf_counter()
+    fixed, changes = repair(messages)
+    report = Replay(messages=len(fixed), repairs=len(changes))
+    report.tokens_full = (session.counter.count_text(system) if system else 0) + sum(session.counter.count_each(fixed))
+    pending: list[Message] = []
+    for i, msg in enumerate(fixed):
+        if msg.role == "assistant" and pending and pending[-1].role != "assistant":
+            _step(session, pending, system, report)
+            pending = []
+            if progress:
+                progress(i, len(fixed))
+        pending.append(msg)
+    _step(session, pending, system, report)
+    if progress:
+        progress(len(fixed), len(fixed))
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _step(session: Session, batch: list[Message], system: str | None, report: Replay) -> None:
+    session.add(batch)
+    t = time.perf_counter()
+    step = session.prepare(system)
+    report.step_seconds.append(time.perf_counter() - t)
+    report.steps += 1
+    report.tokens_final = step.context.tokens
+    report.peak_tokens = max(report.peak_tokens, step.context.tokens)
+    if step.compaction:
+        report.compactions.append(step.compaction)
+    if step.failure:
+        report.failures.append(step.failure)
+    report.warnings.extend(step.warnings)

@@ -1,0 +1,211 @@
+"""The pre-reasoning pass: trigger, gate, offload, split, summarize, archive, over hand-built sessions."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+
+from ctxkeep import engine
+from ctxkeep.engine import EngineSettings, Live
+from ctxkeep.errors import MessageError, PinnedOverBudgetError, SummaryError
+from ctxkeep.folder import MemoryFolder
+from ctxkeep.formats.native import message_from_dict
+from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult, validate
+from ctxkeep.settings import CompactSettings, OffloadSettings
+from ctxkeep.summarize import SECTIONS, SummaryRequest
+from ctxkeep.tokens import get_counter
+
+NOW = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
+COUNTER = get_counter("o200k_base")
+SMALL = EngineSettings(
+    compact=CompactSettings(max_input_length=2_000, compact_ratio=0.7, reserve_ratio=0.2),
+    offload=OffloadSettings(recent_n=2, recent_max_bytes=1_500, old_max_bytes=300),
+)
+
+
+class Recording:
+    """A summarizer that writes a valid summary naming how many messages it saw, and keeps every request."""
+
+    def __init__(self) -> None:
+        self.requests: list[SummaryRequest] = []
+
+    def summarize(self, request: SummaryRequest) -> str:
+        self.requests.append(request)
+        body = "\n\n".join(f"## {s}\n- {len(request.messages)} messages" for s in SECTIONS)
+        return body.replace("## Progress\n", "## Progress\n### Done\n### In Progress\n### Blocked\n")
+
+
+class Raising:
+    def summarize(self, request: SummaryRequest) -> str:
+        raise SummaryError("the model timed out")
+
+
+class Garbage:
+    def summarize(self, request: SummaryRequest) -> str:
+        return "lorem ipsum, no sections at all"
+
+
+def turn(i: int, size: int = 40) -> list[Message]:
+    call = ToolCall(id=f"c{i}", name="bash", arguments=json.dumps({"command": f"ls /srv/{i}"}))
+    return [
+        Message.of("user", f"request {i}: " + "word " * size, id=f"u{i}"),
+        Message(role="assistant", content=(TextBlock(text=f"running step {i}"), call), id=f"a{i}"),
+        Message(role="tool", content=(ToolResult(call_id=f"c{i}", content="out\n" * size),), id=f"r{i}"),
+        Message.of("assistant", f"step {i} done", id=f"d{i}"),
+    ]
+
+
+def run(live: Live, summarizer=None, folder=None, settings=SMALL, system="be brief", **kw):  # type: ignore[no-untyped-def]
+    return engine.prepare(
+        live,
+        system=system,
+        counter=COUNTER,
+        summarizer=summarizer or Recording(),
+        folder=folder if folder is not None else MemoryFolder(),
+        settings=settings,
+        now=NOW,
+        **kw,
+    )
+
+
+def test_under_the_threshold_nothing_changes() -> None:
+    live = engine.add(Live(), turn(0), COUNTER)
+    step = run(live)
+    assert step.compaction is None and step.failure is None
+    assert step.context.messages == live.messages
+    assert step.context.tokens == COUNTER.count_text("be brief") + sum(COUNTER.count_each(live.messages))
+    assert [m.role for m in step.context.as_messages()] == ["system", "user", "assistant", "tool", "assistant"]
+
+
+def test_over_the_threshold_compacts_archives_first_and_keeps_pairs() -> None:
+    folder = MemoryFolder()
+    live = engine.add(Live(), [m for i in range(12) for m in turn(i)], COUNTER)
+    step = run(live, folder=folder)
+    c = step.compaction
+    assert c is not None and c.compacted > 0 and c.tokens_after < c.tokens_before
+    kept = step.live.messages
+    assert step.archived + kept == live.messages
+    assert validate(kept) == []
+    assert sum(step.live.counts) <= SMALL.compact.reserve
+    archived = [message_from_dict(json.loads(x)) for x in folder.read("dialog/2026-12-03.jsonl").splitlines()]
+    assert archived == list(step.archived)
+    assert step.live.summary is not None
+    assert step.live.summary.startswith(
+        f"The full earlier conversation is in dialog/2026-12-03.jsonl ({c.compacted} lines)"
+    )
+    assert step.context.tokens == COUNTER.count_text("be brief") + step.live.summary_tokens + step.live.total
+    assert step.context.as_messages()[1].text.startswith("<context-summary>")
+
+
+def test_second_compaction_updates_the_previous_summary() -> None:
+    summarizer = Recording()
+    folder = MemoryFolder()
+    live = engine.add(Live(), [m for i in range(12) for m in turn(i)], COUNTER)
+    first = run(live, summarizer, folder)
+    more = engine.add(first.live, [m for i in range(12, 24) for m in turn(i)], COUNTER)
+    second = run(more, summarizer, folder)
+    assert second.compaction is not None
+    assert summarizer.requests[0].previous is None
+    assert summarizer.requests[1].previous == first.live.summary_body
+    assert second.live.summary is not None and second.live.summary.count("## Goal") == 1
+    lines = folder.read("dialog/2026-12-03.jsonl").splitlines()
+    assert len(lines) == first.compaction.compacted + second.compaction.compacted  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("bad", [Raising(), Garbage()])
+def test_a_failed_summary_changes_nothing_and_is_not_retried_at_once(bad) -> None:  # type: ignore[no-untyped-def]
+    folder = MemoryFolder()
+    live = engine.add(Live(), [m for i in range(12) for m in turn(i)], COUNTER)
+    step = run(live, bad, folder)
+    assert step.failure is not None and step.compaction is None
+    assert step.live.messages == live.messages and step.live.summary is None
+    assert folder.list("dialog/") == []
+    again = run(engine.add(step.live, [Message.of("user", "one more")], COUNTER), bad, folder)
+    assert again.failure is None, "retried before the context grew by retry_growth"
+    grown = engine.add(again.live, turn(99, size=120), COUNTER)
+    assert run(grown, Recording(), folder).compaction is not None
+
+
+def test_gate_skips_when_the_system_prompt_alone_is_over() -> None:
+    live = engine.add(Live(), turn(0), COUNTER)
+    step = run(live, system="rule " * 2_000)
+    assert step.compaction is None and step.warnings and "compaction skipped" in step.warnings[0]
+    assert run(step.live, system="rule " * 2_000).warnings == ()  # no loop: not tried again until it grows
+
+
+def test_nothing_to_compact_is_a_failure_not_a_loop() -> None:
+    live = engine.add(Live(), [Message.of("user", "huge " * 3_000, id="big")], COUNTER)
+    step = run(live)
+    assert step.failure is not None and "nothing can be compacted" in step.failure.reason
+    assert run(step.live).failure is None
+
+
+def test_pinned_messages_stay_and_their_limit_is_enforced() -> None:
+    live = engine.add(Live(), [m for i in range(12) for m in turn(i)], COUNTER)
+    step = run(replace(live, pinned=frozenset({"u0"})))
+    assert step.live.messages[0].id == "u0" and "u0" not in {m.id for m in step.archived}
+    over = engine.add(Live(), [Message.of("user", "pinned " * 1_600, id="p"), *turn(1)], COUNTER)
+    with pytest.raises(PinnedOverBudgetError, match="pinned messages take"):
+        run(replace(over, pinned=frozenset({"p"})), force=True)
+
+
+def test_manual_compaction_passes_the_focus() -> None:
+    summarizer = Recording()
+    live = engine.add(Live(), [m for i in range(3) for m in turn(i)], COUNTER)
+    step = engine.compact(
+        live,
+        system=None,
+        counter=COUNTER,
+        summarizer=summarizer,
+        folder=MemoryFolder(),
+        settings=SMALL,
+        now=NOW,
+        focus="the database migration",
+    )
+    assert step.compaction is not None and step.compaction.reason == "manual"
+    assert summarizer.requests[0].focus == "the database migration"
+
+
+def test_big_results_are_offloaded_once_and_untouched_messages_keep_their_identity() -> None:
+    folder = MemoryFolder()
+    call = ToolCall(id="big", name="bash", arguments="{}")
+    live = engine.add(
+        Live(),
+        [
+            Message.of("user", "go", id="u"),
+            Message(role="assistant", content=(call,), id="a"),
+            Message(role="tool", content=(ToolResult(call_id="big", content="x" * 100 + "\n" * 2000),), id="r"),
+        ],
+        COUNTER,
+    )
+    step = run(live, folder=folder, settings=replace(SMALL, compact=CompactSettings(max_input_length=100_000)))
+    assert step.live.messages[0] is live.messages[0]
+    assert step.live.messages[2] is not live.messages[2]
+    assert len(folder.list("tool_result/")) == 1
+    assert step.live.total == sum(COUNTER.count_each(step.live.messages))
+    again = run(step.live, folder=folder, settings=replace(SMALL, compact=CompactSettings(max_input_length=100_000)))
+    assert again.live.messages == step.live.messages and again.live.messages[2] is step.live.messages[2]
+
+
+def test_add_refuses_orphan_results_and_repeated_call_ids() -> None:
+    with pytest.raises(MessageError, match="not waiting for a result"):
+        engine.add(Live(), [Message(role="tool", content=(ToolResult(call_id="x", content=""),))], COUNTER)
+    live = engine.add(Live(), turn(0), COUNTER)
+    with pytest.raises(MessageError, match="already live"):
+        engine.add(live, turn(0)[1:2], COUNTER)
+    with pytest.raises(MessageError, match="answered already") as info:
+        engine.add(live, [Message.of("user", "fine"), turn(0)[2]], COUNTER)
+    assert info.value.index == 1
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="retry_growth"):
+        EngineSettings(retry_growth=2)
+    with pytest.raises(ValueError, match="reserve_ratio"):
+        CompactSettings(reserve_ratio=0.8)
+    with pytest.raises(ValueError, match="old_max_bytes"):
+        OffloadSettings(old_max_bytes=60_000)
+    assert CompactSettings().compact_threshold == 89_600 and CompactSettings().reserve == 12_800

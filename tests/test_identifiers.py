@@ -1,0 +1,171 @@
+"""Exact identifiers: found verbatim (also glued to Chinese text), ranked deterministically; files of commands."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.test_public_api import test_all_is_sorted_and_complete
+
+from ctxkeep.summarize.identifiers import (
+    command_paths,
+    extract_identifiers,
+    find_identifiers,
+    rank_identifiers,
+    value_identifiers,
+)
+
+
+def found(text: str) -> list[tuple[str, str]]:
+    return [(i.text, i.kind) for i in find_identifiers(text)]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("see https://example.com/a?b=1, then", [("https://example.com/a?b=1", "url")]),
+        ("(docs at https://x.org/p_(a))", [("https://x.org/p_(a)", "url")]),
+        ("clone git@github.com:owner/repo.git now", [("git@github.com:owner/repo.git", "url")]),
+        ("id 019b7f04-0b04-7cd3-b739-bfa632f7459e.", [("019b7f04-0b04-7cd3-b739-bfa632f7459e", "uuid")]),
+        ("edit /etc/nginx/nginx.conf.", [("/etc/nginx/nginx.conf", "path")]),
+        ("in ~/x/y and ./b/c and ../up/z.md", [("~/x/y", "path"), ("./b/c", "path"), ("../up/z.md", "path")]),
+        ("at src/a.py:12 and main.tsx:3:4", [("src/a.py:12", "path"), ("main.tsx:3:4", "path")]),
+        ("open nginx.conf, AGENTS.md and .env", [("nginx.conf", "path"), ("AGENTS.md", "path"), (".env", "path")]),
+        ("look in src/ and a/b/c", [("src/", "path"), ("a/b/c", "path")]),
+        (r"C:\Users\x\a.txt", [(r"C:\Users\x\a.txt", "path")]),
+        ("on localhost:8080 and 127.0.0.1:5432", [("localhost:8080", "host_port"), ("127.0.0.1:5432", "host_port")]),
+        ("db.internal:6379 or [::1]:8080", [("db.internal:6379", "host_port"), ("[::1]:8080", "host_port")]),
+        ("port 3000 and PORT=5000", [("port 3000", "host_port"), ("PORT=5000", "host_port")]),
+        ("fixes #123, PR 45 and issue #7", [("#123", "ticket"), ("PR 45", "ticket"), ("issue #7", "ticket")]),
+        ("see PROJ-123", [("PROJ-123", "ticket")]),
+        ("commit a1b2c3d and 3f9a2b1c4d5e", [("a1b2c3d", "hash"), ("3f9a2b1c4d5e", "hash")]),
+        ("order 1234567 of 12345", [("1234567", "number")]),
+    ],
+)
+def test_kinds(text: str, expected: list[tuple[str, str]]) -> None:
+    assert found(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "and/or input/output",  # words with a slash
+        "run /clear first",  # a slash command
+        "e.g. i.e. version 0.3.1",  # dotted words and versions
+        "on 2024/05/20, 1/2 of it",  # dates and fractions
+        "deadbeef cafebabe",  # hex words without a digit
+        "UTF-8 and SHA-1",  # short keys
+        "&#123; and a#12",  # an HTML entity and a glued hash sign
+        "12345 and x1234567",  # short or glued numbers
+        "xhttps://example.com",  # not the start of a URL
+    ],
+)
+def test_not_identifiers(text: str) -> None:
+    assert found(text) == []
+
+
+def test_glued_to_chinese_text() -> None:
+    text = "请修改/etc/nginx/nginx.conf第3行，访问https://example.com/a了解，端口8080，提交a1b2c3d4，订单号123456789已发货（见/data/x.csv）。"
+    assert [i.text for i in find_identifiers(text)] == [
+        "/etc/nginx/nginx.conf",
+        "https://example.com/a",
+        "端口8080",
+        "a1b2c3d4",
+        "123456789",
+        "/data/x.csv",
+    ]
+
+
+def test_an_earlier_kind_claims_its_characters() -> None:
+    text = "see https://h.io/a1b2c3d4/x.py and /tmp/019b7f04-0b04-7cd3-b739-bfa632f7459e.jsonl"
+    assert found(text) == [
+        ("https://h.io/a1b2c3d4/x.py", "url"),
+        ("/tmp/019b7f04-0b04-7cd3-b739-bfa632f7459e.jsonl", "path"),
+    ]
+
+
+def test_extract_ranks_by_weighted_count_then_first_appearance() -> None:
+    texts = ["a /x/y.py b 1234567", ("c https://a.b/c /x/y.py", 2.0), "#12 #12", ("/tmp/z.log", 0.5)]
+    # /x/y.py: 1 + 2; https://a.b/c: 2; #12: 2 * 0.9; 1234567: 0.5; /tmp/z.log: 0.5 (after 1234567: seen later)
+    assert extract_identifiers(texts) == ["/x/y.py", "https://a.b/c", "#12", "1234567", "/tmp/z.log"]
+    assert extract_identifiers(texts, limit=2) == ["/x/y.py", "https://a.b/c"]
+    assert extract_identifiers([]) == []
+
+
+def test_value_identifiers_take_opaque_ids_whole() -> None:
+    args = {
+        "reservation_id": "JG7FMM",
+        "user_id": "mia_li_3668",
+        "cabin": "economy",
+        "flights": [{"flight_number": "HAT136", "date": "2024-05-20"}],
+        "amount": 150,
+        "order": 1234567,
+        "note": "see /tmp/a.log please",
+        "ok": True,
+    }
+    pairs = [(i.text, short) for i, short in value_identifiers(args)]
+    assert pairs == [
+        ("JG7FMM", True),
+        ("mia_li_3668", True),
+        ("HAT136", True),
+        ("1234567", True),
+        ("/tmp/a.log", True),
+    ]
+    long_content = {"content": "x" * 300 + " /srv/app/main.py"}
+    assert [(i.text, short) for i, short in value_identifiers(long_content)] == [("/srv/app/main.py", False)]
+    ranked = rank_identifiers((i, 1.0) for i, _ in value_identifiers(args))
+    assert ranked[:2] == ["/tmp/a.log", "JG7FMM"]  # a path outweighs an opaque value
+
+
+@pytest.mark.parametrize(
+    ("command", "read", "written"),
+    [
+        ("cat a.txt | grep x > out.log 2>&1", ["a.txt"], ["out.log"]),
+        ("sed -n '1,200p' src/main.py && sed -i 's/a/b/' c.py", ["src/main.py"], ["c.py"]),
+        ("sed -i '' 's/x/y/g' a.ts b.ts", [], ["a.ts", "b.ts"]),
+        ("sed -e 's/a/b/' -e 's/c/d/' in.txt", ["in.txt"], []),
+        ("head -n 20 d.md; tail -f /var/log/x.log", ["d.md", "/var/log/x.log"], []),
+        ("nl -ba src/x.py | sed -n '10,20p'", ["src/x.py"], []),
+        ("cat > types/README.md << 'EOF'\n# Title\ncat inside.txt\nEOF\nls", [], ["types/README.md"]),
+        ("echo hi | tee -a log.txt >> all.log", [], ["log.txt", "all.log"]),
+        ("FOO=1 sudo cat /etc/hosts; touch new.py", ["/etc/hosts"], ["new.py"]),
+        ("cat *.log $HOME/x > /dev/null", [], []),
+        ("echo 'unbalanced", [], []),
+        ('python -c "\nimport sys\nprint(1)\n" | tee out.txt', [], ["out.txt"]),
+    ],
+)
+def test_command_paths(command: str, read: list[str], written: list[str]) -> None:
+    assert command_paths(command) == (read, written)
+
+
+_SEGMENT = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=8).filter(
+    lambda s: s[0].isalnum()
+)
+_PATHS = st.builds(
+    lambda segs, ext: "/" + "/".join(segs) + "." + ext,
+    st.lists(_SEGMENT, min_size=1, max_size=4),
+    st.sampled_from(["py", "conf", "md", "json", "ts"]),
+)
+_CJK = st.text(alphabet="请修改第行文件见的了中", min_size=1, max_size=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(before=_CJK, path=_PATHS, after=_CJK)
+def test_a_path_between_chinese_characters_comes_out_whole(before: str, path: str, after: str) -> None:
+    assert [i.text for i in find_identifiers(before + path + after)] == [path]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab1/.:#-_ 请x9fe@~\\port")), max_size=60))
+def test_identifiers_are_verbatim_ordered_and_disjoint(text: str) -> None:
+    idents = find_identifiers(text)
+    end = -1
+    for ident in idents:
+        assert text[ident.start : ident.start + len(ident.text)] == ident.text
+        assert ident.start >= end
+        end = ident.start + len(ident.text)
+    assert find_identifiers(text) == idents
+
+
+def test_public_names() -> None:
+    test_all_is_sorted_and_complete("ctxkeep.summarize.identifiers")

@@ -1,0 +1,162 @@
+"""A session kept in a workspace folder: reopening, pins, locks, and a disk that refuses."""
+
+from __future__ import annotations
+
+import errno
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ctxkeep.engine import EngineSettings
+from ctxkeep.errors import MessageError, PinnedOverBudgetError, StorageError, WorkspaceError, WorkspaceLockedError
+from ctxkeep.folder import LocalFolder
+from ctxkeep.messages import Message
+from ctxkeep.session import Session
+from ctxkeep.settings import CompactSettings, OffloadSettings
+from test_engine import NOW, turn
+
+SETTINGS = EngineSettings(
+    compact=CompactSettings(max_input_length=2_000, compact_ratio=0.7, reserve_ratio=0.2),
+    offload=OffloadSettings(recent_n=2, recent_max_bytes=1_500, old_max_bytes=300),
+)
+
+
+def fill(session: Session, turns: range) -> None:
+    for i in turns:
+        t = turn(i)
+        session.add(t[:1])
+        session.prepare("be brief", now=NOW)
+        session.add(t[1:])
+
+
+def test_a_session_reopens_where_it_stopped(tmp_path: Path) -> None:
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        fill(s, range(12))
+        messages, summary = s.messages, s.summary
+        s.pin(messages[-1].id)
+    assert summary is not None
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        assert s.messages == messages and s.summary == summary
+        assert s.live.pinned == {messages[-1].id}
+        assert s.live.total == sum(s.counter.count_each(s.messages))
+    assert (tmp_path / "summary.md").read_text() == summary
+    records = (tmp_path / "compactions.jsonl").read_text().splitlines()
+    assert records and all('"kind":"compaction"' in r for r in records)
+
+
+def test_offloaded_results_are_kept_across_reopening(tmp_path: Path) -> None:
+    big = EngineSettings(offload=OffloadSettings(recent_n=1, recent_max_bytes=200, old_max_bytes=100))
+    with Session.open(tmp_path, settings=big) as s:
+        fill(s, range(3))
+        s.prepare(now=NOW)
+        messages = s.messages
+    assert any("tool_result/" in (m.tool_result.text if m.tool_result else "") for m in messages)
+    with Session.open(tmp_path, settings=big) as s:
+        assert s.messages == messages
+
+
+def test_pin_checks_the_budget_and_unknown_ids(tmp_path: Path) -> None:
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        s.add(Message.of("user", "big " * 1_500, id="big"))
+        with pytest.raises(PinnedOverBudgetError):
+            s.pin("big")
+        with pytest.raises(MessageError, match="no live message"):
+            s.pin("nope")
+
+
+def test_manual_compaction_with_focus(tmp_path: Path) -> None:
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        fill(s, range(2))
+        step = s.compact("the /srv paths", now=NOW)
+    assert step.compaction is not None and step.compaction.focus == "the /srv paths"
+    assert (tmp_path / "dialog" / "2026-12-03.jsonl").exists()
+
+
+def test_a_second_process_waits_then_gets_a_clear_error(tmp_path: Path) -> None:
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import sys, time
+                from ctxkeep.session import Session
+                with Session.open({str(tmp_path)!r}):
+                    print("locked", flush=True)
+                    sys.stdin.readline()
+                """
+            ),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with pytest.raises(WorkspaceLockedError, match="in use by another process"):
+            Session.open(tmp_path, lock_timeout=0.3)
+    finally:
+        holder.communicate("\n", timeout=30)
+    with Session.open(tmp_path, lock_timeout=5):
+        pass
+
+
+def _turn_ops(s: Session, i: int) -> list:  # type: ignore[type-arg]
+    t = turn(i)
+    return [lambda: s.add(t[:1]), lambda: s.prepare("be brief", now=NOW), lambda: s.add(t[1:])]
+
+
+class RefusingFolder(LocalFolder):
+    """A folder whose disk fills up (or turns read-only) after `allowed` more writes."""
+
+    def __init__(self, root: Path, code: int) -> None:
+        super().__init__(root)
+        self.allowed: int | None = None
+        self.code = code
+
+    def _check(self, name: str) -> None:
+        if self.allowed is not None:
+            if self.allowed <= 0:
+                raise StorageError(f"cannot write {name}: refused", path=name, errno=self.code)
+            self.allowed -= 1
+
+    def write(self, name: str, data: bytes) -> None:
+        self._check(name)
+        super().write(name, data)
+
+    def append(self, name: str, data: bytes) -> int:
+        self._check(name)
+        return super().append(name, data)
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
+@pytest.mark.parametrize("allowed", [0, 1, 2, 3])
+def test_a_refusing_disk_leaves_the_live_context_unchanged(tmp_path: Path, code: int, allowed: int) -> None:
+    folder = RefusingFolder(tmp_path, code)
+    with Session(folder, settings=SETTINGS) as s:
+        fill(s, range(4))
+        before_messages, before_summary = s.messages, s.summary
+        folder.allowed = allowed
+        ops = [op for i in range(4, 30) for op in _turn_ops(s, i)]
+        with pytest.raises(StorageError):
+            for op in ops:
+                op()
+                before_messages, before_summary = s.messages, s.summary
+        assert s.messages == before_messages and s.summary == before_summary
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        assert s.messages == before_messages and s.summary == before_summary
+
+
+def test_a_missing_or_damaged_state_is_an_error_not_a_fresh_start(tmp_path: Path) -> None:
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        fill(s, range(12))
+    state = tmp_path / "state.json"
+    state.write_text("{not json")
+    with pytest.raises(WorkspaceError, match="damaged"):
+        Session.open(tmp_path)
+    state.unlink()
+    with pytest.raises(WorkspaceError, match="missing"):
+        Session.open(tmp_path)
