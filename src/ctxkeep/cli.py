@@ -205,12 +205,17 @@ class _Progress:
         self.verb = verb
         self.unit = unit
         self.started = time.monotonic()
+        self.shown = 0.0
 
     def stage(self, name: str) -> None:
         self.stream.write(f"\r{name}...")
         self.stream.flush()
 
     def update(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done < total and now - self.shown < 0.1:  # redraw at most ten times a second
+            return
+        self.shown = now
         width = 30
         filled = width * done // total if total else width
         self.stream.write(f"\r{self.verb} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} {self.unit}")

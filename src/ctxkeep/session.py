@@ -37,6 +37,7 @@ from .folder import Folder, LocalFolder
 from .formats.native import dumps, message_from_dict, message_to_dict
 from .messages import Message
 from .offload import cleanup
+from .split import pair_groups
 from .summarize import Summarizer
 from .summarize.extractive import ExtractiveSummarizer
 from .tokens import Counter, get_counter
@@ -174,10 +175,13 @@ class Session:
         self.live = live
 
     def pin(self, message_id: str) -> None:
-        """Never offload nor compact this live message (nor its tool-call pair)."""
-        if not any(m.id == message_id for m in self.live.messages):
+        """Never offload nor compact this live message, nor the rest of its tool-call group."""
+        messages = self.live.messages
+        index = next((i for i, m in enumerate(messages) if m.id == message_id), None)
+        if index is None:
             raise MessageError(f"no live message has the id {message_id!r}")
-        pinned = self.live.pinned | {message_id}
+        roots = pair_groups(messages)
+        pinned = self.live.pinned | {m.id for m, r in zip(messages, roots, strict=True) if r == roots[index]}
         pinned_tokens = sum(n for m, n in zip(self.live.messages, self.live.counts, strict=True) if m.id in pinned)
         budget = self.settings.compact.compact_threshold - self.live.summary_tokens
         if pinned_tokens > budget:
@@ -191,8 +195,11 @@ class Session:
         self.live = replace(self.live, pinned=pinned)
 
     def unpin(self, message_id: str) -> None:
-        """Let this message be offloaded and compacted again."""
-        pinned = self.live.pinned - {message_id}
+        """Let this message (and its tool-call group) be offloaded and compacted again."""
+        messages = self.live.messages
+        roots = pair_groups(messages)
+        group = {roots[i] for i, m in enumerate(messages) if m.id == message_id}
+        pinned = self.live.pinned - {message_id} - {m.id for m, r in zip(messages, roots, strict=True) if r in group}
         self._commit_state(replace(self._state, pinned=pinned))
         self.live = replace(self.live, pinned=pinned)
 

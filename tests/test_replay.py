@@ -1,0 +1,99 @@
+"""Every shared transcript replayed through a session, and the `ctxkeep compact` command end to end."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from tests.conftest import ROOT, raw_params
+
+from ctxkeep.cli import main
+from ctxkeep.engine import EngineSettings
+from ctxkeep.folder import MemoryFolder
+from ctxkeep.formats import load
+from ctxkeep.formats.native import message_from_dict
+from ctxkeep.messages import repair, validate
+from ctxkeep.replay import replay, split_system
+from ctxkeep.session import Session
+from ctxkeep.settings import CompactSettings
+from ctxkeep.summarize import missing_sections
+
+EXAMPLE = ROOT / "examples" / "claude_code_session.jsonl"
+PAIRING = {"orphan_result", "missing_result", "separated_result", "result_before_call"}
+
+
+@pytest.mark.parametrize("path", raw_params())
+def test_replay_loses_nothing_and_never_breaks_a_pair(path: Path) -> None:
+    settings = EngineSettings(compact=CompactSettings(max_input_length=16_000))
+    for conv in load(path).conversations[:8]:
+        system, messages = split_system(conv.messages)
+        fixed, _ = repair(messages)
+        folder = MemoryFolder()
+        with Session(folder, settings=settings) as session:
+            result = replay(session, fixed, system=system)
+            live = session.messages
+            summary = session.summary
+        archived = [
+            message_from_dict(orjson.loads(line))
+            for info in folder.list("dialog/")
+            for line in (folder.read(info.name) or b"").splitlines()
+        ]
+        assert [m.id for m in archived + list(live)] == [m.id for m in fixed], "a message was lost or repeated"
+        assert not [p for p in validate(live) if p.kind in PAIRING]
+        if result.compactions:
+            assert summary is not None and missing_sections(summary) == []
+            assert sum(c.compacted for c in result.compactions) == len(archived)
+        # Offloading changes only tool results, and only their text.
+        by_id = {m.id: m for m in fixed}
+        for msg in archived + list(live):
+            original = by_id[msg.id]
+            if msg != original:
+                assert msg.role == "tool" and msg.tool_result is not None
+                assert msg.tool_result.call_id == original.tool_result.call_id  # type: ignore[union-attr]
+
+
+def test_compact_command_writes_the_workspace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ws"
+    code = main(["compact", str(EXAMPLE), "-o", str(out), "--window", "600", "--json", "--no-progress"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert report["messages"] == 9 and report["compactions"] >= 1
+    assert report["tokens_final_context"] < report["tokens_full_history"]
+    context = json.loads((out / "context.json").read_text())
+    assert context["messages"][0]["role"] in ("system", "user")
+    assert "<context-summary>" in json.dumps(context)
+    assert (out / "summary.md").read_text().startswith("The full earlier conversation is in dialog/")
+    assert list((out / "dialog").glob("*.jsonl"))
+
+
+def test_compact_as_anthropic_and_refuses_a_used_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ws"
+    assert main(["compact", str(EXAMPLE), "-o", str(out), "--as", "anthropic", "--no-progress"]) == 0
+    context = json.loads((out / "context.json").read_text())
+    assert set(context) == {"system", "messages"} and context["messages"][0]["role"] == "user"
+    capsys.readouterr()
+    assert main(["compact", str(EXAMPLE), "-o", str(out), "--no-progress"]) == 2
+    assert "not an empty folder" in capsys.readouterr().err
+
+
+def test_compact_bad_conversation_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compact", str(EXAMPLE), "-o", str(tmp_path / "ws"), "--conversation", "3"]) == 2
+    assert "holds 1 conversation" in capsys.readouterr().err
+
+
+def test_installed_console_script_compacts(tmp_path: Path) -> None:
+    exe = shutil.which("ctxkeep", path=str(Path(sys.executable).parent))
+    assert exe, "the ctxkeep console script is not installed in this environment"
+    proc = subprocess.run(
+        [exe, "compact", str(EXAMPLE), "-o", str(tmp_path / "ws"), "--window", "600"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "compactions" in proc.stdout and "tokens" in proc.stdout
