@@ -27,7 +27,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ctxkeep.engine import EngineSettings
+from ctxkeep.engine import EngineSettings, system_tokens_of
 from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.formats import load
 from ctxkeep.messages import Message, ToolCall, make_id, repair
@@ -127,7 +127,7 @@ def shared(windows: list[int]) -> None:
         if not convs:
             continue
         n_msgs = sum(len(m) for _, m in convs)
-        tokens = sum(sum(COUNTER.count_each(m)) + (COUNTER.count_text(s) if s else 0) for s, m in convs)
+        tokens = sum(sum(COUNTER.count_each(m)) + system_tokens_of(s, COUNTER) for s, m in convs)
         row = f"{path.name[:44]:<44} {len(convs):>5} {n_msgs:>6,} {tokens:>9,}"
         for w in windows:
             settings = EngineSettings(compact=CompactSettings(max_input_length=w))

@@ -26,7 +26,8 @@ from ctxkeep.summarize import (
     missing_sections,
     resolve_language,
 )
-from ctxkeep.summarize.extractive import PATH_KEYS, ExtractiveSummarizer, collect_facts, human_text
+from ctxkeep.summarize.extractive import ExtractiveSummarizer
+from ctxkeep.summarize.facts import PATH_KEYS, collect_facts, human_text
 from ctxkeep.summarize.sections import (
     Drop,
     code_span,
@@ -535,7 +536,12 @@ def test_fit_sections_drops_in_plan_order_and_notes_it() -> None:
 
 
 def test_public_names() -> None:
-    for module in ("ctxkeep.summarize", "ctxkeep.summarize.sections", "ctxkeep.summarize.extractive"):
+    for module in (
+        "ctxkeep.summarize",
+        "ctxkeep.summarize.sections",
+        "ctxkeep.summarize.facts",
+        "ctxkeep.summarize.extractive",
+    ):
         test_all_is_sorted_and_complete(module)
 
 

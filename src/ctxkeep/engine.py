@@ -48,6 +48,8 @@ __all__ = [
     "compact",
     "prepare",
     "summary_message_text",
+    "summary_tokens_of",
+    "system_tokens_of",
 ]
 
 log = logging.getLogger("ctxkeep")
@@ -146,9 +148,9 @@ class Context:
         """System prompt, summary (as a user message) and the recent messages, ready for an exporter."""
         out: list[Message] = []
         if self.system:
-            out.append(Message.of("system", self.system, id="ctxkeep-system"))
+            out.append(_system_message(self.system))
         if self.summary:
-            out.append(Message.of("user", summary_message_text(self.summary), id="ctxkeep-summary"))
+            out.append(_summary_message(self.summary))
         out.extend(self.messages)
         return out
 
@@ -168,6 +170,24 @@ class Step:
 def summary_message_text(summary: str) -> str:
     """The summary as the model sees it: wrapped in a tag so it is never mistaken for a user request."""
     return f"<{SUMMARY_TAG}>\n{summary}\n</{SUMMARY_TAG}>"
+
+
+def _system_message(system: str) -> Message:
+    return Message.of("system", system, id="ctxkeep-system")
+
+
+def _summary_message(summary: str) -> Message:
+    return Message.of("user", summary_message_text(summary), id="ctxkeep-summary")
+
+
+def system_tokens_of(system: str | None, counter: Counter) -> int:
+    """Tokens the system prompt adds to the context, message overhead included."""
+    return counter.count_message(_system_message(system)) if system else 0
+
+
+def summary_tokens_of(summary: str | None, counter: Counter) -> int:
+    """Tokens the summary adds to the context as the message `Context.as_messages` sends."""
+    return counter.count_message(_summary_message(summary)) if summary else 0
 
 
 def add(live: Live, messages: Sequence[Message], counter: Counter) -> Live:
@@ -234,7 +254,7 @@ def prepare(
         live = replace(live, offloaded=())
     live = _offload_recent(live, settings.offload, folder, counter)
     if system != live.system:
-        live = replace(live, system=system, system_tokens=counter.count_text(system) if system else 0)
+        live = replace(live, system=system, system_tokens=system_tokens_of(system, counter))
     system_tokens = live.system_tokens
     threshold = settings.compact.compact_threshold
     tokens = system_tokens + live.summary_tokens + live.total
@@ -408,7 +428,11 @@ def _compact(
     kept = cut.pinned + cut.to_keep
     live_after = _rebuild(live, kept, settings.offload.recent_n)
     live_after = replace(
-        live_after, summary=summary, summary_body=body, summary_tokens=counter.count_text(summary), archive=archive
+        live_after,
+        summary=summary,
+        summary_body=body,
+        summary_tokens=summary_tokens_of(summary, counter),
+        archive=archive,
     )
     after = system_tokens + live_after.summary_tokens + live_after.total
     if after > settings.compact.compact_threshold:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .engine import Compaction, Failure
+from .engine import Compaction, Failure, system_tokens_of
 from .messages import Message, repair
 from .session import Session
 
@@ -54,7 +54,7 @@ def replay(
     started = time.perf_counter()
     fixed, changes = repair(messages)
     report = Replay(messages=len(fixed), repairs=len(changes))
-    report.tokens_full = (session.counter.count_text(system) if system else 0) + sum(session.counter.count_each(fixed))
+    report.tokens_full = system_tokens_of(system, session.counter) + sum(session.counter.count_each(fixed))
     pending: list[Message] = []
     for i, msg in enumerate(fixed):
         if msg.role == "assistant" and pending and pending[-1].role != "assistant":

@@ -337,7 +337,7 @@ class Session:
             Live(
                 summary=state.summary,
                 summary_body=state.summary_body,
-                summary_tokens=self.counter.count_text(state.summary) if state.summary else 0,
+                summary_tokens=engine.summary_tokens_of(state.summary, self.counter),
                 archive=state.archive,
                 failed_at=state.failed_at,
             ),

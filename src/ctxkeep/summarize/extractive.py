@@ -2,9 +2,10 @@
 
     messages ─► collect_facts ─► Facts ─► draft ─► merge with the previous summary ─► fit ─► Markdown
 
-`collect_facts` is the reusable half: what the user asked and required, what the assistant
-decided and was about to do, every tool call with its files and outcome, and the exact
-identifiers. A model-based summarizer can append the same facts to what its model wrote.
+This module holds `ExtractiveSummarizer`, the half that turns facts (and a previous summary) into
+sections: the draft, the merge, the caps and the order things are dropped in to fit the size.
+The facts themselves (`collect_facts`, what counts as a request, a constraint, a decision, a
+tool run) come from `ctxkeep.summarize.facts`.
 
 Where each section comes from:
 
@@ -24,11 +25,6 @@ Where each section comes from:
                      commands), every command run, verbatim, with its exit codes, and the exact
                      identifiers of all messages (tool results count less)
 
-User text that no human typed is not taken for a request (see `human_text`): harness tags
-(``<system-reminder>``, ``<command-...>``, ``<task-notification>``), the prompt a slash command
-expands to, messages the source marks as injected (Claude Code's ``isMeta``), other tools'
-compaction summaries, pasted shell sessions and JSON, and acknowledgements ("ok", "continue", "继续").
-
 With a previous summary the two are merged into one: the overall goal stays, the older latest
 ask becomes an ordinary one, an older "In Progress" moves to Done when there is a newer one, the
 files, commands and identifiers are the union (newest first), and Next Steps are replaced.
@@ -36,20 +32,27 @@ files, commands and identifiers are the union (newest first), and Next Steps are
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from ctxkeep.messages import Message, ToolCall, ToolResult
 from ctxkeep.summarize import Language, SummaryRequest, resolve_language
-from ctxkeep.summarize.identifiers import (
-    Identifier,
-    command_paths,
-    find_identifiers,
-    rank_identifiers,
-    value_identifiers,
+
+# the caps and text tools the facts were cut with, so that sections cut the same way
+from ctxkeep.summarize.facts import (
+    _GOAL_CHARS,
+    _ITEM_CHARS,
+    _MAX_DECISIONS,
+    _MAX_IDENTIFIERS,
+    _MAX_NEXT,
+    Facts,
+    ToolRun,
+    _clip,
+    _compact_json,
+    _newest_first,
+    _unique,
+    _unique_keep_last,
+    collect_facts,
 )
 from ctxkeep.summarize.sections import (
     PHRASES,
@@ -59,7 +62,6 @@ from ctxkeep.summarize.sections import (
     code_span,
     fit_sections,
     is_placeholder,
-    missing_sections,
     omission_note,
     omitted_count,
     parse_sections,
@@ -68,471 +70,22 @@ from ctxkeep.summarize.sections import (
     unquote,
 )
 
-__all__ = [
-    "PATH_KEYS",
-    "ExtractiveSummarizer",
-    "Facts",
-    "ToolRun",
-    "collect_facts",
-    "human_text",
-]
-
-# Argument keys whose value is a file path, in the tools agents use.
-PATH_KEYS = ("path", "file_path", "filepath", "filename", "file_name", "notebook_path", "target_file")
+__all__ = ["ExtractiveSummarizer"]
 
 # Caps before fitting to size: enough to be useful, few enough that one section cannot crowd out the rest.
 _MAX_ASKS = 12
 _MAX_CONSTRAINTS = 20
-_MAX_DECISIONS = 12
 _MAX_BLOCKED = 8
-_MAX_NEXT = 8
 _MAX_IN_PROGRESS = 4
 _MAX_DONE = 300
-_MAX_IDENTIFIERS = 300
 _MAX_COMMAND_CHARS = 2_000
-_ITEM_CHARS = 240
-_GOAL_CHARS = 300
 _ASK_CHARS = 200
-# Tool results are scanned only this far for identifiers: by compaction time step 1 has cut old
-# results to 3,000 bytes anyway, and past the head a result is mostly data.
-_RESULT_SCAN_CHARS = 3_000
-_TEXT_SCAN_CHARS = 20_000
 
-_SHELL_TOOL = re.compile(r"(?i)bash|shell|exec|terminal|powershell|run_?command|^sh$|^cmd$|^run$")
-_COMMAND_KEYS = ("command", "cmd", "script")
-_TODO_TOOL = re.compile(r"(?i)todo|update_plan|^plan$")
-_READ_TOOL = re.compile(
-    r"(?i)^(?:get|search|list|find|read|view|open|fetch|lookup|check|calculate|think|glob|grep|ls|cat|web_?search"
-    r"|web_?fetch|task_?output|bash_?output|kill_?bash|kill_?shell|write_stdin|ask_?user|enter_?plan|exit_?plan"
-    r"|skill)"
-)
-_MODIFY_TOOL = re.compile(r"(?i)edit|write|str_replace|replace|create|insert|patch|delete|remove|rename|move|append")
-_EDITOR_VIEW = frozenset({"view"})
-_PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$|^\*\*\* Move to: (.+)$", re.MULTILINE)
-_SKIPPED_FAILURES = ("Sibling tool call errored",)  # Claude Code: the call never ran
-
-# The line that says what went wrong: a strong word first ("AssertionError"), then a weaker one ("1 failed").
-_ERROR_WORDS = (
-    re.compile(r"(?i)error|exception|fatal|traceback|panic|错误|异常"),
-    re.compile(r"(?i)fail|not found|no such|cannot|can't|denied|invalid|refused|timed? ?out|abort|失败|找不到|无法"),
-)
-_NOISE_LINE = re.compile(
-    r"(?i)^(?:exit code \d+|\[the command completed with exit code -?\d+\.?\]|chunk id:.*|wall time:.*"
-    r"|process exited with code -?\d+|original token count:.*|output:)$"
-)
-_TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s[^<>]*)?>")
-
-_CONSTRAINT = re.compile(
-    r"(?i)\b(?:must|mustn't|never|don't|do not|always|only|prefer|preferably|should|shouldn't|please use"
-    r"|make sure|ensure|avoid|not allowed|forbidden|required)\b"
-    r"|必须|不要|不能|不得|禁止|务必|只(?!是)|仅|一定要|请(?:使用|用|勿|务必|保持|确保|不要|只|一定|别)|应该|尽量|避免|优先|别(?!的|人)"
-)
-_DECISION_STRONG = re.compile(
-    r"(?i)\b(?:decided|decision|instead|rather than|switch(?:ed|ing)? to|going with|chose|opt(?:ed)? (?:for|to)"
-    r"|the (?:plan|approach|fix|solution) is|we(?:'ll| will) use)\b|决定|改为|改用|采用|选择了|方案是|不再"
-)
-_DECISION_WEAK = re.compile(r"(?i)\b(?:I'll|I will|let's|going to|we'll|we will)\b|我将|我会|我们将|我们会")
-_INTENT = re.compile(
-    r"(?i)\b(?:let me|let's|I'll|I will|I'm going to|I am going to|now I|I'm now|next,? I|I need to|I'm)\b"
-    r"|让我|我将|我会|接下来|现在|正在|下面|我先|首先"
-)
-_PLAN = re.compile(
-    r"(?i)\b(?:next(?: step|,|:| I| we)|then I|then we|I'll|I will|we'll|we will|need to|remaining|todo|to do"
-    r"|going to|after that|afterwards)\b|接下来|然后|下一步|需要|还要|准备|之后"
-)
-# "Let me check X" says what happens next, not what was decided
-_PROCEDURAL = re.compile(
-    r"(?i)\b(?:I'll|I will|let's|let me|going to|we'll|we will)\s+(?:now\s+|first\s+|also\s+|then\s+)?"
-    r"(?:read|look|check|run|start|examine|search|explore|verify|investigate|see|try|view|open|inspect|find|review"
-    r"|test|analy[sz]e|get|fetch|need|begin|continue|commit|push|wait|summari[sz]e|help|assist)\b"
-    r"|我[将会](?:先)?(?:查看|检查|读取|阅读|运行|看看|看一下|搜索|确认)"
-)
-_PLAN_HEADER = re.compile(r"(?i)next steps?|to ?do|remaining|下一步|待办|接下来|后续")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
-_LIST_MARK = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)]|#{1,6}|>)\s+")
-
-_INJECTED_PREFIXES = (
-    "Caveat: The messages below were generated by the user while running local commands",
-    "This session is being continued from a previous conversation",
-    "[Summary of the earlier conversation",
-    "# AGENTS.md instructions",
-    "[Request interrupted by user",
-    "[tool result for call",
-    "Here is a demonstration of how to correctly accomplish this task",
-)
-_INJECTED_START = re.compile(
-    r"^(?:Parameter '[^']+' is expected|OBSERVATION:|EXECUTION RESULT|Your command ran successfully"
-    r"|Please continue working on the task|\$ \S)"
-)
-_INJECTED_TAGS = re.compile(
-    r"<(system-reminder|local-command-stdout|local-command-stderr|local-command-caveat|task-notification"
-    r"|user-prompt-submit-hook|environment_context|user_instructions|INSTRUCTIONS|permissions instructions)"
-    r"(?:\s[^<>]*)?>.*?</\1>",
-    re.DOTALL,
-)
-_WHOLE_TAG = re.compile(r"^<([A-Za-z][\w:-]*)(?:\s[^<>]*)?>.*</\1>$", re.DOTALL)
-_COMMAND_NAME = re.compile(r"<command-name>\s*/?(.*?)\s*</command-name>", re.DOTALL)
-_COMMAND_ARGS = re.compile(r"<command-args>(.*?)</command-args>", re.DOTALL)
 # fmt: off
-_CONTROL_COMMANDS = frozenset({
-    "clear", "compact", "resume", "continue", "exit", "quit", "model", "cost", "help", "config", "login", "logout",
-    "status", "context", "doctor", "permissions", "vim", "theme", "usage",
-})
-_ACKS = frozenset({
-    "yes", "yep", "yeah", "ok", "okay", "sure", "continue", "proceed", "thanks", "thx", "wow", "great", "nice",
-    "cool", "lgtm", "good", "done", "no", "go on", "go ahead", "thank you", "keep going",
-    "好", "好的", "继续", "可以", "是", "是的", "对", "谢谢", "嗯", "行", "没问题", "确认",
-})
 _STOPWORDS = frozenset({
     "the", "and", "for", "with", "about", "from", "into", "that", "this", "what", "when", "where", "which", "focus",
 })
 # fmt: on
-
-
-# --- facts ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ToolRun:
-    """One tool call and what came of it.
-
-    `kind` is "shell" (it ran `command`), "modify" (it changed files), "read", "todo" or "other".
-    `has_result` is false for a call with no result, or one that never ran ("Sibling tool call
-    errored"); `failed` is true for an error result or a non-zero exit code; `error_line` is the
-    first line of the result that looks like an error; `index` is the message's position.
-    """
-
-    tool: str
-    kind: str
-    arguments: Mapping[str, Any] = field(hash=False)
-    command: str | None = None
-    paths_read: tuple[str, ...] = ()
-    paths_modified: tuple[str, ...] = ()
-    has_result: bool = False
-    exit_code: int | None = None
-    failed: bool = False
-    error_line: str = ""
-    index: int = 0
-
-    @property
-    def key(self) -> str:
-        """What a later run must match to count as the same call (to resolve a failure)."""
-        if self.command is not None:
-            return self.command
-        paths = self.paths_modified or self.paths_read
-        return paths[0] if paths else f"{self.tool}({_compact_json(self.arguments)})"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Facts:
-    """What `collect_facts` found in the messages; lists oldest first unless said otherwise."""
-
-    asks: tuple[str, ...] = ()  # what the user asked, shortened
-    answered: bool = False  # the latest ask got a final answer (assistant text without tool calls)
-    constraints: tuple[str, ...] = ()
-    decisions: tuple[str, ...] = ()  # newest first
-    intents: tuple[str, ...] = ()  # what the assistant last said it was doing or about to do
-    plans: tuple[str, ...] = ()  # what the latest assistant text says comes next
-    todos: tuple[tuple[str, str], ...] = ()  # (status, text) from the latest todo or plan tool call
-    runs: tuple[ToolRun, ...] = ()
-    identifiers: tuple[str, ...] = ()  # most important first
-
-    @property
-    def files_read(self) -> list[str]:
-        """Files read (or tried), most recent first, without those also modified."""
-        modified = set(self.files_modified)
-        return [p for p in _newest_first(p for r in self.runs for p in r.paths_read) if p not in modified]
-
-    @property
-    def files_modified(self) -> list[str]:
-        """Files modified (or tried), most recent first."""
-        return _newest_first(p for r in self.runs for p in r.paths_modified)
-
-    @property
-    def failures(self) -> list[ToolRun]:
-        """Failed calls, newest first, those no later call fixed before those it did."""
-        failed = [r for r in self.runs if r.failed]
-        open_ = [r for r in reversed(failed) if not self.resolved(r)]
-        fixed = [r for r in reversed(failed) if self.resolved(r)]
-        return open_ + fixed
-
-    def resolved(self, run: ToolRun) -> bool:
-        """True when a later call with the same key succeeded."""
-        return any(r.index > run.index and r.has_result and not r.failed and r.key == run.key for r in self.runs)
-
-
-def collect_facts(messages: Sequence[Message]) -> Facts:
-    """The facts of `messages` (oldest first) that the summary is made of; no I/O."""
-    results: dict[str, ToolResult] = {}
-    for msg in messages:
-        result = msg.tool_result
-        if result is not None:
-            results.setdefault(result.call_id, result)
-
-    asks: list[tuple[int, str]] = []
-    constraints: list[str] = []
-    decisions: list[str] = []
-    found: list[tuple[Identifier, float]] = []
-    runs: list[ToolRun] = []
-    todos: tuple[tuple[str, str], ...] = ()
-    last_text = ""
-    last_answer = -1
-    after_command = False
-    for i, msg in enumerate(messages):
-        if msg.role == "user":
-            text, is_command = human_text(msg.text)
-            if (after_command and not is_command) or _is_meta(msg):
-                text = None  # the prompt a slash command or a skill expanded to, not typed by the user
-            after_command = is_command
-            _scan_text(msg.text, 3.0 if text is not None else 0.5, found)
-            if text is None:
-                continue
-            constraints.extend(s for s in _sentences(text) if _CONSTRAINT.search(s))
-            if not _is_ack(text) and not is_placeholder(text):
-                asks.append((i, _shorten(text, _GOAL_CHARS)))
-        elif msg.role == "assistant":
-            after_command = False
-            text = msg.text.strip()
-            if text:
-                _scan_text(text, 2.0, found)
-                last_text = text
-                decisions.extend(s for s in _sentences(text) if _DECISION_STRONG.search(s) or _DECISION_WEAK.search(s))
-                # a reply that only announces work ("I'll do X next") leaves the ask open
-                if not msg.tool_calls and not _announces(text):
-                    last_answer = i
-            for call in msg.tool_calls:
-                run = _tool_run(call, results.get(call.id), i)
-                runs.append(run)
-                found.extend((ident, 2.0 if short else 0.5) for ident, short in value_identifiers(run.arguments))
-                todos = _todos(run.arguments) or todos
-        elif msg.role == "tool" and msg.tool_result is not None:
-            _scan_text(msg.tool_result.text[:_RESULT_SCAN_CHARS], 0.5, found)
-
-    intents = [s for s in _sentences(last_text) if _INTENT.search(s)][:1] or _sentences(last_text)[:1]
-    plans = [p for p in _plans(last_text) if p not in intents]
-    decisions = [d for d in decisions if d not in intents and d not in plans]
-    return Facts(
-        asks=tuple(_unique_keep_last(a for _, a in asks)),
-        answered=bool(asks) and last_answer > asks[-1][0],
-        constraints=tuple(_unique(_clip(c, _ITEM_CHARS) for c in constraints)),
-        decisions=tuple(_pick_decisions(decisions)),
-        intents=tuple(_clip(s, _ITEM_CHARS) for s in intents),
-        plans=tuple(_clip(p, _ITEM_CHARS) for p in plans),
-        todos=todos,
-        runs=tuple(runs),
-        identifiers=tuple(rank_identifiers(found, limit=_MAX_IDENTIFIERS)),
-    )
-
-
-def human_text(text: str) -> tuple[str | None, bool]:
-    """The part of a user message a human typed (None if none), and whether it is a slash command.
-
-    Heuristics: known harness prefixes ("Caveat: The messages below...", "This session is being
-    continued...", "[Request interrupted by user"), tool feedback (``Parameter 'x' is expected``,
-    ``OBSERVATION:``), a pasted shell session (``$ ls``), JSON, a message that is one tag block, and
-    blocks of harness tags (``<system-reminder>`` ...) are not human. A ``<command-name>`` message is
-    the command with its arguments ("/review src"), except session controls like /clear; our own
-    summary format is never taken for a request.
-    """
-    stripped = text.strip()
-    if not stripped or stripped.startswith(_INJECTED_PREFIXES) or _INJECTED_START.match(stripped):
-        return None, False
-    name = _COMMAND_NAME.search(stripped)
-    if name:
-        command = name.group(1).strip()
-        args = _COMMAND_ARGS.search(stripped)
-        arg_text = args.group(1).strip() if args else ""
-        if command.split(":")[0] in _CONTROL_COMMANDS and not arg_text:
-            return None, True
-        return f"/{command} {arg_text}".strip(), True
-    stripped = _INJECTED_TAGS.sub("", stripped).strip()
-    if not stripped or _WHOLE_TAG.match(stripped) or _is_json(stripped) or not missing_sections(stripped):
-        return None, False
-    return stripped, False
-
-
-def _is_meta(msg: Message) -> bool:
-    """True when the source marked the message as injected (Claude Code's ``isMeta``)."""
-    return any(isinstance(v, Mapping) and v.get("isMeta") is True for v in (msg.extra, *msg.extra.values()))
-
-
-def _is_json(text: str) -> bool:
-    if text[0] not in "{[":
-        return False
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _announces(text: str) -> bool:
-    """True when the last sentence of `text` says what the assistant will do, not what it did."""
-    sentences = _sentences(text)
-    return bool(sentences) and bool(_INTENT.search(sentences[-1]) or _PLAN.search(sentences[-1]))
-
-
-def _is_ack(text: str) -> bool:
-    norm = re.sub(r"[\W_]+", " ", text.lower()).strip()
-    if norm in _ACKS or (len(norm) <= 2 and norm.isascii()):
-        return True
-    return norm.startswith(("thank", "谢谢")) and len(norm) < 80
-
-
-def _scan_text(text: str, weight: float, found: list[tuple[Identifier, float]]) -> None:
-    found.extend((ident, weight) for ident in find_identifiers(text[:_TEXT_SCAN_CHARS]))
-
-
-def _tool_run(call: ToolCall, result: ToolResult | None, index: int) -> ToolRun:
-    args = call.input_object()
-    command = _command_of(call.name, args)
-    kind = _kind_of(call.name, args, command)
-    read: list[str] = []
-    modified: list[str] = []
-    values = [v.strip() for k in PATH_KEYS if isinstance(v := args.get(k), str)]
-    paths = [v for v in values if v and "\n" not in v]  # a path is one line
-    if kind == "modify":
-        modified.extend(paths)
-        patch = args.get("input") or args.get("patch")
-        if isinstance(patch, str):
-            modified.extend(m.group(1) or m.group(2) for m in _PATCH_FILE.finditer(patch))
-    else:
-        read.extend(paths)
-    if command is not None:
-        cmd_read, cmd_written = command_paths(command)
-        read.extend(cmd_read)
-        modified.extend(cmd_written)
-    failed = False
-    error_line = ""
-    exit_code = None
-    if result is not None and _TAG.sub("", result.text).strip() in _SKIPPED_FAILURES:
-        result = None  # it never ran: no outcome to report
-    if result is not None:
-        exit_code = result.exit_code
-        failed = result.is_error or (exit_code is not None and exit_code != 0)
-        if failed:
-            error_line = _error_line(result.text)
-    return ToolRun(
-        tool=call.name,
-        kind=kind,
-        arguments=args,
-        command=command,
-        paths_read=tuple(_unique(read)),
-        paths_modified=tuple(_unique(modified)),
-        has_result=result is not None,
-        exit_code=exit_code,
-        failed=failed,
-        error_line=error_line,
-        index=index,
-    )
-
-
-def _command_of(tool: str, args: Mapping[str, Any]) -> str | None:
-    if not _SHELL_TOOL.search(tool):
-        return None
-    for key in _COMMAND_KEYS:
-        value = args.get(key)
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-            return " ".join(value)
-    return None
-
-
-def _kind_of(tool: str, args: Mapping[str, Any], command: str | None) -> str:
-    if command is not None:
-        return "shell"
-    if _todos(args):
-        return "todo"
-    if _TODO_TOOL.search(tool):
-        return "todo"
-    sub = args.get("command")
-    if isinstance(sub, str) and "editor" in tool.lower():
-        return "read" if sub in _EDITOR_VIEW else "modify"
-    if _READ_TOOL.search(tool):
-        return "read"
-    if _MODIFY_TOOL.search(tool):
-        return "modify"
-    return "other"
-
-
-def _todos(args: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    """(status, text) of a todo list (Claude Code ``todos``, Codex ``plan``), or () when there is none."""
-    for key in ("todos", "plan"):
-        value = args.get(key)
-        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            out = []
-            for item in value:
-                text = item.get("content") or item.get("step") or item.get("title") or item.get("task")
-                status = str(item.get("status", "pending")).lower()
-                if isinstance(text, str) and text.strip():
-                    out.append((status, _clip(text, _ITEM_CHARS)))
-            return tuple(out)
-    return ()
-
-
-def _error_line(text: str) -> str:
-    lines = [_TAG.sub("", line).strip() for line in text.splitlines()]
-    lines = [line for line in lines if line and not _NOISE_LINE.match(line)]
-    for words in _ERROR_WORDS:
-        for line in lines:
-            if words.search(line):
-                return line
-    return lines[0] if lines else ""
-
-
-def _sentences(text: str) -> list[str]:
-    """Sentences of prose in `text`: code blocks left out, list marks and emphasis taken off."""
-    out: list[str] = []
-    fenced = False
-    for line in text.replace("’", "'").splitlines():
-        if line.lstrip().startswith(("```", "~~~")):
-            fenced = not fenced
-            continue
-        if fenced or line.startswith("    ") or line.lstrip().startswith("|"):
-            continue
-        line = _LIST_MARK.sub("", line).replace("**", "").strip()
-        for part in _SENTENCE_END.split(line):
-            part = " ".join(part.split())
-            if len(part) >= 4:
-                out.append(part)
-    return out
-
-
-def _plans(text: str) -> list[str]:
-    """Next steps in `text`: list items under a "Next steps" line, then sentences that look ahead."""
-    items: list[str] = []
-    under = False
-    for line in text.splitlines():
-        bare = line.strip()
-        if not bare:
-            continue
-        is_item = bool(_LIST_MARK.match(line)) and not bare.startswith("#")
-        if not is_item:
-            under = bool(_PLAN_HEADER.search(bare)) and len(bare) < 80
-            continue
-        if under:
-            items.extend(_sentences(bare)[:1])
-    items.extend(s for s in _sentences(text) if _PLAN.search(s) and s not in items)
-    return _unique(items)[:_MAX_NEXT]
-
-
-def _is_procedural(sentence: str) -> bool:
-    return bool(_PROCEDURAL.search(sentence)) and not _DECISION_STRONG.search(sentence)
-
-
-def _pick_decisions(sentences: list[str]) -> list[str]:
-    """Newest first, at most `_MAX_DECISIONS`, explicit ones ("decided", "instead") chosen before "I'll".
-
-    A sentence that only introduces what follows ("The fix is:") or says what the assistant will
-    look at next ("Let me check the tests") is not a decision.
-    """
-    kept = [s for s in sentences if not s.rstrip().endswith((":", "：")) and not _is_procedural(s)]
-    newest = _unique(_clip(s, _ITEM_CHARS) for s in reversed(kept))
-    strong = [s for s in newest if _DECISION_STRONG.search(s)]
-    weak = [s for s in newest if not _DECISION_STRONG.search(s)]
-    chosen = set(strong[:_MAX_DECISIONS] + weak[: max(0, _MAX_DECISIONS - len(strong))])
-    return [s for s in newest if s in chosen]
 
 
 # --- the summary -----------------------------------------------------------------------------
@@ -944,40 +497,3 @@ def _focus_terms(focus: str) -> tuple[str, ...]:
 def _labeled(key: str, text: str, language: Language) -> str:
     label = phrase(key, language)
     return f"{label}{text}" if label.endswith("：") else f"{label} {text}"
-
-
-def _shorten(text: str, limit: int) -> str:
-    """`text` on one line, cut at a sentence end (or a space) within `limit` characters."""
-    flat = " ".join(_TAG.sub(" ", text).split())
-    if len(flat) <= limit:
-        return flat
-    head = flat[: limit - 1]
-    ends = [m.end() for m in re.finditer(r"[.!?。！？](?=\s|$)|[。！？]", head)]
-    if ends and ends[-1] >= limit // 2:
-        return head[: ends[-1]].rstrip()
-    space = head.rfind(" ")
-    return (head[:space] if space >= limit // 2 else head).rstrip() + "…"
-
-
-def _clip(text: str, limit: int) -> str:
-    """`text` cut to `limit` characters, with an ellipsis when cut."""
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def _compact_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=False, default=str)
-
-
-def _unique(items: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(items))
-
-
-def _unique_keep_last(items: Iterable[str]) -> list[str]:
-    """Each item once, where it last occurs."""
-    listed = list(items)
-    last = {item: j for j, item in enumerate(listed)}
-    return [item for j, item in enumerate(listed) if last[item] == j]
-
-
-def _newest_first(items: Iterable[str]) -> list[str]:
-    return list(reversed(_unique_keep_last(items)))
