@@ -20,6 +20,7 @@ A `Session` holds the workspace's lock from `open` to `close`: a second process 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
@@ -32,7 +33,7 @@ from . import archive as archive_mod
 from . import engine
 from .archive import Archive
 from .engine import EngineSettings, Live, Step
-from .errors import CtxkeepError, MessageError, PinnedOverBudgetError, StorageError, WorkspaceError
+from .errors import CtxkeepError, MessageError, PinnedOverBudgetError, WorkspaceError
 from .folder import Folder, LocalFolder
 from .formats.native import dumps, message_from_dict, message_to_dict
 from .messages import Message
@@ -43,6 +44,8 @@ from .summarize.extractive import ExtractiveSummarizer
 from .tokens import Counter, get_counter
 
 __all__ = ["Session"]
+
+log = logging.getLogger("ctxkeep")
 
 STATE = "state.json"
 SUMMARY = "summary.md"
@@ -272,10 +275,17 @@ class Session:
                 self.folder.remove(_live_name(new.generation))
             raise
         self._state = new
-        self._after_commit(old.generation)
+        self.live = live
+        self._after_commit(old.generation, step.compaction.at)
 
-    def _after_commit(self, old_generation: int | None) -> None:
-        """Tidy-up that may be lost in a crash; `_recover` redoes it."""
+    def _after_commit(self, old_generation: int | None, now: datetime) -> None:
+        """Tidy-up after a commit. A crash or a full disk may stop it half-way; `_recover` redoes it."""
+        try:
+            self._tidy(old_generation, now)
+        except CtxkeepError as exc:
+            log.warning("workspace tidy-up postponed to the next open: %s", exc)
+
+    def _tidy(self, old_generation: int | None, now: datetime) -> None:
         state = self._state
         if old_generation is not None and old_generation != state.generation:
             self.folder.remove(_live_name(old_generation))
@@ -284,6 +294,9 @@ class Session:
             self.folder.write(SUMMARY, summary)
         if state.last_record is not None and self._last_record_generation() != state.last_record["generation"]:
             self._append_record(state.last_record)
+        cleanup(
+            self.folder, self.live.messages, retention_days=self.settings.offload.retention_days, now=now.timestamp()
+        )
 
     def _commit_state(self, state: _State) -> None:
         self.folder.write(STATE, state.to_bytes())
@@ -345,11 +358,8 @@ class Session:
             self.counter,
         )
         live = replace(live, pinned=frozenset(p for p in state.pinned if any(m.id == p for m in messages)))
-        self._after_commit(None)
-        with contextlib.suppress(StorageError):
-            cleanup(
-                self.folder, live.messages, retention_days=self.settings.offload.retention_days, now=now.timestamp()
-            )
+        self.live = live
+        self._after_commit(None, now)
         return state, live
 
     def _read_live(self, name: str) -> list[Message]:
