@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import orjson
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from ctxkeep import engine
 from ctxkeep.engine import EngineSettings, Live
+from ctxkeep.errors import PinnedOverBudgetError
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats.native import message_from_dict
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult, validate
@@ -28,7 +30,7 @@ def sessions(draw: st.DrawFn) -> list[list[Message]]:
     """Turns of an agent session: a user ask, then assistant steps with 0-3 parallel calls and their results."""
     turns: list[list[Message]] = []
     n = 0
-    for t in range(draw(st.integers(1, 14))):
+    for t in range(draw(st.integers(1, 10))):
         batch = [Message.of("user", f"ask {t}: " + "word " * draw(st.integers(0, 300)), id=f"m{n}")]
         n += 1
         for _ in range(draw(st.integers(1, 3))):
@@ -41,7 +43,7 @@ def sessions(draw: st.DrawFn) -> list[list[Message]]:
             batch = [Message(role="assistant", content=(said, *calls), id=f"m{n}")]
             n += 1
             for call in calls:
-                size = draw(st.sampled_from([10, 500, 5_000, 30_000]))
+                size = draw(st.sampled_from([10, 500, 5_000, 12_000]))
                 text = "\n".join(f"line {i} 数据" for i in range(size // 12))
                 batch.append(Message(role="tool", content=(ToolResult(call_id=call.id, content=text),), id=f"m{n}"))
                 n += 1
@@ -49,7 +51,11 @@ def sessions(draw: st.DrawFn) -> list[list[Message]]:
     return turns
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("CTXKEEP_ENGINE_EXAMPLES", "100")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(
     turns=sessions(),
     window=st.sampled_from([1_500, 4_000, 12_000]),
@@ -72,15 +78,20 @@ def test_nothing_lost_nothing_unpaired(turns: list[list[Message]], window: int, 
         for m, n in zip(batch, COUNTER.count_each(batch), strict=True):
             if m.id == f"m{pin}" and m.role == "user" and n < window // 10:
                 live = replace(live, pinned=live.pinned | {m.id})
-        step = engine.prepare(
-            live,
-            system="sys",
-            counter=COUNTER,
-            summarizer=ExtractiveSummarizer(),
-            folder=folder,
-            settings=cfg,
-            now=NOW,
-        )
+        try:
+            step = engine.prepare(
+                live,
+                system="sys",
+                counter=COUNTER,
+                summarizer=ExtractiveSummarizer(),
+                folder=folder,
+                settings=cfg,
+                now=NOW,
+            )
+        except PinnedOverBudgetError:
+            # The summary grew until the pins no longer fit: the documented error, raised before any change.
+            assert live.pinned
+            return
         live = step.live
         assert not [p for p in validate(live.messages) if p.kind in PAIRING]
         assert live.total == sum(COUNTER.count_each(live.messages))
