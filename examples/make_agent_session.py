@@ -3,10 +3,15 @@
     python examples/make_agent_session.py [OUTPUT]
 
 A coding agent fixes issue #482 of a small FastAPI shop service (/home/dev/shop-api): checkout
-answers 500 when a cart carries an expired coupon. On the way the user changes direction (return
-422 COUPON_EXPIRED instead of dropping the coupon), asks in Chinese for a Chinese error message,
-and the agent reads files, runs pytest, greps, edits, starts the dev server on localhost:8081 and
-finishes with a summary. The content is written for ctxkeep; no line of it comes from a real session.
+answers 500 for carts with a coupon that has an expiry date. On the way the user changes direction
+(answer 422 COUPON_EXPIRED instead of dropping an expired coupon), asks in Chinese for a Chinese
+error message, and passes on a code review; the agent reads files, runs pytest, greps, edits,
+starts the dev server on localhost:8081 and finishes with a summary. The content is written for
+ctxkeep; no line of it comes from a real session.
+
+Sized for the README: about 75,000 tokens (a 100 KB server log among them), 175 messages, under
+700 KB, so that ``ctxkeep compact examples/agent_session.jsonl --window 32000`` compacts three
+times. After changing the story, run that command again and check the count.
 
 The repository the agent works on is kept in memory, so every Read shows the file as the earlier
 Edits left it, and the final ``git diff`` is the real difference. The output is the same on every
@@ -767,6 +772,46 @@ def test_checkout_out_of_stock_between_quote_and_order(client, db, cart):
     assert r.json()["error"]["code"] == "OUT_OF_STOCK"
 """
 
+FILES[
+    "app/services/orders.py"
+] = r'''"""Placing orders from priced carts; a repeated Idempotency-Key gives back the first order."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.errors import ShopError
+from app.models.cart import Cart
+from app.models.order import IdempotencyKey, Order, OrderStatus
+from app.services.pricing import Quote
+from app.timeutil import utcnow
+
+
+class IdempotencyConflict(ShopError):
+    status_code = 409
+    code = "IDEMPOTENCY_CONFLICT"
+
+
+def place(db: Session, cart: Cart, quote: Quote, *, idempotency_key: str | None = None) -> Order:
+    """An order for `cart` at the quoted total, and the cart closed; the same key twice, the same order."""
+    if idempotency_key:
+        known = db.scalars(select(IdempotencyKey).where(IdempotencyKey.key == idempotency_key)).first()
+        if known is not None:
+            if known.cart_id != cart.id:
+                raise IdempotencyConflict("errors.idempotency_conflict")
+            return db.get_one(Order, known.order_id)
+    order = Order(cart_id=cart.id, total=quote.total, currency=quote.currency, status=OrderStatus.PENDING)
+    order.created_at = utcnow()
+    db.add(order)
+    db.flush()
+    if idempotency_key:
+        db.add(IdempotencyKey(key=idempotency_key, cart_id=cart.id, order_id=order.id, created_at=utcnow()))
+    cart.closed = True
+    db.commit()
+    return order
+'''
+
 FILES["pyproject.toml"] = r"""[project]
 name = "shop-api"
 version = "2.14.0"
@@ -836,7 +881,6 @@ for _name in (
     "app/schemas/__init__.py",
     "app/schemas/cart.py",
     "app/services/__init__.py",
-    "app/services/orders.py",
     "app/services/shipping.py",
     "app/services/tax.py",
     "tests/__init__.py",
@@ -967,38 +1011,18 @@ _MESSAGES: dict[str, tuple[str, str, str]] = {
 
 # field: (English, German, Chinese)
 _FIELDS: dict[str, tuple[str, str, str]] = {
-    "billing.vat_id": ("VAT ID", "USt-IdNr.", "税号"),
     "checkout.coupon_code": ("Coupon code", "Gutscheincode", "优惠码"),
-    "checkout.note": ("Order note", "Bestellnotiz", "订单备注"),
-    "payment.card_holder": ("Card holder", "Karteninhaber", "持卡人姓名"),
-    "payment.iban": ("IBAN", "IBAN", "IBAN 账号"),
     "profile.email": ("Email address", "E-Mail-Adresse", "邮箱地址"),
-    "profile.first_name": ("First name", "Vorname", "名字"),
-    "profile.last_name": ("Last name", "Nachname", "姓氏"),
-    "profile.password": ("Password", "Passwort", "密码"),
-    "profile.phone": ("Phone number", "Telefonnummer", "手机号码"),
-    "review.body": ("Review text", "Bewertungstext", "评价内容"),
-    "review.rating": ("Rating", "Bewertung", "评分"),
-    "search.query": ("Search term", "Suchbegriff", "搜索关键词"),
-    "shipping.city": ("City", "Stadt", "城市"),
-    "shipping.country": ("Country", "Land", "国家或地区"),
     "shipping.postcode": ("Postcode", "Postleitzahl", "邮政编码"),
-    "shipping.street": ("Street address", "Straße und Hausnummer", "街道地址"),
 }
 
 # rule: (English, German, Chinese), "@" standing for the field's name
 _RULES: dict[str, tuple[str, str, str]] = {
-    "invalid": ("@ is not in a valid format.", "@ hat kein gültiges Format.", "@格式不正确"),
     "required": ("@ is required.", "@ ist erforderlich.", "@不能为空"),
     "too_long": (
         "@ must be at most {max} characters.",
         "@ darf höchstens {max} Zeichen lang sein.",
         "@不能超过 {max} 个字符",
-    ),
-    "too_short": (
-        "@ must be at least {min} characters.",
-        "@ muss mindestens {min} Zeichen lang sein.",
-        "@至少需要 {min} 个字符",
     ),
 }
 
@@ -1024,8 +1048,8 @@ _SUITE_SPEC = {
     "test_auth.py": """test_login_ok test_login_wrong_password test_login_unknown_email
         test_login_locked_after_five_failures test_logout_clears_cookie test_refresh_token_rotates
         test_refresh_token_reuse_is_rejected test_password_reset_sends_email test_password_reset_token_expires
-        test_signup_normalizes_email test_signup_duplicate_email test_password_policy[short|no_digit|no_letter|common|ok]
-        test_session_cookie_flags[httponly|secure|samesite]""",
+        test_signup_normalizes_email test_signup_duplicate_email
+        test_password_policy[short|no_digit|no_letter|common|ok] test_session_cookie_flags[httponly|secure|samesite]""",
     "test_cart.py": """test_create_cart_defaults_to_de test_create_cart_uppercases_country test_add_line
         test_add_line_unknown_sku test_add_line_out_of_stock test_add_same_sku_twice_merges test_remove_line
         test_remove_missing_line_is_noop test_closed_cart_is_not_found test_summary_without_coupon
@@ -1045,6 +1069,11 @@ _SUITE_SPEC = {
         test_percent_discount[100.00-15.00|19.99-3.00|0.10-0.02|0.00-0.00] test_fixed_discount_never_exceeds_subtotal
         test_min_subtotal_not_reached""",
     "test_health.py": "test_health test_ready_checks_database test_version_header",
+    "test_inventory.py": """test_reserve_stock test_release_stock_on_remove test_release_stock_on_expiry
+        test_reservation_expires_after_thirty_minutes test_oversell_is_rejected test_restock_webhook
+        test_low_stock_threshold[1|5|10] test_stock_never_negative test_concurrent_reservations
+        test_reservation_survives_quote test_checkout_consumes_reservation test_cancel_restocks[pending|paid]
+        test_inventory_report_columns test_inventory_report_totals""",
     "test_i18n.py": """test_locale_file_is_valid_json[en|de|zh_CN] test_locale_files_are_sorted[en|de|zh_CN]
         test_placeholders_match_english[de|zh_CN] test_missing_key_falls_back_to_english
         test_pick_locale[None-en|de-DE,de;q=0.9-de|zh-CN,zh;q=0.9-zh_CN|zh-Hans-zh_CN|fr-FR-en]""",
@@ -1188,28 +1217,42 @@ class Repo:
             result={"type": "create", "filePath": self.path(rel), "content": text, "structuredPatch": []},
         )
 
-    def edit(self, rel: str, old: str, new: str) -> Call:
+    def edit(self, rel: str, old: str, new: str, *, replace_all: bool = False) -> Call:
         before = self.files[rel]
-        args = {"file_path": self.path(rel), "old_string": old, "new_string": new}
-        if before.count(old) != 1:
+        args: dict[str, Any] = {"file_path": self.path(rel), "old_string": old, "new_string": new}
+        if replace_all:
+            args["replace_all"] = True
+        found = before.count(old)
+        if found == 0 or (found > 1 and not replace_all):
+            error = (
+                f"String to replace not found in file.\nString: {old}"
+                if found == 0
+                else f"Found {found} matches of the string to replace, but replace_all is false."
+            )
             return Call(
                 name="Edit",
                 input=args,
-                content=f"<tool_use_error>String to replace not found in file.\nString: {old}</tool_use_error>",
-                result="Error: String to replace not found in file.",
+                content=f"<tool_use_error>{error}</tool_use_error>",
+                result=f"Error: {error.splitlines()[0]}",
                 is_error=True,
             )
         after = before.replace(old, new)
         self.files[rel] = after
-        first = before[: before.index(old)].count("\n") + 1
-        last = first + new.count("\n")
-        lines = after.split("\n")
-        lo, hi = max(1, first - 4), min(len(lines) - 1, last + 4)
-        snippet = "\n".join(f"{n:6d}→{lines[n - 1]}" for n in range(lo, hi + 1))
-        content = (
-            f"The file {self.path(rel)} has been updated. Here's the result of running `cat -n` on a snippet"
-            f" of the edited file:\n{snippet}"
-        )
+        if replace_all:
+            content = (
+                f"The file {self.path(rel)} has been updated. All occurrences of '{old}' were successfully"
+                f" replaced with '{new}'."
+            )
+        else:
+            first = before[: before.index(old)].count("\n") + 1
+            last = first + new.count("\n")
+            lines = after.split("\n")
+            lo, hi = max(1, first - 4), min(len(lines) - 1, last + 4)
+            snippet = "\n".join(f"{n:6d}→{lines[n - 1]}" for n in range(lo, hi + 1))
+            content = (
+                f"The file {self.path(rel)} has been updated. Here's the result of running `cat -n` on a snippet"
+                f" of the edited file:\n{snippet}"
+            )
         result = {
             "filePath": self.path(rel),
             "oldString": old,
@@ -1217,7 +1260,7 @@ class Repo:
             "originalFile": before,
             "structuredPatch": _patch(before, after),
             "userModified": False,
-            "replaceAll": False,
+            "replaceAll": replace_all,
         }
         return Call(name="Edit", input=args, content=content, result=result)
 
@@ -1269,13 +1312,20 @@ class Repo:
             result={"filenames": found, "durationMs": RNG.randint(4, 40), "numFiles": len(found), "truncated": False},
         )
 
-    def diff(self) -> str:
-        """`git diff` of the working tree against the session's start, new files included."""
+    def _changed(self, new_files: bool) -> list[str]:
+        """Files that differ from the session's start; new ones only if `new_files` (git diff shows untracked
+        files only after ``git add -N``)."""
+        return [
+            rel
+            for rel in sorted(self.files)
+            if self.files[rel] != self.original.get(rel) and (new_files or rel in self.original)
+        ]
+
+    def diff(self, *, new_files: bool = False) -> str:
+        """`git diff` of the working tree against the session's start."""
         out: list[str] = []
-        for rel in sorted(self.files):
+        for rel in self._changed(new_files):
             old, new = self.original.get(rel), self.files[rel]
-            if old == new:
-                continue
             a = (old or "").splitlines(keepends=True)
             b = new.splitlines(keepends=True)
             head = [f"diff --git a/{rel} b/{rel}\n"]
@@ -1287,13 +1337,12 @@ class Repo:
             out += head + [line if line.endswith("\n") else line + "\n" for line in body]
         return "".join(out)
 
-    def diff_stat(self) -> str:
+    def diff_stat(self, *, new_files: bool = False) -> str:
+        """`git diff --stat`."""
         rows = []
         total_add = total_del = 0
-        for rel in sorted(self.files):
+        for rel in self._changed(new_files):
             old, new = self.original.get(rel), self.files[rel]
-            if old == new:
-                continue
             add = dele = 0
             for line in difflib.unified_diff((old or "").splitlines(), new.splitlines(), n=0):
                 if line.startswith("+") and not line.startswith("+++"):
@@ -1413,7 +1462,8 @@ _ROUTES = [
 ]
 _SKUS = ["MUG-001", "TEA-014", "KTL-220", "TEA-031", "CUP-007", "GFT-102", "TEA-052", "BWL-019"]
 _CATS = ["tea", "kitchen", "gifts", "sale"]
-_COUPONS = ["SPRING15", "WELCOME10", "FREESHIP", "TEATIME5"]
+_COUPONS = ["FREESHIP", "STAFF20"]  # no expiry: the basket page priced them fine
+_EXPIRING = ["SPRING15", "WELCOME10", "TEATIME5", "BLACKFRIDAY25"]  # an expiry: checkout crashed on them
 
 
 def server_log(repo: Repo, size: int) -> str:
@@ -1448,7 +1498,7 @@ def server_log(repo: Repo, size: int) -> str:
             )
             event = SENTRY_EVENT if crashes == 3 else str(uuid.UUID(int=rng.getrandbits(128), version=4))
             block = [
-                f"{stamp} INFO  shop.pricing rid={req} cart {cart}: coupon {rng.choice(_COUPONS)} requested",
+                f"{stamp} INFO  shop.pricing rid={req} cart {cart}: coupon {rng.choice(_EXPIRING)} requested",
                 f"{stamp} ERROR shop.errors rid={req} unhandled error on POST {path}",
                 "Traceback (most recent call last):",
                 f'  File "{site}/starlette/middleware/errors.py", line 165, in __call__',
@@ -1513,6 +1563,9 @@ def _app_line(rng: random.Random, method: str, path: str, cart: str, sku: str, c
             f"INFO  shop.payments payment intent created for cart {cart}; waiting for the provider to confirm it"
             " through the webhook"
         )
+    if "coupon=" in path:
+        code = path.rsplit("=", 1)[1]
+        return f"DEBUG shop.pricing cart {cart}: priced with coupon {code}, discount applied before shipping"
     if "summary" in path:
         return (
             f"DEBUG shop.pricing cart {cart}: priced without a coupon; free shipping threshold not reached, the"
@@ -1563,7 +1616,7 @@ class Session:
         self.lines.append(entry)
         return entry
 
-    def prompt(self, text: str, *, pause: tuple[float, float] = (40, 240)) -> None:
+    def prompt(self, text: str, *, pause: tuple[float, float] = (300, 1200)) -> None:
         """The user types a message (after a pause); Claude Code snapshots the files first."""
         stamp = self._tick(*pause)
         message_uuid = new_uuid()
@@ -1588,16 +1641,16 @@ class Session:
         request_id = rid("req_011C", 20)
         blocks: list[tuple[dict[str, Any], Call | None]] = []
         if thinking:
-            signature = base64.b64encode(RNG.randbytes(180)).decode()
+            signature = base64.b64encode(RNG.randbytes(120)).decode()
             blocks.append(({"type": "thinking", "thinking": thinking, "signature": signature}, None))
         if text:
             blocks.append(({"type": "text", "text": text}, None))
-        for call in calls:
-            block = {"type": "tool_use", "id": rid("toolu_01", 22), "name": call.name, "input": call.input}
-            blocks.append((block, call))
+        for made_call in calls:
+            use = {"type": "tool_use", "id": rid("toolu_01", 22), "name": made_call.name, "input": made_call.input}
+            blocks.append((use, made_call))
         out_tokens = sum(len(json.dumps(b, ensure_ascii=False)) for b, _ in blocks) // 4 + 12
         made: list[tuple[dict[str, Any], dict[str, Any], Call]] = []
-        self._tick(2, 14)  # the model thinks
+        self._tick(4, 30)  # the model thinks
         for i, (block, call) in enumerate(blocks):
             last = i == len(blocks) - 1
             message = {
@@ -1607,7 +1660,6 @@ class Session:
                 "role": "assistant",
                 "content": [block],
                 "stop_reason": ("tool_use" if calls else "end_turn") if last else None,
-                "stop_sequence": None,
                 "usage": {
                     "input_tokens": RNG.randint(3, 12),
                     "cache_creation_input_tokens": RNG.randint(200, 2400),
@@ -1615,7 +1667,7 @@ class Session:
                     "output_tokens": out_tokens if last else RNG.randint(1, 30),
                 },
             }
-            entry = self._entry("assistant", self._tick(0.3, 4), requestId=request_id, message=message)
+            entry = self._entry("assistant", self._tick(0.5, 8), requestId=request_id, message=message)
             self.parent = entry["uuid"]
             if call is not None:
                 made.append((entry, block, call))
@@ -1627,7 +1679,7 @@ class Session:
             self.parent = entry["uuid"]
             answer = self._entry(
                 "user",
-                self._tick(0.2, 3 if call.name != "Bash" else 25),
+                self._tick(0.2, 3 if call.name != "Bash" else 40),
                 message={"role": "user", "content": [result]},
                 toolUseResult=call.result,
                 sourceToolAssistantUUID=entry["uuid"],
@@ -1688,11 +1740,10 @@ Date:   Thu Mar 12 16:48:03 2026 +0100
     mixes badly with the aware timestamps the payment webhooks send.
     utcnow() now returns an aware UTC datetime; callers unchanged.
 
- app/services/orders.py   |  4 ++--
- app/timeutil.py          |  6 +++---
- app/routers/orders.py    |  2 +-
- tests/test_orders.py     |  8 ++++----
- 4 files changed, 11 insertions(+), 9 deletions(-)
+ app/services/orders.py |  4 ++--
+ app/timeutil.py        |  6 +++---
+ tests/test_orders.py   |  8 ++++----
+ 3 files changed, 9 insertions(+), 9 deletions(-)
 
 diff --git a/app/timeutil.py b/app/timeutil.py
 index 4be1f0a..9d2c7e3 100644
@@ -1716,14 +1767,26 @@ index 4be1f0a..9d2c7e3 100644
 
 
 def build() -> str:
+    """The session file's text."""
+    RNG.seed(482)  # the same ids on every call
     repo = Repo()
     s = Session()
 
     s.prompt(
-        f"Please fix issue #482 ({ISSUE_URL}): since yesterday evening POST /api/v1/checkout and"
+        f"Please fix issue #482 ({ISSUE_URL}): since Thursday evening POST /api/v1/checkout and"
         " /api/v1/checkout/quote return 500 for some carts that have a coupon code. Sentry groups them under"
-        f" {SENTRY_URL} as \"TypeError: can't compare offset-naive and offset-aware datetimes\" (one of the events"
+        f' {SENTRY_URL} as "TypeError: can\'t compare offset-naive and offset-aware datetimes" (one of the events'
         f" is {SENTRY_EVENT}). Last night's log is in var/log/shop-api.log.\n\n"
+        "From Sentry:\n"
+        "```\n"
+        "TypeError: can't compare offset-naive and offset-aware datetimes\n"
+        "  app/services/discounts.py in coupon_is_active\n"
+        "  app/services/pricing.py in price_cart\n"
+        "  app/routers/checkout.py in quote\n"
+        "first seen: 2026-03-12 17:05 UTC   events: 214   users: 161\n"
+        "release: shop-api@2.14.0   environment: production\n"
+        "tags: endpoint=/api/v1/checkout/quote (71%), /api/v1/checkout (29%); client=ShopApp/3.7.2, web\n"
+        "```\n\n"
         "Rules for this repo:\n"
         "- never touch the migrations folder (migrations/ is generated and reviewed separately by the DBA)\n"
         "- run tests with `pytest -x`, not tox\n"
@@ -1733,7 +1796,7 @@ def build() -> str:
         pause=(0, 0),
     )
     s.turn(
-        thinking="A naive/aware datetime comparison that started failing yesterday evening. Something changed how"
+        thinking="A naive/aware datetime comparison that started failing on Thursday evening. Something changed how"
         " a datetime is produced or stored. Look at the recent commits first, then find the comparison the"
         " traceback points to.",
         text="I'll look at the recent history and the layout of the service first.",
@@ -1747,14 +1810,14 @@ def build() -> str:
         ],
     )
     s.turn(
-        text="Two suspects in the history: #471 (\"Use timezone-aware now() everywhere\", two days ago) and the"
+        text='Two suspects in the history: #471 ("Use timezone-aware now() everywhere", two days ago) and the'
         " migration that stores coupon expiry without a time zone (0007). Mixing the two would give exactly"
         " this TypeError. Let me see the layout.",
         calls=[repo.glob("app/**/*.py")],
     )
     s.turn(
-        text="A small FastAPI app. Checking the settings (port, database) and the app factory.",
-        calls=[repo.read("app/config.py"), repo.read("app/main.py")],
+        text="A small FastAPI app. Checking the settings (port, database).",
+        calls=[repo.read("app/config.py")],
     )
     s.turn(
         text="The default port is already 8081 and the dev database is SQLite in var/shop.db. The coupon logic"
@@ -1808,13 +1871,19 @@ def build() -> str:
         calls=[bash(f"git show {BAD[:7]}", git_show_471(repo), description="Show commit #471")],
     )
     s.turn(
-        text="Confirmed: #471 changed `utcnow()` from naive to aware and said \"callers unchanged\". Who else"
+        thinking="The commit message says callers are unchanged, which was true for the code but not for the data:"
+        " every comparison between utcnow() and a timestamp read from SQLite changed meaning. Sentry says first"
+        " seen 2026-03-12 17:05 UTC, which matches the deploy of #471 that afternoon. The grep has to cover"
+        " every datetime comparison with values from the database, not only coupons: orders, idempotency keys,"
+        " sessions. If any other comparison mixes the two, it will crash the same way, just less often.",
+        text='Confirmed: #471 changed `utcnow()` from naive to aware and said "callers unchanged". Who else'
         " compares against it?",
         calls=[repo.grep(r"expires_at|utcnow\(\)")],
     )
     s.turn(
-        text="The migrations folder shows up in the grep; I won't touch it. The only ordering comparison with an"
-        " expiry is in `coupon_is_active`. Now the callers:",
+        text="The migrations folder shows up in the grep; I won't touch it. The other uses of `utcnow()` only"
+        " create timestamps (orders, idempotency keys) and never compare them with stored values, so the only"
+        " ordering comparison that mixes the two kinds is in `coupon_is_active`. Now the callers:",
         calls=[repo.read("app/services/pricing.py"), repo.read("app/routers/checkout.py")],
     )
     s.turn(
@@ -1824,23 +1893,17 @@ def build() -> str:
                 repo.grep_n("price_cart", ("app/", "tests/")),
                 description="Find every caller of price_cart",
             ),
-            repo.read("app/schemas/checkout.py"),
         ]
     )
     s.turn(
+        thinking="Three callers of price_cart: quote and checkout in app/routers/checkout.py, and the cart summary"
+        " in app/routers/cart.py. All three reach coupon_is_active for any coupon code that exists, so the basket"
+        " page is affected as well, not only checkout; the issue only mentions checkout because that is where"
+        " customers complain. price_cart itself is fine: it only asks coupon_is_active and logs. The fix belongs"
+        " in the comparison, not in the callers. Still worth knowing how old the comparison is: if it was written"
+        " after 0007 against an aware value it would be a different story.",
         text="`price_cart` has three callers: quote, checkout and the cart summary (GET /carts/{id}/summary), so"
-        " the basket page must be crashing too for these coupons. Checking the library versions before I rely on"
-        " their behaviour:",
-        calls=[
-            bash(
-                'python -c "import fastapi, sqlalchemy, pydantic, starlette; print(fastapi.__version__,'
-                ' sqlalchemy.__version__, pydantic.VERSION, starlette.__version__)"',
-                "0.115.6 2.0.36 2.10.3 0.41.3",
-                description="Library versions in the venv",
-            )
-        ],
-    )
-    s.turn(
+        " the basket page must be crashing too for these coupons. Who wrote the expiry check, and when?",
         calls=[
             bash(
                 f"git blame -L {repo.line_of('app/services/discounts.py', 'def coupon_is_active')},+9"
@@ -1848,14 +1911,15 @@ def build() -> str:
                 _blame(repo),
                 description="Who wrote the expiry check",
             )
-        ]
+        ],
     )
+    log = server_log(repo, 100_000)
     s.turn(
-        text="The check itself is old (February); it only broke when `utcnow()` changed under it. Before changing"
-        " anything, let me check last night's log: is every 500 this TypeError, or is something else mixed in?",
-        calls=[bash("wc -l var/log/shop-api.log && ls -la var/log/", _log_listing(), description="Size of the log")],
+        text="The check itself is old (February, made inclusive in #437); it only broke when `utcnow()` changed"
+        " under it, so the fix is about the values compared, not about the rule. Before changing anything, let"
+        " me check last night's log: is every 500 this TypeError, or is something else mixed in?",
+        calls=[bash("wc -l var/log/shop-api.log && ls -la var/log/", _log_listing(log), description="Size of the log")],
     )
-    log = server_log(repo, 115_000)
     s.turn(
         calls=[
             bash(
@@ -1870,14 +1934,14 @@ def build() -> str:
         thinking=f"{crashes} tracebacks, every one the same: checkout.py -> pricing.price_cart ->"
         " discounts.coupon_is_active, TypeError at the expiry comparison. Both /checkout and /checkout/quote."
         f" The Sentry event {SENTRY_EVENT} is among them. The rest of the log is normal traffic (catalog, carts,"
-        " health probes), a few slow product queries that are unrelated. No other 500s. So one root cause.",
+        " health probes), a few slow product queries that are unrelated. No other 500s. The summary requests"
+        " with ?coupon= all use FREESHIP or STAFF20 and answer 200: those two have no expiry. So one root cause.",
         text=f"The log has {crashes} crashes and they are all the same traceback: `price_cart` ->"
         " `coupon_is_active` -> `TypeError: can't compare offset-naive and offset-aware datetimes`, on both"
         f" /api/v1/checkout and /api/v1/checkout/quote; Sentry event {SENTRY_EVENT} is one of them. Everything"
-        " else is ordinary traffic plus a few unrelated slow product queries. One root cause, then.",
-    )
-    s.turn(
-        text="Before writing a regression test, the existing discount tests and the fixtures they use:",
+        " else is ordinary traffic plus a few unrelated slow product queries, and the basket page requests in"
+        " it only carried FREESHIP and STAFF20, the coupons without an expiry. One root cause, then. Before"
+        " writing a regression test, the existing discount tests and the fixtures they use:",
         calls=[repo.read("tests/test_discounts.py"), repo.read("tests/conftest.py")],
     )
     s.turn(
@@ -1911,7 +1975,12 @@ def build() -> str:
             )
         ],
     )
-    s.turn(calls=[repo.write("tests/test_checkout_coupons.py", TEST_V1)])
+    s.turn(
+        text="The test stores the expiry the way production does (naive UTC, `expires_at` with `tzinfo=None`) and"
+        " goes through `POST /api/v1/checkout/quote`, so the default `utcnow()` branch runs. One expired coupon"
+        " (expect no crash and no discount) and one valid (expect 10% of 42.00).",
+        calls=[repo.write("tests/test_checkout_coupons.py", TEST_V1)],
+    )
     s.turn(
         calls=[
             bash(
@@ -1921,7 +1990,7 @@ def build() -> str:
                     verbose=False,
                     seconds=0.84,
                     failed=NEW_TESTS[0],
-                    failure=_failure_api(repo),
+                    failure=_failure_api(repo, s.clock),
                     reason="TypeError: can't compare offset-naive and offset-aware datetimes",
                 ),
                 code=1,
@@ -1990,13 +2059,14 @@ def build() -> str:
     full = suite_with(NEW_TESTS)
     failing = "tests/test_discounts.py::test_expired_coupon_is_inactive"
     s.turn(
-        text="Both pass. Now the whole suite with -x.",
+        text="Both pass: the expired coupon is left out instead of crashing, and the valid one still takes 4.20"
+        " off. Now the whole suite with -x.",
         calls=[
             bash(
-                "pytest -x -v",
+                "pytest -x",
                 pytest_run(
                     full,
-                    verbose=True,
+                    verbose=False,
                     seconds=3.71,
                     failed=failing,
                     failure=_failure_unit(repo),
@@ -2010,9 +2080,9 @@ def build() -> str:
     s.turn(
         thinking="Now the unit test passes a naive now and expires_at becomes aware. Normalizing only one side was"
         " half the job: normalize `now` as well. That also protects callers that pass naive values.\n\n"
-        "Should I change the test instead, to pass an aware NOW? No: the test documents that callers may pass a"
-        " naive now, and the orders service does exactly that when it re-checks coupons for refunds (it reads"
-        " timestamps from the same SQLite file). Making the function accept both is the robust choice. Also"
+        "Should I change the test instead, to pass an aware NOW? No: the test documents that callers may pass"
+        " their own now, and a naive one is exactly what any timestamp read back from SQLite is. Making the"
+        " function accept both is the robust choice. Also"
         " careful with `now or utcnow()`: a datetime is always truthy, so `now is not None` is the honest test.",
         text="Now the other direction: the unit tests pass a naive `now`. I'll normalize `now` as well, so the"
         " comparison is aware on both sides whatever callers pass.",
@@ -2071,12 +2141,15 @@ def build() -> str:
     s.turn(calls=[bash("git diff --stat", repo.diff_stat(), description="What changed so far")])
     s.turn(
         text="Done for the crash: the quote drops an expired coupon (as it did before #471) and the regression"
-        " and unit tests cover it. Next I'd check it on the dev server at localhost:8081.",
+        " and unit tests cover it. Changed: app/timeutil.py (the new `as_utc()`), app/services/discounts.py"
+        " (both sides of the comparison in UTC), tests/test_discounts.py, and the new (untracked, so not in the"
+        " stat) tests/test_checkout_coupons.py. No migration, no new dependency. Next I'd check it on the dev"
+        " server at localhost:8081.",
     )
     s.prompt(
         "Before you go on: why did nothing catch this when #471 was merged? CI was green. And is the basket page"
         " affected as well?",
-        pause=(30, 90),
+        pause=(120, 300),
     )
     s.turn(
         calls=[
@@ -2102,9 +2175,9 @@ def build() -> str:
         "The new regression test closes gaps 2 and 3 (expired and valid coupons stored naive, through the API),"
         " and `test_naive_expiry_against_aware_now` closes gap 1.\n\n"
         "The basket page: yes. `GET /api/v1/carts/{id}/summary` calls the same `price_cart`, so it answered 500"
-        " for the same carts. The log shows only checkout crashes because the mobile app asks for the summary"
-        " without the coupon until the checkout screen, but the web shop sends it (`?coupon=`). The fix covers it"
-        " since the comparison itself is fixed.",
+        " for the same coupons. Last night's log has no such crash only because the basket requests in it"
+        " carried FREESHIP and STAFF20, the two coupons without an expiry; with WELCOME10 or SPRING15 the page"
+        " fails the same way. The fix covers it, since the comparison itself is fixed.",
     )
 
     # --- the user changes direction -------------------------------------------------------------
@@ -2113,7 +2186,23 @@ def build() -> str:
         ' quote should answer 422 with error code COUPON_EXPIRED and the message "Coupon {code} expired on'
         ' {date}." (date as YYYY-MM-DD). The mobile app 3.8 shows that message. Keep the UTC fix. The basket'
         " page (GET /carts/{id}/summary) is different, it must keep working with an expired coupon, just"
-        " without the discount."
+        " without the discount.\n\n"
+        'Here is the part of the contract the mobile team sent (wiki page "Checkout errors, mobile 3.8"):\n\n'
+        "| code | HTTP | when | app shows |\n"
+        "|---|---|---|---|\n"
+        "| COUPON_INVALID | 422 | code unknown or not valid for this shop | message, coupon field red |\n"
+        '| COUPON_EXPIRED | 422 | coupon past its expiry date | message, coupon field red, "remove coupon" |\n'
+        "| COUPON_USED_UP | 422 | max uses reached | not in 3.8 |\n"
+        "| COUPON_MIN_SUBTOTAL | 422 | subtotal below the coupon's minimum | not in 3.8 |\n"
+        "| OUT_OF_STOCK | 409 | a line is no longer available | message, line highlighted |\n"
+        "| CART_CLOSED | 409 | cart already checked out | goes to the order page |\n"
+        "| NOT_FOUND | 404 | cart or product unknown | generic error |\n\n"
+        "Body, always:\n"
+        '{"error": {"code": "COUPON_EXPIRED", "message": "Coupon SPRING15 expired on 2026-03-13.",'
+        ' "request_id": "..."}}\n\n'
+        "- `message` is shown as is, in the language of Accept-Language; the app builds no text of its own.\n"
+        "- dates in messages are YYYY-MM-DD (no time, no zone); an expiry date is the UTC date.\n"
+        '- 3.7 and older ignore unknown codes and show "Something went wrong"; product accepted that.'
     )
     s.turn(
         thinking="So: price_cart needs to raise for checkout/quote but stay lenient for the cart summary. Options:"
@@ -2127,7 +2216,10 @@ def build() -> str:
         " silently dropped: product only spoke about expired ones.",
         text="Understood. I'll switch from dropping the coupon to raising a `CouponExpired` error (422,"
         " `COUPON_EXPIRED`) in checkout and quote, via a `strict` flag on `price_cart`; the cart summary keeps the"
-        " lenient behaviour. Let me look at the error plumbing and the i18n catalogue first.",
+        " lenient behaviour. From the contract: the body shape is the one our `ShopError` handler already"
+        " produces (`code`, `message`, `request_id`), the message must come translated from Accept-Language, and"
+        ' the date is the UTC date as YYYY-MM-DD. `COUPON_USED_UP` and `COUPON_MIN_SUBTOTAL` are "not in 3.8",'
+        " so those cases keep today's behaviour. Let me look at the error plumbing and the i18n catalogue first.",
         calls=[
             todo(
                 [
@@ -2148,8 +2240,19 @@ def build() -> str:
         " checkout tests pin the old behaviour:",
         calls=[repo.read("tests/test_checkout.py")],
     )
-    s.turn(calls=[repo.grep(r"coupon", "app/i18n/", glob="en.json")])
-    s.turn(calls=[repo.read("app/routers/cart.py")])
+    s.turn(
+        text="Nothing in tests/test_checkout.py pins the old behaviour for expired coupons: the fixture coupons have"
+        " no expiry, and `test_quote_unknown_coupon_is_ignored` is about unknown codes, which stay a silent drop"
+        " (the contract's COUPON_INVALID is for later, product only asked for expiry). So the existing tests"
+        " should pass unchanged, and the new behaviour goes into tests/test_checkout_coupons.py. The English"
+        " messages for coupons:",
+        calls=[repo.grep(r"coupon", "app/i18n/", glob="en.json")],
+    )
+    s.turn(
+        text='The wording style is "Coupon {code} ..." with a full stop, so the new entry fits as product wrote it.'
+        " Now the basket page router, which must stay lenient:",
+        calls=[repo.read("app/routers/cart.py")],
+    )
     s.turn(
         text="Adding the error class next to `InvalidCoupon`.",
         calls=[
@@ -2187,7 +2290,8 @@ def build() -> str:
                 "    if coupon.expires_at is not None and as_utc(coupon.expires_at) <= now:\n"
                 "        return False\n",
                 "def coupon_is_expired(coupon: Coupon, now: datetime | None = None) -> bool:\n"
-                '    """True once the coupon\'s expiry has passed; naive times are taken as UTC (migration 0007)."""\n'
+                '    """True once the coupon\'s expiry has passed. A naive expiry is taken as UTC, which is how'
+                ' migration 0007 stores it."""\n'
                 "    now = as_utc(now) if now is not None else utcnow()\n"
                 "    return coupon.expires_at is not None and as_utc(coupon.expires_at) <= now\n\n\n"
                 "def coupon_is_active(coupon: Coupon, now: datetime | None = None) -> bool:\n"
@@ -2201,58 +2305,48 @@ def build() -> str:
         calls=[
             repo.edit(
                 "app/services/pricing.py",
-                "from app.models.cart import Cart\n",
-                "from app.errors import CouponExpired\nfrom app.models.cart import Cart\n",
-            ),
-            repo.edit(
-                "app/services/pricing.py",
+                "from app.models.cart import Cart\n"
+                "from app.services import shipping, tax\n"
                 "from app.services.discounts import CENT, coupon_is_active, discount_for, find_coupon",
+                "from app.errors import CouponExpired\n"
+                "from app.models.cart import Cart\n"
+                "from app.services import shipping, tax\n"
                 "from app.services.discounts import CENT, coupon_is_active, coupon_is_expired, discount_for,"
                 " find_coupon",
             ),
         ]
     )
-    s.turn(
-        calls=[
-            repo.edit(
-                "app/services/pricing.py",
-                "def price_cart(db: Session, cart: Cart, coupon_code: str | None = None) -> Quote:\n"
-                '    """The quote for `cart`; an unknown or inactive coupon is left out (and logged)."""\n',
-                "def price_cart(db: Session, cart: Cart, coupon_code: str | None = None, *, strict: bool = False)"
-                " -> Quote:\n"
-                '    """The quote for `cart`; an unknown or inactive coupon is left out (and logged).\n\n'
-                "    With `strict` (checkout and quote) an expired coupon raises CouponExpired instead (#482).\n"
-                '    """\n',
-            )
-        ]
+    pricing = repo.files["app/services/pricing.py"]
+    branch = "        elif not coupon_is_active(coupon):\n"
+    old = pricing[pricing.index("def price_cart(") : pricing.index(branch) + len(branch)]
+    new = old.replace(
+        "def price_cart(db: Session, cart: Cart, coupon_code: str | None = None) -> Quote:\n"
+        '    """The quote for `cart`; an unknown or inactive coupon is left out (and logged)."""\n',
+        "def price_cart(db: Session, cart: Cart, coupon_code: str | None = None, *, strict: bool = False) -> Quote:\n"
+        '    """The quote for `cart`; an unknown or inactive coupon is left out (and logged).\n\n'
+        "    With `strict` (checkout and quote) an expired coupon raises CouponExpired instead (#482).\n"
+        '    """\n',
+    ).replace(
+        branch,
+        "        elif strict and coupon_is_expired(coupon):\n"
+        '            raise CouponExpired("errors.coupon_expired", code=coupon.code, date=coupon.expires_at)\n' + branch,
     )
+    s.turn(calls=[repo.edit("app/services/pricing.py", old, new)])
     s.turn(
-        calls=[
-            repo.edit(
-                "app/services/pricing.py",
-                "        elif not coupon_is_active(coupon):\n",
-                "        elif strict and coupon_is_expired(coupon):\n"
-                '            raise CouponExpired("errors.coupon_expired", code=coupon.code, date=coupon.expires_at)\n'
-                "        elif not coupon_is_active(coupon):\n",
-            )
-        ]
-    )
-    s.turn(
+        text="Both checkout endpoints get `strict=True`; the cart summary keeps the default.",
         calls=[
             repo.edit(
                 "app/routers/checkout.py",
-                "    return QuoteOut.from_quote(price_cart(db, cart, body.coupon_code))",
-                "    return QuoteOut.from_quote(price_cart(db, cart, body.coupon_code, strict=True))",
-            ),
-            repo.edit(
-                "app/routers/checkout.py",
-                "    q = price_cart(db, cart, body.coupon_code)\n",
-                "    q = price_cart(db, cart, body.coupon_code, strict=True)\n",
-            ),
-        ]
+                "price_cart(db, cart, body.coupon_code)",
+                "price_cart(db, cart, body.coupon_code, strict=True)",
+                replace_all=True,
+            )
+        ],
     )
     s.turn(
-        text="Updating the regression test to the new contract, and adding one for the basket page.",
+        text="Updating the regression test to the new contract: quote and checkout both get 422 with the code and"
+        " the exact message, checkout must leave the cart open, a valid coupon still applies, and the basket"
+        " page ignores the expired coupon with a 200.",
         calls=[repo.write("tests/test_checkout_coupons.py", TEST_V2)],
     )
     new_tests = [
@@ -2261,25 +2355,24 @@ def build() -> str:
         "tests/test_checkout_coupons.py::test_quote_with_valid_coupon_applies_it",
         "tests/test_checkout_coupons.py::test_cart_summary_ignores_expired_coupon",
     ]
+    failure, reason = _failure_date(repo, s.clock)
     s.turn(
         calls=[
             bash(
                 "pytest -x tests/test_checkout_coupons.py",
-                pytest_run(
-                    new_tests,
-                    verbose=False,
-                    seconds=0.93,
-                    failed=new_tests[0],
-                    failure=_failure_date(repo),
-                    reason="AssertionError: assert 'Coupon OLD10 expired on 2026-03-13 09:41:27.118204.'"
-                    " == 'Coupon OLD10 expired on 2026-03-13.'",
-                ),
+                pytest_run(new_tests, verbose=False, seconds=0.93, failed=new_tests[0], failure=failure, reason=reason),
                 code=1,
                 description="Run the coupon tests",
             )
         ]
     )
     s.turn(
+        thinking="The message has the whole datetime, because str.format puts str(datetime) into {date}. The"
+        " contract says YYYY-MM-DD, the UTC date. Where to format? In the catalogue ({date:%Y-%m-%d}) would work"
+        " for datetime values but makes every translation repeat the format and breaks if someone passes a"
+        " string. Format once where the error is raised: as_utc(expires_at).date().isoformat(). The stored value"
+        " is naive UTC, so as_utc keeps the date as stored: 2026-03-13 00:00:00 stays 2026-03-13, it does not"
+        " move to the 12th as a local-time conversion would.",
         text="The message gets the full datetime; the spec says YYYY-MM-DD. Formatting the date in UTC where the"
         " error is raised.",
         calls=[
@@ -2313,13 +2406,14 @@ def build() -> str:
     full.remove("tests/test_discounts.py::test_naive_expiry_against_aware_now")
     full.insert(full.index("tests/test_discounts.py::test_used_up_coupon_is_inactive"), unit[3])
     s.turn(
+        text="All four pass. The whole suite, to see whether any existing test relied on the silent drop:",
         calls=[
             bash(
                 "pytest -x -q",
                 pytest_run(full, verbose=False, seconds=4.02),
                 description="Run the full test suite",
             )
-        ]
+        ],
     )
     s.turn(
         thinking="Things to verify by hand on the running app, since TestClient skips the real server stack:\n"
@@ -2351,6 +2445,7 @@ def build() -> str:
             )
         ],
     )
+    started = s.clock + timedelta(seconds=1.4)
     s.turn(
         calls=[
             Call(
@@ -2358,10 +2453,11 @@ def build() -> str:
                 input={"bash_id": "4f7d2c"},
                 content="<status>running</status>\n\n<stderr>\n"
                 "INFO:     Started server process [48213]\nINFO:     Waiting for application startup.\n"
-                "2026-03-14 10:27:44,903 INFO  shop.main shop-api ready (env=dev)\n"
+                f"{started:%Y-%m-%d %H:%M:%S},{started.microsecond // 1000:03d} INFO  shop.main shop-api ready"
+                " (env=dev)\n"
                 "INFO:     Application startup complete.\n"
                 "INFO:     Uvicorn running on http://127.0.0.1:8081 (Press CTRL+C to quit)\n</stderr>\n\n"
-                "<timestamp>2026-03-14T10:27:46.221Z</timestamp>",
+                f"<timestamp>{iso(s.clock + timedelta(seconds=9))}</timestamp>",
                 result={
                     "shellId": "4f7d2c",
                     "command": "uvicorn app.main:app --host 127.0.0.1 --port 8081",
@@ -2373,6 +2469,7 @@ def build() -> str:
             )
         ]
     )
+    http_date = (s.clock + timedelta(seconds=20)).strftime("%a, %d %b %Y %H:%M:%S GMT")
     s.turn(
         text="Server is up. The dev database has the coupons from the issue (SPRING15 expired on 2026-03-13,"
         " WELCOME10 valid). Trying both in parallel:",
@@ -2380,7 +2477,7 @@ def build() -> str:
             bash(
                 "curl -s -i -X POST http://localhost:8081/api/v1/checkout/quote -H 'Content-Type: application/json'"
                 ' -d \'{"cart_id": "cart-5c09e1d7", "coupon_code": "SPRING15"}\'',
-                "HTTP/1.1 422 Unprocessable Entity\ndate: Sat, 14 Mar 2026 10:28:03 GMT\nserver: uvicorn\n"
+                f"HTTP/1.1 422 Unprocessable Entity\ndate: {http_date}\nserver: uvicorn\n"
                 "content-length: 138\ncontent-type: application/json\nx-request-id: 6c1e9a0f42b7\n\n"
                 '{"error":{"code":"COUPON_EXPIRED","message":"Coupon SPRING15 expired on 2026-03-13.",'
                 '"request_id":"6c1e9a0f42b7"}}',
@@ -2389,7 +2486,7 @@ def build() -> str:
             bash(
                 "curl -s -i -X POST http://localhost:8081/api/v1/checkout/quote -H 'Content-Type: application/json'"
                 ' -d \'{"cart_id": "cart-5c09e1d7", "coupon_code": "WELCOME10"}\'',
-                "HTTP/1.1 200 OK\ndate: Sat, 14 Mar 2026 10:28:03 GMT\nserver: uvicorn\ncontent-length: 131\n"
+                f"HTTP/1.1 200 OK\ndate: {http_date}\nserver: uvicorn\ncontent-length: 131\n"
                 "content-type: application/json\nx-request-id: 0d8b3f57c21e\n\n"
                 '{"subtotal":"74.50","discount":"7.45","shipping":"0.00","tax":"12.74","total":"79.79",'
                 '"currency":"EUR","coupon_code":"WELCOME10"}',
@@ -2398,8 +2495,8 @@ def build() -> str:
         ],
     )
     s.turn(
-        text="Both as specified: SPRING15 gives 422 `COUPON_EXPIRED` with \"Coupon SPRING15 expired on"
-        " 2026-03-13.\" and the `request_id` matches the `x-request-id` header; WELCOME10 gives 200 with a 10%"
+        text='Both as specified: SPRING15 gives 422 `COUPON_EXPIRED` with "Coupon SPRING15 expired on'
+        ' 2026-03-13." and the `request_id` matches the `x-request-id` header; WELCOME10 gives 200 with a 10%'
         " discount of 7.45 on 74.50. Now the basket page with the expired coupon:",
         calls=[
             bash(
@@ -2427,33 +2524,28 @@ def build() -> str:
                 ),
                 description="Basket page with the expired coupon",
             )
-        ]
+        ],
     )
 
     # --- a request in Chinese -----------------------------------------------------------------------
     s.prompt(
-        "很好。另外请给这个新错误加一条中文提示，写在 app/i18n/zh_CN.json 里，文案用「优惠券 {code} 已于 {date} 过期」。"
-        "德语先不用管，会回退到英文。还是不要动 migrations 目录。",
-        pause=(60, 180),
+        "很好。另外请给这个新错误加一条中文提示，写在 app/i18n/zh_CN.json 里，"
+        "文案用「优惠券 {code} 已于 {date} 过期」。德语先不用管，会回退到英文。还是不要动 migrations 目录。",
+        pause=(600, 1500),
     )
     s.turn(
         text="好的。I'll add `errors.coupon_expired` to app/i18n/zh_CN.json with that wording; German falls back to"
-        " English through `translate`. Reading the catalogue and its tests first.",
-        calls=[repo.read("app/i18n/zh_CN.json"), repo.read("tests/test_i18n.py")],
+        " English through `translate`. Reading the catalogue first.",
+        calls=[repo.read("app/i18n/zh_CN.json")],
     )
     s.turn(
-        calls=[
-            bash(
-                "grep -c '\"errors\\.' app/i18n/*.json",
-                "".join(
-                    f"app/i18n/{loc}.json:{repo.files[f'app/i18n/{loc}.json'].count(chr(34) + 'errors.')}\n"
-                    for loc in ("de", "en", "zh_CN")
-                ),
-                description="Error keys per catalogue",
-            )
-        ]
-    )
-    s.turn(
+        thinking="zh_CN.json is a flat catalogue of dotted keys, sorted, two-space indent, Chinese full-width"
+        ' punctuation mostly left out of short messages ("优惠券 {code} 无效"). The user\'s wording uses the same'
+        " placeholders as English, {code} and {date}, and test_placeholders_match_english compares exactly those"
+        " sets, so the wording can go in as given, without the 「」 quotes, which were only quoting the text in the"
+        " request. {date} stays YYYY-MM-DD: the mobile contract says dates are shown as is, and Chinese readers"
+        " read ISO dates fine. German: translate() falls back to en for a missing key, and the user said not to"
+        " bother: catalogue(locale).get(key) misses, and the English text is used.",
         calls=[
             repo.edit(
                 "app/i18n/zh_CN.json",
@@ -2461,7 +2553,7 @@ def build() -> str:
                 '  "errors.coupon_invalid": "优惠券 {code} 无效",\n'
                 '  "errors.coupon_expired": "优惠券 {code} 已于 {date} 过期",',
             )
-        ]
+        ],
     )
     i18n_tests = [t for t in suite_with([]) if t.startswith("tests/test_i18n.py")]
     s.turn(
@@ -2482,8 +2574,8 @@ def build() -> str:
         ]
     )
     s.turn(
-        text="The catalogues must stay sorted by key; I put the new line after `errors.coupon_invalid`. Moving it"
-        " before.",
+        text="A test I hadn't read yet: the catalogues must stay sorted by key, and I put the new line after"
+        ' `errors.coupon_invalid` ("expired" sorts before "invalid"). Moving it before.',
         calls=[
             repo.edit(
                 "app/i18n/zh_CN.json",
@@ -2504,21 +2596,14 @@ def build() -> str:
         ]
     )
     s.turn(
-        text="Adding a test for the Chinese message through the API (Accept-Language: zh-CN).",
+        text="The i18n tests pass. Adding a test for the Chinese message through the API (`Accept-Language:"
+        " zh-CN,zh;q=0.9`, what the mobile app sends on a Chinese phone), so the catalogue entry and the locale"
+        " picking are covered together.",
         calls=[
             repo.edit(
                 "tests/test_checkout_coupons.py",
                 "def test_quote_with_valid_coupon_applies_it(",
-                "def test_expired_coupon_message_in_chinese(client, db, cart):\n"
-                '    add_coupon(db, "OLD10", timedelta(days=-1))\n'
-                "    r = client.post(\n"
-                '        "/api/v1/checkout/quote",\n'
-                '        json={"cart_id": cart.id, "coupon_code": "OLD10"},\n'
-                '        headers={"Accept-Language": "zh-CN,zh;q=0.9"},\n'
-                "    )\n"
-                "    assert r.status_code == 422\n"
-                '    assert r.json()["error"]["message"] == f"优惠券 OLD10 已于 {yesterday()} 过期"\n\n\n'
-                "def test_quote_with_valid_coupon_applies_it(",
+                CHINESE_TEST + "\n\ndef test_quote_with_valid_coupon_applies_it(",
             )
         ],
     )
@@ -2535,7 +2620,10 @@ def build() -> str:
     )
     s.turn(
         thinking="Still English: the server was started before the edit and `catalogue` is cached with"
-        " functools.cache; uvicorn runs without --reload. Restart it.",
+        " functools.cache; uvicorn runs without --reload. Restart it. The test suite did not notice because every"
+        " TestClient builds a new app but the cache is module-level and the test process reads the files after"
+        " the edit anyway. In production a deploy restarts the workers, so this only bites during development;"
+        " worth a line in the summary.",
         text="Still English because the server started before the edit and the catalogues are cached. Restarting it.",
         calls=[
             Call(
@@ -2569,11 +2657,13 @@ def build() -> str:
     final.remove(unit[3])
     final.insert(final.index("tests/test_discounts.py::test_used_up_coupon_is_inactive"), unit[3])
     s.turn(
-        text="Full suite, verbose, then lint.",
+        text='With `Accept-Language: zh-CN` the running server now answers "优惠券 SPRING15 已于 2026-03-13 过期",'
+        " still 422 `COUPON_EXPIRED`, so the app shows the Chinese text as it is; the server is stopped again."
+        " Full suite, then lint.",
         calls=[
             bash(
-                "pytest -x -v",
-                pytest_run(final, verbose=True, seconds=4.26),
+                "pytest -x -q",
+                pytest_run(final, verbose=False, seconds=4.26),
                 description="Run the full test suite",
             )
         ],
@@ -2582,19 +2672,18 @@ def build() -> str:
         calls=[bash("ruff check app tests && ruff format --check app tests", _ruff(repo), code=1, description="Lint")]
     )
     s.turn(
-        text="One long line in pricing.py; wrapping the import.",
+        thinking="E501 in app/services/discounts.py: the one-line docstring I gave coupon_is_expired is 122"
+        " characters. ruff format does not wrap docstrings, so split it by hand: a summary line, then the note"
+        " about naive values as the body, the style the other modules use for longer docstrings.",
+        text="One docstring of mine is two characters too long; splitting it.",
         calls=[
             repo.edit(
-                "app/services/pricing.py",
-                "from app.services.discounts import CENT, coupon_is_active, coupon_is_expired, discount_for,"
-                " find_coupon",
-                "from app.services.discounts import (\n"
-                "    CENT,\n"
-                "    coupon_is_active,\n"
-                "    coupon_is_expired,\n"
-                "    discount_for,\n"
-                "    find_coupon,\n"
-                ")",
+                "app/services/discounts.py",
+                '    """True once the coupon\'s expiry has passed. A naive expiry is taken as UTC, which is how'
+                ' migration 0007 stores it."""\n',
+                '    """True once the coupon\'s expiry has passed.\n\n'
+                "    A naive expiry is taken as UTC, which is how migration 0007 stores it.\n"
+                '    """\n',
             )
         ],
     )
@@ -2608,31 +2697,185 @@ def build() -> str:
         ]
     )
     s.turn(
+        text="Lint, format and types are clean. One more full run, since the docstring edit touched discounts.py:",
         calls=[
-            bash("pytest -x -q", pytest_run(final, verbose=False, seconds=4.11), description="Final test run"),
-            bash("git status --short", _status(repo), description="Changed files"),
-        ]
+            bash("pytest -x -q", pytest_run(final, verbose=False, seconds=4.11), description="Test run after lint"),
+        ],
     )
     s.turn(
-        text="migrations/ is untouched. The full diff for your review:",
-        calls=[bash("git diff --stat && git diff", repo.diff_stat() + "\n" + repo.diff(), description="Show diff")],
+        thinking="Before handing over: the working tree should hold only the files this fix needs. Expected:"
+        " app/timeutil.py, app/services/discounts.py, app/services/pricing.py, app/routers/checkout.py,"
+        " app/errors.py, the two catalogues, tests/test_discounts.py and the new tests/test_checkout_coupons.py."
+        " Nothing under migrations/, no stray files from the manual checks (the curl output went to the"
+        " terminal, the server wrote no files), no debug prints left in.",
+        text="migrations/ is untouched. What changed:",
+        calls=[bash("git status --short", _status(repo), description="Changed files")],
+    )
+    s.turn(
+        text="Ready for review. Where things stand:\n\n"
+        "- **Root cause:** #471 made `utcnow()` aware while `coupons.expires_at` is stored naive (migration 0007);"
+        " `coupon_is_active` compared them and raised, so checkout, quote and the basket page answered 500 for"
+        " every coupon with an expiry.\n"
+        "- **Fix:** `as_utc()` in app/timeutil.py; both sides of the expiry comparison are aware UTC now.\n"
+        '- **New behaviour (product):** quote and checkout answer 422 `COUPON_EXPIRED` with "Coupon {code} expired'
+        ' on {date}." (UTC date, YYYY-MM-DD), through the normal error handler, so `request_id` is in the body;'
+        " the basket page still leaves an expired coupon out; used-up coupons are unchanged (not in the 3.8"
+        " contract).\n"
+        "- **i18n:** `errors.coupon_expired` in en.json and zh_CN.json; German falls back to English.\n"
+        "- **Tests:** tests/test_checkout_coupons.py (expired and valid coupons stored naive, through the API, in"
+        " English and Chinese, and the basket page) and a unit test for a naive expiry against an aware now.\n\n"
+        "`pytest -x` passes, ruff and mypy are clean, and the dev server on localhost:8081 answers as the mobile"
+        " contract says. migrations/ is untouched and nothing is committed.\n\n"
+        "How I checked by hand: `curl` against localhost:8081 with SPRING15 (expired 2026-03-13) gave 422 with"
+        " the English message and, with `Accept-Language: zh-CN`, the Chinese one; WELCOME10 gave 200 with 7.45"
+        " off 74.50; the basket page with SPRING15 gave 200 without a discount.\n\n"
+        "One question for product, not blocking: the basket page now silently shows no discount for an expired"
+        " coupon, as you asked. The web shop might want to say why (the same message as a hint, with status 200)."
+        " That would be a small addition to the summary response, say if you want it.",
+    )
+    s.prompt(
+        "Jonas had a look at the diff. Four comments, the last one a question:\n"
+        "1. pricing.py: no `# type: ignore` in app/ please, narrow the Optional instead:\n"
+        "   `expired_on = as_utc(coupon.expires_at).date().isoformat()  # type: ignore[arg-type]`\n"
+        "2. test_checkout_coupons.py: `yesterday()` computes the date again at assert time. If the suite runs"
+        " across midnight UTC the expected date is off by one. Take the date from the coupon you stored.\n"
+        "3. Log the rejection at INFO like the other coupon branches in price_cart, with the cart id, so support"
+        " can find it by request id. Support gets these tickets first and greps the logs for the cart id the"
+        " customer sends them; without a line they only see the 422 in the access log.\n"
+        "4. Question, no change needed: why not a TypeDecorator on Coupon.expires_at that returns aware UTC?"
+        " Then nobody could make this mistake again.\n"
+        "He is fine with the strict flag, and with leaving used-up coupons as they are until the app handles"
+        " COUPON_USED_UP.\n"
+        "Fix those and show me the final diff.",
+        pause=(1800, 3000),
+    )
+    s.turn(
+        thinking="1 and 3 touch the same branch of price_cart: check `coupon.expires_at is not None` in the elif so"
+        " mypy narrows it, then log and raise. For 2, add_coupon should return the naive datetime it stored; the"
+        " tests take `.date().isoformat()` from it, which is the UTC date because the stored value is UTC. Then"
+        " yesterday() has no users and goes. Jonas is right about the flake: add_coupon runs at 23:59:59.9 UTC,"
+        " the request and the assert run after midnight, and yesterday() then names the day the coupon did not"
+        " expire on. Taking the date from the stored value removes the second clock read entirely. The log line:"
+        " the other branches say 'cart %s: unknown coupon %r' and 'cart %s: coupon %s is no longer active', so"
+        " 'cart %s: coupon %s expired on %s, rejected' fits, and the request id is added by the logging filter."
+        " Re-read both files first, they changed several times.",
+        text="All fair. On 4: a TypeDecorator is the better long-term fix, and I considered it first. I held back"
+        " because it changes what every reader of `Coupon.expires_at` gets (the admin CSV export and the"
+        " nightly report format it and would start printing `+00:00`), and because it sits next to the schema,"
+        " which the DBA reviews together with migrations/. For a hotfix, `as_utc()` at the one comparison is the"
+        " smallest change that is obviously right; I listed the TypeDecorator as a follow-up. Now 1 to 3,"
+        " re-reading the two files as they are now.",
+        calls=[repo.read("app/services/pricing.py"), repo.read("tests/test_checkout_coupons.py")],
+    )
+    s.turn(
+        text="Comments 1 and 3 are one change in `price_cart`: checking `coupon.expires_at is not None` in the same"
+        " `elif` lets mypy narrow the Optional (`coupon_is_expired` already implies it, but mypy cannot see through"
+        " the call), and the log line goes right before the raise, worded like the other branches.",
+        calls=[
+            repo.edit(
+                "app/services/pricing.py",
+                "        elif strict and coupon_is_expired(coupon):\n"
+                "            expired_on = as_utc(coupon.expires_at).date().isoformat()  # type: ignore[arg-type]\n",
+                "        elif strict and coupon.expires_at is not None and coupon_is_expired(coupon):\n"
+                "            expired_on = as_utc(coupon.expires_at).date().isoformat()\n"
+                '            log.info("cart %s: coupon %s expired on %s, rejected", cart.id, coupon.code,'
+                " expired_on)\n",
+            )
+        ],
+    )
+    s.turn(
+        text="Now comment 2: `add_coupon` returns what it stored, and the expected dates come from it, so the"
+        " test reads the clock once, when it creates the coupon, and the assert can no longer disagree with it.",
+        calls=[
+            repo.edit(
+                "tests/test_checkout_coupons.py",
+                "    db.commit()\n\n\ndef yesterday():\n    return (utcnow() - timedelta(days=1)).date().isoformat()\n",
+                "    db.commit()\n    return expires\n",
+            )
+        ],
     )
     s.turn(
         calls=[
-            todo(
-                [
-                    ("Write a failing regression test for #482", "completed"),
-                    ("Compare coupon expiry in UTC regardless of naive/aware", "completed"),
-                    ("Raise 422 COUPON_EXPIRED from checkout and quote", "completed"),
-                    ("Keep GET /carts/{id}/summary lenient", "completed"),
-                    ("Add the zh_CN message", "completed"),
-                    ("Run pytest -x on the whole suite", "completed"),
-                    ("Check on the dev server (localhost:8081)", "completed"),
-                ]
+            repo.edit(
+                "tests/test_checkout_coupons.py",
+                '    add_coupon(db, "OLD10", timedelta(days=-1))\n'
+                '    r = client.post("/api/v1/checkout/quote", json={"cart_id": cart.id, "coupon_code": "OLD10"})\n'
+                "    assert r.status_code == 422\n"
+                '    error = r.json()["error"]\n'
+                '    assert error["code"] == "COUPON_EXPIRED"\n'
+                '    assert error["message"] == f"Coupon OLD10 expired on {yesterday()}."\n',
+                '    expires = add_coupon(db, "OLD10", timedelta(days=-1))\n'
+                '    r = client.post("/api/v1/checkout/quote", json={"cart_id": cart.id, "coupon_code": "OLD10"})\n'
+                "    assert r.status_code == 422\n"
+                '    error = r.json()["error"]\n'
+                '    assert error["code"] == "COUPON_EXPIRED"\n'
+                '    assert error["message"] == f"Coupon OLD10 expired on {expires.date().isoformat()}."\n',
+            ),
+            repo.edit(
+                "tests/test_checkout_coupons.py",
+                CHINESE_TEST,
+                CHINESE_TEST.replace('    add_coupon(db, "OLD10"', '    expires = add_coupon(db, "OLD10"').replace(
+                    "{yesterday()}", "{expires.date().isoformat()}"
+                ),
+            ),
+        ],
+    )
+    coupon_tests = [t for t in final if t.startswith("tests/test_checkout_coupons.py")]
+    s.turn(
+        text="The coupon tests first, verbose, to see each of them by name:",
+        calls=[
+            bash(
+                "pytest -x -v tests/test_checkout_coupons.py",
+                pytest_run(coupon_tests, verbose=True, seconds=0.97),
+                description="Run the coupon tests",
+            )
+        ],
+    )
+    s.turn(
+        thinking="Five tests, in file order: quote 422, checkout 422, the Chinese message, the valid coupon, the"
+        " basket page. All green, and the two that assert a date now take it from add_coupon. The whole suite"
+        " next, verbose, because the user will want to see the complete list once before the merge request.",
+        text="All five pass with the dates taken from the stored coupons, including the Chinese message. Now the"
+        " whole suite, verbose, so the run shows every test by name for the record.",
+        calls=[
+            bash(
+                "pytest -x -v",
+                pytest_run(final, verbose=True, seconds=4.19),
+                description="Run the full test suite",
+            )
+        ],
+    )
+    s.turn(
+        calls=[
+            bash(
+                "ruff check app tests && ruff format --check app tests && mypy app",
+                "All checks passed!\n52 files already formatted\nSuccess: no issues found in 31 source files",
+                description="Lint and type-check",
             )
         ]
     )
     s.turn(
+        thinking="Last look before the diff: the review asked for three changes and a question. 1: the type"
+        " ignore is gone and mypy passes, so the narrowing works. 2: yesterday() is gone, both date assertions use"
+        " the stored expiry. 3: the log line is in the strict branch. 4: answered. The diff should show exactly"
+        " that on top of what Jonas saw. git diff does not show untracked files, so add the new test file with"
+        " intent-to-add (git add -N); that stages nothing and commits nothing.",
+        text="All green: the full suite passes with `pytest -x`, including the five coupon tests with the dates"
+        " taken from the stored expiry, and mypy is happy without the ignore, so the narrowing is real. Nothing"
+        " else changed since the review, migrations/ is still untouched. The final diff:",
+        calls=[
+            bash(
+                "git add -N tests/test_checkout_coupons.py && git diff --stat && git diff",
+                repo.diff_stat(new_files=True) + "\n" + repo.diff(new_files=True),
+                description="Show the whole diff, the new test file included",
+            )
+        ],
+    )
+    s.turn(
+        thinking="Wrap up for the user: cause with the commit hash, each changed file in one line, what was checked"
+        " and how, the review changes, and the one operational surprise (the cached catalogues need a restart)."
+        " Mention the constraints were kept: migrations/ untouched, pytest -x used throughout, dev server on"
+        " 8081, no new dependencies, nothing committed. Test count from the last run.",
         text=f"""Issue #482 is fixed (not committed, as you asked).
 
 **Cause.** Commit {BAD[:7]} (#471) made `utcnow()` timezone-aware, while `coupons.expires_at` is stored naive \
@@ -2655,13 +2898,68 @@ without `strict` an expired coupon is still dropped.
 the English and the Chinese message, 200 with a valid coupon, basket page still 200). migrations/ untouched, no \
 new dependencies.
 
-**Worth knowing:** the catalogues are cached, so a running server needs a restart after editing app/i18n/*.json.""",
+**Review (Jonas):** the Optional is narrowed instead of a type ignore, the rejection is logged at INFO with \
+the cart id, and the tests take the expected date from the stored coupon, so they cannot flake at midnight UTC.
+
+**Worth knowing:** the catalogues are cached, so a running server needs a restart after editing app/i18n/*.json.
+
+**Follow-ups I did not do** (out of scope, say if you want them):
+- a SQLAlchemy type that returns `expires_at` as aware UTC, so no caller can compare naive values again; it \
+belongs with a schema review, next to migrations/ that I left alone;
+- `COUPON_USED_UP` once the app handles it (the contract lists it as "not in 3.8");
+- the German text for `errors.coupon_expired`, which falls back to English for now.""",
+    )
+    s.prompt(
+        "Thanks, looks good. Write the merge request description for me, I'll paste it into GitLab. Our template:\n\n"
+        "## What\n(one paragraph: the change as the user of the API sees it)\n"
+        "## Why\n(the cause, with the commit)\n"
+        "## How to test\n(commands)\n"
+        "## Risk\n(what could break, who is affected)\n"
+        "## Links\n(issue, Sentry, docs)\n\n"
+        "Keep it short, the reviewers know the code.",
+        pause=(300, 900),
+    )
+    s.turn(
+        text=f"""## What
+Checkout and quote no longer crash on coupons with an expiry date. An expired coupon now gets \
+`422 COUPON_EXPIRED` with "Coupon {{code}} expired on {{date}}." (en) / "优惠券 {{code}} 已于 {{date}} 过期" (zh_CN), \
+as in the mobile 3.8 error contract. The basket page (`GET /api/v1/carts/{{id}}/summary`) keeps ignoring an \
+expired coupon.
+
+## Why
+Since {BAD[:7]} (#471) `utcnow()` is timezone-aware, but `coupons.expires_at` is stored naive (UTC) since \
+migration 0007. `coupon_is_active` compared the two and raised `TypeError: can't compare offset-naive and \
+offset-aware datetimes`, so every coupon with an expiry gave a 500 (Sentry event {SENTRY_EVENT}).
+
+## How to test
+- `pytest -x` (new: `tests/test_checkout_coupons.py`, `test_naive_expiry_against_aware_now`)
+- `uvicorn app.main:app --port 8081`, then `POST http://localhost:8081/api/v1/checkout/quote` with an expired \
+coupon: 422 and the message; with `Accept-Language: zh-CN` the Chinese one; a valid coupon: 200 with the discount.
+
+## Risk
+Low. No schema change, migrations/ untouched. Apps older than 3.8 show their generic error for the new 422 \
+(accepted by product). Used-up coupons behave as before.
+
+## Links
+- Issue: {ISSUE_URL}
+- Sentry: {SENTRY_URL}""",
     )
     return s.dump("Fix 500 at checkout with expired coupons (#482)")
 
 
 # --- the outputs the story quotes ------------------------------------------------------------
 
+
+CHINESE_TEST = """def test_expired_coupon_message_in_chinese(client, db, cart):
+    add_coupon(db, "OLD10", timedelta(days=-1))
+    r = client.post(
+        "/api/v1/checkout/quote",
+        json={"cart_id": cart.id, "coupon_code": "OLD10"},
+        headers={"Accept-Language": "zh-CN,zh;q=0.9"},
+    )
+    assert r.status_code == 422
+    assert r.json()["error"]["message"] == f"优惠券 OLD10 已于 {yesterday()} 过期"
+"""
 
 TEST_V1 = r'''"""Checkout with coupons that expired or are about to (#482)."""
 
@@ -2753,13 +3051,14 @@ def test_cart_summary_ignores_expired_coupon(client, db, cart):
 '''
 
 
-def _log_listing() -> str:
+def _log_listing(log: str) -> str:
+    lines, size = log.count("\n"), len(log.encode())
     return (
-        "  1532 var/log/shop-api.log\n"
+        f"  {lines} var/log/shop-api.log\n"
         "total 1712\n"
         "drwxr-xr-x 2 dev dev    4096 Mar 14 06:25 .\n"
         "drwxr-xr-x 5 dev dev    4096 Mar  2 11:07 ..\n"
-        "-rw-r--r-- 1 dev dev  121873 Mar 14 08:59 shop-api.log\n"
+        f"-rw-r--r-- 1 dev dev {size:7d} Mar 14 08:59 shop-api.log\n"
         "-rw-r--r-- 1 dev dev  963410 Mar 13 06:25 shop-api.log.1\n"
         "-rw-r--r-- 1 dev dev  641177 Mar 12 06:25 shop-api.log.2.gz\n"
     )
@@ -2768,24 +3067,27 @@ def _log_listing() -> str:
 def _blame(repo: Repo) -> str:
     start = repo.line_of("app/services/discounts.py", "def coupon_is_active")
     lines = repo.files["app/services/discounts.py"].split("\n")[start - 1 : start + 8]
-    who = {
-        0: ("e41c9b0", "Priya Raman", "2026-02-19"),
-        1: ("e41c9b0", "Priya Raman", "2026-02-19"),
-        2: ("e41c9b0", "Priya Raman", "2026-02-19"),
-        3: ("5d7a2f6", "Priya Raman", "2026-02-27"),
-    }
+    first = ("e41c9b0", "2026-02-19 14:20:37")  # "Coupons: percent and fixed discounts"
+    later = (HASHES["Coupons: min_subtotal (#437)"][:7], "2026-02-27 11:05:12")  # it made the check inclusive
     out = []
     for i, line in enumerate(lines):
-        h, name, day = who.get(i, ("e41c9b0", "Priya Raman", "2026-02-19"))
-        out.append(f"{h} ({name:<14} {day} 14:2{i % 10}:0{i % 7} +0100 {start + i:3d}) {line}")
+        h, when = later if i == 3 else first
+        out.append(f"{h} (Priya Raman {when} +0100 {start + i:3d}) {line}")
     return "\n".join(out) + "\n"
 
 
-def _failure_api(repo: Repo) -> str:
+SEP = " ".join("_" * 40)  # the line pytest draws between the frames of a traceback
+
+
+def _failure_api(repo: Repo, now: datetime) -> str:
+    test = "tests/test_checkout_coupons.py"
+    test_line = repo.line_of(test, 'r = client.post("/api/v1/checkout/quote"')
     cmp_line = repo.line_of("app/services/discounts.py", "coupon.expires_at <= now")
     call_line = repo.line_of("app/services/pricing.py", "elif not coupon_is_active(coupon)")
     quote_line = repo.line_of("app/routers/checkout.py", "return QuoteOut.from_quote")
-    site = f"{ROOT}/.venv/lib/python3.11/site-packages"
+    log_line = repo.line_of("app/errors.py", "log.exception(")
+    stamp = f"{now.year}, {now.month}, {now.day}, {now.hour}, {now.minute}, {now.second}, {now.microsecond}"
+    site = ".venv/lib/python3.11/site-packages"
     return f"""
 client = <starlette.testclient.TestClient object at 0x7f3a91c2d250>
 db = <sqlalchemy.orm.session.Session object at 0x7f3a91c2e9d0>, cart = <Cart cart-7f2e91ab DE 2 lines>
@@ -2794,31 +3096,32 @@ db = <sqlalchemy.orm.session.Session object at 0x7f3a91c2e9d0>, cart = <Cart car
         add_coupon(db, "OLD10", timedelta(days=-1))
 >       r = client.post("/api/v1/checkout/quote", json={{"cart_id": cart.id, "coupon_code": "OLD10"}})
 
-tests/test_checkout_coupons.py:19: 
-_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ 
-.venv/lib/python3.11/site-packages/starlette/testclient.py:597: in post
+{test}:{test_line}:
+{SEP}
+{site}/starlette/testclient.py:597: in post
     return super().post(
-.venv/lib/python3.11/site-packages/httpx/_client.py:1144: in post
+{site}/httpx/_client.py:1144: in post
     return self.request(
-.venv/lib/python3.11/site-packages/starlette/testclient.py:488: in request
+{site}/starlette/testclient.py:488: in request
     return super().request(
-.venv/lib/python3.11/site-packages/httpx/_client.py:825: in request
+{site}/httpx/_client.py:825: in request
     return self.send(request, auth=auth, follow_redirects=follow_redirects)
-.venv/lib/python3.11/site-packages/starlette/testclient.py:381: in handle_request
+{site}/starlette/testclient.py:381: in handle_request
     raise exc
-.venv/lib/python3.11/site-packages/starlette/middleware/errors.py:165: in __call__
+{site}/starlette/middleware/errors.py:165: in __call__
     await self.app(scope, receive, _send)
 app/middleware.py:31: in __call__
     await self.app(scope, receive, send_with_request_id)
-{site.replace(ROOT + "/", "")}/fastapi/routing.py:212: in run_endpoint_function
+{site}/fastapi/routing.py:212: in run_endpoint_function
     return await run_in_threadpool(dependant.call, **values)
 app/routers/checkout.py:{quote_line}: in quote
     return QuoteOut.from_quote(price_cart(db, cart, body.coupon_code))
 app/services/pricing.py:{call_line}: in price_cart
     elif not coupon_is_active(coupon):
-_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ 
+{SEP}
 
-coupon = <Coupon OLD10 percent 10>, now = datetime.datetime(2026, 3, 14, 9, 41, 27, 118204, tzinfo=datetime.timezone.utc)
+coupon = <Coupon OLD10 percent 10>
+now = datetime.datetime({stamp}, tzinfo=datetime.timezone.utc)
 
     def coupon_is_active(coupon: Coupon, now: datetime | None = None) -> bool:
         \"\"\"False once the coupon has expired or been used up.\"\"\"
@@ -2827,8 +3130,8 @@ coupon = <Coupon OLD10 percent 10>, now = datetime.datetime(2026, 3, 14, 9, 41, 
 E       TypeError: can't compare offset-naive and offset-aware datetimes
 
 app/services/discounts.py:{cmp_line}: TypeError
------------------------------- Captured log call -------------------------------
-ERROR    shop.errors:errors.py:62 unhandled error on POST /api/v1/checkout/quote
+{rule("Captured log call", "-")}
+ERROR    shop.errors:errors.py:{log_line} unhandled error on POST /api/v1/checkout/quote
 """
 
 
@@ -2839,8 +3142,8 @@ def _failure_unit(repo: Repo) -> str:
     def test_expired_coupon_is_inactive():
 >       assert not coupon_is_active(make(expires_at=NOW - timedelta(seconds=1)), now=NOW)
 
-tests/test_discounts.py:{test_line}: 
-_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ 
+tests/test_discounts.py:{test_line}:
+{SEP}
 
 coupon = <Coupon SPRING15 percent 15>, now = datetime.datetime(2026, 3, 1, 12, 0)
 
@@ -2854,26 +3157,35 @@ app/services/discounts.py:{cmp_line}: TypeError
 """
 
 
-def _failure_date(repo: Repo) -> str:
-    return """
+def _failure_date(repo: Repo, now: datetime) -> tuple[str, str]:
+    """The failure when the message has the whole datetime, and pytest's one-line reason for it."""
+    line = repo.line_of("tests/test_checkout_coupons.py", 'assert error["message"] == f"Coupon OLD10 expired on')
+    expires = (now - timedelta(days=1)).replace(tzinfo=None)
+    got, want = f"Coupon OLD10 expired on {expires}.", f"Coupon OLD10 expired on {expires.date()}."
+    reason = f"AssertionError: assert {got!r} == {want!r}"
+    marks = " " * (len(want) - 1) + "+" * (len(got) - len(want))
+    return (
+        f"""
 client = <starlette.testclient.TestClient object at 0x7f0c44b1a690>
 db = <sqlalchemy.orm.session.Session object at 0x7f0c44b1bd10>, cart = <Cart cart-7f2e91ab DE 2 lines>
 
     def test_quote_with_expired_coupon_is_422(client, db, cart):
         add_coupon(db, "OLD10", timedelta(days=-1))
-        r = client.post("/api/v1/checkout/quote", json={"cart_id": cart.id, "coupon_code": "OLD10"})
+        r = client.post("/api/v1/checkout/quote", json={{"cart_id": cart.id, "coupon_code": "OLD10"}})
         assert r.status_code == 422
         error = r.json()["error"]
         assert error["code"] == "COUPON_EXPIRED"
->       assert error["message"] == f"Coupon OLD10 expired on {yesterday()}."
-E       AssertionError: assert 'Coupon OLD10 expired on 2026-03-13 09:41:27.118204.' == 'Coupon OLD10 expired on 2026-03-13.'
-E         
-E         - Coupon OLD10 expired on 2026-03-13.
-E         + Coupon OLD10 expired on 2026-03-13 09:41:27.118204.
-E         ?                                   ++++++++++++++++
+>       assert error["message"] == f"Coupon OLD10 expired on {{yesterday()}}."
+E       {reason}
+E
+E         - {want}
+E         + {got}
+E         ? {marks}
 
-tests/test_checkout_coupons.py:30: AssertionError
-"""
+tests/test_checkout_coupons.py:{line}: AssertionError
+""",
+        reason,
+    )
 
 
 def _failure_sorted(repo: Repo) -> str:
@@ -2889,7 +3201,7 @@ locale = 'zh_CN'
 >       assert keys == sorted(keys), f"{{locale}}.json keys are not sorted"
 E       AssertionError: zh_CN.json keys are not sorted
 E       assert ['cart.empty'...ut_for_later', ...] == ['cart.empty'...ut_for_later', ...]
-E         
+E
 E         At index {at} diff: 'errors.coupon_invalid' != 'errors.coupon_expired'
 E         Use -v to get more diff
 
@@ -2898,36 +3210,28 @@ tests/test_i18n.py:{line}: AssertionError
 
 
 def _ruff(repo: Repo) -> str:
-    rel = "app/services/pricing.py"
-    n = repo.line_of(rel, "from app.services.discounts import")
-    lines = repo.files[rel].split("\n")
-    long = lines[n - 1]
-    gutter = len(str(n + 1))
-    show = [f"{k:>{gutter}} | {lines[k - 1]}" for k in range(n - 2, n + 2)]
-    mark = " " * gutter + " |" + " " * 120 + "^" * (len(long) - 120) + " E501"
-    return (
-        f"{rel}:{n}:121: E501 Line too long ({len(long)} > 120)\n"
-        + " " * gutter
-        + " |\n"
-        + "\n".join(show[:3])
-        + "\n"
-        + mark
-        + "\n"
-        + show[3]
-        + "\n"
-        + " " * gutter
-        + " |\n\nFound 1 error.\n"
-    )
+    """What `ruff check` prints for the lines of app/ and tests/ longer than 120 characters."""
+    out: list[str] = []
+    for rel in sorted(r for r in repo.files if r.endswith(".py") and r.startswith(("app/", "tests/"))):
+        lines = repo.files[rel].split("\n")
+        for n, line in enumerate(lines, 1):
+            if len(line) <= 120:
+                continue
+            gutter = len(str(n + 1))
+            shown = [k for k in range(max(1, n - 2), n + 2) if k <= len(lines)]
+            show = [f"{k:>{gutter}} | {lines[k - 1]}".rstrip() for k in shown]
+            at = shown.index(n) + 1
+            mark = " " * gutter + " |" + " " * 121 + "^" * (len(line) - 120) + " E501"
+            out += [f"{rel}:{n}:121: E501 Line too long ({len(line)} > 120)", " " * gutter + " |"]
+            out += [*show[:at], mark, *show[at:], " " * gutter + " |", ""]
+    found = sum(1 for line in out if "E501 Line too long" in line)
+    return "\n".join(out) + f"\nFound {found} error{'s' if found != 1 else ''}.\n"
 
 
 def _status(repo: Repo) -> str:
-    rows = []
-    for rel in sorted(repo.files):
-        if rel not in repo.original:
-            rows.append(f"?? {rel}")
-        elif repo.files[rel] != repo.original[rel]:
-            rows.append(f" M {rel}")
-    return "\n".join(rows) + "\n"
+    changed = [f" M {rel}" for rel in sorted(repo.original) if repo.files[rel] != repo.original[rel]]
+    untracked = [f"?? {rel}" for rel in sorted(repo.files) if rel not in repo.original]
+    return "\n".join(changed + untracked) + "\n"
 
 
 def main(argv: list[str]) -> int:
