@@ -3,6 +3,8 @@
 The messages are added in order and `Session.prepare` runs once before each assistant turn (a run
 of assistant messages counts as one turn), the way an agent framework calls ctxkeep before every
 reasoning step. A leading system message is the system prompt (layer 1), not a live message.
+Each step runs at the time its messages were recorded (when they carry one), so the archive is
+named after the day the conversation happened.
 Pairing is repaired first, so a transcript with aborted calls still replays.
 """
 
@@ -72,8 +74,10 @@ def replay(
 
 def _step(session: Session, batch: list[Message], system: str | None, report: Replay) -> None:
     session.add(batch)
+    # The recorded time, when there is one: a replay archives into the day the conversation happened.
+    when = next((m.timestamp for m in reversed(batch) if m.timestamp is not None), None)
     t = time.perf_counter()
-    step = session.prepare(system)
+    step = session.prepare(system, now=when)
     report.step_seconds.append(time.perf_counter() - t)
     report.steps += 1
     report.tokens_final = step.context.tokens
