@@ -97,3 +97,16 @@ def test_installed_console_script_compacts(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "compactions" in proc.stdout and "tokens" in proc.stdout
+
+
+def test_readme_main_job_on_the_bundled_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's first command: the bundled session compacts, and the summary keeps what the agent needs."""
+    out = tmp_path / "demo"
+    example = ROOT / "examples" / "agent_session.jsonl"
+    assert main(["compact", str(example), "-o", str(out), "--window", "32000", "--json", "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["compactions"] >= 2 and report["peak_context_tokens"] <= 32_000
+    summary = (out / "summary.md").read_text()
+    for needle in ("#482", "localhost:8081", "app/i18n/zh_CN.json", "migrations", "COUPON_EXPIRED"):
+        assert needle in summary, needle
+    assert [p.name for p in (out / "dialog").iterdir()] == ["2026-03-14.jsonl"]
