@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 from tests.test_public_api import test_all_is_sorted_and_complete
 
 from ctxkeep.summarize.identifiers import (
+    COMMAND_HEAD_CHARS,
+    command_head,
     command_paths,
     extract_identifiers,
     find_identifiers,
@@ -136,6 +138,16 @@ def test_value_identifiers_take_opaque_ids_whole() -> None:
 )
 def test_command_paths(command: str, read: list[str], written: list[str]) -> None:
     assert command_paths(command) == (read, written)
+
+
+def test_command_head_is_the_identifying_prefix_of_a_command() -> None:
+    assert command_head("  ls -la /srv  ") == "ls -la /srv"  # a short one-line command is its own head
+    heredoc = "git commit -m \"$(cat <<'EOF'\nfix: things\n\nmore\nEOF\n)\""
+    assert command_head(heredoc) == "git commit -m \"$(cat <<'EOF'"
+    long_line = "git add " + " ".join(f"src/module_{i}.py" for i in range(40))
+    head = command_head(long_line)
+    assert len(head) == COMMAND_HEAD_CHARS and long_line.startswith(head)
+    assert command_head(head) == head  # a head is its own head, so a shortened summary reads back unchanged
 
 
 _SEGMENT = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=8).filter(

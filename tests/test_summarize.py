@@ -28,8 +28,10 @@ from ctxkeep.summarize import (
 )
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
 from ctxkeep.summarize.facts import PATH_KEYS, collect_facts, human_text
+from ctxkeep.summarize.identifiers import command_head, command_paths
 from ctxkeep.summarize.sections import (
     Drop,
+    Shorten,
     code_span,
     fit_sections,
     omission_note,
@@ -390,6 +392,72 @@ def test_the_size_cap_drops_older_items_and_keeps_every_heading(max_chars: int) 
     assert omitted > 0
 
 
+def fixture_runs(n: int) -> list[Message]:
+    """`n` finished shell runs, each writing a file with a 30-line heredoc; every tenth one fails."""
+    messages = [user("Write a JSON fixture for every service. Never touch /srv/app/prod.conf.")]
+    for i in range(n):
+        body = "\n".join(f'  "key_{j}": "value {i * j} for service {i}",' for j in range(30))
+        command = f"cat > /srv/app/fixtures/service_{i:02}.json <<'EOF'\n{{\n{body}\n}}\nEOF"
+        failing = i % 10 == 3
+        messages += [
+            said(f"Writing fixture {i}.", call(f"w{i}", "Bash", command=command)),
+            result(f"w{i}", "Error: disk quota exceeded" if failing else "", exit_code=1 if failing else 0),
+        ]
+    return [*messages, said("All fixtures are written.")]
+
+
+def test_done_keeps_the_newest_items_when_long_commands_fill_critical_context() -> None:
+    messages = fixture_runs(80)
+
+    def chained(max_chars: int) -> str:  # as the engine does: one compaction after another
+        text: str | None = None
+        for start in range(0, len(messages), 40):
+            text = summarize(messages[start : start + 40], previous=text, max_chars=max_chars)
+        assert text is not None
+        return text
+
+    unbounded = 1_000_000
+    assert len(section(summarize(messages, max_chars=unbounded), "Progress", "Done")) == 2 * (80 - 8)
+    for s, uncut in (
+        (summarize(messages), summarize(messages, max_chars=unbounded)),
+        (chained(16_000), chained(unbounded)),
+    ):
+        assert len(s) <= 16_000 and missing_sections(s) == []
+        done, all_done = section(s, "Progress", "Done"), section(uncut, "Progress", "Done")
+        assert omitted_count(done[0]) == len(all_done) - (len(done) - 1)  # the oldest went, and it says how many
+        assert len(done) - 1 >= 8 and done[1:] == all_done[-(len(done) - 1) :]  # the newest stay, in order
+        sizes = section_sizes(s)
+        assert sizes["Progress"] <= 0.4 * 16_000 and sizes["Critical Context"] <= 0.4 * 16_000  # both cut: balanced
+        assert "```" not in s  # the heredocs were shortened before anything was dropped whole
+        commands = section(s, "Critical Context", "Commands run")
+        for i in range(3, 80, 10):  # each failing command keeps its identifying part and its file
+            head = f"cat > /srv/app/fixtures/service_{i:02}.json <<'EOF'"
+            assert [c for c in commands if c.startswith(f"`{head}` … [") and c.endswith("(exit 1)")], i
+        modified = section(s, "Critical Context", "Files modified")
+        assert len(modified) == 80 and modified[0] == "`/srv/app/fixtures/service_79.json`"
+
+
+def test_a_long_failing_command_keeps_its_identifying_part_and_names_what_was_cut() -> None:
+    body = "\n".join(f"- detail {j} of the change" for j in range(60))
+    head = "git add src/upload.py && git commit -m \"$(cat <<'EOF'"
+    command = f'{head}\nfix: retry (PROJ-812)\n{body}\nsee docs/retry.md\nEOF\n)"'
+    messages = [
+        user("Commit the upload fix."),
+        said("", call("c1", "Bash", command=command)),
+        result("c1", "error: the pre-commit hook failed", exit_code=1),
+        said("The commit hook failed."),
+    ]
+    assert command in summarize(messages)  # room enough: the whole command, in a fence
+    s = summarize(messages, max_chars=MIN_SUMMARY_CHARS)
+    [item] = section(s, "Critical Context", "Commands run")
+    assert command_head(command) == head
+    assert item == (
+        f"`{head}` … [{len(command) - len(head)} more characters, naming `PROJ-812`, `docs/retry.md`;"
+        " see the archive] (exit 1)"
+    )
+    assert summarize([], previous=s, max_chars=MIN_SUMMARY_CHARS) == s  # the short form reads back as it was
+
+
 def test_max_chars_is_validated() -> None:
     with pytest.raises(ValueError, match="max_chars must be at least"):
         SummaryRequest(messages=(), max_chars=100)
@@ -514,7 +582,12 @@ def test_code_spans_keep_backticks_verbatim() -> None:
     assert unquote("not `a` span") == "not `a` span"
 
 
-def test_fit_sections_drops_in_plan_order_and_notes_it() -> None:
+def section_sizes(text: str) -> dict[str, int]:
+    """Characters of each ``##`` section of a rendered summary, heading and blank line included."""
+    return {part.split("\n", 1)[0][3:]: len(part) for part in re.split(r"(?m)^(?=## )", text) if part.startswith("## ")}
+
+
+def test_fit_sections_shares_the_room_and_drops_in_plan_order_within_a_list() -> None:
     sections = {
         "Goal": {"": ["keep me"]},
         "Progress": {"Done": [f"done item {i:02}" + "x" * 40 for i in range(40)]},
@@ -524,15 +597,51 @@ def test_fit_sections_drops_in_plan_order_and_notes_it() -> None:
     fitted = fit_sections(sections, max_chars=1_500, plan=plan, protect=lambda i: i.startswith("decision 0y"))
     text = render_sections(fitted)
     assert len(text) <= 1_500
-    assert fitted["Progress"]["Done"] == [omission_note(40, "en")]
+    sizes = section_sizes(text)
+    assert sizes["Progress"] <= 600 and sizes["Key Decisions"] <= 600  # both cut: neither above 40%
+    assert sizes["Progress"] > 450 and sizes["Key Decisions"] > 450  # and they share evenly
+    done = fitted["Progress"]["Done"]
+    assert omitted_count(done[0]) == 40 - (len(done) - 1)  # the oldest went, and it says how many
+    assert done[1:] == sections["Progress"]["Done"][-(len(done) - 1) :]  # the newest stay
     decisions = fitted["Key Decisions"][""]
     assert decisions[0] == "decision 0" + "y" * 40  # protected: dropped last
+    assert decisions[1:-1] == sections["Key Decisions"][""][1 : len(decisions) - 1]  # dropped from the tail
     assert omitted_count(decisions[-1]) == 40 - (len(decisions) - 1)
-    assert fitted["Goal"][""] == ["keep me"]
+    assert fitted["Goal"][""] == ["keep me"] and fitted["Key Decisions"]["Other"] == ["z"]
+
+    # one section cut alone takes what the others leave, even past 40%
+    alone = fit_sections({"Progress": sections["Progress"]}, max_chars=1_500, plan=plan)
+    assert section_sizes(render_sections(alone))["Progress"] > 1_000
+
     with pytest.raises(ValueError, match="raise max_chars"):
         fit_sections({"Goal": {"": ["x" * 100]}}, max_chars=50, plan=[])
+    with pytest.raises(ValueError, match="max_share"):
+        fit_sections({}, max_chars=50, plan=[], max_share=0)
     assert omission_note(1, "en") == "(1 older item omitted; see the archive)"
     assert omitted_count(omission_note(7, "zh")) == 7
+
+
+def test_fit_sections_shortens_before_dropping_and_keeps_final_lists_while_it_can() -> None:
+    long_items = [f"item {i}\n" + "body line\n" * 40 for i in range(6)]
+    sections = {
+        "Progress": {"Done": long_items},
+        "Critical Context": {"Files read": [f"`/srv/f{i}.py`" for i in range(30)], "Notes": ["n" * 50] * 10},
+    }
+    plan = [
+        Shorten(section="Progress", subsection="Done", form=lambda i: i.split("\n", 1)[0] + " …"),
+        Drop(section="Progress", subsection="Done", end="head"),
+        Drop(section="Critical Context", subsection="Files read", final=True),
+        Drop(section="Critical Context", subsection="Notes"),
+    ]
+    fitted = fit_sections(sections, max_chars=2_000, plan=plan)
+    done = fitted["Progress"]["Done"]
+    assert [d.split("\n")[0].removesuffix(" …") for d in done] == [f"item {i}" for i in range(6)]  # none dropped,
+    assert done[0] == "item 0 …" and done[-1] == long_items[-1]  # long ones shortened until the rest fits whole
+    assert fitted["Critical Context"]["Files read"] == sections["Critical Context"]["Files read"]  # final: kept
+    assert omitted_count(fitted["Critical Context"]["Notes"][-1])  # the notes went instead
+    tight = fit_sections(sections, max_chars=700, plan=plan)  # too tight for the files: final steps run too
+    assert omitted_count(tight["Critical Context"]["Files read"][-1])
+    assert len(render_sections(tight)) <= 700
 
 
 def test_public_names() -> None:
@@ -584,6 +693,20 @@ def test_every_transcript_summarizes_within_bounds_keeping_paths_and_failures(pa
             assert headings(text) == [f"## {t}" for t in SECTIONS]
         for name, text in (("whole", whole), ("updated", updated)):
             lost_paths = sorted(p for p in paths if p not in text)
-            lost_commands = sorted(c[:80] for c in failing if c not in text)
             assert lost_paths == [], f"{path.name} {name}: {len(lost_paths)}/{len(paths)} paths lost"
+            # a failing command stays whole, or (one too long for the room) its identifying part stays,
+            # marked as shortened, with the files it names
+            lost_commands = sorted(c[:80] for c in failing if c not in text and not _shortened_in(c, text))
             assert lost_commands == [], f"{path.name} {name}: {len(lost_commands)}/{len(failing)} failing commands lost"
+            lost_files = sorted({p for c in failing for p in _files_of(c) if p not in text})
+            assert lost_files == [], f"{path.name} {name}: files of failing commands lost"
+
+
+def _files_of(command: str) -> list[str]:
+    read, written = command_paths(command)
+    return read + written
+
+
+def _shortened_in(command: str, text: str) -> bool:
+    head = command_head(command)
+    return head != command and f"{code_span(head)} … [" in text

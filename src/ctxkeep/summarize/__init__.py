@@ -12,8 +12,13 @@ subsections in `PROGRESS_SUBSECTIONS`; `missing_sections` is the validity check 
 before it replaces the previous summary. The built-in summarizer is extractive and needs no model;
 a model-based one implements the same `Summarizer` protocol.
 
-Modules: `sections` (the Markdown form: parse, render, fit to a size), `identifiers` (exact
-identifiers and the files a command touches), `extractive` (the model-free summarizer).
+Modules:
+
+    sections     the Markdown form: parse, render, fit to a size (sections share the room fairly)
+    identifiers  exact identifiers; the files a command touches and its identifying part
+    facts        what a summary is made of, read from the messages: asks, constraints, decisions,
+                 tool runs and their outcomes, identifiers (reusable by a model-based summarizer)
+    extractive   the model-free summarizer: facts -> sections, merged with the previous summary
 """
 
 from __future__ import annotations

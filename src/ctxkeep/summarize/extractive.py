@@ -28,6 +28,24 @@ Where each section comes from:
 With a previous summary the two are merged into one: the overall goal stays, the older latest
 ask becomes an ordinary one, an older "In Progress" moves to Done when there is a newer one, the
 files, commands and identifiers are the union (newest first), and Next Steps are replaced.
+
+Fitting the size (`ctxkeep.summarize.sections.fit_sections`): the sections share the cap fairly. A
+section that fits its share stays whole; the others are cut to an even share, none above 40% of
+the cap while another section is cut too, and the lists inside a section share its room the same
+way, so Done keeps its newest items next to a long Critical Context. Within a list, long items are
+shortened first, then items are dropped: the oldest Done items, the oldest asks and constraints,
+the last identifiers, decisions and next steps, the oldest successful commands; each list that
+lost items says how many ("N older items omitted; see the archive"), and the archive has them all.
+
+What stays verbatim whatever the size (until even that cannot fit the cap; then files read go
+first, failing commands next, files modified last): every file path in Files read and Files
+modified, and the identifying part of every failing command. A command that fits is kept whole;
+one shortened for room keeps its identifying part, `command_head` (the whole command when it is
+one line of at most 200 characters, else its first line cut to 200), in a code span, followed by
+how many characters the archive has beyond it, the paths and other identifiers named in the part
+cut off (as many as fit in 160 characters), and its outcome::
+
+    `git commit -m "$(cat <<'EOF'` … [812 more characters; see the archive] (exit 1)
 """
 
 from __future__ import annotations
@@ -35,6 +53,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from ctxkeep.summarize import Language, SummaryRequest, resolve_language
 
@@ -54,11 +73,14 @@ from ctxkeep.summarize.facts import (
     _unique_keep_last,
     collect_facts,
 )
+from ctxkeep.summarize.identifiers import command_head, command_paths, find_identifiers
 from ctxkeep.summarize.sections import (
     PHRASES,
     SECTIONS,
     Drop,
     Sections,
+    Shorten,
+    Step,
     code_span,
     fit_sections,
     is_placeholder,
@@ -79,6 +101,8 @@ _MAX_BLOCKED = 8
 _MAX_IN_PROGRESS = 4
 _MAX_DONE = 300
 _MAX_COMMAND_CHARS = 2_000
+_LONG_ITEM_CHARS = 300  # an item longer than this (or of several lines) has a short form for tight room
+_NAMES_CHARS = 160  # identifiers named in the cut-off part of a shortened command
 _ASK_CHARS = 200
 
 # fmt: off
@@ -395,7 +419,7 @@ def _has_mark(item: str, key: str) -> bool:
 
 def _sections(
     draft: _Draft, language: Language, focus: str | None, terms: Sequence[str]
-) -> tuple[Sections, list[Drop]]:
+) -> tuple[Sections, list[Step]]:
     def first(items: list[str]) -> list[str]:
         if not terms:
             return items
@@ -451,7 +475,14 @@ def _sections(
     }
     cc = "Critical Context"
     commands = phrase("commands_run", language)
-    plan = [
+    plan: list[Step] = [Shorten(section=cc, subsection=commands, form=partial(_short_command, language=language))]
+    plan += [
+        Shorten(section=title, subsection=sub, form=partial(_short_item, language=language))
+        for title, subs in sections.items()
+        for sub in subs
+        if title != "Goal" and (title, sub) != (cc, commands)  # goal items are clipped already
+    ]
+    plan += [
         Drop(section="Progress", subsection="Done", end="head"),
         Drop(section=cc, subsection=phrase("identifiers", language)),
         Drop(section=cc, subsection=commands, only=lambda i: not _failed_command(i)),
@@ -459,14 +490,52 @@ def _sections(
         Drop(section=cc),
         Drop(section="Goal", end="head", only=lambda i: i not in protected),
         Drop(section="Constraints & Preferences", end="head"),
-        Drop(section=cc, subsection=phrase("files_read", language)),
+        Drop(section=cc, subsection=phrase("files_read", language), final=True),
         Drop(section="Progress", subsection="Blocked"),
         Drop(section="Next Steps"),
         Drop(section="Progress", subsection="In Progress"),
-        Drop(section=cc, subsection=commands),
-        Drop(section=cc, subsection=phrase("files_modified", language)),
+        Drop(section=cc, subsection=commands, final=True),
+        Drop(section=cc, subsection=phrase("files_modified", language), final=True),
     ]
     return sections, plan
+
+
+def _short_item(item: str, language: Language) -> str:
+    """A long or multi-line item as its first line, cut to `_ITEM_CHARS`, saying how much the archive has."""
+    if "\n" not in item and len(item) <= _LONG_ITEM_CHARS:
+        return item
+    first = item.split("\n", 1)[0].rstrip()
+    shown = _clip(first, _ITEM_CHARS).removesuffix("…")
+    return f"{shown}… {phrase('truncated', language, n=len(item) - len(shown))}"
+
+
+def _short_command(item: str, language: Language) -> str:
+    """An item of Commands run with its command cut to `command_head` (see the module docstring)."""
+    command = _command_of_item(item)
+    if command is None:
+        return _short_item(item, language)
+    head = command_head(command)
+    if head == command.strip():
+        return item
+    lines = item.split("\n")
+    if len(lines) >= 3 and re.fullmatch(r"`{3,}|~{3,}", lines[1].strip()):
+        outcome = lines[0].strip()  # "(exit 1)" above a fenced command
+    else:
+        span = re.match(r"(`+).+?\1", item)
+        outcome = lines[0][span.end() :].strip() if span else ""  # "`command` (exit 1)"
+    names: list[str] = []
+    room = _NAMES_CHARS
+    read, written = command_paths(command)
+    for name in _unique([*read, *written, *(i.text for i in find_identifiers(command))]):
+        if name not in head and len(code_span(name)) + 2 <= room:
+            names.append(code_span(name))
+            room -= len(names[-1]) + 2
+    n = len(command) - len(head)
+    if names:
+        more = phrase("truncated_naming", language, n=n, names=", ".join(names))
+    else:
+        more = phrase("truncated", language, n=n)
+    return f"{code_span(head)} … {more} {outcome}".rstrip()
 
 
 def _cap(items: list[str], limit: int, end: str, language: Language) -> list[str]:

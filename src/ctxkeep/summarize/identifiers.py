@@ -19,6 +19,12 @@ its neighbours. `value_identifiers` reads parsed tool-call arguments, where a wh
 such as ``JG7FMM`` or ``mia_li_3668`` is an identifier too. `extract_identifiers` and
 `rank_identifiers` order them, most important first.
 `command_paths` finds the files a shell command reads or writes (``cat X``, ``sed -i X``, ``> X``).
+
+`command_head` is the identifying part of a shell command, what a summary keeps verbatim when it has
+no room for the whole command: the command itself when it is one line of at most
+`COMMAND_HEAD_CHARS` characters; else its first line, cut to that many characters. For a heredoc
+(``git commit -m "$(cat <<'EOF'`` ... ``EOF``) that is the line that starts it; the body is
+message or file text, kept whole in the archive.
 """
 
 from __future__ import annotations
@@ -30,10 +36,12 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 __all__ = [
+    "COMMAND_HEAD_CHARS",
     "KNOWN_EXTENSIONS",
     "Identifier",
     "IdentifierKind",
     "Weighted",
+    "command_head",
     "command_paths",
     "extract_identifiers",
     "find_identifiers",
@@ -322,6 +330,19 @@ _OPTIONS_WITH_VALUE = {"head": {"-n", "-c"}, "tail": {"-n", "-c"}, "sed": {"-e",
 _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", "(", ")", ";;", "|&"})
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 _NOT_A_FILE = re.compile(r"[*?\[\]{}$`]|^-|^&|^/dev/")
+
+# Room for a command with a few paths on it; dozens of these still fit in a summary.
+COMMAND_HEAD_CHARS = 200
+
+
+def command_head(command: str) -> str:
+    """The identifying part of a shell command, a verbatim prefix of it (see the module docstring).
+
+    ``command_head("ls -la")`` is ``"ls -la"``; a multi-line or longer command gives its first line,
+    cut to `COMMAND_HEAD_CHARS` characters.
+    """
+    first = command.strip().split("\n", 1)[0].rstrip()
+    return first[:COMMAND_HEAD_CHARS].rstrip()
 
 
 def command_paths(command: str) -> tuple[list[str], list[str]]:
