@@ -209,3 +209,15 @@ def test_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="old_max_bytes"):
         OffloadSettings(old_max_bytes=60_000)
     assert CompactSettings().compact_threshold == 89_600 and CompactSettings().reserve == 12_800
+
+
+def test_the_whole_summary_respects_the_cap() -> None:
+    from ctxkeep.summarize.extractive import ExtractiveSummarizer
+
+    cfg = replace(SMALL, summary_max_chars=2_500)
+    live = engine.add(Live(), [m for i in range(40) for m in turn(i, size=60)], COUNTER)
+    step = run(live, ExtractiveSummarizer(), settings=cfg)
+    assert step.compaction is not None and step.live.summary is not None
+    assert len(step.live.summary) <= 2_500
+    with pytest.raises(ValueError, match="summary_max_chars"):
+        EngineSettings(summary_max_chars=100)

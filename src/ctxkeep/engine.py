@@ -26,14 +26,14 @@ from datetime import datetime
 from types import MappingProxyType
 
 from . import archive as archive_mod
-from .archive import Archive
+from .archive import Archive, ArchiveFile
 from .errors import MessageError, PinnedOverBudgetError, SummaryError
 from .folder import Folder
 from .messages import Message
 from .offload import offload
 from .settings import CompactSettings, OffloadSettings
 from .split import split
-from .summarize import Summarizer, SummaryRequest, missing_sections
+from .summarize import MIN_SUMMARY_CHARS, Summarizer, SummaryRequest, missing_sections
 from .tokens import Counter
 
 __all__ = [
@@ -66,6 +66,7 @@ class EngineSettings:
     offload: OffloadSettings = field(default_factory=OffloadSettings)
     retry_growth: float = 0.05
     language: str = "auto"
+    summary_max_chars: int = 16_000
 
     def __post_init__(self) -> None:
         if not isinstance(self.compact, CompactSettings):
@@ -76,6 +77,11 @@ class EngineSettings:
             raise ValueError(
                 "retry_growth (share of the window the context must grow by before a failed compaction is"
                 f" tried again) must be in [0, 1); got {self.retry_growth!r}"
+            )
+        if not isinstance(self.summary_max_chars, int) or self.summary_max_chars < 2_500:
+            raise ValueError(
+                f"summary_max_chars must be a whole number of at least 2,500 (room for the six sections and the"
+                f" archive guide); got {self.summary_max_chars!r}"
             )
         if self.language not in ("auto", "en", "zh"):
             raise ValueError(f"language must be 'auto', 'en' or 'zh'; got {self.language!r}")
@@ -403,11 +409,14 @@ def _compact(
             f"nothing can be compacted: the newest message group ({sum(live.counts[-len(cut.to_keep) :])} tokens)"
             f" must stay whole, and nothing older is unpinned",
         )
+    # The cap covers the whole summary: leave room for the archive guide that will open it.
+    guide_chars = len(_with_guide("", _next_archive(live.archive, len(cut.to_compact), now), settings.language))
     request = SummaryRequest(
         messages=cut.to_compact,
         previous=live.summary_body,
         focus=focus,
         language=settings.language,
+        max_chars=max(MIN_SUMMARY_CHARS, settings.summary_max_chars - guide_chars),
     )
     try:
         body = summarizer.summarize(request)
@@ -488,6 +497,15 @@ def _settled(positions: Sequence[int], recent_n: int, length: int, current: int)
     if len(positions) >= recent_n:
         return max(positions[-recent_n], current)
     return current
+
+
+def _next_archive(archive: Archive, added: int, now: datetime) -> Archive:
+    """The archive index after `added` more lines today (sizes left as they are: the guide shows lines only)."""
+    files = dict(archive.files)
+    name = archive_mod.archive_name(now.date())
+    known = files.get(name, ArchiveFile(0, 0))
+    files[name] = ArchiveFile(known.bytes, known.lines + added)
+    return Archive(MappingProxyType(dict(sorted(files.items()))))
 
 
 def _with_guide(body: str, archive: Archive, language: str) -> str:
