@@ -23,7 +23,7 @@ import contextlib
 import logging
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +131,7 @@ class Session:
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(folder.lock(lock_timeout))
         try:
-            self._state, self.live = self._recover(now or datetime.now(UTC))
+            self._state, self.live = self._recover(now or datetime.now().astimezone())
         except BaseException:
             self._stack.close()
             raise
@@ -207,7 +207,10 @@ class Session:
         self.live = replace(self.live, pinned=pinned)
 
     def prepare(self, system: str | None = None, *, now: datetime | None = None) -> Step:
-        """Run the pre-reasoning pass and keep its result. Returns the `Step` (its `.context` goes to the model)."""
+        """Run the pre-reasoning pass and keep its result. Returns the `Step` (its `.context` goes to the model).
+
+        `now` (default: the local time) names the day's archive file when a compaction happens.
+        """
         return self._run(system, now, force=False, focus=None)
 
     def compact(self, focus: str | None = None, *, system: str | None = None, now: datetime | None = None) -> Step:
@@ -217,7 +220,7 @@ class Session:
     # --- internals --------------------------------------------------------------------
 
     def _run(self, system: str | None, now: datetime | None, *, force: bool, focus: str | None) -> Step:
-        at = now or datetime.now(UTC)
+        at = now or datetime.now().astimezone()
         before = self.live
         step = engine.prepare(
             before,
