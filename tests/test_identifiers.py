@@ -9,12 +9,15 @@ from tests.test_public_api import test_all_is_sorted_and_complete
 
 from ctxkeep.summarize.identifiers import (
     COMMAND_HEAD_CHARS,
+    Identifier,
     command_head,
     command_paths,
+    command_targets,
     extract_identifiers,
     find_identifiers,
     rank_identifiers,
     value_identifiers,
+    without_redundant,
 )
 
 
@@ -33,7 +36,8 @@ def found(text: str) -> list[tuple[str, str]]:
         ("in ~/x/y and ./b/c and ../up/z.md", [("~/x/y", "path"), ("./b/c", "path"), ("../up/z.md", "path")]),
         ("at src/a.py:12 and main.tsx:3:4", [("src/a.py:12", "path"), ("main.tsx:3:4", "path")]),
         ("open nginx.conf, AGENTS.md and .env", [("nginx.conf", "path"), ("AGENTS.md", "path"), (".env", "path")]),
-        ("look in src/ and a/b/c", [("src/", "path"), ("a/b/c", "path")]),
+        ("see docker/Dockerfile and src/a/b.rs", [("docker/Dockerfile", "path"), ("src/a/b.rs", "path")]),
+        ("--- a/app/timeutil.py\n+++ b/app/timeutil.py", [("app/timeutil.py", "path"), ("app/timeutil.py", "path")]),
         (r"C:\Users\x\a.txt", [(r"C:\Users\x\a.txt", "path")]),
         ("on localhost:8080 and 127.0.0.1:5432", [("localhost:8080", "host_port"), ("127.0.0.1:5432", "host_port")]),
         ("db.internal:6379 or [::1]:8080", [("db.internal:6379", "host_port"), ("[::1]:8080", "host_port")]),
@@ -41,7 +45,19 @@ def found(text: str) -> list[tuple[str, str]]:
         ("fixes #123, PR 45 and issue #7", [("#123", "ticket"), ("PR 45", "ticket"), ("issue #7", "ticket")]),
         ("see PROJ-123", [("PROJ-123", "ticket")]),
         ("commit a1b2c3d and 3f9a2b1c4d5e", [("a1b2c3d", "hash"), ("3f9a2b1c4d5e", "hash")]),
+        ("ran git show b3a4dbe", [("b3a4dbe", "hash")]),
+        ("x " + "b3a4dbed50a3ad1d9d91853c71fb3e044bdf7c65", [("b3a4dbed50a3ad1d9d91853c71fb3e044bdf7c65", "hash")]),
         ("order 1234567 of 12345", [("1234567", "number")]),
+        ("Order ID: 20240517993 and invoice no. 4471920", [("20240517993", "number"), ("4471920", "number")]),
+        ("answer 422 with COUPON_EXPIRED", [("COUPON_EXPIRED", "name")]),
+        (
+            "set GITHUB_TOKEN, $HOME and ${db_url}; got ENOENT",
+            [("GITHUB_TOKEN", "name"), ("$HOME", "name"), ("${db_url}", "name"), ("ENOENT", "name")],
+        ),
+        ("git checkout -b fix/coupon-expiry", [("fix/coupon-expiry", "branch")]),
+        ("git push --set-upstream origin spotter-dov 2>&1", [("spotter-dov", "branch")]),
+        ("The current branch spotter-dov has no upstream branch.", [("spotter-dov", "branch")]),
+        ("On branch `main`, then git merge --no-ff release-2.1.", [("main", "branch"), ("release-2.1", "branch")]),
     ],
 )
 def test_kinds(text: str, expected: list[tuple[str, str]]) -> None:
@@ -60,6 +76,18 @@ def test_kinds(text: str, expected: list[tuple[str, str]]) -> None:
         "&#123; and a#12",  # an HTML entity and a glued hash sign
         "12345 and x1234567",  # short or glued numbers
         "xhttps://example.com",  # not the start of a URL
+        "add .ex and .py files, not .json",  # bare extensions
+        "look in src/, lib/, app/services/ and a/b/c",  # directories name no file
+        "use Ecto.Adapters.SQL for .json/.jsonl",  # a module, extensions
+        "-rw-r--r-- 1 dev dev 100877 Mar 14 and mode 100644",  # sizes and file modes
+        "took 1710403200 ms, 3000000 rows",  # timestamps and counts
+        "rid=53cb0f4b cart 6c1e9a0f42b7, x-request-id: 91aa04c3e5d8",  # hex words outside git
+        "see #1 and #2",  # list numbers
+        "GET / HTTP/1.1 from client=ShopApp/3.7.2",  # protocol and client versions
+        "r.json() and data.json()",  # method calls
+        "cat x > /dev/null",  # a device
+        "the branch is green; git checkout -- .; git rebase -i HEAD~3",  # no branch names
+        "MAX and A_B and X_1",  # short capitals
     ],
 )
 def test_not_identifiers(text: str) -> None:
@@ -86,12 +114,59 @@ def test_an_earlier_kind_claims_its_characters() -> None:
     ]
 
 
-def test_extract_ranks_by_weighted_count_then_first_appearance() -> None:
-    texts = ["a /x/y.py b 1234567", ("c https://a.b/c /x/y.py", 2.0), "#12 #12", ("/tmp/z.log", 0.5)]
-    # /x/y.py: 1 + 2; https://a.b/c: 2; #12: 2 * 0.9; 1234567: 0.5; /tmp/z.log: 0.5 (after 1234567: seen later)
-    assert extract_identifiers(texts) == ["/x/y.py", "https://a.b/c", "#12", "1234567", "/tmp/z.log"]
-    assert extract_identifiers(texts, limit=2) == ["/x/y.py", "https://a.b/c"]
+def test_rank_by_best_source_then_mentions_then_newest() -> None:
+    texts = [
+        ("user names /x/y.py and #12", 3.0),
+        ("assistant names https://a.b/c twice: https://a.b/c", 2.0),
+        ("assistant names /srv/z.py", 2.0),
+        ("tool result: /tmp/r.log /tmp/r.log /tmp/r.log /tmp/s.log", 0.5),
+        ("user again: #12, issue #7", 3.0),
+    ]
+    # the best source first (#12, issue #7, /x/y.py from the user), then mentions (#12 twice),
+    # then the newest (issue #7 came after /x/y.py); a tool result never outranks the user or the assistant
+    assert extract_identifiers(texts) == [
+        "#12",
+        "issue #7",
+        "/x/y.py",
+        "https://a.b/c",
+        "/srv/z.py",
+        "/tmp/r.log",
+        "/tmp/s.log",
+    ]
+    assert extract_identifiers(texts, limit=2) == ["#12", "issue #7"]
     assert extract_identifiers([]) == []
+    path = Identifier(text="/a/b.py", kind="path", start=0)
+    assert rank_identifiers([(path, 0.5)] * 5 + [(Identifier(text="PR 3", kind="ticket", start=0), 2.0)]) == [
+        "PR 3",
+        "/a/b.py",
+    ]
+
+
+def test_without_redundant_keeps_the_longest_name_of_each_thing() -> None:
+    items = [
+        "pricing.py",
+        "app/services/pricing.py",
+        "#482",
+        "issue #482",
+        "port 8081",
+        "Port 8081",
+        "port 9000",
+        "Port 9000",
+        "localhost:8081",
+        "/etc/hosts",
+        "/srv/etc/hosts",
+        "services/pricing.py",
+        "tests/test_a.py",
+    ]
+    assert without_redundant(items, known=["/repo/tests/test_a.py"]) == [
+        "app/services/pricing.py",
+        "issue #482",
+        "port 9000",
+        "localhost:8081",
+        "/etc/hosts",  # an absolute path is never another's suffix
+        "/srv/etc/hosts",
+    ]
+    assert without_redundant(["a.py", "a.py"]) == ["a.py"]
 
 
 def test_value_identifiers_take_opaque_ids_whole() -> None:
@@ -102,21 +177,26 @@ def test_value_identifiers_take_opaque_ids_whole() -> None:
         "flights": [{"flight_number": "HAT136", "date": "2024-05-20"}],
         "amount": 150,
         "order": 1234567,
+        "order_id": "7654321",
+        "timeout": 120000,
+        "max_tokens": 200000,
+        "model": "gpt-4o",
         "note": "see /tmp/a.log please",
         "ok": True,
     }
-    pairs = [(i.text, short) for i, short in value_identifiers(args)]
+    pairs = [(i.text, i.kind, short) for i, short in value_identifiers(args)]
     assert pairs == [
-        ("JG7FMM", True),
-        ("mia_li_3668", True),
-        ("HAT136", True),
-        ("1234567", True),
-        ("/tmp/a.log", True),
+        ("JG7FMM", "value", True),
+        ("mia_li_3668", "value", True),
+        ("HAT136", "value", True),
+        ("1234567", "number", True),
+        ("7654321", "number", True),
+        ("/tmp/a.log", "path", True),
     ]
     long_content = {"content": "x" * 300 + " /srv/app/main.py"}
     assert [(i.text, short) for i, short in value_identifiers(long_content)] == [("/srv/app/main.py", False)]
     ranked = rank_identifiers((i, 1.0) for i, _ in value_identifiers(args))
-    assert ranked[:2] == ["/tmp/a.log", "JG7FMM"]  # a path outweighs an opaque value
+    assert ranked[:2] == ["/tmp/a.log", "7654321"]  # all equal otherwise: the newest first
 
 
 @pytest.mark.parametrize(
@@ -138,6 +218,24 @@ def test_value_identifiers_take_opaque_ids_whole() -> None:
 )
 def test_command_paths(command: str, read: list[str], written: list[str]) -> None:
     assert command_paths(command) == (read, written)
+
+
+@pytest.mark.parametrize(
+    ("command", "targets"),
+    [
+        ("cd /repo && pytest -x tests/a.py 2>&1 | tail -5", [("pytest", {"tests/a.py"})]),
+        (
+            "ruff check app tests && ruff format --check app",
+            [("ruff check", {"app", "tests"}), ("ruff format", {"app"})],
+        ),
+        ("FOO=1 sudo git push --set-upstream origin x > log.txt", [("git push", {"origin", "x"})]),
+        ("pytest -x -q", [("pytest", set())]),
+        ("git commit -m \"$(cat <<'EOF'\nfix: a\n\nbody\nEOF\n)\"", [("git commit", {"$(cat   ; )"})]),
+        ("echo 'unbalanced", []),
+    ],
+)
+def test_command_targets(command: str, targets: list[tuple[str, set[str]]]) -> None:
+    assert command_targets(command) == [(program, frozenset(ops)) for program, ops in targets]
 
 
 def test_command_head_is_the_identifying_prefix_of_a_command() -> None:

@@ -178,10 +178,14 @@ def test_english_conversation_items_land_in_their_sections() -> None:
         "`cd /repo && pytest -q tests/test_api.py` (exit 1 → exit 0)",
     ]
     idents = [unquote(i) for i in section(s, "Critical Context", "Exact identifiers")]
-    for ident in ("3f9a2b1c", "issue #482", "localhost:8080", "tests/test_api.py", "CHANGELOG.md", "/v1/items", "app/"):
+    for ident in ("3f9a2b1c", "issue #482", "localhost:8080", "CHANGELOG.md", "/v1/items"):
         assert ident in idents
+    assert "app/" not in idents  # a directory names no file
+    assert "tests/test_api.py" not in idents  # Files read has it as /repo/tests/test_api.py
+    assert "#482" not in idents  # "issue #482" names it
     assert "/etc/secret.conf" not in s  # the system prompt is not part of what is compacted
-    assert idents.index("tests/test_api.py") < idents.index("/v1/items")  # named by the user vs. in a result only
+    assert idents.index("localhost:8080") < idents.index("/v1/items")  # named by the user vs. in a result only
+    assert idents[-1] == "/injected/reminder.py"  # in text no human typed: ranked with tool results
 
 
 def test_chinese_conversation_keeps_identifiers_glued_to_text() -> None:
@@ -262,6 +266,239 @@ def test_acknowledgements_and_injected_messages_are_not_asks() -> None:
     skill = Message.of("user", "IT IS CRITICAL THAT YOU FOLLOW THIS COMMAND", extra={"claude_code": {"isMeta": True}})
     messages = [user("Build the parser."), user("ok"), user("继续"), user("Thanks a lot!"), user("p"), skill]
     assert collect_facts(messages).asks == ("Build the parser.",)
+
+
+# --- constraints, failures and identifiers in detail ------------------------------------------------
+
+
+RULES = """Please fix the login bug.
+
+Rules for this repo:
+- never touch the migrations folder
+- run tests with `pytest -x`, not tox
+- the dev server must run on localhost:8081
+  (8080 is the payments mock)
+- no new dependencies
+- keep the changelog short
+
+Body, always:
+{"error": {"code": "X"}}
+
+1. pricing.py: no `# type: ignore` in app/ please, narrow the Optional instead:
+   `x = f()  # type: ignore`
+2. Question, no change needed: why not a decorator?
+No, I meant the other file. It works, not sure why."""
+
+
+def test_constraints_are_list_items_and_sentences_that_state_a_rule() -> None:
+    assert collect_facts([user(RULES)]).constraints == (
+        "never touch the migrations folder",
+        "run tests with `pytest -x`, not tox",
+        "the dev server must run on localhost:8081 (8080 is the payments mock)",  # a wrapped item is one item
+        "no new dependencies",
+        "pricing.py: no `# type: ignore` in app/ please, narrow the Optional instead: `x = f() # type: ignore`",
+    )  # no rule in "keep the changelog short", nor in "Body, always:" (a lead-in), nor in the question
+
+
+def test_the_example_session_keeps_every_rule_of_its_first_message() -> None:
+    messages = load(ROOT / "examples" / "agent_session.jsonl").conversations[0].messages
+    constraints = collect_facts(messages[:1]).constraints
+    assert constraints == (
+        "never touch the migrations folder (migrations/ is generated and reviewed separately by the DBA)",
+        "run tests with `pytest -x`, not tox",
+        "the dev server must run on localhost:8081 (8080 is the payments mock)",
+        "no new dependencies",
+        "Don't commit, I'll review the diff first.",
+    )
+
+
+def _runs(*steps: tuple[str, int]) -> list[Message]:
+    """A Bash call per (command, exit code), each with its result."""
+    out: list[Message] = []
+    for j, (command, code) in enumerate(steps):
+        out += [said("", call(f"b{j}", "Bash", command=command)), result(f"b{j}", f"out {j}", exit_code=code)]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("steps", "resolved"),
+    [
+        ([("pytest -x", 1), ("pytest -x -q", 0)], True),  # options differ
+        (
+            [
+                ("ruff check app && ruff format --check app", 1),
+                ("ruff check app && ruff format --check app && mypy app", 0),
+            ],
+            True,
+        ),
+        ([("cd /r && pytest tests/a.py 2>&1 | tail -5", 1), ("pytest -v tests/a.py", 0)], True),  # cd, pipes
+        ([("git add a.py b.css", 1), ("git add a.py", 0), ("git add -f b.css", 0)], True),  # in two runs
+        ([("git push", 128), ("git push --set-upstream origin fix-1", 0)], True),
+        ([("pytest tests/a.py", 1), ("pytest tests/b.py", 0)], False),  # another target
+        ([("pytest -x", 1), ("pytest tests/b.py", 0)], False),  # the suite failed, one file passed
+        ([("git checkout main", 1), ("git checkout dev", 0)], False),
+        ([("pytest -x", 1), ("ruff check app", 0)], False),
+    ],
+)
+def test_a_failure_is_resolved_by_a_later_run_of_the_same_command(steps: list[tuple[str, int]], resolved: bool) -> None:
+    facts = collect_facts(_runs(*steps))
+    assert facts.resolved(facts.runs[0]) is resolved
+    [blocked] = section(summarize(_runs(*steps)), "Progress", "Blocked")
+    assert blocked.endswith("(resolved later)") is resolved
+
+
+def test_other_tools_are_resolved_by_the_same_kind_of_call_on_the_same_file() -> None:
+    edit = call("e1", "Edit", file_path="/r/a.py", old_string="x", new_string="y")
+    messages = [
+        said("", edit),
+        result("e1", "String to replace not found in file.", is_error=True),
+        said("", call("r1", "Read", file_path="/r/a.py")),
+        result("r1", "x = 1"),
+    ]
+    facts = collect_facts(messages)
+    assert not facts.resolved(facts.runs[0])  # reading the file fixes no edit ...
+    messages += [
+        said("", call("e2", "Edit", file_path="/r/a.py", old_string="x =", new_string="y =")),
+        result("e2", "ok"),
+    ]
+    facts = collect_facts(messages)
+    assert facts.resolved(facts.runs[0])  # ... editing it does
+
+
+def test_a_probe_the_assistant_expected_to_fail_is_resolved_by_a_later_success() -> None:
+    probe = "curl -s http://localhost:8081/health"
+    messages = [
+        said("", call("p1", "Bash", command=probe)),
+        result("p1", "000", exit_code=7),
+        said("Port 8081 is free (curl exit code 7: connection refused). Starting the server."),
+    ]
+    facts = collect_facts(messages)
+    assert facts.runs[0].expected and not facts.resolved(facts.runs[0])
+    messages += [
+        said("", call("p2", "Bash", command="curl -s http://localhost:8081/api/items")),
+        result("p2", "[]", exit_code=0),
+    ]
+    facts = collect_facts(messages)
+    assert facts.resolved(facts.runs[0])
+    surprise = [said("", call("p1", "Bash", command=probe)), result("p1", "000", exit_code=7), said("That is odd.")]
+    assert not collect_facts(surprise).runs[0].expected
+
+
+_PYTEST_OUTPUT = """Exit code 1
+============================= test session starts ==============================
+collected 2 items
+
+tests/test_c.py F                                                        [ 50%]
+
+=================================== FAILURES ===================================
+    def test_quote(client):
+        r = client.post("/api/quote", json={})
+>       error = r.json()["error"]
+
+tests/test_c.py:19:
+.venv/lib/python3.11/site-packages/starlette/middleware/errors.py:165: in __call__
+    raise exc
+E       KeyError: 'error'
+"""
+
+
+@pytest.mark.parametrize(
+    ("output", "line"),
+    [
+        (_PYTEST_OUTPUT, "KeyError: 'error'"),
+        (
+            _PYTEST_OUTPUT + "FAILED tests/test_c.py::test_quote - KeyError: 'error'\n",
+            "FAILED tests/test_c.py::test_quote - KeyError: 'error'",
+        ),
+        (
+            'Traceback (most recent call last):\n  File "a.py", line 3, in <module>\n    f()\nValueError: inner\n\n'
+            "During handling of the above exception, another exception occurred:\n\nRuntimeError: outer\n",
+            "RuntimeError: outer",
+        ),
+        (
+            "app/a.py:24:121: E501 Line too long (122 > 120)\n   |\n24 | x\n\nFound 1 error.",
+            "app/a.py:24:121: E501 Line too long (122 > 120)",
+        ),
+        ("Pre-commit validation failed:\\n\\n[FORMAT] Code is not formatted.\\nTotal errors: 2", "Total errors: 2"),
+        ("cat: nope.txt: No such file or directory", "cat: nope.txt: No such file or directory"),
+        ("x\n[ctxkeep: output truncated, showing 1 of 9 bytes; the full output is in /t/r.txt, read from line 2]", "x"),
+        ("000", "000"),
+    ],
+)
+def test_a_failure_shows_the_line_that_says_what_went_wrong(output: str, line: str) -> None:
+    [run] = collect_facts([said("", call("c1", "Bash", command="run")), result("c1", output, exit_code=1)]).runs
+    assert run.error_line == line
+
+
+def test_identifiers_leave_out_noise_and_rank_by_where_they_were_named() -> None:
+    messages = [
+        user("Fix issue #482: checkout answers 500 instead of COUPON_EXPIRED; see https://ci.example/run/77."),
+        said(
+            "Reading app/services/pricing.py first.",
+            call("c1", "Read", file_path="/repo/app/services/pricing.py"),
+            call("c2", "Bash", command="git show b3a4dbe", timeout=120000),
+        ),
+        result("c1", "import x\n.py files in lib/ and app/ with mode 100644, size 100877"),
+        result(
+            "c2",
+            "commit b3a4dbe\n--- a/app/timeutil.py\n+++ b/app/timeutil.py\n"
+            "app/timeutil.py:8: def utcnow()\napp/timeutil.py:12: def as_utc()\n"
+            'INFO 127.0.0.1:53118 - "POST /q" 500\n'
+            "File /repo/.venv/lib/python3.11/site-packages/x/y.py, line 3\n"
+            "[ctxkeep: output truncated, showing 1 of 9 bytes; the full output is in /t/tool_result/a.txt,"
+            " read from line 2]",
+        ),
+    ]
+    s = summarize(messages)
+    idents = [unquote(i) for i in section(s, "Critical Context", "Exact identifiers")]
+    assert idents == [
+        "b3a4dbe",  # a tool-call argument, named twice (the git output counts)
+        "https://ci.example/run/77",  # the user's, named once, newest first
+        "COUPON_EXPIRED",
+        "issue #482",
+        "app/timeutil.py",  # then tool results: a file once, without its line numbers
+    ]  # not: pricing.py (Files read has it), .py, lib/, 100644, 100877, 120000 (a timeout), the client port,
+    # a/ and b/ of the diff, installed packages, our own offload notice
+    assert section(s, "Constraints & Preferences") == []  # "instead of" in a bug report states no rule
+
+
+def test_identifiers_of_an_update_named_outside_tool_results_come_before_those_found_in_them() -> None:
+    first = summarize(
+        [
+            user("Deploy to staging.example.com:8443, see PROJ-12."),
+            said("", call("c1", "Bash", command="ls")),
+            result("c1", "deploy.yaml\nnotes.md", exit_code=0),
+        ]
+    )
+    assert [unquote(i) for i in section(first, "Critical Context", "Exact identifiers")] == [
+        "PROJ-12",
+        "staging.example.com:8443",
+        "notes.md",
+        "deploy.yaml",
+    ]
+    second = summarize(
+        [said("Using PROJ-31 now.", call("c2", "Bash", command="ls docs")), result("c2", "guide.md", exit_code=0)],
+        previous=first,
+    )
+    assert [unquote(i) for i in section(second, "Critical Context", "Exact identifiers")] == [
+        "PROJ-31",  # named now
+        "PROJ-12",  # named before (the goal names them)
+        "staging.example.com:8443",
+        "guide.md",  # found in a tool result now
+        "notes.md",  # found in tool results before
+        "deploy.yaml",
+    ]
+    assert summarize([], previous=second) == second
+
+
+def test_an_older_failure_is_resolved_by_a_later_superset_run() -> None:
+    first = summarize(_runs(("ruff check app && ruff format --check app", 1)))
+    [blocked] = section(first, "Progress", "Blocked")
+    assert not blocked.endswith("(resolved later)")
+    second = summarize(_runs(("ruff check app && ruff format --check app && mypy app", 0)), previous=first)
+    assert section(second, "Progress", "Blocked") == [f"{blocked} (resolved later)"]
+    other = summarize(_runs(("ruff check lib", 0)), previous=first)
+    assert section(other, "Progress", "Blocked") == [blocked]
 
 
 # --- merging with the previous summary -----------------------------------------------------------

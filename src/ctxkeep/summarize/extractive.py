@@ -11,23 +11,27 @@ Where each section comes from:
 
     Goal             the first real user request (the overall goal), later distinct requests, the
                      latest one marked "Latest ask:", and the focus of a manual compaction
-    Constraints      user sentences with must / never / don't / always / only / prefer / should /
-                     please use / 必须 / 不要 / 只 / 禁止 / 务必 / 请使用 ...
+    Constraints      user list items and sentences that state a rule: must / never / don't /
+                     always / prefer / should / "no ..." / "X, not Y" / 必须 / 不要 / 只 / 禁止 ...
     Progress         Done: successful tool calls (files modified, commands and their exit codes,
                      other actions) and completed todo items; In Progress: what the assistant last
-                     said it was doing; Blocked: the latest failed calls (at most 8, 240 characters
-                     each; unresolved first, "resolved later" when the same call later succeeded)
+                     said it was doing; Blocked: the latest failed calls with the line that says
+                     what went wrong (at most 8, 240 characters each; unresolved first, "resolved
+                     later" when a later run of the same command, or the same kind of call on the
+                     same file, succeeded; see `Facts.resolved`)
     Key Decisions    assistant sentences with decided / instead / I'll / let's / going to / 决定 /
                      改为 / 我将 ..., newest first, the explicit ones preferred
     Next Steps       todo items still pending, what the latest assistant text says comes next,
                      and the latest user request when no final answer followed it
     Critical Context files read and modified (from path arguments, edit tools, ``cat``/``sed``
                      commands), every command run, verbatim, with its exit codes, and the exact
-                     identifiers of all messages (tool results count less)
+                     identifiers of all messages (see `ctxkeep.summarize.facts`), without the files
+                     listed above and without those a longer one names (``a.py`` by ``src/a.py``)
 
 With a previous summary the two are merged into one: the overall goal stays, the older latest
 ask becomes an ordinary one, an older "In Progress" moves to Done when there is a newer one, the
-files, commands and identifiers are the union (newest first), and Next Steps are replaced.
+files, commands and identifiers are the union (newest first; identifiers named outside tool results
+before those found in them only), and Next Steps are replaced.
 
 Fitting the size (`ctxkeep.summarize.sections.fit_sections`): the sections share the cap fairly. A
 section that fits its share stays whole; the others are cut to an even share, none above 40% of
@@ -73,7 +77,7 @@ from ctxkeep.summarize.facts import (
     _unique_keep_last,
     collect_facts,
 )
-from ctxkeep.summarize.identifiers import command_head, command_paths, find_identifiers
+from ctxkeep.summarize.identifiers import command_head, command_paths, find_identifiers, without_redundant
 from ctxkeep.summarize.sections import (
     PHRASES,
     SECTIONS,
@@ -132,6 +136,7 @@ class _Draft:
     files_modified: list[str] = field(default_factory=list)  # bare paths
     commands: list[tuple[str, str]] = field(default_factory=list)  # (command, item)
     identifiers: list[str] = field(default_factory=list)  # bare identifiers
+    named: int = 0  # how many of the first identifiers were named outside tool results (new messages only)
     omitted: dict[str, int] = field(default_factory=dict)  # Critical Context list -> items dropped before
 
 
@@ -175,9 +180,16 @@ def _draft(facts: Facts, language: Language) -> _Draft:
     draft.next_steps = [t for s, t in facts.todos if s == "pending"] + list(facts.plans)
     if facts.asks and not facts.answered:
         draft.next_steps.append(_labeled("pending_ask", _clip(facts.asks[-1], _ASK_CHARS), language))
-    listed = set(draft.files_read) | set(draft.files_modified)
-    draft.identifiers = [i for i in facts.identifiers if i not in listed]
+    draft.identifiers = _identifiers(facts.identifiers, draft.files_read + draft.files_modified)
+    named = set(facts.identifiers[: facts.named])
+    draft.named = sum(i in named for i in draft.identifiers)
     return draft
+
+
+def _identifiers(identifiers: Sequence[str], files: Sequence[str]) -> list[str]:
+    """`identifiers` without the files listed on their own and without those a longer one names."""
+    listed = set(files)
+    return without_redundant((i for i in identifiers if i not in listed), known=files)
 
 
 def _done(runs: Sequence[ToolRun], language: Language) -> list[str]:
@@ -333,6 +345,26 @@ def _parse_draft(previous: str) -> _Draft:
     return draft
 
 
+def _named_split(draft: _Draft) -> tuple[list[str], list[str]]:
+    """A previous summary's identifiers: those named outside tool results, and the others.
+
+    A summary does not write down where each came from, but ours lists those named outside tool
+    results first; so all up to the last one the rest of the summary names (asks, rules, progress,
+    decisions, commands; not Blocked, whose error lines come from tool results) were, near enough.
+    """
+    lists = (draft.goal, draft.constraints, draft.done, draft.in_progress, draft.decisions, draft.next_steps)
+    prose = "\n".join([*(i for items in lists for i in items), *draft.notes, *dict(draft.commands)])
+    ids = draft.identifiers
+    named = [j for j, i in enumerate(ids) if i in prose and _names(prose, i)]
+    end = named[-1] + 1 if named else 0
+    return ids[:end], ids[end:]
+
+
+def _names(text: str, identifier: str) -> bool:
+    """True when `identifier` stands on its own in `text`, not as part of a longer name."""
+    return re.search(rf"(?<![\w./\\-]){re.escape(identifier)}(?![\w/\\-]|\.\w)", text) is not None
+
+
 _KNOWN_TITLES = frozenset(SECTIONS)
 
 
@@ -372,8 +404,10 @@ def _merge(old: _Draft, new: _Draft, facts: Facts, language: Language) -> _Draft
     merged.files_read = [p for p in _unique(new.files_read + old.files_read) if p not in modified]
     seen = {c for c, _ in new.commands}
     merged.commands = new.commands + [(c, i) for c, i in old.commands if c not in seen]
-    listed = modified | set(merged.files_read)
-    merged.identifiers = [i for i in _unique(new.identifiers + old.identifiers) if i not in listed]
+    # named outside tool results before found in them only, each newest first (nothing new: as they were)
+    old_named, old_found = _named_split(old) if new.identifiers else ([], old.identifiers)
+    identifiers = new.identifiers[: new.named] + old_named + new.identifiers[new.named :] + old_found
+    merged.identifiers = _identifiers(identifiers, merged.files_modified + merged.files_read)
     merged.omitted = dict(old.omitted)
     return merged
 
@@ -393,16 +427,16 @@ def _merge_goal(old: list[str], new: list[str]) -> list[str]:
 
 
 def _merge_blocked(old: list[str], new: list[str], facts: Facts, language: Language) -> list[str]:
-    fixed = [r.key for r in facts.runs if r.has_result and not r.failed]
     resolved_mark = phrase("resolved", language)
     kept: list[str] = []
     notes = [item for item in old if omitted_count(item) is not None]
     for item in old:
         if omitted_count(item) is not None:
             continue
-        # a long command shows clipped, so a later run of it matches on the shown prefix
-        target = (_first_code(item) or "").removesuffix("…")
-        if not _has_mark(item, "resolved") and target and any(k.startswith(target) for k in fixed):
+        # "Bash (exit 1): `command` — error", as `_blocked_item` wrote it
+        target = _first_code(item) or ""
+        tool = item.split(" (", 1)[0] if " (" in item else ""
+        if not _has_mark(item, "resolved") and target and facts.fixes(tool, target):
             item = f"{item} {resolved_mark}"
         kept.append(item)
     items = _unique(new + kept)

@@ -8,16 +8,24 @@ exact identifiers. A model-based summarizer can append the same facts to what it
 What counts as what:
 
     asks             user requests, shortened; acknowledgements ("ok", "continue", "继续") are not
-    constraints      user sentences with must / never / don't / always / only / prefer / should /
-                     please use / 必须 / 不要 / 只 / 禁止 / 务必 / 请使用 ...
+    constraints      user list items (whole, with the lines they wrap onto) and sentences with must /
+                     never / don't / always / prefer / should / please use / a leading "only" or "no"
+                     ("no new dependencies") / ", not" ("pytest -x, not tox") / 必须 / 不要 / 只 /
+                     禁止 / 务必 / 请使用 ...; a short lead-in ending in ":" ("Body, always:") is not
     decisions        assistant sentences with decided / instead / I'll / let's / going to / 决定 /
                      改为 / 我将 ..., newest first, the explicit ones preferred
     intents, plans   what the latest assistant text says it is doing and what comes next
     todos            the items of the latest todo or plan tool call
     runs             every tool call: its kind, command, files read and modified (from path
                      arguments in `PATH_KEYS`, edit tools, patches, ``cat``/``sed`` commands), and
-                     its outcome (exit code, the line that says what went wrong)
-    identifiers      the exact identifiers of all messages (tool results count less)
+                     its outcome (exit code, the line that says what went wrong: a test's FAILED
+                     line, the exception raised, an ``error:`` or a linter's line, not a stack frame)
+    identifiers      the exact identifiers of all messages, ranked by where they were named (user
+                     text and short tool-call arguments, then assistant text, then file text the
+                     assistant wrote, then tool results), then how often, then how recently; of a
+                     tool result, files without their line numbers and no installed packages
+
+A failed call is resolved when a later run of the same command fixed it (`Facts.resolved`).
 
 User text that no human typed is not taken for a request (see `human_text`): harness tags
 (``<system-reminder>``, ``<command-...>``, ``<task-notification>``), the prompt a slash command
@@ -30,16 +38,19 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from ctxkeep.messages import Message, ToolCall, ToolResult
 from ctxkeep.summarize.identifiers import (
     Identifier,
     command_paths,
+    command_targets,
     find_identifiers,
     rank_identifiers,
     value_identifiers,
+    without_redundant,
 )
 from ctxkeep.summarize.sections import is_placeholder, missing_sections
 
@@ -65,6 +76,17 @@ _GOAL_CHARS = 300
 # results to 3,000 bytes anyway, and past the head a result is mostly data.
 _RESULT_SCAN_CHARS = 3_000
 _TEXT_SCAN_CHARS = 20_000
+# Where an identifier is named, as the weight `rank_identifiers` ranks it by: what the user typed and
+# what the assistant passed to a tool first, then what the assistant said, then file text it wrote,
+# then tool results (and user messages no human typed).
+_FROM_USER = 3.0
+_FROM_ASSISTANT = 2.0
+_FROM_CONTENT = 1.0
+_FROM_RESULT = 0.5
+_LINE_SUFFIX = re.compile(r"(?::\d+)+$")
+_EPHEMERAL_PORT = re.compile(r":(?:3[2-9]\d{3}|[4-6]\d{4})$")
+_OWN_NOTICE = re.compile(r"^\[ctxkeep: .*$", re.MULTILINE)  # see ctxkeep.offload
+_GIT_COMMAND = re.compile(r"(?:^|[\s;&|(])git\s")
 
 _SHELL_TOOL = re.compile(r"(?i)bash|shell|exec|terminal|powershell|run_?command|^sh$|^cmd$|^run$")
 _COMMAND_KEYS = ("command", "cmd", "script")
@@ -79,22 +101,51 @@ _EDITOR_VIEW = frozenset({"view"})
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$|^\*\*\* Move to: (.+)$", re.MULTILINE)
 _SKIPPED_FAILURES = ("Sibling tool call errored",)  # Claude Code: the call never ran
 
-# The line that says what went wrong: a strong word first ("AssertionError"), then a weaker one ("1 failed").
-_ERROR_WORDS = (
-    re.compile(r"(?i)error|exception|fatal|traceback|panic|错误|异常"),
-    re.compile(r"(?i)fail|not found|no such|cannot|can't|denied|invalid|refused|timed? ?out|abort|失败|找不到|无法"),
+# The line that says what went wrong, by how much it says, strongest first: a test runner's summary
+# line, an exception ("KeyError: 'x'", pytest's "E   AssertionError: ..."), a tool's error line
+# ("error: ...", "fatal: ...", "src/a.py:3:1: E501 ..."), a count ("Total errors: 2", "1 failed"), then
+# weaker words ("cannot", "does not exist").
+_ERROR_LINES = (
+    re.compile(r"^FAILED\s+\S+.*\s-\s+\S"),
+    re.compile(r"^(?:E\s+)?(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b(?::|$)"),
+    re.compile(
+        r"(?i)(?:^|\s|\]\s?)(?:error|fatal|panic)(?:\[[\w-]+\])?:|^\*\* \(\w+|^ERROR\b|^FAILED\b|No such file"
+        r"|command not found|permission denied|^[\w./-]+\.\w+:\d+:\d+:\s*\w|错误|异常"
+    ),
+    re.compile(r"(?i)\b(?:errors?|failures?|failed)\b:?\s*[1-9]|\b[1-9]\d*\s+(?:errors?|failures?|failed)\b"),
+    re.compile(
+        r"(?i)\b(?:errors?|exception|traceback|fail(?:ed|ure|s)?|cannot|can't|denied|invalid|refused|timed? ?out"
+        r"|abort(?:ed)?|not found|does not exist)\b|失败|找不到|无法"
+    ),
 )
 _NOISE_LINE = re.compile(
     r"(?i)^(?:exit code \d+|\[the command completed with exit code -?\d+\.?\]|chunk id:.*|wall time:.*"
-    r"|process exited with code -?\d+|original token count:.*|output:)$"
+    r"|process exited with code -?\d+|original token count:.*|output:|\[ctxkeep:.*)$"
 )
+# a stack frame or source line quoted in a traceback: where, not what
+_FRAME_LINE = re.compile(r"^(?:\s|>|File \"|\S+:\d+: in \S+$|at \S+ \()")
+# what an assistant says after a failure it meant to see (a probe: "port 8081 is free")
+_EXPECTED = re.compile(
+    r"(?i)\b(?:as expected|expected(?:ly)?|is free|not (?:running|listening|in use)"
+    r"|nothing (?:is )?(?:listening|running)|as intended|deliberate(?:ly)?|confirm(?:s|ed)?)\b|符合预期|预期"
+)
+# Claude Code's handles of background shells: what a later call reads from, not an identifier
+_HANDLE_TOOL = re.compile(r"(?i)^(?:bash_?output|kill_?(?:bash|shell)|task_?output|task_?stop)$")
+# paths inside installed packages, named by tracebacks and build output
+_VENDORED = re.compile(r"(?:^|/)(?:site-packages|dist-packages|node_modules|\.venv|_build|\.tox)/")
 _TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s[^<>]*)?>")
 
 _CONSTRAINT = re.compile(
-    r"(?i)\b(?:must|mustn't|never|don't|do not|always|only|prefer|preferably|should|shouldn't|please use"
+    r"(?i)\b(?:must|mustn't|never|don't|do not|always|prefer|preferably|should|shouldn't|please use"
     r"|make sure|ensure|avoid|not allowed|forbidden|required)\b"
+    # "only" and "no" as the start of a rule ("only touch X", "no new dependencies"), and "X, not Y"
+    r"|(?:^|[,;:(]\s*|\b(?:please|use|run|touch|change|edit|modify|read|write|commit)\s+)only\s+(?=[\w`])"
+    r"|(?:^|[;:(]\s*)no\s+(?=[\w`])"
+    r"|,\s*not\s+(?!sure|yet|really|quite|just|only|even|that|so|too|very)\w"
     r"|必须|不要|不能|不得|禁止|务必|只(?!是)|仅|一定要|请(?:使用|用|勿|务必|保持|确保|不要|只|一定|别)|应该|尽量|避免|优先|别(?!的|人)"
 )
+# a rule introducing what follows ("Body, always:") says nothing alone unless it has this many words
+_LEAD_IN_WORDS = 5
 _DECISION_STRONG = re.compile(
     r"(?i)\b(?:decided|decision|instead|rather than|switch(?:ed|ing)? to|going with|chose|opt(?:ed)? (?:for|to)"
     r"|the (?:plan|approach|fix|solution) is|we(?:'ll| will) use)\b|决定|改为|改用|采用|选择了|方案是|不再"
@@ -118,6 +169,7 @@ _PROCEDURAL = re.compile(
 _PLAN_HEADER = re.compile(r"(?i)next steps?|to ?do|remaining|下一步|待办|接下来|后续")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
 _LIST_MARK = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)]|#{1,6}|>)\s+")
+_ITEM_MARK = re.compile(r"^\s{0,3}(?:[-*+•]|\d{1,3}[.)])\s+(?:\[[ xX]\]\s+)?")
 
 _INJECTED_PREFIXES = (
     "Caveat: The messages below were generated by the user while running local commands",
@@ -161,7 +213,9 @@ class ToolRun:
     `kind` is "shell" (it ran `command`), "modify" (it changed files), "read", "todo" or "other".
     `has_result` is false for a call with no result, or one that never ran ("Sibling tool call
     errored"); `failed` is true for an error result or a non-zero exit code; `error_line` is the
-    first line of the result that looks like an error; `index` is the message's position.
+    line of the result that says best what went wrong; `expected` is true for a failure the
+    assistant's next words call expected (a probe: "port 8081 is free"); `index` is the message's
+    position.
     """
 
     tool: str
@@ -174,6 +228,7 @@ class ToolRun:
     exit_code: int | None = None
     failed: bool = False
     error_line: str = ""
+    expected: bool = False
     index: int = 0
 
     @property
@@ -198,6 +253,7 @@ class Facts:
     todos: tuple[tuple[str, str], ...] = ()  # (status, text) from the latest todo or plan tool call
     runs: tuple[ToolRun, ...] = ()
     identifiers: tuple[str, ...] = ()  # most important first
+    named: int = 0  # how many of the first identifiers the user, the assistant or a short tool argument named
 
     @property
     def files_read(self) -> list[str]:
@@ -219,8 +275,75 @@ class Facts:
         return open_ + fixed
 
     def resolved(self, run: ToolRun) -> bool:
-        """True when a later call with the same key succeeded."""
-        return any(r.index > run.index and r.has_result and not r.failed and r.key == run.key for r in self.runs)
+        """True when later calls fixed the failed `run`.
+
+        A shell command is fixed when each of its commands (`command_targets`) later succeeded with
+        the same program on at least its operands, in one run or several (``pytest -x`` by ``pytest
+        -x -q``; ``ruff check a && ruff format a`` by the same with ``&& mypy a`` after it; ``git add
+        a b`` by ``git add a`` and ``git add -f b``); a command with no operands by one whose
+        operands name no file (``git push`` by ``git push -u origin main``). Another tool's call is
+        fixed by a later call of the same kind on the same file (or with the same arguments). An
+        `expected` failure (a probe) is resolved by any later success of the same program or tool.
+        """
+        later = [r for r in self.runs if r.index > run.index and r.has_result and not r.failed]
+        if run.expected and any(_program(r) == _program(run) for r in later):
+            return True
+        return _fixed_by(run, later)
+
+    def fixes(self, tool: str, target: str) -> bool:
+        """True when a successful call of these facts fixes an older failure of `tool` on `target`.
+
+        `target` is the command or file a previous summary shows for the failure; when it was cut
+        (it ends with "…"), a call whose command or file starts with what is left counts.
+        """
+        ok = [r for r in self.runs if r.has_result and not r.failed]
+        if target.endswith("…"):
+            head = target.removesuffix("…")
+            return bool(head) and any(r.key.startswith(head) for r in ok)
+        shell = _SHELL_TOOL.search(tool) is not None
+        old = ToolRun(tool=tool, kind="shell" if shell else "", arguments={}, command=target if shell else None)
+        if not shell:
+            return any(r.key == target for r in ok)
+        return _fixed_by(old, ok)
+
+
+def _program(run: ToolRun) -> str:
+    """The program a shell run ran first (``git push``), else the tool's name."""
+    if run.command is not None:
+        targets = _targets(run.command)
+        return targets[0][0] if targets else run.command.split(maxsplit=1)[0]
+    return run.tool
+
+
+# Each failure is checked against every later run, more than once: parse each command once.
+@lru_cache(maxsize=4096)
+def _targets(command: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    return tuple(command_targets(command))
+
+
+@lru_cache(maxsize=4096)
+def _names_file(word: str) -> bool:
+    return any(i.kind in ("path", "url") for i in find_identifiers(word))
+
+
+def _fixed_by(run: ToolRun, later: Sequence[ToolRun]) -> bool:
+    """True when the successful runs `later` fixed the failed `run` (see `Facts.resolved`)."""
+    if run.command is None:
+        return any(r.command is None and r.kind == run.kind and r.key == run.key for r in later)
+    if any(r.command == run.command for r in later):
+        return True
+    steps = _targets(run.command)
+    if not steps:
+        return False
+    done = [step for r in later if r.command is not None for step in _targets(r.command)]
+    for program, operands in steps:
+        same = [ops for p, ops in done if p == program]
+        if operands:
+            if not same or not operands <= frozenset().union(*same):
+                return False
+        elif not any(not any(_names_file(o) for o in ops) for ops in same):
+            return False
+    return True
 
 
 def collect_facts(messages: Sequence[Message]) -> Facts:
@@ -236,6 +359,8 @@ def collect_facts(messages: Sequence[Message]) -> Facts:
     decisions: list[str] = []
     found: list[tuple[Identifier, float]] = []
     runs: list[ToolRun] = []
+    commands: dict[str, str] = {}  # call id -> the shell command it ran
+    said: list[tuple[int, str]] = []  # (index, text) of assistant messages with text
     todos: tuple[tuple[str, str], ...] = ()
     last_text = ""
     last_answer = -1
@@ -246,17 +371,18 @@ def collect_facts(messages: Sequence[Message]) -> Facts:
             if (after_command and not is_command) or _is_meta(msg):
                 text = None  # the prompt a slash command or a skill expanded to, not typed by the user
             after_command = is_command
-            _scan_text(msg.text, 3.0 if text is not None else 0.5, found)
+            _scan_text(msg.text, _FROM_USER if text is not None else _FROM_RESULT, found)
             if text is None:
                 continue
-            constraints.extend(s for s in _sentences(text) if _CONSTRAINT.search(s))
+            constraints.extend(c for c in _candidates(text) if _is_constraint(c))
             if not _is_ack(text) and not is_placeholder(text):
                 asks.append((i, _shorten(text, _GOAL_CHARS)))
         elif msg.role == "assistant":
             after_command = False
             text = msg.text.strip()
             if text:
-                _scan_text(text, 2.0, found)
+                _scan_text(text, _FROM_ASSISTANT, found)
+                said.append((i, text))
                 last_text = text
                 decisions.extend(s for s in _sentences(text) if _DECISION_STRONG.search(s) or _DECISION_WEAK.search(s))
                 # a reply that only announces work ("I'll do X next") leaves the ask open
@@ -265,11 +391,20 @@ def collect_facts(messages: Sequence[Message]) -> Facts:
             for call in msg.tool_calls:
                 run = _tool_run(call, results.get(call.id), i)
                 runs.append(run)
-                found.extend((ident, 2.0 if short else 0.5) for ident, short in value_identifiers(run.arguments))
+                if run.command is not None:
+                    commands[call.id] = run.command
+                if not _HANDLE_TOOL.match(call.name):
+                    found.extend(
+                        (ident, _FROM_USER if short else _FROM_CONTENT)
+                        for ident, short in value_identifiers(run.arguments)
+                    )
                 todos = _todos(run.arguments) or todos
         elif msg.role == "tool" and msg.tool_result is not None:
-            _scan_text(msg.tool_result.text[:_RESULT_SCAN_CHARS], 0.5, found)
+            command = commands.get(msg.tool_result.call_id, "")
+            _scan_result(msg.tool_result.text[:_RESULT_SCAN_CHARS], bool(_GIT_COMMAND.search(command)), found)
 
+    identifiers = without_redundant(rank_identifiers(found))[:_MAX_IDENTIFIERS]
+    named = {ident.text for ident, weight in found if weight >= _FROM_ASSISTANT}
     intents = [s for s in _sentences(last_text) if _INTENT.search(s)][:1] or _sentences(last_text)[:1]
     plans = [p for p in _plans(last_text) if p not in intents]
     decisions = [d for d in decisions if d not in intents and d not in plans]
@@ -281,9 +416,22 @@ def collect_facts(messages: Sequence[Message]) -> Facts:
         intents=tuple(_clip(s, _ITEM_CHARS) for s in intents),
         plans=tuple(_clip(p, _ITEM_CHARS) for p in plans),
         todos=todos,
-        runs=tuple(runs),
-        identifiers=tuple(rank_identifiers(found, limit=_MAX_IDENTIFIERS)),
+        runs=tuple(_mark_expected(runs, said)),
+        identifiers=tuple(identifiers),
+        named=sum(i in named for i in identifiers),
     )
+
+
+def _mark_expected(runs: list[ToolRun], said: list[tuple[int, str]]) -> list[ToolRun]:
+    """The runs, a failure marked `expected` when the assistant's next words say it meant to see it."""
+    out = []
+    for run in runs:
+        if run.failed:
+            after = next((text for j, text in said if j > run.index), "")
+            if _EXPECTED.search(" ".join(_sentences(after)[:2])):
+                run = replace(run, expected=True)
+        out.append(run)
+    return out
 
 
 def human_text(text: str) -> tuple[str | None, bool]:
@@ -343,6 +491,20 @@ def _is_ack(text: str) -> bool:
 
 def _scan_text(text: str, weight: float, found: list[tuple[Identifier, float]]) -> None:
     found.extend((ident, weight) for ident in find_identifiers(text[:_TEXT_SCAN_CHARS]))
+
+
+def _scan_result(text: str, git: bool, found: list[tuple[Identifier, float]]) -> None:
+    """Identifiers of a tool result: a file once per line it is named on, without the line number
+    (grep, tracebacks and linters name ``a.py:12``, ``a.py:40``, ...); installed packages, the
+    client ports of a log and the files our own offload notices point to are left out."""
+    for ident in find_identifiers(_OWN_NOTICE.sub("", text), git=git):
+        if ident.kind == "path":
+            if _VENDORED.search(ident.text):
+                continue
+            ident = replace(ident, text=_LINE_SUFFIX.sub("", ident.text))
+        elif ident.kind == "host_port" and _EPHEMERAL_PORT.search(ident.text):
+            continue  # the client's end of a connection, as access logs show it
+        found.append((ident, _FROM_RESULT))
 
 
 def _tool_run(call: ToolCall, result: ToolResult | None, index: int) -> ToolRun:
@@ -434,13 +596,73 @@ def _todos(args: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 def _error_line(text: str) -> str:
-    lines = [_TAG.sub("", line).strip() for line in text.splitlines()]
-    lines = [line for line in lines if line and not _NOISE_LINE.match(line)]
-    for words in _ERROR_WORDS:
-        for line in lines:
-            if words.search(line):
-                return line
-    return lines[0] if lines else ""
+    """The line of a failed call's output that says best what went wrong (see `_ERROR_LINES`).
+
+    Stack frames and quoted source lines say where, not what, and are passed over; of several
+    exception lines after a "Traceback", the last one (the error raised) is taken; else the first
+    line of the strongest kind, one that does not end in ":" (a lead-in) if there is one; else the
+    first line.
+    """
+    if "\\n\\n" in text:
+        text = text.replace("\\n", "\n")  # output passed on escaped, as one line
+    raw = [_TAG.sub("", line).rstrip() for line in text.splitlines()]
+    lines = [line for line in raw if line.strip() and not _NOISE_LINE.match(line.strip())]
+    said = [line.strip() for line in lines if not _FRAME_LINE.match(line) or line.startswith("E ")]
+    traceback = any(line.startswith("Traceback (most recent call last)") for line in said)
+    for pattern in _ERROR_LINES:
+        hits = [line for line in said if pattern.search(line)]
+        # "Pre-commit validation failed:" only leads in to what went wrong
+        hits = [line for line in hits if not line.endswith(":")] or hits
+        if hits:
+            line = hits[-1] if traceback and pattern is _ERROR_LINES[1] else hits[0]
+            return re.sub(r"^E\s+", "", line)  # pytest's mark for the lines of an error
+    return lines[0].strip() if lines else ""
+
+
+def _candidates(text: str) -> list[str]:
+    """What a user's text could state a rule in: each list item whole (with the lines it wraps
+    onto) when it is short, else its sentences; and the sentences of the prose around the items."""
+    out: list[str] = []
+    item: list[str] | None = None
+    prose: list[str] = []
+
+    def flush() -> None:
+        nonlocal item
+        if item is not None:
+            whole = " ".join(" ".join(item).split())
+            out.extend([whole] if len(whole) <= _ITEM_CHARS else _sentences(whole))
+        item = None
+
+    fenced = False
+    for line in text.replace("’", "'").splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+            flush()
+            continue
+        if fenced or line.lstrip().startswith("|"):
+            flush()
+            continue
+        mark = _ITEM_MARK.match(line)
+        if mark:
+            flush()
+            out.extend(_sentences("\n".join(prose)))
+            prose = []
+            item = [line[mark.end() :].replace("**", "").strip()]
+        elif item is not None and line.startswith((" ", "\t")) and line.strip():
+            item.append(line.strip().replace("**", ""))  # the item goes on, wrapped or with its example
+        else:
+            flush()
+            prose.append(line)
+    flush()
+    out.extend(_sentences("\n".join(prose)))
+    return [c for c in out if len(c) >= 4]
+
+
+def _is_constraint(candidate: str) -> bool:
+    """True when `candidate` states a rule itself; a short lead-in to what follows ("Body, always:") does not."""
+    if not _CONSTRAINT.search(candidate):
+        return False
+    return not (candidate.endswith((":", "：")) and len(candidate.split()) < _LEAD_IN_WORDS)
 
 
 def _sentences(text: str) -> list[str]:

@@ -4,21 +4,35 @@
 earlier claims its characters, so a hash or a UUID inside a path is not found again on its own:
 
     url        https://example.com/a?b=1   git@github.com:owner/repo.git
-    path       /etc/nginx/nginx.conf  ~/x  ./a/b  C:\\x\\y  src/a.py:12  a/b/c  nginx.conf  src/
-               (relative paths need an extension, two slashes or a trailing slash; a bare file
-               name needs a known extension; "/clear" alone is a slash command, not a path)
+    branch     git checkout -b fix/expiry   git push origin spotter-dov   on branch `main`
+               (a plain word after "branch" needs a digit, "-", "/" or "_", or quotes around it)
+    path       /etc/nginx/nginx.conf  ~/x  ./a/b  C:\\x\\y  src/a.py:12  docker/Dockerfile  nginx.conf  .env
+               (a relative path needs a file name: an extension or a name like Makefile; a bare
+               file name needs a known extension in lower case; a directory ("lib/", "a/b/c"), a
+               bare extension (``.py``), a method call (``r.json()``), ``/dev/null`` and
+               ``HTTP/1.1`` are not paths; the ``a/`` and ``b/`` of a diff header are left out;
+               an absolute path needs two parts: "/clear" alone is a slash command)
     uuid       019b7f04-0b04-7cd3-b739-bfa632f7459e
     host_port  localhost:8080  10.0.0.1:5432  db.internal:6379  [::1]:8080  port 3000  端口8080
-    ticket     #123  PR 45  issue #7  PROJ-123
-    hash       a1b2c3d  (7 to 40 lowercase hex digits, at least one digit and one letter)
-    number     1234567  (six digits or more)
+    ticket     #123  PR 45  issue #7  PROJ-123   (a bare "#" needs two digits)
+    hash       a1b2c3d  (7 to 40 lowercase hex digits with a digit and a letter, in git context: a
+               word like git / commit / sha / revert before it on its line, or ``git=True`` for
+               the output of a git command; or 40 digits anywhere)
+    number     order 1234567  订单号123456789  (six digits or more after an id word: order, id,
+               ticket, invoice, account, request, ... on the same line; file modes, sizes, line
+               counts and timestamps are not ids)
+    name       COUPON_EXPIRED  GITHUB_TOKEN  $HOME  ${DATABASE_URL}  ENOENT  (error codes and
+               environment variables: upper-case words joined by "_", or after "$")
 
 Boundaries are ASCII-only: CJK characters count as word characters for ``\\b``, so an identifier
 glued to Chinese text (``请修改/etc/nginx/nginx.conf第3行``) would otherwise be missed or swallow
 its neighbours. `value_identifiers` reads parsed tool-call arguments, where a whole short value
-such as ``JG7FMM`` or ``mia_li_3668`` is an identifier too. `extract_identifiers` and
-`rank_identifiers` order them, most important first.
-`command_paths` finds the files a shell command reads or writes (``cat X``, ``sed -i X``, ``> X``).
+such as ``JG7FMM`` or ``mia_li_3668`` is an identifier too, and so is a long number under a key that
+is not a measure (``order``, not ``timeout``). `rank_identifiers` and `extract_identifiers` order
+them, most important first; `without_redundant` leaves out those a longer one already names
+(``pricing.py`` next to ``app/services/pricing.py``).
+`command_paths` finds the files a shell command reads or writes (``cat X``, ``sed -i X``, ``> X``);
+`command_targets` what each of its commands runs on, to tell a later run of the same command.
 
 `command_head` is the identifying part of a shell command, what a summary keeps verbatim when it has
 no room for the whole command: the command itself when it is one line of at most
@@ -43,39 +57,46 @@ __all__ = [
     "Weighted",
     "command_head",
     "command_paths",
+    "command_targets",
     "extract_identifiers",
     "find_identifiers",
     "rank_identifiers",
     "value_identifiers",
+    "without_redundant",
 ]
 
-IdentifierKind: TypeAlias = Literal["url", "uuid", "path", "host_port", "ticket", "hash", "number", "value"]
+IdentifierKind: TypeAlias = Literal[
+    "url", "branch", "uuid", "path", "host_port", "ticket", "hash", "number", "name", "value"
+]
 Weighted: TypeAlias = tuple[str, float]
 
+# Names a dot file has (".env"): alone they are files, while ".py" alone is only an extension.
+_DOTFILES = frozenset(
+    {
+        "babelrc", "bashrc", "coveragerc", "dockerignore", "editorconfig", "env", "envrc", "eslintrc", "flake8",
+        "gitattributes", "gitignore", "gitmodules", "htaccess", "npmrc", "nvmrc", "prettierrc", "pylintrc", "zshrc",
+    }
+)  # fmt: skip
+# Files with no extension that a relative path may end in ("docker/Dockerfile").
+_BARE_FILES = frozenset(
+    {
+        "Containerfile", "Dockerfile", "Gemfile", "Jenkinsfile", "Justfile", "LICENSE", "Makefile", "Procfile",
+        "README", "Rakefile", "Vagrantfile", "CODEOWNERS",
+    }
+)  # fmt: skip
 # File extensions that make a bare name ("nginx.conf") a file rather than a word with a dot ("e.g.").
 # fmt: off
 KNOWN_EXTENSIONS = frozenset(
     {
-        "c", "cc", "cfg", "cjs", "conf", "cpp", "cs", "css", "csv", "db", "diff", "dockerfile", "env", "ex", "exs",
-        "gitignore", "go", "gradle", "h", "heex", "hpp", "htm", "html", "ini", "ipynb", "java", "jpeg", "jpg", "js",
+        "c", "cc", "cfg", "cjs", "conf", "cpp", "cs", "css", "csv", "db", "diff", "dockerfile", "ex", "exs",
+        "go", "gradle", "h", "heex", "hpp", "htm", "html", "ini", "ipynb", "java", "jpeg", "jpg", "js",
         "json", "jsonl", "jsx", "kt", "kts", "lock", "log", "lua", "md", "mdx", "mjs", "mm", "patch", "php", "pl",
         "png", "pony", "proto", "py", "pyi", "rb", "rs", "scss", "sh", "sql", "sqlite", "svelte", "svg", "swift",
         "tf", "toml", "traj", "ts", "tsx", "txt", "vue", "xml", "yaml", "yml", "zsh",
     }
+    | _DOTFILES
 )
 # fmt: on
-
-# How much a kind counts when ranking, so a URL named once outranks a long number named once.
-_KIND_WEIGHT: dict[str, float] = {
-    "url": 1.0,
-    "uuid": 1.0,
-    "path": 1.0,
-    "host_port": 1.0,
-    "ticket": 0.9,
-    "hash": 0.8,
-    "value": 0.8,
-    "number": 0.5,
-}
 
 _CJK = "\u2e80-\u2fff\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
 _SEG = r"[A-Za-z0-9_.@+%=,-]+"
@@ -106,7 +127,7 @@ _RELATIVE_PATH = re.compile(
     rf"(?:{_SEG}(?:/{_SEG})+/?|{_SEG}/(?![A-Za-z0-9_.])"
     rf"|(?:[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]*)?\.(?i:{_EXTENSIONS})(?![A-Za-z0-9_@+-])){_LINE}"
 )
-_TICKET_HASH = re.compile(r"#(?<![A-Za-z0-9_&#]#)\d{1,7}(?![A-Za-z0-9_])")
+_TICKET_HASH = re.compile(r"#(?<![A-Za-z0-9_&#]#)\d{2,7}(?![A-Za-z0-9_])")
 _TICKET_WORD = re.compile(
     r"(?:PR|MR|pull request|Pull request|Pull Request|issue|Issue|ISSUE|bug|Bug|ticket|Ticket)\s?#?\d{1,7}"
     r"(?![A-Za-z0-9_])"
@@ -114,8 +135,40 @@ _TICKET_WORD = re.compile(
 _TICKET_KEY = re.compile(rf"[A-Z](?<![A-Za-z0-9_-]{_X})[A-Z0-9]{{1,9}}-\d{{2,7}}(?![A-Za-z0-9_-])")
 _HASH = re.compile(rf"[0-9a-f](?<![A-Za-z0-9_./-]{_X})[0-9a-f]{{6,39}}(?![A-Za-z0-9_/])")
 _NUMBER = re.compile(rf"[0-9](?<![A-Za-z0-9_.]{_X})\d{{5,}}(?![A-Za-z0-9_]|\.\d)")
+# error codes and environment variables: COUPON_EXPIRED, GITHUB_TOKEN, $HOME, ${HOME}, and errno names
+_ERRNO = "NOENT|ACCES|PERM|EXIST|NOTDIR|ISDIR|NOSPC|NOMEM|PIPE|AGAIN|ADDRINUSE|CONNREFUSED|CONNRESET|TIMEDOUT"
+_NAME = re.compile(
+    rf"[A-Z](?<![A-Za-z0-9_$]{_X})[A-Z0-9]*(?:_[A-Z0-9]+)+(?![A-Za-z0-9_])"
+    rf"|E(?<![A-Za-z0-9_$]{_X})(?:{_ERRNO}|HOSTUNREACH|NOTFOUND)(?![A-Za-z0-9_])"
+    r"|\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Z_][A-Z0-9_]+(?![A-Za-z0-9_]))"
+)
+_BRANCH_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._/-]*[A-Za-z0-9])?"
+_BRANCH_END = r"(?![A-Za-z0-9_/~^:-]|\.[A-Za-z0-9])"  # a full stop may end the sentence
+_BRANCH_GIT = re.compile(
+    rf"\bgit\s+(?:(?:checkout|switch)(?:\s+-[bBcC])?|branch(?:\s+-{{1,2}}[A-Za-z-]+)*|(?:merge|rebase)"
+    rf"(?:\s+-{{1,2}}[A-Za-z-]+)*|(?:push|pull|fetch)(?:\s+-{{1,2}}[A-Za-z-]+)*\s+(?:origin|upstream))\s+"
+    rf"({_BRANCH_NAME}){_BRANCH_END}"
+)
+_BRANCH_WORD = re.compile(
+    rf"(?:\b[Bb]ranch(?:es)?|分支)[:：]?\s*(?:(`|'|\")({_BRANCH_NAME})(?=\1)|({_BRANCH_NAME}){_BRANCH_END})"
+)
+_NOT_BRANCHES = frozenset({"HEAD", "FETCH_HEAD", "ORIG_HEAD", "origin", "upstream"})
 _ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _WORD_CHARS = _ASCII_LETTERS | frozenset("0123456789_")
+
+# Before a hash, on its line: words that say it names a commit.
+_GIT_WORDS = re.compile(
+    r"(?i)\b(?:git|commits?|committed|sha1?|hash|revert(?:ed|s)?|cherry-pick(?:ed)?|rebased?|merged?|head|rev"
+    r"|parse|tag|blame|bisect|checkout|show|fixup|squash|amend(?:ed)?|reset|diff)\b|提交|哈希|版本"
+)
+# Right before a number: words that say it is an id, not a size, a count or a time.
+_ID_WORDS = re.compile(
+    r"(?i)(?:\b|_)(?:orders?|ids?|no|nr|num|number|tickets?|case|invoice|account|acct|customer|user|transaction"
+    r"|txn|payment|ref|reference|confirmation|booking|reservation|request|req|job|build|run|pid|event|trace"
+    r"|incident|shipment|tracking)(?:[\s_-]*(?:id|no\.?|nr|number|#))?[\s:=#'\"`*-]*(?:is\s+)?$"
+    r"|(?:订单|单号|编号|工单|账号|号|号码)[\s:：]*$"
+)
+_CONTEXT_CHARS = 60
 
 Finder: TypeAlias = Callable[[str], Iterator[tuple[int, str]]]
 
@@ -131,6 +184,19 @@ def _matches(pattern: re.Pattern[str], not_after: frozenset[str] = frozenset(), 
                 yield m.start(), m.group()
 
     return find
+
+
+def _branches(text: str) -> Iterator[tuple[int, str]]:
+    """Branch names after git commands that take one, or after the word "branch"."""
+    if "git" in text:
+        for m in _BRANCH_GIT.finditer(text):
+            yield m.start(1), m.group(1)
+    if "ranch" in text or "分支" in text:
+        for m in _BRANCH_WORD.finditer(text):
+            if m.group(2):
+                yield m.start(2), m.group(2)
+            elif re.search(r"[0-9_/-]", m.group(3)) and re.search(r"[A-Za-z]", m.group(3)):
+                yield m.start(3), m.group(3)
 
 
 def _host_ports(text: str) -> Iterator[tuple[int, str]]:
@@ -160,8 +226,8 @@ def _relative_paths(text: str) -> Iterator[tuple[int, str]]:
         start = m.start()
         while start and text[start - 1] in _SEG_CHARS:
             start -= 1
-        if start and text[start - 1] in "~/\\":
-            continue  # part of an anchored path, found by its own pass
+        if start and text[start - 1] in "~/\\$":
+            continue  # part of an anchored path, found by its own pass, or of a variable
         full = _RELATIVE_PATH.match(text, start)
         if full:
             end = full.end()
@@ -170,6 +236,7 @@ def _relative_paths(text: str) -> Iterator[tuple[int, str]]:
 
 _PASSES: tuple[tuple[IdentifierKind, Finder], ...] = (
     ("url", _matches(_URL, _WORD_CHARS)),
+    ("branch", _branches),
     ("path", _matches(_ANCHORED_PATH)),
     ("path", _matches(_WINDOWS_PATH, hint=":\\")),
     ("path", _relative_paths),
@@ -181,11 +248,17 @@ _PASSES: tuple[tuple[IdentifierKind, Finder], ...] = (
     ("ticket", _matches(_TICKET_KEY)),
     ("hash", _matches(_HASH)),
     ("number", _matches(_NUMBER)),
+    ("name", _matches(_NAME)),
 )
 # A whole argument value that is an opaque id: letters and digits mixed, no spaces.
 _VALUE_ID = re.compile(r"(?=[^\s]*[0-9])(?=[^\s]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9_.:@#/+-]{2,99}")
 _SHORT_VALUE = 200  # argument values longer than this are content (file text, patches), ranked lower
 _LONG_VALUE_SCAN = 4_000  # and only their head is searched: the file itself keeps the rest
+# Argument keys whose values are settings or measures, not ids: {"timeout": 120000}, {"model": "gpt-4o"}.
+_MEASURE_KEY = re.compile(
+    r"(?i)timeout|limit|offset|max|min|size|count|lines?$|length|width|height|depth|delay|sleep|wait|interval"
+    r"|seconds|_ms$|bytes|tokens|budget|page|top_?k|temperature|seed|model|retries|port"
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -197,14 +270,18 @@ class Identifier:
     start: int
 
 
-def find_identifiers(text: str) -> list[Identifier]:
-    """Every identifier in `text`, in order of position, each occurrence once."""
+def find_identifiers(text: str, *, git: bool = False) -> list[Identifier]:
+    """Every identifier in `text`, in order of position, each occurrence once.
+
+    `git` says the whole text is git's (the output of a git command), so a short hex word is a
+    commit there without a git word next to it.
+    """
     found: list[Identifier] = []
     claimed = bytearray(len(text))  # 1 where an earlier match took the character
     for kind, finder in _PASSES:
         for at, matched in finder(text):
             start, value = _clean(kind, matched, at)
-            if not value or not _accept(kind, value):
+            if not value or not _accept(kind, value, text, start, git):
                 continue
             end = start + len(value)
             if 1 in claimed[start:end]:
@@ -216,7 +293,8 @@ def find_identifiers(text: str) -> list[Identifier]:
 
 
 def _clean(kind: str, value: str, start: int) -> tuple[int, str]:
-    """Drop sentence punctuation glued to the end, and a closing bracket the identifier did not open."""
+    """Drop sentence punctuation glued to the end, a closing bracket the identifier did not open,
+    and the ``a/`` or ``b/`` a diff puts before a file name."""
     if kind in ("url", "path"):
         while value and value[-1] in _TRAILING + ")]}":
             closer = value[-1]
@@ -224,87 +302,127 @@ def _clean(kind: str, value: str, start: int) -> tuple[int, str]:
             if opener and value.count(opener) >= value.count(closer):
                 break
             value = value[:-1]
+    if kind == "path" and value[:2] in ("a/", "b/") and "." in value.rsplit("/", 1)[-1]:
+        return start + 2, value[2:]
     return start, value
 
 
-def _accept(kind: str, value: str) -> bool:
+def _accept(kind: str, value: str, text: str, start: int, git: bool) -> bool:
+    end = start + len(value)
     if kind == "path":
-        return _is_path(value)
+        # "r.json()" is a method call, not a file
+        return _is_path(value) and not ("/" not in value and text[end : end + 1] == "(")
+    if kind == "branch":  # "git checkout a1b2c3d" names a commit, left for the hash pass
+        return value not in _NOT_BRANCHES and not _is_path(value) and not re.fullmatch(r"[0-9a-f]{7,40}", value)
     if kind == "host_port":
         host = value.rsplit(":", 1)[0]
         # "main.py:12" is a file and line, left for the path pass
         return "." not in host or host.rsplit(".", 1)[-1].lower() not in KNOWN_EXTENSIONS or host[0].isdigit()
     if kind == "hash":
-        return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+        if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
+            return False
+        return git or len(value) == 40 or bool(_GIT_WORDS.search(_line_before(text, start)))
+    if kind == "number":
+        return bool(_ID_WORDS.search(_line_before(text, start)))
+    if kind == "name":
+        return len(value) >= 4 and sum(c.isalpha() for c in value) >= 3
     if kind == "url":
         return len(value) > value.find("//") + 3 if "//" in value else True
     return True
 
 
+def _line_before(text: str, start: int) -> str:
+    """The text before `start` on its line, at most `_CONTEXT_CHARS` characters of it."""
+    begin = max(0, start - _CONTEXT_CHARS)
+    newline = text.rfind("\n", begin, start)
+    return text[(newline + 1 if newline >= 0 else begin) : start]
+
+
 def _is_path(value: str) -> bool:
     bare = re.sub(r"(?::\d+)+$", "", value)
-    if not any(c.isalpha() for c in bare):
-        return False  # 2024/05/20, 1/2
+    if not any(c.isalpha() for c in bare) or bare.endswith(("/", "\\")):
+        return False  # 2024/05/20, 1/2; a directory ("lib/") names no file
     if bare[:2] in ("~/", "./", "..") or re.match(r"[A-Za-z]:\\", bare):
         return len(bare) > 2
-    if bare.endswith("/") and not bare.startswith("/"):
-        return True  # "src/": a directory
     parts = bare.strip("/").split("/")
     last = parts[-1]
     ext = last.rsplit(".", 1)[-1].lower() if "." in last else ""
-    has_ext = ext in KNOWN_EXTENSIONS or (bool(ext) and len(parts) > 1 and ext.isalnum() and len(ext) <= 8)
+    has_ext = ext in KNOWN_EXTENSIONS or (
+        bool(ext) and len(parts) > 1 and ext.isalnum() and len(ext) <= 8 and any(c.isalpha() for c in ext)
+    )
     if bare.startswith("/"):
+        if bare.startswith("/dev/"):
+            return False  # /dev/null
         return len(parts) >= 2 or has_ext  # "/clear" is a slash command, "/etc/hosts" a path
-    if len(parts) == 1:
-        return ext in KNOWN_EXTENSIONS and not bare.startswith("..")
-    return has_ext or len(parts) >= 3 or bare.endswith("/")
+    if last.startswith(".") and last.count(".") == 1:
+        return last[1:].lower() in _DOTFILES  # ".env" is a file, ".py" an extension
+    if len(parts) == 1:  # "Ecto.Adapters.SQL" is a module, "AGENTS.md" a file
+        return ext in KNOWN_EXTENSIONS and last.rsplit(".", 1)[-1].islower() and not bare.startswith("..")
+    return has_ext or last in _BARE_FILES
 
 
 def value_identifiers(value: Any) -> list[tuple[Identifier, bool]]:
     """Identifiers in parsed tool-call arguments, each with whether it came from a short value.
 
     A short string value that is itself an opaque id (``JG7FMM``, ``credit_card_2929732``) is taken
-    whole, as kind "value"; other strings are searched with `find_identifiers`; integers of six
-    digits or more count. Long values (file contents, patches) are searched too, but flagged.
+    whole, as kind "value"; other strings are searched with `find_identifiers`; a number of six
+    digits or more (an integer, or a string of digits) counts unless its key names a setting or a
+    measure (``timeout``, ``limit``, ``model``). Long values (file contents, patches) are searched
+    too, but flagged.
     """
     out: list[tuple[Identifier, bool]] = []
-    for text in _strings(value):
+    for key, text in _strings(value):
         short = len(text) <= _SHORT_VALUE
-        found = find_identifiers(text[:_LONG_VALUE_SCAN])
         stripped = text.strip()
-        if short and not any(i.text == stripped for i in found) and _VALUE_ID.fullmatch(stripped):
+        if stripped.isdigit() and stripped.isascii():
+            if len(stripped) >= 6 and not _MEASURE_KEY.search(key):
+                out.append((Identifier(text=stripped, kind="number", start=text.find(stripped)), True))
+            continue
+        found = find_identifiers(text[:_LONG_VALUE_SCAN])
+        if (
+            short
+            and not _MEASURE_KEY.search(key)
+            and not any(i.text == stripped for i in found)
+            and _VALUE_ID.fullmatch(stripped)
+        ):
             found.insert(0, Identifier(text=stripped, kind="value", start=text.find(stripped)))
         out.extend((i, short) for i in found)
     return out
 
 
-def _strings(value: Any) -> Iterator[str]:
+def _strings(value: Any, key: str = "") -> Iterator[tuple[str, str]]:
+    """(key, text) of every string and integer in `value`; the key is that of the nearest mapping."""
     if isinstance(value, str):
-        yield value
+        yield key, value
     elif isinstance(value, bool):
         return
     elif isinstance(value, int):
-        if abs(value) >= 100_000:
-            yield str(value)
+        yield key, str(value)
     elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
+        for k, item in value.items():
+            yield from _strings(item, str(k))
     elif isinstance(value, list | tuple):
         for item in value:
-            yield from _strings(item)
+            yield from _strings(item, key)
 
 
 def rank_identifiers(found: Iterable[tuple[Identifier, float]], *, limit: int | None = None) -> list[str]:
-    """Identifier texts, deduplicated, most important first, from (identifier, weight) pairs.
+    """Identifier texts, deduplicated, most important first, from (identifier, weight) pairs in the
+    order they occur.
 
-    An identifier scores the sum of the weights of its occurrences, times a weight for its kind
-    (a long number counts half). Ties keep the order of first appearance, so the same input always
-    gives the same order.
+    The weight says where an occurrence is from (the summarizer gives user text and tool-call
+    arguments most, then assistant text, then tool results). An identifier ranks by the best
+    weight among its occurrences, then by how many there are, then by how late the last one is:
+    the newest first. The same input always gives the same order.
     """
-    score: dict[str, float] = {}
-    for ident, weight in found:
-        score[ident.text] = score.get(ident.text, 0.0) + weight * _KIND_WEIGHT[ident.kind]
-    ranked = sorted(score, key=lambda k: -score[k])  # sorted() is stable: ties stay in first-seen order
+    best: dict[str, float] = {}
+    count: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for j, (ident, weight) in enumerate(found):
+        best[ident.text] = max(weight, best.get(ident.text, weight))
+        count[ident.text] = count.get(ident.text, 0) + 1
+        last[ident.text] = j
+    ranked = sorted(best, key=lambda k: (-best[k], -count[k], -last[k]))
     return ranked[:limit] if limit is not None else ranked
 
 
@@ -323,6 +441,39 @@ def extract_identifiers(texts: Iterable[str | Weighted], *, limit: int | None = 
     return rank_identifiers(occurrences(), limit=limit)
 
 
+_PORT_NUMBER = re.compile(r"(?:port|Port|PORT|端口号|端口)\s*[:=：]?\s*(\d{2,5})")
+
+
+def without_redundant(texts: Iterable[str], *, known: Iterable[str] = ()) -> list[str]:
+    """`texts` in order, each once, without those another text or one of `known` already names.
+
+    A file name or a relative path is named by a longer path that ends with it (``pricing.py`` by
+    ``app/services/pricing.py``), ``#482`` by ``issue #482``, ``port 8081`` by ``localhost:8081``
+    (and by an earlier ``Port 8081``). An absolute path is never named by another: ``/etc/hosts``
+    and ``/srv/etc/hosts`` are different files.
+    """
+    items = list(dict.fromkeys(texts))
+    named: set[str] = set()
+    ports: set[str] = set()
+    for other in [*items, *known]:
+        for m in re.finditer(r"[/\\ ]", other):
+            named.add(other[m.end() :])
+        host_port = re.search(r":(\d{2,5})$", other)
+        if host_port and not _PORT_NUMBER.fullmatch(other):
+            ports.add(host_port.group(1))
+    out: list[str] = []
+    for item in items:
+        port = _PORT_NUMBER.fullmatch(item)
+        if port:
+            if port.group(1) in ports:
+                continue
+            ports.add(port.group(1))  # "Port 8081" after "port 8081"
+        elif item in named and not item.startswith(("/", "~")):
+            continue
+        out.append(item)
+    return out
+
+
 # --- shell commands ----------------------------------------------------------------------
 
 _READERS = frozenset({"cat", "head", "tail", "less", "more", "nl", "bat", "sed", "view", "wc", "tac"})
@@ -330,6 +481,8 @@ _OPTIONS_WITH_VALUE = {"head": {"-n", "-c"}, "tail": {"-n", "-c"}, "sed": {"-e",
 _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", "(", ")", ";;", "|&"})
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 _NOT_A_FILE = re.compile(r"[*?\[\]{}$`]|^-|^&|^/dev/")
+_WRAPPERS = frozenset({"sudo", "time", "command", "exec", "env", "nohup"})
+_SUBCOMMAND = re.compile(r"[a-z][a-z0-9_-]*(?::[a-z0-9_-]+)*")
 
 # Room for a command with a few paths on it; dozens of these still fit in a summary.
 COMMAND_HEAD_CHARS = 200
@@ -354,9 +507,33 @@ def command_paths(command: str) -> tuple[list[str], list[str]]:
     """
     read: list[str] = []
     written: list[str] = []
-    for words in _simple_commands(_without_heredoc_bodies(command)):
+    for words, _ in _simple_commands(_without_heredoc_bodies(command)):
         _scan(words, read, written)
     return _unique(read), _unique(written)
+
+
+def command_targets(command: str) -> list[tuple[str, frozenset[str]]]:
+    """What each command of a shell command line runs on, as (program, operands).
+
+    The program is the command's name with the subcommand right after it (``git push``, ``ruff
+    check``, ``mix test``); the operands are the other words that are not options, redirections or
+    variable settings (an option's value counts: ``-m msg``). ``cd`` and the filters a pipe feeds
+    (``| tail -20``) are left out; a command that cannot be split gives ``[]``::
+
+        command_targets("cd /repo && pytest -x tests/a.py 2>&1 | tail -5")  # [("pytest", {"tests/a.py"})]
+    """
+    out: list[tuple[str, frozenset[str]]] = []
+    for words, piped in _simple_commands(_without_heredoc_bodies(command)):
+        args = _arguments(words)[0]
+        while len(args) > 1 and args[0].rsplit("/", 1)[-1] in _WRAPPERS:
+            args = _arguments(args[1:])[0]
+        if piped or not args or args[0] == "cd":
+            continue
+        program, rest = args[0], args[1:]
+        if rest and _SUBCOMMAND.fullmatch(rest[0]):
+            program, rest = f"{program} {rest[0]}", rest[1:]
+        out.append((program, frozenset(a for a in rest if not (a.startswith("-") and a != "-"))))
+    return out
 
 
 def _without_heredoc_bodies(command: str) -> str:
@@ -373,7 +550,8 @@ def _without_heredoc_bodies(command: str) -> str:
     return "\n".join(_HEREDOC.sub(" ", line) for line in out)
 
 
-def _simple_commands(command: str) -> list[list[str]]:
+def _simple_commands(command: str) -> list[tuple[list[str], bool]]:
+    """The words of each simple command, and whether a pipe feeds it."""
     # a newline ends a command like ";" does (a newline inside quotes only changes text we skip)
     command = command.replace("\\\n", " ").replace("\n", " ; ")
     lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|()<>")
@@ -382,25 +560,28 @@ def _simple_commands(command: str) -> list[list[str]]:
         tokens = list(lexer)
     except ValueError:
         return []  # unbalanced quotes: better no files than wrong ones
-    commands: list[list[str]] = [[]]
+    commands: list[tuple[list[str], bool]] = [([], False)]
     for token in tokens:
         if token in _SEPARATORS:
-            commands.append([])
+            commands.append(([], token in ("|", "|&")))
         else:
-            commands[-1].append(token)
-    return [c for c in commands if c]
+            commands[-1][0].append(token)
+    return [c for c in commands if c[0]]
 
 
-def _scan(words: list[str], read: list[str], written: list[str]) -> None:
+def _arguments(words: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """A simple command's words without redirections and leading ``VAR=value`` settings; then the
+    files it reads with ``<`` and those it writes with ``>``."""
     args: list[str] = []
-    redirects: list[str] = []  # written after the command's own files, as they usually come last
+    read: list[str] = []
+    written: list[str] = []
     i = 0
     while i < len(words):
         word = words[i]
         if word in (">", ">>", ">|", "&>", "&>>") and i + 1 < len(words):
             target = words[i + 1]
             if not target.startswith("&") and _looks_like_file(target):
-                redirects.append(target)
+                written.append(target)
             i += 2
             continue
         if word in ("<", "<<<") and i + 1 < len(words):
@@ -415,15 +596,21 @@ def _scan(words: list[str], read: list[str], written: list[str]) -> None:
         i += 1
     while args and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", args[0]):
         args = args[1:]  # FOO=1 cmd
+    return args, read, written
+
+
+def _scan(words: list[str], read: list[str], written: list[str]) -> None:
+    args, redirect_read, redirects = _arguments(words)
+    read.extend(redirect_read)
     name = args[0].rsplit("/", 1)[-1] if args else ""
-    if name in ("sudo", "time", "command", "exec", "env") and len(args) > 1:
+    if name in _WRAPPERS and len(args) > 1:
         _scan(args[1:], read, written)
     elif name in ("tee", "touch"):
         written.extend(a for a in args[1:] if _looks_like_file(a) and not a.startswith("-"))
     elif name in _READERS:
         files, in_place = _file_operands(name, args[1:])
         (written if in_place else read).extend(files)
-    written.extend(redirects)
+    written.extend(redirects)  # after the command's own files, as they usually come last
 
 
 def _file_operands(name: str, args: list[str]) -> tuple[list[str], bool]:
