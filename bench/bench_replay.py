@@ -117,6 +117,8 @@ def shared(windows: list[int]) -> None:
     head = f"{'file':<44} {'convs':>5} {'msgs':>6} {'tokens':>9}"
     for w in windows:
         head += f" | {w // 1000}k: {'final':>7} {'peak':>7} {'comp':>4}"
+    print("final: the last context sent (summed over a file's conversations); peak: the largest context sent;")
+    print("comp: compactions. tokens: the whole history, as if nothing were cut.\n")
     print(head)
     for path in files:
         try:
