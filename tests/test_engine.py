@@ -221,3 +221,17 @@ def test_the_whole_summary_respects_the_cap() -> None:
     assert len(step.live.summary) <= 2_500
     with pytest.raises(ValueError, match="summary_max_chars"):
         EngineSettings(summary_max_chars=100)
+
+
+def test_an_aborted_call_is_sent_with_an_explicit_error_result() -> None:
+    aborted = turn(0)[:2]  # the assistant called a tool, and no result ever came
+    live = engine.add(Live(), [*aborted, Message.of("user", "never mind, go on", id="u1")], COUNTER)
+    step = run(live)
+    sent = step.context.as_messages()
+    assert validate(sent) == []
+    result = next(m for m in sent if m.role == "tool").tool_result
+    assert result is not None and result.is_error and result.call_id == "c0"
+    assert step.context.tokens == sum(COUNTER.count_each(sent))
+    assert step.live.messages == live.messages  # the live state still waits for the result
+    with pytest.raises(MessageError, match="does not directly follow its call"):
+        engine.add(step.live, [turn(0)[2]], COUNTER)

@@ -29,7 +29,7 @@ from . import archive as archive_mod
 from .archive import Archive, ArchiveFile
 from .errors import MessageError, PinnedOverBudgetError, SummaryError
 from .folder import Folder
-from .messages import Message
+from .messages import Message, repair
 from .offload import offload
 from .settings import CompactSettings, OffloadSettings
 from .split import split
@@ -99,8 +99,10 @@ class Live:
     summary_tokens: int = 0
     archive: Archive = field(default_factory=Archive)
     pinned: frozenset[str] = frozenset()
-    # Calls still waiting for their result (call id -> tool name).
+    # Calls of the newest assistant turn still waiting for their result (call id -> tool name).
     open_calls: Mapping[str, str] = field(default_factory=lambda: _EMPTY_NAMES)
+    # Calls that never got a result before the conversation moved on (an aborted tool).
+    abandoned: frozenset[str] = frozenset()
     # Tool names of the results that may still be offloaded (at or after `settled`), by call id.
     result_tools: Mapping[str, str] = field(default_factory=lambda: _EMPTY_NAMES)
     tool_positions: tuple[int, ...] = ()
@@ -206,17 +208,29 @@ def add(live: Live, messages: Sequence[Message], counter: Counter) -> Live:
     if not messages:
         return live
     open_calls = dict(live.open_calls)
+    abandoned = live.abandoned
     names = dict(live.result_tools)
     positions: list[int] = []
     for i, msg in enumerate(messages):
         if not isinstance(msg, Message):
             raise MessageError(f"expected a Message at position {i}, got {type(msg).__name__}", index=i)
+        if msg.role != "tool" and open_calls:
+            # The conversation moved on: these calls will never get a result in a form a provider accepts.
+            abandoned = abandoned | open_calls.keys()
+            open_calls = {}
         for call in msg.tool_calls:
-            if call.id in open_calls or call.id in names:
+            if call.id in open_calls or call.id in names or call.id in abandoned:
                 raise MessageError(f"the tool call id {call.id!r} at position {i} is already live", index=i)
             open_calls[call.id] = call.name
         result = msg.tool_result
         if result is not None:
+            if result.call_id in abandoned:
+                raise MessageError(
+                    f"the tool result at position {i} answers call {result.call_id!r}, but other messages came after"
+                    " that call; providers refuse a result that does not directly follow its call. Add results"
+                    " right after their call (or `ctxkeep.messages.repair` the list first)",
+                    index=i,
+                )
             if result.call_id not in open_calls:
                 raise MessageError(
                     f"the tool result at position {i} answers call {result.call_id!r}, which is not waiting for a"
@@ -233,6 +247,7 @@ def add(live: Live, messages: Sequence[Message], counter: Counter) -> Live:
         counts=live.counts + tuple(counts),
         total=live.total + sum(counts),
         open_calls=MappingProxyType(open_calls),
+        abandoned=abandoned,
         result_tools=MappingProxyType(names),
         tool_positions=live.tool_positions + tuple(positions),
     )
@@ -268,7 +283,7 @@ def prepare(
 
     due = force or (tokens > threshold and _retry_allowed(live, tokens, settings))
     if not due:
-        return Step(live=live, context=_context(live, system, tokens))
+        return Step(live=live, context=_context(live, system, tokens, counter))
     budget = threshold - system_tokens - live.summary_tokens
     if budget <= 0 and not force:
         warnings.append(
@@ -277,7 +292,9 @@ def prepare(
         )
         log.warning(warnings[-1])
         return Step(
-            live=replace(live, failed_at=tokens), context=_context(live, system, tokens), warnings=tuple(warnings)
+            live=replace(live, failed_at=tokens),
+            context=_context(live, system, tokens, counter),
+            warnings=tuple(warnings),
         )
     return _compact(
         live, system, system_tokens, tokens, budget, counter, summarizer, folder, settings, now, force, focus
@@ -315,8 +332,17 @@ def _retry_allowed(live: Live, tokens: int, settings: EngineSettings) -> bool:
     return tokens >= live.failed_at + settings.retry_growth * settings.compact.max_input_length
 
 
-def _context(live: Live, system: str | None, tokens: int) -> Context:
-    return Context(system=system, summary=live.summary, messages=live.messages, tokens=tokens)
+def _context(live: Live, system: str | None, tokens: int, counter: Counter) -> Context:
+    messages = live.messages
+    if live.open_calls or live.abandoned:
+        # A call that never got its result (an aborted tool) would make the provider refuse the request:
+        # the model sees an explicit "[no result recorded]" error result instead. The live state keeps the
+        # call open, so a result that arrives later still pairs with it.
+        repaired, _ = repair(messages)
+        live_ids = {id(m) for m in messages}
+        tokens += sum(counter.count_each([m for m in repaired if id(m) not in live_ids]))
+        messages = tuple(repaired)
+    return Context(system=system, summary=live.summary, messages=messages, tokens=tokens)
 
 
 def _offload_recent(live: Live, settings: OffloadSettings, folder: Folder, counter: Counter) -> Live:
@@ -405,6 +431,7 @@ def _compact(
             live,
             system,
             tokens,
+            counter,
             now,
             f"nothing can be compacted: the newest message group ({sum(live.counts[-len(cut.to_keep) :])} tokens)"
             f" must stay whole, and nothing older is unpinned",
@@ -421,15 +448,15 @@ def _compact(
     try:
         body = summarizer.summarize(request)
     except SummaryError as exc:
-        return _failed(live, system, tokens, now, f"the summarizer failed: {exc}")
+        return _failed(live, system, tokens, counter, now, f"the summarizer failed: {exc}")
     except Exception as exc:  # a user's summarizer may raise anything; the context must survive it
         log.exception("summarizer raised")
-        return _failed(live, system, tokens, now, f"the summarizer raised {type(exc).__name__}: {exc}")
+        return _failed(live, system, tokens, counter, now, f"the summarizer raised {type(exc).__name__}: {exc}")
     if not isinstance(body, str) or not body.strip():
-        return _failed(live, system, tokens, now, "the summarizer returned an empty summary")
+        return _failed(live, system, tokens, counter, now, "the summarizer returned an empty summary")
     missing = missing_sections(body)
     if missing:
-        return _failed(live, system, tokens, now, f"the summary lacks the sections {', '.join(missing)}")
+        return _failed(live, system, tokens, counter, now, f"the summary lacks the sections {', '.join(missing)}")
 
     # Archive first: the compacted messages are on disk before they leave the live context.
     archive = archive_mod.append(folder, live.archive, cut.to_compact, now.date())
@@ -473,18 +500,18 @@ def _compact(
         live_after = replace(live_after, failed_at=after)
     return Step(
         live=live_after,
-        context=_context(live_after, system, after),
+        context=_context(live_after, system, after, counter),
         compaction=compaction,
         archived=cut.to_compact,
         warnings=warnings,
     )
 
 
-def _failed(live: Live, system: str | None, tokens: int, now: datetime, reason: str) -> Step:
+def _failed(live: Live, system: str | None, tokens: int, counter: Counter, now: datetime, reason: str) -> Step:
     log.warning("compaction not applied: %s", reason)
     return Step(
         live=replace(live, failed_at=tokens),
-        context=_context(live, system, tokens),
+        context=_context(live, system, tokens, counter),
         failure=Failure(at=now, reason=reason, tokens=tokens),
         warnings=(f"compaction not applied: {reason}",),
     )
@@ -518,9 +545,13 @@ def _rebuild(live: Live, kept: tuple[Message, ...], recent_n: int) -> Live:
     count_of = {id(m): n for m, n in zip(live.messages, live.counts, strict=True)}
     counts = tuple(count_of[id(m)] for m in kept)
     open_calls: dict[str, str] = {}
+    abandoned: set[str] = set()
     names: dict[str, str] = {}
     positions: list[int] = []
     for i, msg in enumerate(kept):
+        if msg.role != "tool" and open_calls:
+            abandoned |= open_calls.keys()
+            open_calls = {}
         for call in msg.tool_calls:
             open_calls[call.id] = call.name
         result = msg.tool_result
@@ -536,6 +567,7 @@ def _rebuild(live: Live, kept: tuple[Message, ...], recent_n: int) -> Live:
         total=sum(counts),
         pinned=frozenset(p for p in live.pinned if p in kept_ids),
         open_calls=MappingProxyType(open_calls),
+        abandoned=frozenset(abandoned),
         result_tools=MappingProxyType({c: n for c, n in names.items() if c in still}),
         tool_positions=tuple(positions),
         settled=settled,
