@@ -27,9 +27,9 @@ members of their pair groups. A pinned message older than the cut stays live in 
 pinned messages cost nothing against `reserve`. Cuts never fall inside a group, pinned or not, so
 for repaired input the live context ``pinned + to_keep`` pairs every call with its results.
 
-**Broken pairing.** The engine runs `ctxkeep.messages.repair` before splitting, so every group
-is an assistant message followed by its results. Input that is not repaired still splits without
-error: a result whose call is nowhere is a group of its own, a call whose results are missing is
+**Broken pairing.** The engine admits only results that directly follow their call
+(`ctxkeep.engine.add`), so every group is an assistant message followed by its results (or by
+fewer, when a tool was aborted). Input that is not repaired still splits without error: a result whose call is nowhere is a group of its own, a call whose results are missing is
 a group of the call alone, and a result before or far after its call spans everything between.
 """
 
