@@ -29,8 +29,9 @@ for repaired input the live context ``pinned + to_keep`` pairs every call with i
 
 **Broken pairing.** The engine admits only results that directly follow their call
 (`ctxkeep.engine.add`), so every group is an assistant message followed by its results (or by
-fewer, when a tool was aborted). Input that is not repaired still splits without error: a result whose call is nowhere is a group of its own, a call whose results are missing is
-a group of the call alone, and a result before or far after its call spans everything between.
+fewer, when a tool was aborted). Input that is not repaired still splits without error: a
+result whose call is nowhere is a group of its own, a call whose results are missing is a group
+of the call alone, and a result before or far after its call spans everything between.
 """
 
 from __future__ import annotations
