@@ -27,6 +27,7 @@ MODULES = [
     "ctxkeep.summarize",
     "ctxkeep.summarize.identifiers",
     "ctxkeep.summarize.sections",
+    "ctxkeep.summarize.runs",
     "ctxkeep.summarize.facts",
     "ctxkeep.summarize.extractive",
     "ctxkeep.engine",

@@ -27,8 +27,9 @@ from ctxkeep.summarize import (
     resolve_language,
 )
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
-from ctxkeep.summarize.facts import PATH_KEYS, collect_facts, human_text
+from ctxkeep.summarize.facts import collect_facts, human_text
 from ctxkeep.summarize.identifiers import command_head, command_paths
+from ctxkeep.summarize.runs import PATH_KEYS
 from ctxkeep.summarize.sections import (
     Drop,
     Shorten,
@@ -885,6 +886,7 @@ def test_public_names() -> None:
     for module in (
         "ctxkeep.summarize",
         "ctxkeep.summarize.sections",
+        "ctxkeep.summarize.runs",
         "ctxkeep.summarize.facts",
         "ctxkeep.summarize.extractive",
     ):

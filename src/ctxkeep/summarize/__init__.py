@@ -16,8 +16,9 @@ Modules:
 
     sections     the Markdown form: parse, render, fit to a size (sections share the room fairly)
     identifiers  exact identifiers; the files a command touches and its identifying part
+    runs         each tool call with its files and outcome; which failures later runs fixed
     facts        what a summary is made of, read from the messages: asks, constraints, decisions,
-                 tool runs and their outcomes, identifiers (reusable by a model-based summarizer)
+                 files, the tool runs, identifiers (reusable by a model-based summarizer)
     extractive   the model-free summarizer: facts -> sections, merged with the previous summary
 """
 

@@ -4,8 +4,8 @@
 
 This module holds `ExtractiveSummarizer`, the half that turns facts (and a previous summary) into
 sections: the draft, the merge, the caps and the order things are dropped in to fit the size.
-The facts themselves (`collect_facts`, what counts as a request, a constraint, a decision, a
-tool run) come from `ctxkeep.summarize.facts`.
+The facts themselves (`collect_facts`, what counts as a request, a constraint, a decision) come
+from `ctxkeep.summarize.facts`, and the tool runs with their outcomes from `ctxkeep.summarize.runs`.
 
 Where each section comes from:
 
@@ -18,7 +18,7 @@ Where each section comes from:
                      said it was doing; Blocked: the latest failed calls with the line that says
                      what went wrong (at most 8, 240 characters each; unresolved first, "resolved
                      later" when a later run of the same command, or the same kind of call on the
-                     same file, succeeded; see `Facts.resolved`)
+                     same file, succeeded; see `ctxkeep.summarize.runs.is_resolved`)
     Key Decisions    assistant sentences with decided / instead / I'll / let's / going to / 决定 /
                      改为 / 我将 ..., newest first, the explicit ones preferred
     Next Steps       todo items still pending, what the latest assistant text says comes next,
@@ -69,15 +69,14 @@ from ctxkeep.summarize.facts import (
     _MAX_IDENTIFIERS,
     _MAX_NEXT,
     Facts,
-    ToolRun,
     _clip,
-    _compact_json,
     _newest_first,
     _unique,
     _unique_keep_last,
     collect_facts,
 )
 from ctxkeep.summarize.identifiers import command_head, command_paths, find_identifiers, without_redundant
+from ctxkeep.summarize.runs import ToolRun, _compact_json
 from ctxkeep.summarize.sections import (
     PHRASES,
     SECTIONS,

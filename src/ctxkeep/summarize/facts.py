@@ -2,8 +2,9 @@
 
 `collect_facts` is the reusable half of the built-in summarizer (the other half, turning facts into
 sections, is `ctxkeep.summarize.extractive`): what the user asked and required, what the assistant
-decided and was about to do, every tool call with its files and outcome (`ToolRun`), and the
-exact identifiers. A model-based summarizer can append the same facts to what its model wrote.
+decided and was about to do, every tool call with its files and outcome (a `ToolRun`, read by
+`ctxkeep.summarize.runs`), the files read and modified, and the exact identifiers. A model-based
+summarizer can append the same facts to what its model wrote.
 
 What counts as what:
 
@@ -16,16 +17,18 @@ What counts as what:
                      改为 / 我将 ..., newest first, the explicit ones preferred
     intents, plans   what the latest assistant text says it is doing and what comes next
     todos            the items of the latest todo or plan tool call
-    runs             every tool call: its kind, command, files read and modified (from path
-                     arguments in `PATH_KEYS`, edit tools, patches, ``cat``/``sed`` commands), and
-                     its outcome (exit code, the line that says what went wrong: a test's FAILED
-                     line, the exception raised, an ``error:`` or a linter's line, not a stack frame)
+    runs             every tool call: its kind, command, files read and modified, and its outcome
+                     (see `ctxkeep.summarize.runs`); a failure the assistant's next words call
+                     expected is marked so
+    files            read and modified by the runs, most recent first (`Facts.files_read`,
+                     `Facts.files_modified`)
     identifiers      the exact identifiers of all messages, ranked by where they were named (user
                      text and short tool-call arguments, then assistant text, then file text the
                      assistant wrote, then tool results), then how often, then how recently; of a
                      tool result, files without their line numbers and no installed packages
 
-A failed call is resolved when a later run of the same command fixed it (`Facts.resolved`).
+A failed call is resolved when later runs of the same program fixed it (`Facts.resolved`, by the
+rule of `ctxkeep.summarize.runs.is_resolved`).
 
 User text that no human typed is not taken for a request (see `human_text`): harness tags
 (``<system-reminder>``, ``<command-...>``, ``<task-notification>``), the prompt a slash command
@@ -38,32 +41,24 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from typing import Any
+from dataclasses import dataclass, replace
 
-from ctxkeep.messages import Message, ToolCall, ToolResult
+from ctxkeep.messages import Message, ToolResult
 from ctxkeep.summarize.identifiers import (
     Identifier,
-    command_paths,
-    command_targets,
     find_identifiers,
     rank_identifiers,
     value_identifiers,
     without_redundant,
 )
+from ctxkeep.summarize.runs import _TAG, ToolRun, fixes, is_resolved, mark_expected, todo_items, tool_run
 from ctxkeep.summarize.sections import is_placeholder, missing_sections
 
 __all__ = [
-    "PATH_KEYS",
     "Facts",
-    "ToolRun",
     "collect_facts",
     "human_text",
 ]
-
-# Argument keys whose value is a file path, in the tools agents use.
-PATH_KEYS = ("path", "file_path", "filepath", "filename", "file_name", "notebook_path", "target_file")
 
 # Caps the sections of `ctxkeep.summarize.extractive` apply too (it imports them), so facts and sections agree.
 _MAX_DECISIONS = 12
@@ -88,52 +83,10 @@ _EPHEMERAL_PORT = re.compile(r":(?:3[2-9]\d{3}|[4-6]\d{4})$")
 _OWN_NOTICE = re.compile(r"^\[ctxkeep: .*$", re.MULTILINE)  # see ctxkeep.offload
 _GIT_COMMAND = re.compile(r"(?:^|[\s;&|(])git\s")
 
-_SHELL_TOOL = re.compile(r"(?i)bash|shell|exec|terminal|powershell|run_?command|^sh$|^cmd$|^run$")
-_COMMAND_KEYS = ("command", "cmd", "script")
-_TODO_TOOL = re.compile(r"(?i)todo|update_plan|^plan$")
-_READ_TOOL = re.compile(
-    r"(?i)^(?:get|search|list|find|read|view|open|fetch|lookup|check|calculate|think|glob|grep|ls|cat|web_?search"
-    r"|web_?fetch|task_?output|bash_?output|kill_?bash|kill_?shell|write_stdin|ask_?user|enter_?plan|exit_?plan"
-    r"|skill)"
-)
-_MODIFY_TOOL = re.compile(r"(?i)edit|write|str_replace|replace|create|insert|patch|delete|remove|rename|move|append")
-_EDITOR_VIEW = frozenset({"view"})
-_PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$|^\*\*\* Move to: (.+)$", re.MULTILINE)
-_SKIPPED_FAILURES = ("Sibling tool call errored",)  # Claude Code: the call never ran
-
-# The line that says what went wrong, by how much it says, strongest first: a test runner's summary
-# line, an exception ("KeyError: 'x'", pytest's "E   AssertionError: ..."), a tool's error line
-# ("error: ...", "fatal: ...", "src/a.py:3:1: E501 ..."), a count ("Total errors: 2", "1 failed"), then
-# weaker words ("cannot", "does not exist").
-_ERROR_LINES = (
-    re.compile(r"^FAILED\s+\S+.*\s-\s+\S"),
-    re.compile(r"^(?:E\s+)?(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b(?::|$)"),
-    re.compile(
-        r"(?i)(?:^|\s|\]\s?)(?:error|fatal|panic)(?:\[[\w-]+\])?:|^\*\* \(\w+|^ERROR\b|^FAILED\b|No such file"
-        r"|command not found|permission denied|^[\w./-]+\.\w+:\d+:\d+:\s*\w|错误|异常"
-    ),
-    re.compile(r"(?i)\b(?:errors?|failures?|failed)\b:?\s*[1-9]|\b[1-9]\d*\s+(?:errors?|failures?|failed)\b"),
-    re.compile(
-        r"(?i)\b(?:errors?|exception|traceback|fail(?:ed|ure|s)?|cannot|can't|denied|invalid|refused|timed? ?out"
-        r"|abort(?:ed)?|not found|does not exist)\b|失败|找不到|无法"
-    ),
-)
-_NOISE_LINE = re.compile(
-    r"(?i)^(?:exit code \d+|\[the command completed with exit code -?\d+\.?\]|chunk id:.*|wall time:.*"
-    r"|process exited with code -?\d+|original token count:.*|output:|\[ctxkeep:.*)$"
-)
-# a stack frame or source line quoted in a traceback: where, not what
-_FRAME_LINE = re.compile(r"^(?:\s|>|File \"|\S+:\d+: in \S+$|at \S+ \()")
-# what an assistant says after a failure it meant to see (a probe: "port 8081 is free")
-_EXPECTED = re.compile(
-    r"(?i)\b(?:as expected|expected(?:ly)?|is free|not (?:running|listening|in use)"
-    r"|nothing (?:is )?(?:listening|running)|as intended|deliberate(?:ly)?|confirm(?:s|ed)?)\b|符合预期|预期"
-)
 # Claude Code's handles of background shells: what a later call reads from, not an identifier
 _HANDLE_TOOL = re.compile(r"(?i)^(?:bash_?output|kill_?(?:bash|shell)|task_?output|task_?stop)$")
 # paths inside installed packages, named by tracebacks and build output
 _VENDORED = re.compile(r"(?:^|/)(?:site-packages|dist-packages|node_modules|\.venv|_build|\.tox)/")
-_TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s[^<>]*)?>")
 
 _CONSTRAINT = re.compile(
     r"(?i)\b(?:must|mustn't|never|don't|do not|always|prefer|preferably|should|shouldn't|please use"
@@ -207,40 +160,6 @@ _ACKS = frozenset({
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ToolRun:
-    """One tool call and what came of it.
-
-    `kind` is "shell" (it ran `command`), "modify" (it changed files), "read", "todo" or "other".
-    `has_result` is false for a call with no result, or one that never ran ("Sibling tool call
-    errored"); `failed` is true for an error result or a non-zero exit code; `error_line` is the
-    line of the result that says best what went wrong; `expected` is true for a failure the
-    assistant's next words call expected (a probe: "port 8081 is free"); `index` is the message's
-    position.
-    """
-
-    tool: str
-    kind: str
-    arguments: Mapping[str, Any] = field(hash=False)
-    command: str | None = None
-    paths_read: tuple[str, ...] = ()
-    paths_modified: tuple[str, ...] = ()
-    has_result: bool = False
-    exit_code: int | None = None
-    failed: bool = False
-    error_line: str = ""
-    expected: bool = False
-    index: int = 0
-
-    @property
-    def key(self) -> str:
-        """What a later run must match to count as the same call (to resolve a failure)."""
-        if self.command is not None:
-            return self.command
-        paths = self.paths_modified or self.paths_read
-        return paths[0] if paths else f"{self.tool}({_compact_json(self.arguments)})"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class Facts:
     """What `collect_facts` found in the messages; lists oldest first unless said otherwise."""
 
@@ -275,75 +194,16 @@ class Facts:
         return open_ + fixed
 
     def resolved(self, run: ToolRun) -> bool:
-        """True when later calls fixed the failed `run`.
-
-        A shell command is fixed when each of its commands (`command_targets`) later succeeded with
-        the same program on at least its operands, in one run or several (``pytest -x`` by ``pytest
-        -x -q``; ``ruff check a && ruff format a`` by the same with ``&& mypy a`` after it; ``git add
-        a b`` by ``git add a`` and ``git add -f b``); a command with no operands by one whose
-        operands name no file (``git push`` by ``git push -u origin main``). Another tool's call is
-        fixed by a later call of the same kind on the same file (or with the same arguments). An
-        `expected` failure (a probe) is resolved by any later success of the same program or tool.
-        """
-        later = [r for r in self.runs if r.index > run.index and r.has_result and not r.failed]
-        if run.expected and any(_program(r) == _program(run) for r in later):
-            return True
-        return _fixed_by(run, later)
+        """True when later calls fixed the failed `run` (see `ctxkeep.summarize.runs.is_resolved`)."""
+        return is_resolved(run, self.runs)
 
     def fixes(self, tool: str, target: str) -> bool:
         """True when a successful call of these facts fixes an older failure of `tool` on `target`.
 
-        `target` is the command or file a previous summary shows for the failure; when it was cut
-        (it ends with "…"), a call whose command or file starts with what is left counts.
+        `target` is the command or file a previous summary shows for the failure (see
+        `ctxkeep.summarize.runs.fixes`).
         """
-        ok = [r for r in self.runs if r.has_result and not r.failed]
-        if target.endswith("…"):
-            head = target.removesuffix("…")
-            return bool(head) and any(r.key.startswith(head) for r in ok)
-        shell = _SHELL_TOOL.search(tool) is not None
-        old = ToolRun(tool=tool, kind="shell" if shell else "", arguments={}, command=target if shell else None)
-        if not shell:
-            return any(r.key == target for r in ok)
-        return _fixed_by(old, ok)
-
-
-def _program(run: ToolRun) -> str:
-    """The program a shell run ran first (``git push``), else the tool's name."""
-    if run.command is not None:
-        targets = _targets(run.command)
-        return targets[0][0] if targets else run.command.split(maxsplit=1)[0]
-    return run.tool
-
-
-# Each failure is checked against every later run, more than once: parse each command once.
-@lru_cache(maxsize=4096)
-def _targets(command: str) -> tuple[tuple[str, frozenset[str]], ...]:
-    return tuple(command_targets(command))
-
-
-@lru_cache(maxsize=4096)
-def _names_file(word: str) -> bool:
-    return any(i.kind in ("path", "url") for i in find_identifiers(word))
-
-
-def _fixed_by(run: ToolRun, later: Sequence[ToolRun]) -> bool:
-    """True when the successful runs `later` fixed the failed `run` (see `Facts.resolved`)."""
-    if run.command is None:
-        return any(r.command is None and r.kind == run.kind and r.key == run.key for r in later)
-    if any(r.command == run.command for r in later):
-        return True
-    steps = _targets(run.command)
-    if not steps:
-        return False
-    done = [step for r in later if r.command is not None for step in _targets(r.command)]
-    for program, operands in steps:
-        same = [ops for p, ops in done if p == program]
-        if operands:
-            if not same or not operands <= frozenset().union(*same):
-                return False
-        elif not any(not any(_names_file(o) for o in ops) for ops in same):
-            return False
-    return True
+        return fixes(self.runs, tool, target)
 
 
 def collect_facts(messages: Sequence[Message]) -> Facts:
@@ -360,7 +220,7 @@ def collect_facts(messages: Sequence[Message]) -> Facts:
     found: list[tuple[Identifier, float]] = []
     runs: list[ToolRun] = []
     commands: dict[str, str] = {}  # call id -> the shell command it ran
-    said: list[tuple[int, str]] = []  # (index, text) of assistant messages with text
+    said: list[tuple[int, str]] = []  # (index, first two sentences) of assistant messages with text
     todos: tuple[tuple[str, str], ...] = ()
     last_text = ""
     last_answer = -1
@@ -382,14 +242,15 @@ def collect_facts(messages: Sequence[Message]) -> Facts:
             text = msg.text.strip()
             if text:
                 _scan_text(text, _FROM_ASSISTANT, found)
-                said.append((i, text))
+                sentences = _sentences(text)
+                said.append((i, " ".join(sentences[:2])))  # enough to call a failure expected
                 last_text = text
-                decisions.extend(s for s in _sentences(text) if _DECISION_STRONG.search(s) or _DECISION_WEAK.search(s))
+                decisions.extend(s for s in sentences if _DECISION_STRONG.search(s) or _DECISION_WEAK.search(s))
                 # a reply that only announces work ("I'll do X next") leaves the ask open
                 if not msg.tool_calls and not _announces(text):
                     last_answer = i
             for call in msg.tool_calls:
-                run = _tool_run(call, results.get(call.id), i)
+                run = tool_run(call, results.get(call.id), i)
                 runs.append(run)
                 if run.command is not None:
                     commands[call.id] = run.command
@@ -398,7 +259,7 @@ def collect_facts(messages: Sequence[Message]) -> Facts:
                         (ident, _FROM_USER if short else _FROM_CONTENT)
                         for ident, short in value_identifiers(run.arguments)
                     )
-                todos = _todos(run.arguments) or todos
+                todos = tuple((s, _clip(t, _ITEM_CHARS)) for s, t in todo_items(run.arguments)) or todos
         elif msg.role == "tool" and msg.tool_result is not None:
             command = commands.get(msg.tool_result.call_id, "")
             _scan_result(msg.tool_result.text[:_RESULT_SCAN_CHARS], bool(_GIT_COMMAND.search(command)), found)
@@ -416,22 +277,10 @@ def collect_facts(messages: Sequence[Message]) -> Facts:
         intents=tuple(_clip(s, _ITEM_CHARS) for s in intents),
         plans=tuple(_clip(p, _ITEM_CHARS) for p in plans),
         todos=todos,
-        runs=tuple(_mark_expected(runs, said)),
+        runs=tuple(mark_expected(runs, said)),
         identifiers=tuple(identifiers),
         named=sum(i in named for i in identifiers),
     )
-
-
-def _mark_expected(runs: list[ToolRun], said: list[tuple[int, str]]) -> list[ToolRun]:
-    """The runs, a failure marked `expected` when the assistant's next words say it meant to see it."""
-    out = []
-    for run in runs:
-        if run.failed:
-            after = next((text for j, text in said if j > run.index), "")
-            if _EXPECTED.search(" ".join(_sentences(after)[:2])):
-                run = replace(run, expected=True)
-        out.append(run)
-    return out
 
 
 def human_text(text: str) -> tuple[str | None, bool]:
@@ -505,118 +354,6 @@ def _scan_result(text: str, git: bool, found: list[tuple[Identifier, float]]) ->
         elif ident.kind == "host_port" and _EPHEMERAL_PORT.search(ident.text):
             continue  # the client's end of a connection, as access logs show it
         found.append((ident, _FROM_RESULT))
-
-
-def _tool_run(call: ToolCall, result: ToolResult | None, index: int) -> ToolRun:
-    args = call.input_object()
-    command = _command_of(call.name, args)
-    kind = _kind_of(call.name, args, command)
-    read: list[str] = []
-    modified: list[str] = []
-    values = [v.strip() for k in PATH_KEYS if isinstance(v := args.get(k), str)]
-    paths = [v for v in values if v and "\n" not in v]  # a path is one line
-    if kind == "modify":
-        modified.extend(paths)
-        patch = args.get("input") or args.get("patch")
-        if isinstance(patch, str):
-            modified.extend(m.group(1) or m.group(2) for m in _PATCH_FILE.finditer(patch))
-    else:
-        read.extend(paths)
-    if command is not None:
-        cmd_read, cmd_written = command_paths(command)
-        read.extend(cmd_read)
-        modified.extend(cmd_written)
-    failed = False
-    error_line = ""
-    exit_code = None
-    if result is not None and _TAG.sub("", result.text).strip() in _SKIPPED_FAILURES:
-        result = None  # it never ran: no outcome to report
-    if result is not None:
-        exit_code = result.exit_code
-        failed = result.is_error or (exit_code is not None and exit_code != 0)
-        if failed:
-            error_line = _error_line(result.text)
-    return ToolRun(
-        tool=call.name,
-        kind=kind,
-        arguments=args,
-        command=command,
-        paths_read=tuple(_unique(read)),
-        paths_modified=tuple(_unique(modified)),
-        has_result=result is not None,
-        exit_code=exit_code,
-        failed=failed,
-        error_line=error_line,
-        index=index,
-    )
-
-
-def _command_of(tool: str, args: Mapping[str, Any]) -> str | None:
-    if not _SHELL_TOOL.search(tool):
-        return None
-    for key in _COMMAND_KEYS:
-        value = args.get(key)
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-            return " ".join(value)
-    return None
-
-
-def _kind_of(tool: str, args: Mapping[str, Any], command: str | None) -> str:
-    if command is not None:
-        return "shell"
-    if _todos(args):
-        return "todo"
-    if _TODO_TOOL.search(tool):
-        return "todo"
-    sub = args.get("command")
-    if isinstance(sub, str) and "editor" in tool.lower():
-        return "read" if sub in _EDITOR_VIEW else "modify"
-    if _READ_TOOL.search(tool):
-        return "read"
-    if _MODIFY_TOOL.search(tool):
-        return "modify"
-    return "other"
-
-
-def _todos(args: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    """(status, text) of a todo list (Claude Code ``todos``, Codex ``plan``), or () when there is none."""
-    for key in ("todos", "plan"):
-        value = args.get(key)
-        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            out = []
-            for item in value:
-                text = item.get("content") or item.get("step") or item.get("title") or item.get("task")
-                status = str(item.get("status", "pending")).lower()
-                if isinstance(text, str) and text.strip():
-                    out.append((status, _clip(text, _ITEM_CHARS)))
-            return tuple(out)
-    return ()
-
-
-def _error_line(text: str) -> str:
-    """The line of a failed call's output that says best what went wrong (see `_ERROR_LINES`).
-
-    Stack frames and quoted source lines say where, not what, and are passed over; of several
-    exception lines after a "Traceback", the last one (the error raised) is taken; else the first
-    line of the strongest kind, one that does not end in ":" (a lead-in) if there is one; else the
-    first line.
-    """
-    if "\\n\\n" in text:
-        text = text.replace("\\n", "\n")  # output passed on escaped, as one line
-    raw = [_TAG.sub("", line).rstrip() for line in text.splitlines()]
-    lines = [line for line in raw if line.strip() and not _NOISE_LINE.match(line.strip())]
-    said = [line.strip() for line in lines if not _FRAME_LINE.match(line) or line.startswith("E ")]
-    traceback = any(line.startswith("Traceback (most recent call last)") for line in said)
-    for pattern in _ERROR_LINES:
-        hits = [line for line in said if pattern.search(line)]
-        # "Pre-commit validation failed:" only leads in to what went wrong
-        hits = [line for line in hits if not line.endswith(":")] or hits
-        if hits:
-            line = hits[-1] if traceback and pattern is _ERROR_LINES[1] else hits[0]
-            return re.sub(r"^E\s+", "", line)  # pytest's mark for the lines of an error
-    return lines[0].strip() if lines else ""
 
 
 def _candidates(text: str) -> list[str]:
@@ -738,10 +475,6 @@ def _shorten(text: str, limit: int) -> str:
 def _clip(text: str, limit: int) -> str:
     """`text` cut to `limit` characters, with an ellipsis when cut."""
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def _compact_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=False, default=str)
 
 
 def _unique(items: Iterable[str]) -> list[str]:

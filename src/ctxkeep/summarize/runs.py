@@ -1,0 +1,328 @@
+"""Tool runs: each tool call with its files and outcome, and which failures later runs fixed; no model, no I/O.
+
+`tool_run` reads one call and its result into a `ToolRun`:
+
+    kind             "shell" (a shell tool with a command), "todo", "read", "modify" or "other", by the
+                     tool's name and arguments (an editor tool by its ``command``)
+    files            read and modified: path arguments in `PATH_KEYS`, the files of an edit tool or a
+                     patch, and those of ``cat``/``sed``/redirections in a command (`command_paths`)
+    outcome          exit code, failed or not, and the line that says what went wrong: a test's
+                     FAILED line, the exception raised, an ``error:`` or a linter's line, not a
+                     stack frame (`error_line`); a call that never ran ("Sibling tool call
+                     errored") has no outcome
+
+A failure is resolved when later runs fixed it (`is_resolved`): a shell command when each of its
+commands later succeeded with the same program on at least its operands; another tool's call by a
+later call of the same kind on the same file. A failure the assistant's next words call expected
+(a probe: "port 8081 is free", see `mark_expected`) is resolved by any later success of the same
+program. `ctxkeep.summarize.facts` collects the runs of a conversation with the other facts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any
+
+from ctxkeep.messages import ToolCall, ToolResult
+from ctxkeep.summarize.identifiers import command_paths, command_targets, find_identifiers
+
+__all__ = [
+    "PATH_KEYS",
+    "ToolRun",
+    "error_line",
+    "fixes",
+    "is_resolved",
+    "mark_expected",
+    "todo_items",
+    "tool_run",
+]
+
+# Argument keys whose value is a file path, in the tools agents use.
+PATH_KEYS = ("path", "file_path", "filepath", "filename", "file_name", "notebook_path", "target_file")
+
+_SHELL_TOOL = re.compile(r"(?i)bash|shell|exec|terminal|powershell|run_?command|^sh$|^cmd$|^run$")
+_COMMAND_KEYS = ("command", "cmd", "script")
+_TODO_TOOL = re.compile(r"(?i)todo|update_plan|^plan$")
+_READ_TOOL = re.compile(
+    r"(?i)^(?:get|search|list|find|read|view|open|fetch|lookup|check|calculate|think|glob|grep|ls|cat|web_?search"
+    r"|web_?fetch|task_?output|bash_?output|kill_?bash|kill_?shell|write_stdin|ask_?user|enter_?plan|exit_?plan"
+    r"|skill)"
+)
+_MODIFY_TOOL = re.compile(r"(?i)edit|write|str_replace|replace|create|insert|patch|delete|remove|rename|move|append")
+_EDITOR_VIEW = frozenset({"view"})
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$|^\*\*\* Move to: (.+)$", re.MULTILINE)
+_SKIPPED_FAILURES = ("Sibling tool call errored",)  # Claude Code: the call never ran
+
+# The line that says what went wrong, by how much it says, strongest first: a test runner's summary
+# line, an exception ("KeyError: 'x'", pytest's "E   AssertionError: ..."), a tool's error line
+# ("error: ...", "fatal: ...", "src/a.py:3:1: E501 ..."), a count ("Total errors: 2", "1 failed"), then
+# weaker words ("cannot", "does not exist").
+_ERROR_LINES = (
+    re.compile(r"^FAILED\s+\S+.*\s-\s+\S"),
+    re.compile(r"^(?:E\s+)?(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b(?::|$)"),
+    re.compile(
+        r"(?i)(?:^|\s|\]\s?)(?:error|fatal|panic)(?:\[[\w-]+\])?:|^\*\* \(\w+|^ERROR\b|^FAILED\b|No such file"
+        r"|command not found|permission denied|^[\w./-]+\.\w+:\d+:\d+:\s*\w|错误|异常"
+    ),
+    re.compile(r"(?i)\b(?:errors?|failures?|failed)\b:?\s*[1-9]|\b[1-9]\d*\s+(?:errors?|failures?|failed)\b"),
+    re.compile(
+        r"(?i)\b(?:errors?|exception|traceback|fail(?:ed|ure|s)?|cannot|can't|denied|invalid|refused|timed? ?out"
+        r"|abort(?:ed)?|not found|does not exist)\b|失败|找不到|无法"
+    ),
+)
+_NOISE_LINE = re.compile(
+    r"(?i)^(?:exit code \d+|\[the command completed with exit code -?\d+\.?\]|chunk id:.*|wall time:.*"
+    r"|process exited with code -?\d+|original token count:.*|output:|\[ctxkeep:.*)$"
+)
+# a stack frame or source line quoted in a traceback: where, not what
+_FRAME_LINE = re.compile(r"^(?:\s|>|File \"|\S+:\d+: in \S+$|at \S+ \()")
+# what an assistant says after a failure it meant to see (a probe: "port 8081 is free")
+_EXPECTED = re.compile(
+    r"(?i)\b(?:as expected|expected(?:ly)?|is free|not (?:running|listening|in use)"
+    r"|nothing (?:is )?(?:listening|running)|as intended|deliberate(?:ly)?|confirm(?:s|ed)?)\b|符合预期|预期"
+)
+_TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s[^<>]*)?>")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolRun:
+    """One tool call and what came of it.
+
+    `kind` is "shell" (it ran `command`), "modify" (it changed files), "read", "todo" or "other".
+    `has_result` is false for a call with no result, or one that never ran ("Sibling tool call
+    errored"); `failed` is true for an error result or a non-zero exit code; `error_line` is the
+    line of the result that says best what went wrong; `expected` is true for a failure the
+    assistant's next words call expected (a probe: "port 8081 is free"); `index` is the message's
+    position.
+    """
+
+    tool: str
+    kind: str
+    arguments: Mapping[str, Any] = field(hash=False)
+    command: str | None = None
+    paths_read: tuple[str, ...] = ()
+    paths_modified: tuple[str, ...] = ()
+    has_result: bool = False
+    exit_code: int | None = None
+    failed: bool = False
+    error_line: str = ""
+    expected: bool = False
+    index: int = 0
+
+    @property
+    def key(self) -> str:
+        """What a later run must match to count as the same call (to resolve a failure)."""
+        if self.command is not None:
+            return self.command
+        paths = self.paths_modified or self.paths_read
+        return paths[0] if paths else f"{self.tool}({_compact_json(self.arguments)})"
+
+
+def tool_run(call: ToolCall, result: ToolResult | None, index: int) -> ToolRun:
+    """The run of `call` with its `result` (None when it has none), `index` the position of its message."""
+    args = call.input_object()
+    command = _command_of(call.name, args)
+    kind = _kind_of(call.name, args, command)
+    read: list[str] = []
+    modified: list[str] = []
+    values = [v.strip() for k in PATH_KEYS if isinstance(v := args.get(k), str)]
+    paths = [v for v in values if v and "\n" not in v]  # a path is one line
+    if kind == "modify":
+        modified.extend(paths)
+        patch = args.get("input") or args.get("patch")
+        if isinstance(patch, str):
+            modified.extend(m.group(1) or m.group(2) for m in _PATCH_FILE.finditer(patch))
+    else:
+        read.extend(paths)
+    if command is not None:
+        cmd_read, cmd_written = command_paths(command)
+        read.extend(cmd_read)
+        modified.extend(cmd_written)
+    failed = False
+    error = ""
+    exit_code = None
+    if result is not None and _TAG.sub("", result.text).strip() in _SKIPPED_FAILURES:
+        result = None  # it never ran: no outcome to report
+    if result is not None:
+        exit_code = result.exit_code
+        failed = result.is_error or (exit_code is not None and exit_code != 0)
+        if failed:
+            error = error_line(result.text)
+    return ToolRun(
+        tool=call.name,
+        kind=kind,
+        arguments=args,
+        command=command,
+        paths_read=tuple(dict.fromkeys(read)),
+        paths_modified=tuple(dict.fromkeys(modified)),
+        has_result=result is not None,
+        exit_code=exit_code,
+        failed=failed,
+        error_line=error,
+        index=index,
+    )
+
+
+def _command_of(tool: str, args: Mapping[str, Any]) -> str | None:
+    if not _SHELL_TOOL.search(tool):
+        return None
+    for key in _COMMAND_KEYS:
+        value = args.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            return " ".join(value)
+    return None
+
+
+def _kind_of(tool: str, args: Mapping[str, Any], command: str | None) -> str:
+    if command is not None:
+        return "shell"
+    if todo_items(args):
+        return "todo"
+    if _TODO_TOOL.search(tool):
+        return "todo"
+    sub = args.get("command")
+    if isinstance(sub, str) and "editor" in tool.lower():
+        return "read" if sub in _EDITOR_VIEW else "modify"
+    if _READ_TOOL.search(tool):
+        return "read"
+    if _MODIFY_TOOL.search(tool):
+        return "modify"
+    return "other"
+
+
+def todo_items(arguments: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(status, text) of the todo list in a call's `arguments` (Claude Code ``todos``, Codex ``plan``), or ()."""
+    for key in ("todos", "plan"):
+        value = arguments.get(key)
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            out = []
+            for item in value:
+                text = item.get("content") or item.get("step") or item.get("title") or item.get("task")
+                status = str(item.get("status", "pending")).lower()
+                if isinstance(text, str) and text.strip():
+                    out.append((status, text))
+            return tuple(out)
+    return ()
+
+
+def error_line(text: str) -> str:
+    """The line of a failed call's output that says best what went wrong (see `_ERROR_LINES`).
+
+    Stack frames and quoted source lines say where, not what, and are passed over; of several
+    exception lines after a "Traceback", the last one (the error raised) is taken; else the first
+    line of the strongest kind, one that does not end in ":" (a lead-in) if there is one; else the
+    first line.
+    """
+    if "\\n\\n" in text:
+        text = text.replace("\\n", "\n")  # output passed on escaped, as one line
+    raw = [_TAG.sub("", line).rstrip() for line in text.splitlines()]
+    lines = [line for line in raw if line.strip() and not _NOISE_LINE.match(line.strip())]
+    said = [line.strip() for line in lines if not _FRAME_LINE.match(line) or line.startswith("E ")]
+    traceback = any(line.startswith("Traceback (most recent call last)") for line in said)
+    for pattern in _ERROR_LINES:
+        hits = [line for line in said if pattern.search(line)]
+        # "Pre-commit validation failed:" only leads in to what went wrong
+        hits = [line for line in hits if not line.endswith(":")] or hits
+        if hits:
+            line = hits[-1] if traceback and pattern is _ERROR_LINES[1] else hits[0]
+            return re.sub(r"^E\s+", "", line)  # pytest's mark for the lines of an error
+    return lines[0].strip() if lines else ""
+
+
+def is_resolved(run: ToolRun, runs: Sequence[ToolRun]) -> bool:
+    """True when calls of `runs` after the failed `run` fixed it.
+
+    A shell command is fixed when each of its commands (`command_targets`) later succeeded with
+    the same program on at least its operands, in one run or several (``pytest -x`` by ``pytest
+    -x -q``; ``ruff check a && ruff format a`` by the same with ``&& mypy a`` after it; ``git add
+    a b`` by ``git add a`` and ``git add -f b``); a command with no operands by one whose
+    operands name no file (``git push`` by ``git push -u origin main``). Another tool's call is
+    fixed by a later call of the same kind on the same file (or with the same arguments). An
+    `expected` failure (a probe) is resolved by any later success of the same program or tool.
+    """
+    later = [r for r in runs if r.index > run.index and r.has_result and not r.failed]
+    if run.expected and any(_program(r) == _program(run) for r in later):
+        return True
+    return _fixed_by(run, later)
+
+
+def fixes(runs: Sequence[ToolRun], tool: str, target: str) -> bool:
+    """True when a successful call of `runs` fixes an older failure of `tool` on `target`.
+
+    `target` is the command or file a previous summary shows for the failure; when it was cut
+    (it ends with "…"), a call whose command or file starts with what is left counts.
+    """
+    ok = [r for r in runs if r.has_result and not r.failed]
+    if target.endswith("…"):
+        head = target.removesuffix("…")
+        return bool(head) and any(r.key.startswith(head) for r in ok)
+    shell = _SHELL_TOOL.search(tool) is not None
+    old = ToolRun(tool=tool, kind="shell" if shell else "", arguments={}, command=target if shell else None)
+    if not shell:
+        return any(r.key == target for r in ok)
+    return _fixed_by(old, ok)
+
+
+def _program(run: ToolRun) -> str:
+    """The program a shell run ran first (``git push``), else the tool's name."""
+    if run.command is not None:
+        targets = _targets(run.command)
+        return targets[0][0] if targets else run.command.split(maxsplit=1)[0]
+    return run.tool
+
+
+# Each failure is checked against every later run, more than once: parse each command once.
+@lru_cache(maxsize=4096)
+def _targets(command: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    return tuple(command_targets(command))
+
+
+@lru_cache(maxsize=4096)
+def _names_file(word: str) -> bool:
+    return any(i.kind in ("path", "url") for i in find_identifiers(word))
+
+
+def _fixed_by(run: ToolRun, later: Sequence[ToolRun]) -> bool:
+    """True when the successful runs `later` fixed the failed `run` (see `is_resolved`)."""
+    if run.command is None:
+        return any(r.command is None and r.kind == run.kind and r.key == run.key for r in later)
+    if any(r.command == run.command for r in later):
+        return True
+    steps = _targets(run.command)
+    if not steps:
+        return False
+    done = [step for r in later if r.command is not None for step in _targets(r.command)]
+    for program, operands in steps:
+        same = [ops for p, ops in done if p == program]
+        if operands:
+            if not same or not operands <= frozenset().union(*same):
+                return False
+        elif not any(not any(_names_file(o) for o in ops) for ops in same):
+            return False
+    return True
+
+
+def mark_expected(runs: Sequence[ToolRun], said: Sequence[tuple[int, str]]) -> list[ToolRun]:
+    """The runs, a failure marked `expected` when the assistant's next words say it meant to see it.
+
+    `said` holds (index, opening words) of the assistant messages with text, oldest first: the
+    first sentences of each, enough to say "as expected".
+    """
+    out = []
+    for run in runs:
+        if run.failed:
+            after = next((words for j, words in said if j > run.index), "")
+            if _EXPECTED.search(after):
+                run = replace(run, expected=True)
+        out.append(run)
+    return out
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=False, default=str)
