@@ -235,3 +235,16 @@ def test_an_aborted_call_is_sent_with_an_explicit_error_result() -> None:
     assert step.live.messages == live.messages  # the live state still waits for the result
     with pytest.raises(MessageError, match="does not directly follow its call"):
         engine.add(step.live, [turn(0)[2]], COUNTER)
+
+
+def test_a_chinese_conversation_gets_a_chinese_archive_guide() -> None:
+    from ctxkeep.summarize.extractive import ExtractiveSummarizer
+
+    messages = [
+        Message.of("user" if i % 2 == 0 else "assistant", f"第{i}步：请检查配置文件并修复端口问题。" * 20, id=f"z{i}")
+        for i in range(30)
+    ]
+    step = run(engine.add(Live(), messages, COUNTER), ExtractiveSummarizer())
+    assert step.live.summary is not None and step.live.summary.startswith(
+        "完整的早期对话保存在 dialog/2026-12-03.jsonl"
+    )

@@ -33,7 +33,7 @@ from .messages import Message, repair
 from .offload import offload
 from .settings import CompactSettings, OffloadSettings
 from .split import split
-from .summarize import MIN_SUMMARY_CHARS, Summarizer, SummaryRequest, missing_sections
+from .summarize import MIN_SUMMARY_CHARS, Summarizer, SummaryRequest, missing_sections, resolve_language
 from .tokens import Counter
 
 __all__ = [
@@ -437,7 +437,8 @@ def _compact(
             f" must stay whole, and nothing older is unpinned",
         )
     # The cap covers the whole summary: leave room for the archive guide that will open it.
-    guide_chars = len(_with_guide("", _next_archive(live.archive, len(cut.to_compact), now), settings.language))
+    # (Estimated in English, the longer of the two.)
+    guide_chars = len(_with_guide("", _next_archive(live.archive, len(cut.to_compact), now), "en"))
     request = SummaryRequest(
         messages=cut.to_compact,
         previous=live.summary_body,
@@ -460,7 +461,7 @@ def _compact(
 
     # Archive first: the compacted messages are on disk before they leave the live context.
     archive = archive_mod.append(folder, live.archive, cut.to_compact, now.date())
-    summary = _with_guide(body, archive, settings.language)
+    summary = _with_guide(body, archive, resolve_language(request))
     kept = cut.pinned + cut.to_keep
     live_after = _rebuild(live, kept, settings.offload.recent_n)
     live_after = replace(
