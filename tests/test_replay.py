@@ -79,6 +79,14 @@ def test_compact_as_anthropic_and_refuses_a_used_folder(tmp_path: Path, capsys: 
     capsys.readouterr()
     assert main(["compact", str(EXAMPLE), "-o", str(out), "--no-progress"]) == 2
     assert "not an empty folder" in capsys.readouterr().err
+    assert main(["compact", str(EXAMPLE), "-o", str(out), "--no-progress", "--replace"]) == 0
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "mine.txt").write_text("keep me")
+    capsys.readouterr()
+    assert main(["compact", str(EXAMPLE), "-o", str(other), "--no-progress", "--replace"]) == 2
+    assert "only replaces a ctxkeep workspace" in capsys.readouterr().err
+    assert (other / "mine.txt").read_text() == "keep me"
 
 
 def test_compact_bad_conversation_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,7 +2,7 @@
 
     ctxkeep inspect FILE [--format NAME] [--json] [--lenient] [--encoding NAME|tokenizer.json]
                          [--provider openai|anthropic] [--progress|--no-progress]
-    ctxkeep compact FILE -o WORKSPACE [--as openai|anthropic] [--window N] [--conversation N]
+    ctxkeep compact FILE -o WORKSPACE [--replace] [--as openai|anthropic] [--window N] [--conversation N]
                          [--format NAME] [--lenient] [--encoding ...] [--json] [--progress|--no-progress]
 
 Exit codes: 0 success, 2 bad input (the message names file, line and what is wrong).
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -63,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     compact.add_argument("file", help="a transcript in any format `inspect` reads")
     compact.add_argument("-o", "--output", required=True, help="workspace folder to create (must be new or empty)")
+    compact.add_argument(
+        "--replace", action="store_true", help="replace the output folder if it is a ctxkeep workspace"
+    )
     compact.add_argument("--as", dest="as_", choices=["openai", "anthropic"], default="openai", help="context format")
     compact.add_argument("--window", type=int, default=128_000, help="the model's context window in tokens")
     compact.add_argument("--conversation", type=int, default=0, help="which conversation of the file (default 0)")
@@ -118,7 +122,12 @@ def _inspect(args: argparse.Namespace) -> int:
 def _compact(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise CtxkeepError(f"{out} already exists and is not an empty folder; choose a new workspace folder")
+        if not (args.replace and (out / "state.json").is_file()):
+            raise CtxkeepError(
+                f"{out} already exists and is not an empty folder; choose a new workspace folder"
+                + (" (--replace only replaces a ctxkeep workspace)" if args.replace else ", or pass --replace")
+            )
+        shutil.rmtree(out)
     transcript = load(args.file, format=args.format, lenient=args.lenient)
     if not 0 <= args.conversation < len(transcript.conversations):
         raise CtxkeepError(
