@@ -193,7 +193,7 @@ def _render_compact(rep: dict[str, Any]) -> str:
         + (f", {rep['failed_compactions']} not applied" if rep["failed_compactions"] else ""),
         f"  offloaded       {rep['tool_results_offloaded']} tool results in tool_result/",
         f"  time            {rep['seconds']} s, {rep['step_ms_median']} ms per step (median)",
-        f"  context         {rep['context_file']}, summary.md",
+        f"  context         {rep['context_file']}, {Path(rep['workspace']) / 'summary.md'}",
     ]
     lines += [f"  warning: {w}" for w in rep["warnings"]]
     return "\n".join(lines)
