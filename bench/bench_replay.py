@@ -31,7 +31,7 @@ from ctxkeep.engine import EngineSettings, system_tokens_of
 from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.formats import load
 from ctxkeep.messages import Message, ToolCall, make_id, repair
-from ctxkeep.replay import split_system
+from ctxkeep.replay import split_system, turns
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings
 from ctxkeep.tokens import get_counter
@@ -39,16 +39,6 @@ from ctxkeep.tokens import get_counter
 RAW = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "transcripts" / "raw"
 BUCKETS = (100, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000)
 COUNTER = get_counter("o200k_base")
-
-
-def turns(messages: list[Message]) -> list[list[Message]]:
-    """Messages grouped as the agent sees them: each group ends right before an assistant turn."""
-    out: list[list[Message]] = [[]]
-    for msg in messages:
-        if msg.role == "assistant" and out[-1] and out[-1][-1].role != "assistant":
-            out.append([])
-        out[-1].append(msg)
-    return [t for t in out if t]
 
 
 def replay(session: Session, messages: list[Message], system: str | None) -> dict[str, object]:

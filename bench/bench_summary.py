@@ -44,7 +44,7 @@ from ctxkeep.engine import EngineSettings
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import load
 from ctxkeep.messages import Message, ToolResult, repair
-from ctxkeep.replay import split_system
+from ctxkeep.replay import split_system, turns
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings
 from ctxkeep.summarize import SummaryRequest
@@ -96,16 +96,6 @@ class Tally:
         self.compactions += other.compactions
         self.summarizer_s += other.summarizer_s
         self.compaction_s += other.compaction_s
-
-
-def turns(messages: list[Message]) -> list[list[Message]]:
-    """Messages grouped as the agent sees them: each group ends right before an assistant turn."""
-    out: list[list[Message]] = [[]]
-    for msg in messages:
-        if msg.role == "assistant" and out[-1] and out[-1][-1].role != "assistant":
-            out.append([])
-        out[-1].append(msg)
-    return [t for t in out if t]
 
 
 def conversations(path: Path) -> list[tuple[str | None, list[Message]]]:

@@ -18,7 +18,7 @@ from .engine import Compaction, Failure, system_tokens_of
 from .messages import Message, repair
 from .session import Session
 
-__all__ = ["Replay", "replay", "split_system"]
+__all__ = ["Replay", "replay", "split_system", "turns"]
 
 
 @dataclass(kw_only=True, slots=True)
@@ -45,6 +45,16 @@ def split_system(messages: Sequence[Message]) -> tuple[str | None, list[Message]
     return None, list(messages)
 
 
+def turns(messages: Sequence[Message]) -> list[list[Message]]:
+    """The messages grouped as the agent sees them: each group ends right before an assistant turn."""
+    out: list[list[Message]] = [[]]
+    for msg in messages:
+        if msg.role == "assistant" and out[-1] and out[-1][-1].role != "assistant":
+            out.append([])
+        out[-1].append(msg)
+    return [t for t in out if t]
+
+
 def replay(
     session: Session,
     messages: Sequence[Message],
@@ -57,17 +67,12 @@ def replay(
     fixed, changes = repair(messages)
     report = Replay(messages=len(fixed), repairs=len(changes))
     report.tokens_full = system_tokens_of(system, session.counter) + sum(session.counter.count_each(fixed))
-    pending: list[Message] = []
-    for i, msg in enumerate(fixed):
-        if msg.role == "assistant" and pending and pending[-1].role != "assistant":
-            _step(session, pending, system, report)
-            pending = []
-            if progress:
-                progress(i, len(fixed))
-        pending.append(msg)
-    _step(session, pending, system, report)
-    if progress:
-        progress(len(fixed), len(fixed))
+    done = 0
+    for batch in turns(fixed):
+        _step(session, batch, system, report)
+        done += len(batch)
+        if progress:
+            progress(done, len(fixed))
     report.seconds = time.perf_counter() - started
     return report
 
