@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import subprocess
 import sys
 import textwrap
@@ -187,3 +188,20 @@ def test_a_real_full_disk_during_compaction(tmp_path: Path) -> None:
     (tmp_path / "dialog" / "2026-12-03.jsonl").unlink()
     with Session.open(tmp_path, settings=SETTINGS) as s:
         assert s.messages == messages and s.summary == summary
+
+
+def test_a_refused_summary_is_saved_for_debugging(tmp_path: Path) -> None:
+    from test_engine import Garbage
+
+    with Session.open(tmp_path, settings=SETTINGS, summarizer=Garbage()) as s:
+        fill(s, range(12))
+        messages, summary = s.messages, s.summary
+    assert summary is None and len(messages) == 48
+    saved = sorted((tmp_path / "failed").glob("*.json"))
+    assert saved
+    detail = json.loads(saved[0].read_text())
+    assert detail["response"] == "lorem ipsum, no sections at all" and "lacks the sections" in detail["reason"]
+    assert detail["request"]["summarizer"] == "Garbage" and detail["request"]["messages"]
+    records = [json.loads(x) for x in (tmp_path / "compactions.jsonl").read_text().splitlines()]
+    assert records[0]["kind"] == "failed" and records[0]["saved"] == f"failed/{saved[0].name}"
+    assert len(records) == len(saved), "one attempt per growth of the context, not one per step"

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import MappingProxyType
+from typing import Any
 
 from . import archive as archive_mod
 from .archive import Archive, ArchiveFile
@@ -136,11 +137,17 @@ class Compaction:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Failure:
-    """A compaction that was not applied, and why. The live context is unchanged."""
+    """A compaction that was not applied, and why. The live context is unchanged.
+
+    `request` and `response` are what the summarizer was asked and answered, when known, so the
+    failure can be saved and debugged (a session writes them to ``failed/``).
+    """
 
     at: datetime
     reason: str
     tokens: int
+    request: Mapping[str, Any] | None = None
+    response: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -449,15 +456,20 @@ def _compact(
     try:
         body = summarizer.summarize(request)
     except SummaryError as exc:
-        return _failed(live, system, tokens, counter, now, f"the summarizer failed: {exc}")
+        asked = getattr(exc, "request", None) or _describe(request, summarizer)
+        answered = getattr(exc, "response", None)
+        return _failed(live, system, tokens, counter, now, f"the summarizer failed: {exc}", asked, answered)
     except Exception as exc:  # a user's summarizer may raise anything; the context must survive it
         log.exception("summarizer raised")
-        return _failed(live, system, tokens, counter, now, f"the summarizer raised {type(exc).__name__}: {exc}")
+        reason = f"the summarizer raised {type(exc).__name__}: {exc}"
+        return _failed(live, system, tokens, counter, now, reason, _describe(request, summarizer), None)
     if not isinstance(body, str) or not body.strip():
-        return _failed(live, system, tokens, counter, now, "the summarizer returned an empty summary")
+        reason = "the summarizer returned an empty summary"
+        return _failed(live, system, tokens, counter, now, reason, _describe(request, summarizer), repr(body))
     missing = missing_sections(body)
     if missing:
-        return _failed(live, system, tokens, counter, now, f"the summary lacks the sections {', '.join(missing)}")
+        reason = f"the summary lacks the sections {', '.join(missing)}"
+        return _failed(live, system, tokens, counter, now, reason, _describe(request, summarizer), body)
 
     # Archive first: the compacted messages are on disk before they leave the live context.
     archive = archive_mod.append(folder, live.archive, cut.to_compact, now.date())
@@ -508,12 +520,33 @@ def _compact(
     )
 
 
-def _failed(live: Live, system: str | None, tokens: int, counter: Counter, now: datetime, reason: str) -> Step:
+def _describe(request: SummaryRequest, summarizer: Summarizer) -> dict[str, Any]:
+    """What a summarizer was asked, as JSON, when it did not say itself (message ids, not their text)."""
+    return {
+        "summarizer": type(summarizer).__name__,
+        "messages": [m.id for m in request.messages],
+        "previous": request.previous,
+        "focus": request.focus,
+        "language": request.language,
+        "max_chars": request.max_chars,
+    }
+
+
+def _failed(
+    live: Live,
+    system: str | None,
+    tokens: int,
+    counter: Counter,
+    now: datetime,
+    reason: str,
+    request: Mapping[str, Any] | None = None,
+    response: str | None = None,
+) -> Step:
     log.warning("compaction not applied: %s", reason)
     return Step(
         live=replace(live, failed_at=tokens),
         context=_context(live, system, tokens, counter),
-        failure=Failure(at=now, reason=reason, tokens=tokens),
+        failure=Failure(at=now, reason=reason, tokens=tokens, request=request, response=response),
         warnings=(f"compaction not applied: {reason}",),
     )
 

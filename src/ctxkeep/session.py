@@ -5,6 +5,7 @@
                                records for results offloaded since the generation began
     summary.md                 a copy of the summary, for people
     compactions.jsonl          one record per compaction or failed attempt
+    failed/<time>.json         what the summarizer was asked and answered when its summary was refused
     dialog/YYYY-MM-DD.jsonl    the archive of compacted messages
     tool_result/<uuid>.txt     full texts of offloaded tool results
 
@@ -51,6 +52,7 @@ STATE = "state.json"
 SUMMARY = "summary.md"
 RECORDS = "compactions.jsonl"
 LIVE_DIR = "live"
+FAILED_DIR = "failed"
 _STATE_MARK = "ctxkeep-session/1"
 _REPLACE_MARK = "ctxkeep-replace/1"
 _BATCH_MARK = "ctxkeep-batch/1"
@@ -240,9 +242,25 @@ class Session:
             if step.failure is not None or step.live.failed_at != before.failed_at:
                 self._commit_state(replace(self._state, failed_at=step.live.failed_at))
                 if step.failure is not None:
-                    self._append_record({"kind": "failed", **_jsonable(asdict(step.failure))})
+                    self._record_failure(step)
         self.live = step.live
         return step
+
+    def _record_failure(self, step: Step) -> None:
+        """Save what the summarizer was asked and answered under ``failed/``, and note the failure."""
+        failure = step.failure
+        assert failure is not None
+        name = f"{FAILED_DIR}/{failure.at.strftime('%Y%m%dT%H%M%S%f')}-{failure.tokens}.json"
+        detail = {
+            "at": failure.at.isoformat(),
+            "reason": failure.reason,
+            "tokens": failure.tokens,
+            "request": failure.request,
+            "response": failure.response,
+        }
+        self.folder.write(name, orjson.dumps(detail, option=orjson.OPT_INDENT_2))
+        record = {"kind": "failed", "at": failure.at.isoformat(), "reason": failure.reason, "tokens": failure.tokens}
+        self._append_record({**record, "saved": name})
 
     def _save_offloads(self, after: Live) -> None:
         lines = [
