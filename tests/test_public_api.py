@@ -30,9 +30,18 @@ MODULES = [
     "ctxkeep.summarize.runs",
     "ctxkeep.summarize.facts",
     "ctxkeep.summarize.extractive",
+    "ctxkeep.summarize.prompts",
+    "ctxkeep.summarize.model",
     "ctxkeep.engine",
     "ctxkeep.session",
     "ctxkeep.replay",
+    "ctxkeep.providers",
+    "ctxkeep.providers.anthropic",
+    "ctxkeep.providers.config",
+    "ctxkeep.providers.deterministic",
+    "ctxkeep.providers.failures",
+    "ctxkeep.providers.openai",
+    "ctxkeep.providers.retry",
 ]
 
 

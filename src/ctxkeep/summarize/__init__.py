@@ -20,6 +20,10 @@ Modules:
     facts        what a summary is made of, read from the messages: asks, constraints, decisions,
                  files, the tool runs, identifiers (reusable by a model-based summarizer)
     extractive   the model-free summarizer: facts -> sections, merged with the previous summary
+    prompts      what a compaction model is asked: the conversation as bounded, marked text, and the
+                 initial and update prompts (English, Chinese) with the focus of a manual compaction
+    model        the model-written summarizer: one call, the reply unwrapped and checked, SummaryError
+                 (with the request and the raw reply) when it is not a valid summary
 """
 
 from __future__ import annotations
