@@ -32,6 +32,7 @@ MODULES = [
     "ctxkeep.summarize.extractive",
     "ctxkeep.summarize.prompts",
     "ctxkeep.summarize.model",
+    "ctxkeep.summarize.augment",
     "ctxkeep.engine",
     "ctxkeep.session",
     "ctxkeep.replay",

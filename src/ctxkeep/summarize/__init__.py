@@ -24,6 +24,8 @@ Modules:
                  initial and update prompts (English, Chinese) with the focus of a manual compaction
     model        the model-written summarizer: one call, the reply unwrapped and checked, SummaryError
                  (with the request and the raw reply) when it is not a valid summary
+    augment      what every model summary gets appended: the exact identifiers it lacks, tool
+                 failures, files read and modified, the AGENTS.md rules; the cap trims only the model
 """
 
 from __future__ import annotations

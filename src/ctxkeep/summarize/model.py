@@ -2,7 +2,7 @@
 
     SummaryRequest ─► summary_prompt ─► Completion ─► model.complete ─► Reply
                                                                           │
-        summary ◄─ fit to max_chars ◄─ missing_sections == [] ◄─ unwrap ◄─┘
+        summary ◄─ augment, fit ◄─ missing_sections == [] ◄─ unwrap ◄─┘
                                                │ otherwise
                                                └─► SummaryError(.request, .response)
 
@@ -23,9 +23,10 @@ from typing import Any
 
 from ctxkeep.errors import ProviderError, SummaryError
 from ctxkeep.providers import Completion, Model, Turn
-from ctxkeep.summarize import SummaryRequest, resolve_language
+from ctxkeep.summarize import SummaryRequest
+from ctxkeep.summarize.augment import augment
 from ctxkeep.summarize.prompts import ARGUMENTS_CHARS, RESULT_CHARS, summary_prompt
-from ctxkeep.summarize.sections import Drop, fit_sections, missing_sections, parse_sections, render_sections
+from ctxkeep.summarize.sections import missing_sections
 
 __all__ = ["MAX_TOKENS", "ModelSummarizer", "unwrap"]
 
@@ -40,7 +41,9 @@ class ModelSummarizer:
     """A `Summarizer` that asks a compaction `model` for the summary and checks the reply.
 
     `max_tokens` bounds the reply; `result_chars` and `arguments_chars` bound each tool result and
-    each string argument of a tool call in the prompt (see `ctxkeep.summarize.prompts`).
+    each string argument of a tool call in the prompt (see `ctxkeep.summarize.prompts`); `agents_md`
+    is the workspace's AGENTS.md text (the caller reads it), whose Session Startup and Red Lines
+    sections every summary carries (see `ctxkeep.summarize.augment`).
     """
 
     def __init__(
@@ -50,6 +53,7 @@ class ModelSummarizer:
         max_tokens: int = MAX_TOKENS,
         result_chars: int = RESULT_CHARS,
         arguments_chars: int = ARGUMENTS_CHARS,
+        agents_md: str | None = None,
     ) -> None:
         for name, value in (
             ("max_tokens", max_tokens),
@@ -62,6 +66,9 @@ class ModelSummarizer:
         self.max_tokens = max_tokens
         self.result_chars = result_chars
         self.arguments_chars = arguments_chars
+        if agents_md is not None and not isinstance(agents_md, str):
+            raise TypeError(f"agents_md must be the text of AGENTS.md or None, got {type(agents_md).__name__}")
+        self.agents_md = agents_md
 
     def __repr__(self) -> str:
         return f"ModelSummarizer({self.model.name!r}, max_tokens={self.max_tokens})"
@@ -76,7 +83,7 @@ class ModelSummarizer:
         )
 
     def summarize(self, request: SummaryRequest) -> str:
-        """The model's summary of `request`, unwrapped and at most ``request.max_chars`` characters.
+        """The model's summary of `request`, unwrapped, augmented and at most ``request.max_chars`` characters.
 
         Raises `SummaryError` (with ``.request`` and ``.response``) when the model fails or its
         reply is not a summary with every required section.
@@ -104,7 +111,10 @@ class ModelSummarizer:
                 request=asked,
                 response=reply.text,
             )
-        return _fit(text, request)
+        try:
+            return augment(text, request, agents_md=self.agents_md)
+        except ValueError as exc:
+            raise SummaryError(str(exc), request=asked, response=reply.text) from exc
 
 
 def unwrap(text: str) -> str:
@@ -124,21 +134,6 @@ def unwrap(text: str) -> str:
         if len(fences) % 2 == 1:  # the fences inside the summary come in pairs; the odd one closes the wrapper
             body = body[: fences[-1]]
     return "\n".join(body).strip() + "\n"
-
-
-def _fit(text: str, request: SummaryRequest) -> str:
-    """`text` if it fits ``request.max_chars``, else its sections cut to fit (the newest Done items kept)."""
-    if len(text) <= request.max_chars:
-        return text
-    language = resolve_language(request)
-    sections = parse_sections(text)
-    plan = [
-        Drop(section=title, subsection=sub, end="head" if sub == "Done" else "tail")
-        for title, subs in sections.items()
-        for sub in subs
-    ]
-    fitted = fit_sections(sections, max_chars=request.max_chars, plan=plan, language=language)
-    return render_sections(fitted, language=language)
 
 
 def _as_json(completion: Completion, model: str) -> dict[str, Any]:
