@@ -17,11 +17,12 @@ import anthropic
 
 from ctxkeep.errors import ProviderError
 from ctxkeep.providers import Completion, Reply
-from ctxkeep.providers.config import api_key
 from ctxkeep.providers.failures import (
+    PLACEHOLDER_KEY,
     Endpoint,
+    check_options,
+    client_key,
     connection_error,
-    missing_key_error,
     server_detail,
     status_error,
     timeout_error,
@@ -29,9 +30,6 @@ from ctxkeep.providers.failures import (
 from ctxkeep.providers.retry import RetryPolicy, call_with_retry
 
 __all__ = ["PLACEHOLDER_KEY", "AnthropicModel"]
-
-# a stand-in server ignores the key, but the SDK refuses to start without one
-PLACEHOLDER_KEY = "no-key-needed"
 
 
 class AnthropicModel:
@@ -52,15 +50,8 @@ class AnthropicModel:
         sleep: Callable[[float], None] = time.sleep,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        if not model.strip():
-            raise ValueError("the model name is empty: give one, like 'claude-haiku-4-5'")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds; got {timeout!r}")
-        key = api_key(api_key_env, environ)
-        if key is None:
-            if base_url is None:
-                raise missing_key_error("anthropic", api_key_env)
-            key = PLACEHOLDER_KEY
+        check_options(model, timeout, example="claude-haiku-4-5")
+        key = client_key("anthropic", api_key_env, base_url, environ)
         self.model = model
         self.timeout = timeout
         self.retry = retry

@@ -20,11 +20,12 @@ from openai.types.chat import ChatCompletion
 
 from ctxkeep.errors import ProviderError
 from ctxkeep.providers import Completion, Reply
-from ctxkeep.providers.config import api_key
 from ctxkeep.providers.failures import (
+    PLACEHOLDER_KEY,
     Endpoint,
+    check_options,
+    client_key,
     connection_error,
-    missing_key_error,
     server_detail,
     status_error,
     timeout_error,
@@ -32,9 +33,6 @@ from ctxkeep.providers.failures import (
 from ctxkeep.providers.retry import RetryPolicy, call_with_retry
 
 __all__ = ["PLACEHOLDER_KEY", "OpenAIModel"]
-
-# local servers ignore the key, but the SDK refuses to start without one
-PLACEHOLDER_KEY = "no-key-needed"
 
 
 class OpenAIModel:
@@ -55,15 +53,8 @@ class OpenAIModel:
         sleep: Callable[[float], None] = time.sleep,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        if not model.strip():
-            raise ValueError("the model name is empty: give one, like 'gpt-4o-mini'")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds; got {timeout!r}")
-        key = api_key(api_key_env, environ)
-        if key is None:
-            if base_url is None:
-                raise missing_key_error("openai", api_key_env)
-            key = PLACEHOLDER_KEY
+        check_options(model, timeout, example="gpt-4o-mini")
+        key = client_key("openai", api_key_env, base_url, environ)
         self.model = model
         self.timeout = timeout
         self.retry = retry
