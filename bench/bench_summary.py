@@ -40,11 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# the shared conversations, read and repaired as the replay benchmark reads them (run from the repository root)
+from bench_replay import conversations
 from ctxkeep.engine import EngineSettings
 from ctxkeep.folder import MemoryFolder
-from ctxkeep.formats import load
-from ctxkeep.messages import Message, ToolResult, repair
-from ctxkeep.replay import split_system, turns
+from ctxkeep.messages import Message, ToolResult
+from ctxkeep.replay import turns
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings
 from ctxkeep.summarize import SummaryRequest
@@ -96,16 +97,6 @@ class Tally:
         self.compactions += other.compactions
         self.summarizer_s += other.summarizer_s
         self.compaction_s += other.compaction_s
-
-
-def conversations(path: Path) -> list[tuple[str | None, list[Message]]]:
-    out = []
-    for conv in load(path).conversations:
-        fixed, _ = repair(conv.messages)
-        system, rest = split_system(fixed)
-        if len(rest) >= 4:
-            out.append((system, rest))
-    return out
 
 
 def runs_of(archived: tuple[Message, ...]) -> list[ToolRun]:
