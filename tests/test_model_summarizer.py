@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from ctxkeep.messages import ImageBlock, Message, TextBlock, ThinkingBlock, Tool
 from ctxkeep.providers import Completion, Reply, Turn
 from ctxkeep.settings import CompactSettings, OffloadSettings
 from ctxkeep.summarize import PROGRESS_SUBSECTIONS, SECTIONS, SummaryRequest, missing_sections
-from ctxkeep.summarize.model import ModelSummarizer, unwrap
+from ctxkeep.summarize.model import RETRIES, ModelSummarizer, unwrap
 from ctxkeep.summarize.prompts import (
     omission_marker,
     render_conversation,
@@ -51,8 +50,12 @@ VALID = """\
 
 ## Next Steps
 1. Run the tests again
+### Pending user asks
+- Fix the failing test in `src/app.py`
 
 ## Critical Context
+- The parser rejects the input
+### Exact identifiers
 - `src/app.py`, `tests/test_app.py`
 """
 
@@ -75,10 +78,11 @@ def conversation() -> tuple[Message, ...]:
 
 
 class Scripted:
-    """A compaction model that answers from a script (texts, or exceptions to raise) and records requests."""
+    """A compaction model that answers from a script (texts, or exceptions to raise; the last one repeats)
+    and records requests."""
 
     def __init__(self, *answers: str | BaseException) -> None:
-        self.answers: Iterator[str | BaseException] = iter(answers)
+        self.answers: list[str | BaseException] = list(answers)
         self.requests: list[Completion] = []
 
     @property
@@ -87,7 +91,7 @@ class Scripted:
 
     def complete(self, request: Completion) -> Reply:
         self.requests.append(request)
-        answer = next(self.answers)
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
         if isinstance(answer, BaseException):
             raise answer
         return Reply(text=answer, model=self.name)
@@ -158,7 +162,12 @@ def test_auto_language_follows_the_messages() -> None:
     assert summary_prompt(SummaryRequest(messages=conversation())).system == system_prompt("en")
     # no words to go by: the previous summary's language stays
     silent = (Message.of("user", "src/app.py"),)
-    zh_summary = VALID.replace("(none)", "（无）").replace("Never push to main", "不要推送到主分支")
+    zh_summary = (
+        VALID.replace("(none)", "（无）")
+        .replace("Never push to main", "不要推送到主分支")
+        .replace("The parser rejects the input", "解析器拒绝了输入")
+        .replace("Fix the failing test in", "修复失败的测试")
+    )
     assert summary_prompt(SummaryRequest(messages=silent, previous=zh_summary)).system == system_prompt("zh")
 
 
@@ -353,9 +362,11 @@ def test_invalid_reply_raises_with_request_and_response(reply: str) -> None:
     assert error.request is not None
     saved = json.loads(json.dumps(error.request))  # JSON-ready, as the workspace writes it
     assert saved["model"] == "scripted:test"
-    assert saved["system"] == model.requests[0].system
-    assert saved["turns"] == [{"role": "user", "text": model.requests[0].turns[0].text}]
-    assert saved["max_tokens"] == model.requests[0].max_tokens
+    assert len(model.requests) == 1 + RETRIES  # asked again with the reason each time
+    assert "write" in model.requests[1].turns[0].text.split("</previous-summary>")[-1]
+    assert saved["system"] == model.requests[-1].system
+    assert saved["turns"] == [{"role": "user", "text": model.requests[-1].turns[0].text}]
+    assert saved["max_tokens"] == model.requests[-1].max_tokens
     if reply.strip() and "## Goal" in reply:
         assert "Constraints & Preferences" in str(error)  # names what is missing
 
@@ -376,7 +387,7 @@ def test_other_exceptions_are_not_disguised() -> None:
 
 def test_previous_summary_reaches_the_update_prompt() -> None:
     model = Scripted(VALID, VALID)
-    summarizer = ModelSummarizer(model)
+    summarizer = ModelSummarizer(model, audit=False)
     first = summarizer.summarize(SummaryRequest(messages=conversation()))
     later = (Message.of("user", "Now also update the changelog."),)
     summarizer.summarize(SummaryRequest(messages=later, previous=first))

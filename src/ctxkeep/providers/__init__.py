@@ -23,8 +23,9 @@ Modules:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ctxkeep.providers.config import ProviderConfig
@@ -55,6 +56,7 @@ class Completion:
     """What to ask a model: the system text, the turns, and the limits of one call.
 
     `timeout` is the seconds one attempt may take; a provider made with its own timeout uses that instead.
+    `schema` is a JSON schema the reply must follow (structured output), None for free text.
     """
 
     system: str
@@ -62,6 +64,7 @@ class Completion:
     max_tokens: int = 2048
     temperature: float = 0.0
     timeout: float = 120.0
+    schema: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.system, str):
@@ -76,6 +79,8 @@ class Completion:
             raise ValueError(f"temperature must be between 0 and 2; got {self.temperature!r}")
         if not self.timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds; got {self.timeout!r}")
+        if self.schema is not None and not isinstance(self.schema, Mapping):
+            raise TypeError(f"schema must be a JSON schema (a mapping) or None; got {type(self.schema).__name__}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

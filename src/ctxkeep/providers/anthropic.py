@@ -82,6 +82,8 @@ class AnthropicModel:
         # the API rejects an empty system text, so it is left out rather than sent blank; temperature
         # is not sent: the Messages API of the current SDK (2.x) has no such parameter
         options: dict[str, Any] = {"system": request.system} if request.system else {}
+        if request.schema is not None:  # structured outputs
+            options["output_config"] = {"format": {"type": "json_schema", "schema": dict(request.schema)}}
         messages: list[Any] = [{"role": turn.role, "content": turn.text} for turn in request.turns]
         failure: ProviderError
         try:

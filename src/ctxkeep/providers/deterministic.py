@@ -13,6 +13,8 @@ kept in `requests`.
 
 from __future__ import annotations
 
+import json
+import re
 from collections import deque
 
 from ctxkeep.errors import ProviderError
@@ -24,6 +26,9 @@ __all__ = ["GOAL_CHARS", "MAX_IDENTIFIERS", "DeterministicModel", "fixed_summary
 
 GOAL_CHARS = 200
 MAX_IDENTIFIERS = 50
+_USER_MARK = "[user]\n"  # how ctxkeep.summarize.prompts shows a user message of the conversation
+_GOAL_MARK = "## Goal\n- "  # and a summary's goal
+_TAG = re.compile(r"^</?[A-Za-z][\w-]*(?:\s[^<>]*)?>$")
 
 
 class DeterministicModel:
@@ -58,16 +63,37 @@ class DeterministicModel:
 
 
 def fixed_summary(request: Completion) -> str:
-    """A valid summary of `request`, the same for the same request: all the sections, the goal from the
-    last user turn's first line, and up to `MAX_IDENTIFIERS` exact identifiers of the turns."""
-    asks = [turn.text for turn in request.turns if turn.role == "user" and turn.text.strip()]
+    """A valid summary of `request`, the same for the same request: all the sections; the goal and the
+    pending ask from the latest user message of the conversation shown (else the latest goal of the
+    summaries shown, else the last user turn's first line that is not a tag); up to `MAX_IDENTIFIERS`
+    exact identifiers of the turns, newest first, under Critical Context. With a `schema`, the same
+    as a JSON object of the schema's required fields (those it does not fill empty)."""
+    turns = [turn.text for turn in request.turns if turn.role == "user" and turn.text.strip()]
     goal: list[str] = []
-    if asks:
-        first = next(line.strip() for line in asks[-1].splitlines() if line.strip())
-        goal.append(first if len(first) <= GOAL_CHARS else first[: GOAL_CHARS - 1] + "…")
+    if turns:
+        last = turns[-1]
+        if _USER_MARK in last:
+            lines = last.rsplit(_USER_MARK, 1)[1].splitlines()
+        elif _GOAL_MARK in last:
+            lines = [last.rsplit(_GOAL_MARK, 1)[1].splitlines()[0]]
+        else:
+            lines = [line for line in last.splitlines() if not _TAG.match(line.strip())]
+        first = next((line.strip() for line in lines if line.strip()), "")
+        if first:
+            goal.append(first if len(first) <= GOAL_CHARS else first[: GOAL_CHARS - 1] + "…")
     seen: dict[str, None] = {}
-    for turn in request.turns:
-        for found in find_identifiers(turn.text):
+    for turn in reversed(request.turns):  # the newest first: the feedback of a retry comes last
+        for found in reversed(find_identifiers(turn.text)):
             seen.setdefault(found.text, None)
     identifiers = [code_span(text) for text in list(seen)[:MAX_IDENTIFIERS]]
-    return render_sections({"Goal": {"": goal}, "Critical Context": {"": identifiers}})
+    if request.schema is not None:  # the JSON form of ctxkeep.summarize.structured
+        fields: dict[str, list[str]] = {key: [] for key in request.schema.get("required", ())}
+        fields.update(goal=goal, pending_user_asks=goal, exact_identifiers=identifiers)
+        return json.dumps(fields, ensure_ascii=False)
+    return render_sections(
+        {
+            "Goal": {"": goal},
+            "Next Steps": {"": [], "Pending user asks": goal},
+            "Critical Context": {"": [], "Exact identifiers": identifiers},
+        }
+    )

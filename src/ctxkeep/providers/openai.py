@@ -87,6 +87,11 @@ class OpenAIModel:
         messages: list[Any] = [{"role": "system", "content": request.system}] if request.system else []
         messages += [{"role": turn.role, "content": turn.text} for turn in request.turns]
         options: dict[str, Any] = {self._tokens_field: request.max_tokens}
+        if request.schema is not None:
+            options["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "reply", "schema": dict(request.schema), "strict": True},
+            }
         failure: ProviderError
         try:
             response = self._client.chat.completions.create(

@@ -22,8 +22,12 @@ Modules:
     extractive   the model-free summarizer: facts -> sections, merged with the previous summary
     prompts      what a compaction model is asked: the conversation as bounded, marked text, and the
                  initial and update prompts (English, Chinese) with the focus of a manual compaction
-    model        the model-written summarizer: one call, the reply unwrapped and checked, SummaryError
-                 (with the request and the raw reply) when it is not a valid summary
+    model        the model-written summarizer: one call or parts then a merge, each reply unwrapped
+                 and checked, the final one audited and retried; SummaryError (with the request and
+                 the raw reply) when no reply is a valid summary
+    chunks       long histories in parts: the budget of one request to the model, cuts at safe points
+    audit        what a model summary must carry beyond the sections, as feedback for a retry
+    structured   the summary as JSON held to a schema, for servers with structured output
     augment      what every model summary gets appended: the exact identifiers it lacks, tool
                  failures, files read and modified, the AGENTS.md rules; the cap trims only the model
 """

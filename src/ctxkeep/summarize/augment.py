@@ -1,35 +1,43 @@
 """What a model-written summary gets appended, deterministically, whatever the model wrote.
 
     model text ─► fit to max_chars − appended ─► + Exact identifiers it lacks (under Critical Context)
+                                                 + the caller's notes (Not summarized)
                                                  + Tool failures, Files read, Files modified
                                                  + the Session Startup and Red Lines of AGENTS.md
 
-The identifiers are those `collect_facts` ranks over all compacted messages, plus those of the
-previous summary's Exact identifiers; each the model's (fitted) text or a file list does not name
-verbatim is listed. The files are merged with the previous summary's lists, so they carry across
-compactions. The cap trims the model's text only; when the appended parts alone are too long the
-identifier list loses its lowest-ranked items first (with a note), then the file lists; the
-AGENTS.md rules are never cut.
+The identifiers are all those `collect_facts` ranks over the compacted messages (no cap), plus
+those of the previous summary's Exact identifiers; each that neither the model's (fitted) text, a
+file list, a tool failure nor an AGENTS.md rule names verbatim is listed. They go into one Exact
+identifiers subsection, the last of Critical Context: the model's own when it wrote one (its items
+first; one it put in another section is moved there too), else a new one. The files are merged
+with the previous summary's lists, so they carry across compactions. The cap trims the model's
+text only; when the appended parts alone are too long the identifier list loses its lowest-ranked
+items first, then the file lists; a list that lost items ends with a note of exactly how many of
+them the summary no longer names ("(N more identifiers in the archive)"). The caller's notes (the
+parts of the history the model could not summarize, say), the tool failures and the AGENTS.md rules
+are never cut.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from ctxkeep.summarize import Language, SummaryRequest, resolve_language
 
-# the same failure items (tool, outcome, command, error line; 240 characters) and caps as the built-in summarizer
-from ctxkeep.summarize.extractive import _MAX_BLOCKED, _blocked_item
-from ctxkeep.summarize.facts import _unique, collect_facts
+# the same failure items (tool, outcome, command, error line; 240 characters) and cap as the built-in summarizer
+from ctxkeep.summarize.extractive import MAX_FAILURES, failure_item
+from ctxkeep.summarize.facts import collect_facts, unique
 from ctxkeep.summarize.sections import (
-    _FENCE,
-    _HEADING,
+    FENCE,
+    HEADING,
     PHRASES,
     Drop,
     canonical_title,
     code_span,
     fit_sections,
+    is_placeholder,
     omitted_count,
     parse_sections,
     render_item,
@@ -40,7 +48,8 @@ from ctxkeep.summarize.sections import (
 __all__ = ["MODEL_FLOOR_CHARS", "RULE_SECTIONS", "agents_rules", "augment", "fit_text"]
 
 RULE_SECTIONS = ("Session Startup", "Red Lines")
-# The model's text keeps at least this much room: its six headings and an omission note each.
+# The model's text keeps at least this much room (or all it needs, when less): its six headings and an omission
+# note each.
 MODEL_FLOOR_CHARS = 1_000
 
 _MORE = {"en": "({n} more identifiers in the archive)", "zh": "（另有 {n} 个标识符，详见归档）"}
@@ -49,36 +58,71 @@ _MORE_NOTE = re.compile(
     r"^\(\d+ more (?:identifiers|files) in the archive\)$|^（另有 \d+ 个(?:标识符|文件)，详见归档）$"
 )
 _FAILURES = {"en": "Tool failures", "zh": "工具调用失败"}
+_NOTES = {"en": "Not summarized", "zh": "未能摘要"}
 _RULES_TITLE = "Workspace rules (AGENTS.md)"
 _MD_HEADING = re.compile(r"^(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
+_IDENTIFIER_TITLES = frozenset(t.lower() for t in PHRASES["identifiers"].values())
+_FENCED_ITEM = re.compile(r"\n?(`{3,})\n(.*)\n\1", re.DOTALL)
+_BULLET_TEXT = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+(.*)$")
+
+# The appended lists, in the order they lose items to the cap: identifiers, files read, files modified.
+_Lists = tuple[Sequence[str], Sequence[str], Sequence[str]]
+_Counts = tuple[int, int, int]
 
 
-def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None) -> str:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Uncut:
+    """The appended parts no cap cuts."""
+
+    notes: tuple[str, ...]
+    failures: tuple[str, ...]
+    rules: Mapping[str, str]
+
+    def text(self) -> str:
+        return "\n".join([*self.notes, *self.failures, *self.rules.values()])
+
+
+def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None, notes: Sequence[str] = ()) -> str:
     """The model's summary `text` fitted to ``request.max_chars`` with the appended parts (see the module).
 
-    Raises ValueError when the AGENTS.md rules alone leave the model's text too little room.
+    `notes` are items the summary must carry whole (the parts of the history the model could not
+    summarize, say). Raises ValueError when the notes, tool failures and AGENTS.md rules alone leave
+    the model's text too little room.
     """
+    if isinstance(notes, str) or not all(isinstance(n, str) for n in notes):
+        raise TypeError(f"notes must be a sequence of texts, got {notes!r}")
     language = resolve_language(request)
-    facts = collect_facts(request.messages)
+    # every identifier, not the built-in summarizer's first 300: the list's note counts those it cannot fit
+    facts = collect_facts(request.messages, identifier_limit=None)
     old = _previous_lists(request.previous)
-    modified = _unique([*facts.files_modified, *old["files_modified"]])
-    read = [p for p in _unique([*facts.files_read, *old["files_read"]]) if p not in set(modified)]
-    failures = [_blocked_item(r, facts.resolved(r), language) for r in facts.failures][:_MAX_BLOCKED]
-    rules = agents_rules(agents_md) if agents_md is not None else {}
+    modified = unique([*facts.files_modified, *old["files_modified"]])
+    read = [p for p in unique([*facts.files_read, *old["files_read"]]) if p not in set(modified)]
+    uncut = _Uncut(
+        notes=tuple(notes),
+        failures=tuple(failure_item(r, facts.resolved(r), language) for r in facts.failures)[:MAX_FAILURES],
+        rules=agents_rules(agents_md) if agents_md is not None else {},
+    )
+    whole = uncut.text()  # what these name needs no listing
     listed = set(read) | set(modified)
-    ranked = [i for i in _unique([*facts.identifiers, *old["identifiers"]]) if i not in listed]
+    ranked = [i for i in unique([*facts.identifiers, *old["identifiers"]]) if i not in listed and i not in whole]
 
-    missing: list[str] = [i for i in ranked if i not in text]
+    missing = [i for i in ranked if i not in text]
+    slack = 0  # what moving the model's sections around added beyond the estimate
     while True:
-        ids, read_kept, modified_kept = _shrink(missing, read, modified, failures, rules, request.max_chars, language)
-        budget = request.max_chars - len(_appendix(read_kept, modified_kept, failures, rules, language))
-        budget -= len(_identifier_block(ids, language, header=True))
+        room = request.max_chars - slack
+        full: _Lists = (missing, read, modified)
+        kept = _shrink(full, uncut, room=room, floor=min(MODEL_FLOOR_CHARS, len(text)), language=language)
+        budget = room - _appended_len(full, kept, uncut, language)
         fitted = fit_text(text, max_chars=budget, language=language)
-        now = {i for i in ranked if i not in fitted} - set(missing)
-        if not now:
-            break
-        missing = [i for i in ranked if i in now or i in set(missing)]
-    return _insert_identifiers(fitted, ids, language) + _appendix(read_kept, modified_kept, failures, rules, language)
+        absent = set(missing)
+        cut = {i for i in ranked if i not in absent and i not in fitted}
+        if cut:  # fitting dropped identifiers the model had named: list them too
+            missing = [i for i in ranked if i in absent or i in cut]
+            continue
+        out = _assemble(fitted, full, kept, uncut, language)
+        if len(out) <= request.max_chars:
+            return out
+        slack += len(out) - request.max_chars
 
 
 def fit_text(text: str, *, max_chars: int, language: Language) -> str:
@@ -102,16 +146,8 @@ def agents_rules(agents_md: str) -> dict[str, str]:
     the same or a higher level (``#`` lines inside code fences are not headings).
     """
     lines = agents_md.splitlines()
-    headings: list[tuple[int, int, str]] = []  # (line, level, title)
-    fence: str | None = None
-    for j, line in enumerate(lines):
-        m = _FENCE.match(line)
-        if m and (fence is None or line.strip().startswith(fence)):
-            fence = None if fence is not None else m.group(1)
-            continue
-        h = _MD_HEADING.match(line) if fence is None else None
-        if h:
-            headings.append((j, len(h.group(1)), h.group(2).strip().lower()))
+    headings = _headings(lines, _MD_HEADING)
+    headings = [(j, level, title.lower()) for j, level, title in headings]
     out: dict[str, str] = {}
     for name in RULE_SECTIONS:
         for k, (at, level, title) in enumerate(headings):
@@ -133,124 +169,185 @@ def _previous_lists(previous: str | None) -> dict[str, list[str]]:
     for sub, items in parse_sections(previous).get("Critical Context", {}).items():
         key = labels.get(sub.strip().lower())
         if key is not None:
-            out[key] = [
-                unquote(i) for i in items if "\n" not in i and omitted_count(i) is None and not _MORE_NOTE.match(i)
-            ]
+            texts = (_unlisted(i) for i in items if omitted_count(i) is None and not _MORE_NOTE.match(i))
+            out[key] = [t for t in texts if t is not None]
     return out
 
 
-def _shrink(
-    ids: list[str],
-    read: list[str],
-    modified: list[str],
-    failures: list[str],
-    rules: dict[str, str],
-    max_chars: int,
-    language: Language,
-) -> tuple[list[str], list[str], list[str]]:
-    """The identifiers and files to append, cut (lowest rank first, then files read, then modified) to leave
-    the model's text `MODEL_FLOOR_CHARS`."""
-    room = max_chars - MODEL_FLOOR_CHARS
+def _shrink(full: _Lists, uncut: _Uncut, *, room: int, floor: int, language: Language) -> _Counts:
+    """How many of the first items of each list to append: all that fit in `room` beside `floor` characters
+    of the model's text, cut lowest rank first (identifiers, then files read, then files modified)."""
+    max_chars, room = room, room - floor
 
-    def size(i: Sequence[str], r: Sequence[str], m: Sequence[str]) -> int:
-        return len(_identifier_block(list(i), language, header=True)) + len(
-            _appendix(list(r), list(m), failures, rules, language)
-        )
+    def size(kept: Sequence[int]) -> int:
+        return _appended_len(full, (kept[0], kept[1], kept[2]), uncut, language)
 
-    if size([], [], []) > room:
+    kept = [len(items) for items in full]
+    if size([0, 0, 0]) > room:
         raise ValueError(
-            f"the AGENTS.md rules and tool failures need {size([], [], [])} characters, more than max_chars"
-            f" ({max_chars}) leaves beside the model's summary; raise max_chars or shorten those AGENTS.md sections"
+            f"the notes, tool failures and AGENTS.md rules need {size([0, 0, 0])} characters, more than max_chars"
+            f" ({max_chars}) leaves beside the model's summary; raise max_chars or shorten those"
+            " AGENTS.md sections"
         )
-    kept_ids, kept_read, kept_modified = list(ids), list(read), list(modified)
-    for target in (kept_ids, kept_read, kept_modified):
-        low, high = 0, len(target)
-        full = list(target)
-        if size(kept_ids, kept_read, kept_modified) <= room:
+    for j in range(len(full)):
+        if size(kept) <= room:
             break
-        while low < high:  # the most items of this list that fit
-            mid = (low + high + 1) // 2
-            target[:] = full[:mid]
-            low, high = (mid, high) if size(kept_ids, kept_read, kept_modified) <= room else (low, mid - 1)
-        target[:] = full[:low]
-        dropped = len(full) - low
-        if dropped:
-            note = (_MORE if target is kept_ids else _MORE_FILES)[language].format(n=dropped)
-            target.append(note)
-            while size(kept_ids, kept_read, kept_modified) > room and len(target) > 1:
-                target.pop(-2)
-                target[-1] = note = (_MORE if target is kept_ids else _MORE_FILES)[language].format(
-                    n=len(full) - len(target) + 1
-                )
-    return kept_ids, kept_read, kept_modified
+        # the whole list does not fit: the most items that do, beside a note of the rest
+        low, high = 0, len(full[j]) - 1
+        while low < high:
+            kept[j] = mid = (low + high + 1) // 2
+            low, high = (mid, high) if size(kept) <= room else (low, mid - 1)
+        kept[j] = max(low, 0)
+    return kept[0], kept[1], kept[2]
 
 
-def _item(entry: str) -> str:
-    return entry if _MORE_NOTE.match(entry) else code_span(entry)
+def _appended_len(full: _Lists, kept: _Counts, uncut: _Uncut, language: Language) -> int:
+    """The most characters the appended parts take: a new heading, and notes counting every dropped item."""
+    omitted = [len(items) - n for items, n in zip(full, kept, strict=True)]
+    ids = _identifier_items(full[0][: kept[0]], omitted[0], language)
+    heading = f"### {PHRASES['identifiers'][language]}\n" if ids else ""
+    files = _appendix(full[1][: kept[1]], full[2][: kept[2]], (omitted[1], omitted[2]), uncut, language)
+    return len(heading) + len(ids) + len(files)
 
 
-def _identifier_block(ids: list[str], language: Language, *, header: bool) -> str:
-    if not ids:
-        return ""
-    items = "".join(render_item(_item(i)) + "\n" for i in ids)
-    return f"### {PHRASES['identifiers'][language]}\n{items}" if header else items
+def _assemble(fitted: str, full: _Lists, kept: _Counts, uncut: _Uncut, language: Language) -> str:
+    """`fitted` with the appended parts; each note counts the dropped items the summary names nowhere else."""
+
+    def build(omitted: tuple[int, int, int]) -> str:
+        ids = _identifier_items(full[0][: kept[0]], omitted[0], language)
+        files = _appendix(full[1][: kept[1]], full[2][: kept[2]], omitted[1:], uncut, language)
+        return _insert_identifiers(fitted, ids, language) + files
+
+    bare = build((0, 0, 0))
+    omitted = [sum(i not in bare for i in items[n:]) for items, n in zip(full, kept, strict=True)]
+    return build((omitted[0], omitted[1], omitted[2]))
+
+
+def _identifier_items(ids: Sequence[str], omitted: int, language: Language) -> str:
+    """The list items of `ids`, and a note counting `omitted` more when there are any."""
+    notes = [_MORE[language].format(n=omitted)] if omitted else []
+    return "".join(render_item(i) + "\n" for i in [*map(_listed, ids), *notes])
 
 
 def _appendix(
-    read: list[str],
-    modified: list[str],
-    failures: list[str],
-    rules: dict[str, str],
+    read: Sequence[str],
+    modified: Sequence[str],
+    omitted: tuple[int, int],
+    uncut: _Uncut,
     language: Language,
 ) -> str:
-    """The parts after the model's text: failures and file lists under Critical Context, then the rules."""
+    """The parts after the model's text: notes, failures and file lists under Critical Context, then the rules."""
     blocks: list[str] = []
-    for title, items in (
-        (_FAILURES[language], failures),
-        (PHRASES["files_read"][language], [_item(p) for p in read]),
-        (PHRASES["files_modified"][language], [_item(p) for p in modified]),
+    for title, items, dropped in (
+        (_NOTES[language], list(uncut.notes), 0),
+        (_FAILURES[language], list(uncut.failures), 0),
+        (PHRASES["files_read"][language], [_listed(p) for p in read], omitted[0]),
+        (PHRASES["files_modified"][language], [_listed(p) for p in modified], omitted[1]),
     ):
-        if items:
-            blocks.append(f"\n### {title}\n" + "".join(render_item(i) + "\n" for i in items))
-    if rules:
+        notes = [_MORE_FILES[language].format(n=dropped)] if dropped else []
+        if items or notes:
+            blocks.append(f"\n### {title}\n" + "".join(render_item(i) + "\n" for i in [*items, *notes]))
+    if uncut.rules:
         blocks.append(f"\n## {_RULES_TITLE}\n")
-        blocks.extend(f"\n### {name}\n{body}\n" for name, body in rules.items())
+        blocks.extend(f"\n### {name}\n{body}\n" for name, body in uncut.rules.items())
     return "".join(blocks)
 
 
-def _insert_identifiers(text: str, ids: list[str], language: Language) -> str:
-    """`text` with `ids` listed under its Critical Context's Exact identifiers, made last, so that the
-    appended lists below it stay in that section."""
-    if not text.endswith("\n"):
-        text += "\n"
+def _listed(text: str) -> str:
+    """`text` as a list item that keeps it verbatim: a code span, or a fenced block when it spans lines."""
+    if "\n" not in text:
+        return code_span(text)
+    ticks = "`" * max([3, *(len(run) + 1 for run in re.findall(r"`+", text))])
+    return f"\n{ticks}\n{text}\n{ticks}"
+
+
+def _unlisted(item: str) -> str | None:
+    """The text `_listed` made `item` of; None for an item of several lines it did not make."""
+    fenced = _FENCED_ITEM.fullmatch(item)
+    if fenced:
+        return fenced.group(2)
+    return unquote(item) if "\n" not in item else None
+
+
+def _insert_identifiers(text: str, items: str, language: Language) -> str:
+    """`text` with its Critical Context made last and one Exact identifiers subsection made last in it,
+    holding the model's own identifier items (wherever it wrote them) and then `items`, so that the
+    lists appended below stay in Critical Context."""
     lines = text.splitlines()
-    sections: list[tuple[int, int, str]] = []  # (start line, end line, title) of each ## section
+    headings = _headings(lines, HEADING)
+    ends = [h[0] for h in headings[1:]] + [len(lines)]
+    sections = [  # (start, end) of each ## section, with its title
+        (at, next((j for j, level, _ in headings[k + 1 :] if level == 2), len(lines)), title)
+        for k, (at, level, title) in enumerate(headings)
+        if level == 2
+    ]
+    critical = next(((a, b) for a, b, title in sections if canonical_title(title) == "Critical Context"), None)
+    own = [  # (start, end) of each identifier subsection the model wrote, those in Critical Context first
+        (at, end)
+        for (at, level, title), end in zip(headings, ends, strict=True)
+        if level == 3 and title.strip().lower() in _IDENTIFIER_TITLES
+    ]
+    own.sort(key=lambda span: critical is None or not critical[0] < span[0] < critical[1])
+    if not own and not items:
+        subsection: list[str] = []
+    else:
+        heading = lines[own[0][0]] if own else f"### {PHRASES['identifiers'][language]}"
+        body = [line for a, b in own for line in _trimmed(lines[a + 1 : b])] + items.splitlines()
+        subsection = [heading, *_without_placeholders(body)]
+    # a subsection moved out of the end of a section leaves the blank line before the next section
+    ends_section = {at for at, level, _ in headings if level == 2}
+    moved = {j for a, b in own for j in range(a, a + 1 + len(_trimmed(lines[a + 1 : b])) if b in ends_section else b)}
+    if critical is None:  # not possible for a valid summary; kept whole anyway
+        critical = (len(lines), len(lines))
+        lines = [*lines, "## Critical Context"]
+    a, b = critical
+    before = [line for j, line in enumerate(lines[:a]) if j not in moved]
+    after = [line for j, line in enumerate(lines[b:], start=b) if j not in moved]
+    section = _trimmed([line for j, line in enumerate(lines[a:b], start=a) if j not in moved])
+    rest = _trimmed([*_trimmed(before), "", *after]) if before and after else _trimmed(before or after)
+    return "\n".join([*rest, "", *section, *subsection] if rest else [*section, *subsection]) + "\n"
+
+
+def _headings(lines: Sequence[str], pattern: re.Pattern[str]) -> list[tuple[int, int, str]]:
+    """(line, level, title) of each line of `lines` that `pattern` matches, outside code fences."""
+    return [(j, len(h.group(1)), h.group(2).strip()) for j in _unfenced(lines) if (h := pattern.match(lines[j]))]
+
+
+def _unfenced(lines: Sequence[str]) -> list[int]:
+    """The indexes of `lines` outside code fences (the fence lines themselves are inside)."""
+    out: list[int] = []
     fence: str | None = None
     for j, line in enumerate(lines):
         if fence is not None:
-            if line.strip().startswith(fence) and set(line.strip()) == {fence[0]}:
+            closing = line.strip()
+            if closing.startswith(fence) and set(closing) == {fence[0]}:
                 fence = None
             continue
-        m = _FENCE.match(line)
+        m = FENCE.match(line)
         if m:
             fence = m.group(1)
             continue
-        h = _HEADING.match(line)
-        if h and len(h.group(1)) == 2:
-            if sections:
-                sections[-1] = (sections[-1][0], j, sections[-1][2])
-            sections.append((j, len(lines), h.group(2)))
-    critical = next((s for s in sections if canonical_title(s[2]) == "Critical Context"), None)
-    if critical is None:  # not possible for a valid summary; kept whole anyway
-        body, before, after = ["## Critical Context"], lines, []
-    else:
-        before, body, after = lines[: critical[0]], lines[critical[0] : critical[1]], lines[critical[1] :]
-    while body and not body[-1].strip():
-        body.pop()
-    new = _identifier_block(ids, language, header=True).rstrip("\n")
-    moved = [*before, *after]
-    if before and after and before[-1].strip() != "":
-        moved = [*before, "", *after]
-    out = "\n".join(moved).rstrip("\n")
-    section = "\n".join(body) + (f"\n{new}" if new else "")
-    return (f"{out}\n\n" if out else "") + section + "\n"
+        out.append(j)
+    return out
+
+
+def _without_placeholders(lines: Sequence[str]) -> list[str]:
+    """`lines` without their "(none)" items (outside code fences), when they hold anything else."""
+    unfenced = _unfenced(lines)
+    empty = {j for j in unfenced if _is_placeholder_line(lines[j])}
+    if all(j in empty or not lines[j].strip() for j in unfenced) and len(unfenced) == len(lines):
+        return list(lines)
+    return [line for j, line in enumerate(lines) if j not in empty]
+
+
+def _trimmed(lines: Sequence[str]) -> list[str]:
+    """`lines` without blank lines at the end."""
+    out = list(lines)
+    while out and not out[-1].strip():
+        out.pop()
+    return out
+
+
+def _is_placeholder_line(line: str) -> bool:
+    m = _BULLET_TEXT.match(line)
+    return bool(line.strip()) and is_placeholder(m.group(1) if m else line)

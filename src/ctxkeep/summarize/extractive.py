@@ -71,9 +71,9 @@ from ctxkeep.summarize.facts import (
     Facts,
     _clip,
     _newest_first,
-    _unique,
     _unique_keep_last,
     collect_facts,
+    unique,
 )
 from ctxkeep.summarize.identifiers import command_head, command_paths, find_identifiers, without_redundant
 from ctxkeep.summarize.runs import ToolRun, _compact_json
@@ -95,12 +95,12 @@ from ctxkeep.summarize.sections import (
     unquote,
 )
 
-__all__ = ["ExtractiveSummarizer"]
+__all__ = ["MAX_FAILURES", "ExtractiveSummarizer", "failure_item"]
 
 # Caps before fitting to size: enough to be useful, few enough that one section cannot crowd out the rest.
 _MAX_ASKS = 12
 _MAX_CONSTRAINTS = 20
-_MAX_BLOCKED = 8
+MAX_FAILURES = 8  # failed calls a summary lists (Blocked here, Tool failures after a model's text)
 _MAX_IN_PROGRESS = 4
 _MAX_DONE = 300
 _MAX_COMMAND_CHARS = 2_000
@@ -175,7 +175,7 @@ def _draft(facts: Facts, language: Language) -> _Draft:
     )
     draft.done = _done(runs, language) + [t for s, t in facts.todos if s in ("completed", "done")]
     draft.in_progress = [t for s, t in facts.todos if s == "in_progress"] + list(facts.intents)
-    draft.blocked = _unique(_blocked_item(r, facts.resolved(r), language) for r in facts.failures)
+    draft.blocked = unique(failure_item(r, facts.resolved(r), language) for r in facts.failures)
     draft.next_steps = [t for s, t in facts.todos if s == "pending"] + list(facts.plans)
     if facts.asks and not facts.answered:
         draft.next_steps.append(_labeled("pending_ask", _clip(facts.asks[-1], _ASK_CHARS), language))
@@ -269,7 +269,8 @@ def _failed_command(item: str) -> bool:
     return bool(_FAILED_OUTCOME.search(last))
 
 
-def _blocked_item(run: ToolRun, resolved: bool, language: Language) -> str:
+def failure_item(run: ToolRun, resolved: bool, language: Language) -> str:
+    """The list item of a failed `run`: tool, outcome, command or file, and its error line (240 characters)."""
     target = run.key if run.command is not None or run.paths_read or run.paths_modified else _call_text(run)
     head = f"{run.tool} ({_outcome(run, language)}): {code_span(_clip(' '.join(target.split()), 100))}"
     tail = f" {phrase('resolved', language)}" if resolved else ""
@@ -386,21 +387,21 @@ def _merge(old: _Draft, new: _Draft, facts: Facts, language: Language) -> _Draft
     """One draft from the previous summary's and the new messages' (see the module docstring)."""
     goal = _merge_goal(old.goal, new.goal)
     merged = _Draft(goal=goal, has_latest=sum(omitted_count(g) is None for g in goal) > 1)
-    merged.constraints = _unique(old.constraints + new.constraints)
+    merged.constraints = unique(old.constraints + new.constraints)
     moved = old.in_progress if new.in_progress else []
     merged.done = _unique_keep_last(old.done + moved + new.done)
     merged.in_progress = new.in_progress or old.in_progress
     merged.blocked = _merge_blocked(old.blocked, new.blocked, facts, language)
-    merged.decisions = _unique(new.decisions + old.decisions)
+    merged.decisions = unique(new.decisions + old.decisions)
     if facts.asks or new.next_steps:
         merged.next_steps = new.next_steps
     else:
         keep = [s for s in old.next_steps if not (facts.answered and _has_prefix(s, "pending_ask"))]
         merged.next_steps = keep
     merged.notes = old.notes + new.notes
-    merged.files_modified = _unique(new.files_modified + old.files_modified)
+    merged.files_modified = unique(new.files_modified + old.files_modified)
     modified = set(merged.files_modified)
-    merged.files_read = [p for p in _unique(new.files_read + old.files_read) if p not in modified]
+    merged.files_read = [p for p in unique(new.files_read + old.files_read) if p not in modified]
     seen = {c for c, _ in new.commands}
     merged.commands = new.commands + [(c, i) for c, i in old.commands if c not in seen]
     # named outside tool results before found in them only, each newest first (nothing new: as they were)
@@ -432,13 +433,13 @@ def _merge_blocked(old: list[str], new: list[str], facts: Facts, language: Langu
     for item in old:
         if omitted_count(item) is not None:
             continue
-        # "Bash (exit 1): `command` — error", as `_blocked_item` wrote it
+        # "Bash (exit 1): `command` — error", as `failure_item` wrote it
         target = _first_code(item) or ""
         tool = item.split(" (", 1)[0] if " (" in item else ""
         if not _has_mark(item, "resolved") and target and facts.fixes(tool, target):
             item = f"{item} {resolved_mark}"
         kept.append(item)
-    items = _unique(new + kept)
+    items = unique(new + kept)
     open_ = [i for i in items if not _has_mark(i, "resolved")]
     return open_ + [i for i in items if _has_mark(i, "resolved")] + notes
 
@@ -500,7 +501,7 @@ def _sections(
         "Progress": {
             "Done": _cap(draft.done, _MAX_DONE, "head", language),
             "In Progress": _cap(draft.in_progress, _MAX_IN_PROGRESS, "tail", language),
-            "Blocked": _cap(draft.blocked, _MAX_BLOCKED, "tail", language),
+            "Blocked": _cap(draft.blocked, MAX_FAILURES, "tail", language),
         },
         "Key Decisions": {"": first(_cap(draft.decisions, _MAX_DECISIONS, "tail", language))},
         "Next Steps": {"": first(_cap(draft.next_steps, _MAX_NEXT, "tail", language))},
@@ -559,7 +560,7 @@ def _short_command(item: str, language: Language) -> str:
     names: list[str] = []
     room = _NAMES_CHARS
     read, written = command_paths(command)
-    for name in _unique([*read, *written, *(i.text for i in find_identifiers(command))]):
+    for name in unique([*read, *written, *(i.text for i in find_identifiers(command))]):
         if name not in head and len(code_span(name)) + 2 <= room:
             names.append(code_span(name))
             room -= len(names[-1]) + 2
@@ -590,7 +591,7 @@ def _focus_terms(focus: str) -> tuple[str, ...]:
             terms.append(word)
     for run in re.findall(r"[\u3400-\u4dbf\u4e00-\u9fff]+", focus):
         terms.extend(run[j : j + 2] for j in range(max(1, len(run) - 1)))
-    return tuple(_unique(terms))
+    return tuple(unique(terms))
 
 
 # --- small text tools ----------------------------------------------------------------------------

@@ -58,6 +58,7 @@ __all__ = [
     "Facts",
     "collect_facts",
     "human_text",
+    "unique",
 ]
 
 # Caps the sections of `ctxkeep.summarize.extractive` apply too (it imports them), so facts and sections agree.
@@ -206,8 +207,15 @@ class Facts:
         return fixes(self.runs, tool, target)
 
 
-def collect_facts(messages: Sequence[Message]) -> Facts:
-    """The facts of `messages` (oldest first) that the summary is made of; no I/O."""
+def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None = _MAX_IDENTIFIERS) -> Facts:
+    """The facts of `messages` (oldest first) that the summary is made of; no I/O.
+
+    `identifier_limit` caps `Facts.identifiers` (the highest-ranked kept); None keeps them all.
+    """
+    if identifier_limit is not None and (
+        not isinstance(identifier_limit, int) or isinstance(identifier_limit, bool) or identifier_limit < 0
+    ):
+        raise ValueError(f"identifier_limit must be a whole number >= 0 or None; got {identifier_limit!r}")
     results: dict[str, ToolResult] = {}
     for msg in messages:
         result = msg.tool_result
@@ -264,7 +272,7 @@ def collect_facts(messages: Sequence[Message]) -> Facts:
             command = commands.get(msg.tool_result.call_id, "")
             _scan_result(msg.tool_result.text[:_RESULT_SCAN_CHARS], bool(_GIT_COMMAND.search(command)), found)
 
-    identifiers = without_redundant(rank_identifiers(found))[:_MAX_IDENTIFIERS]
+    identifiers = without_redundant(rank_identifiers(found))[:identifier_limit]
     named = {ident.text for ident, weight in found if weight >= _FROM_ASSISTANT}
     intents = [s for s in _sentences(last_text) if _INTENT.search(s)][:1] or _sentences(last_text)[:1]
     plans = [p for p in _plans(last_text) if p not in intents]
@@ -272,7 +280,7 @@ def collect_facts(messages: Sequence[Message]) -> Facts:
     return Facts(
         asks=tuple(_unique_keep_last(a for _, a in asks)),
         answered=bool(asks) and last_answer > asks[-1][0],
-        constraints=tuple(_unique(_clip(c, _ITEM_CHARS) for c in constraints)),
+        constraints=tuple(unique(_clip(c, _ITEM_CHARS) for c in constraints)),
         decisions=tuple(_pick_decisions(decisions)),
         intents=tuple(_clip(s, _ITEM_CHARS) for s in intents),
         plans=tuple(_clip(p, _ITEM_CHARS) for p in plans),
@@ -435,7 +443,7 @@ def _plans(text: str) -> list[str]:
         if under:
             items.extend(_sentences(bare)[:1])
     items.extend(s for s in _sentences(text) if _PLAN.search(s) and s not in items)
-    return _unique(items)[:_MAX_NEXT]
+    return unique(items)[:_MAX_NEXT]
 
 
 def _is_procedural(sentence: str) -> bool:
@@ -449,7 +457,7 @@ def _pick_decisions(sentences: list[str]) -> list[str]:
     look at next ("Let me check the tests") is not a decision.
     """
     kept = [s for s in sentences if not s.rstrip().endswith((":", "：")) and not _is_procedural(s)]
-    newest = _unique(_clip(s, _ITEM_CHARS) for s in reversed(kept))
+    newest = unique(_clip(s, _ITEM_CHARS) for s in reversed(kept))
     strong = [s for s in newest if _DECISION_STRONG.search(s)]
     weak = [s for s in newest if not _DECISION_STRONG.search(s)]
     chosen = set(strong[:_MAX_DECISIONS] + weak[: max(0, _MAX_DECISIONS - len(strong))])
@@ -477,7 +485,8 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def _unique(items: Iterable[str]) -> list[str]:
+def unique(items: Iterable[str]) -> list[str]:
+    """Each item once, where it first occurs."""
     return list(dict.fromkeys(items))
 
 

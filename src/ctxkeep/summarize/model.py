@@ -1,120 +1,350 @@
-"""The model-written summary: one call to the compaction model, and the checks its reply must pass.
+"""The model-written summary: calls to the compaction model, in stages when the history is long, and the
+checks every reply must pass.
 
-    SummaryRequest ─► summary_prompt ─► Completion ─► model.complete ─► Reply
-                                                                          │
-        summary ◄─ augment, fit ◄─ missing_sections == [] ◄─ unwrap ◄─┘
-                                               │ otherwise
-                                               └─► SummaryError(.request, .response)
+    SummaryRequest ─► render_messages ─► plan_chunks ─┬─ one part ─► summary_prompt ─┐
+                                                      └─ n parts ─► summary_prompt × n ─► merge_prompt
+                                                                                       │
+        summary ◄─ augment ◄─ best valid reply ◄─ audit, retried with its reasons ◄───┘
 
-`unwrap` takes off what models wrap a summary in: a ``<think>`` block, a preamble ("Here is the
-summary:"), a code fence around the whole. A reply that is empty or lacks a required ``##``
-section, and a `ProviderError`, raise `SummaryError` carrying the request (as JSON) and the raw
-reply or the error text, for the workspace to save; nothing is ever passed off as a summary.
+One part when the whole conversation fits one request to the model (see `ctxkeep.summarize.chunks`
+for the budget: the request never exceeds `window`); otherwise each part is summarized on its own
+and one more call merges the partial summaries (in more rounds when they are too many for one
+request). A part the model fails on leaves a gap that the merge prompt and the summary both name;
+when every part fails, the summary fails.
 
-    summarizer = ModelSummarizer(get_model("openai:gpt-4o-mini"))
+Each reply is unwrapped (`unwrap`: a ``<think>`` block, a preamble, a code fence) and must have
+every required ``##`` section. The final reply also goes through the quality audit
+(`ctxkeep.summarize.audit`); a reply that is invalid or fails the audit is asked again with the
+reasons as feedback, up to `retries` times, and the valid reply with the fewest failures is kept.
+When no reply is valid, or the model fails, `SummaryError` carries the last request (as JSON) and
+the raw reply or the error text, for the workspace to save; nothing is ever passed off as a summary.
+
+    summarizer = ModelSummarizer(get_model("openai:gpt-4o-mini"), window=128_000)
     summary = summarizer.summarize(SummaryRequest(messages=tuple(to_compact), previous=summary))
+    summarizer.last_run.calls    # what it cost: calls, tokens, parts, audit failures left
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 import re
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from ctxkeep.errors import ProviderError, SummaryError
 from ctxkeep.providers import Completion, Model, Turn
-from ctxkeep.summarize import SummaryRequest
+from ctxkeep.split import safe_cuts
+from ctxkeep.summarize import Language, SummaryRequest, resolve_language, structured
+from ctxkeep.summarize.audit import audit
 from ctxkeep.summarize.augment import augment
-from ctxkeep.summarize.prompts import ARGUMENTS_CHARS, RESULT_CHARS, summary_prompt
+from ctxkeep.summarize.chunks import MIN_CHUNK_TOKENS, PROMPT_RESERVE, SAFETY_MARGIN, chunk_limit, plan_chunks
+from ctxkeep.summarize.facts import Facts, collect_facts
+from ctxkeep.summarize.prompts import (
+    ARGUMENTS_CHARS,
+    RESULT_CHARS,
+    Prompt,
+    merge_prompt,
+    render_messages,
+    shorten,
+    summary_prompt,
+)
 from ctxkeep.summarize.sections import missing_sections
+from ctxkeep.tokens import Counter, get_counter
 
-__all__ = ["MAX_TOKENS", "ModelSummarizer", "unwrap"]
+__all__ = ["MAX_TOKENS", "REPLY_FORMATS", "RETRIES", "WINDOW", "ModelSummarizer", "SummaryRun", "unwrap"]
 
 # A 16,000-character summary is about 4,000 tokens of English; Chinese needs more, and says so by failing.
 MAX_TOKENS = 4_096
+WINDOW = 128_000
+RETRIES = 3
+REPLY_FORMATS = ("markdown", "json")
+# Feedback from the audit goes into the prompt too: a few reasons, a few identifiers each.
+_FEEDBACK_TOKENS = 400
 
 _THINK = re.compile(r"<(think|thinking)>.*?</\1>\s*", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SummaryRun:
+    """What one `ModelSummarizer.summarize` spent and left: calls made, tokens sent and received (as the
+    server reported them, else our count), parts, messages sent truncated, the parts that failed, the
+    attempts at the final reply and the audit failures of the reply kept."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    parts: int = 1
+    shortened: int = 0
+    gaps: tuple[str, ...] = ()
+    attempts: int = 0
+    audit: tuple[str, ...] = ()
 
 
 class ModelSummarizer:
     """A `Summarizer` that asks a compaction `model` for the summary and checks the reply.
 
-    `max_tokens` bounds the reply; `result_chars` and `arguments_chars` bound each tool result and
-    each string argument of a tool call in the prompt (see `ctxkeep.summarize.prompts`); `agents_md`
-    is the workspace's AGENTS.md text (the caller reads it), whose Session Startup and Red Lines
-    sections every summary carries (see `ctxkeep.summarize.augment`).
+    `window` is the compaction model's context window in tokens (no request exceeds it);
+    `max_tokens` bounds each reply; `counter` counts tokens (default o200k); `retries` is how many
+    times an invalid or failing final reply is asked again, `audit` False turns the quality audit
+    off. `reply_format` "json" holds the model to `ctxkeep.summarize.structured.SCHEMA` (for servers
+    with structured output; even a tiny model then returns every section). `result_chars` and
+    `arguments_chars` bound each tool result and string argument in the prompt (see
+    `ctxkeep.summarize.prompts`); `agents_md` is the workspace's AGENTS.md text, whose Session
+    Startup and Red Lines sections every summary carries (see `ctxkeep.summarize.augment`).
     """
 
     def __init__(
         self,
         model: Model,
         *,
+        window: int = WINDOW,
         max_tokens: int = MAX_TOKENS,
+        counter: Counter | None = None,
+        retries: int = RETRIES,
+        audit: bool = True,
+        reply_format: Literal["markdown", "json"] = "markdown",
         result_chars: int = RESULT_CHARS,
         arguments_chars: int = ARGUMENTS_CHARS,
         agents_md: str | None = None,
     ) -> None:
-        for name, value in (
-            ("max_tokens", max_tokens),
-            ("result_chars", result_chars),
-            ("arguments_chars", arguments_chars),
+        for name, value, least in (
+            ("window", window, 1),
+            ("max_tokens", max_tokens, 1),
+            ("retries", retries, 0),
+            ("result_chars", result_chars, 1),
+            ("arguments_chars", arguments_chars, 1),
         ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a whole number, at least 1; got {value!r}")
-        self.model = model
-        self.max_tokens = max_tokens
-        self.result_chars = result_chars
-        self.arguments_chars = arguments_chars
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"{name} must be a whole number, at least {least}; got {value!r}")
+        need = max_tokens + PROMPT_RESERVE + math.ceil(MIN_CHUNK_TOKENS * SAFETY_MARGIN)
+        if window < need:
+            raise ValueError(
+                f"window ({window:,} tokens) leaves no room: max_tokens ({max_tokens:,}) + the prompt"
+                f" ({PROMPT_RESERVE:,}) + some conversation need {need:,};"
+                " give the model's real window or lower max_tokens"
+            )
+        if reply_format not in REPLY_FORMATS:
+            raise ValueError(f"reply_format must be one of {', '.join(REPLY_FORMATS)}; got {reply_format!r}")
         if agents_md is not None and not isinstance(agents_md, str):
             raise TypeError(f"agents_md must be the text of AGENTS.md or None, got {type(agents_md).__name__}")
+        self.model = model
+        self.window = window
+        self.max_tokens = max_tokens
+        self.counter = counter if counter is not None else get_counter("o200k_base")
+        self.retries = retries
+        self.audit = audit
+        self.reply_format = reply_format
+        self.result_chars = result_chars
+        self.arguments_chars = arguments_chars
         self.agents_md = agents_md
+        self.last_run: SummaryRun | None = None
 
     def __repr__(self) -> str:
-        return f"ModelSummarizer({self.model.name!r}, max_tokens={self.max_tokens})"
-
-    def completion(self, request: SummaryRequest) -> Completion:
-        """The request to the model for `request`: the system prompt and one user turn."""
-        prompt = summary_prompt(request, result_chars=self.result_chars, arguments_chars=self.arguments_chars)
-        return Completion(
-            system=prompt.system,
-            turns=(Turn(role="user", text=prompt.user),),
-            max_tokens=self.max_tokens,
-        )
+        return f"ModelSummarizer({self.model.name!r}, window={self.window}, max_tokens={self.max_tokens})"
 
     def summarize(self, request: SummaryRequest) -> str:
-        """The model's summary of `request`, unwrapped, augmented and at most ``request.max_chars`` characters.
+        """The model's summary of `request`, unwrapped, audited, augmented and at most ``request.max_chars``
+        characters; `last_run` says what it cost.
 
-        Raises `SummaryError` (with ``.request`` and ``.response``) when the model fails or its
-        reply is not a summary with every required section.
+        Raises `SummaryError` (with ``.request`` and ``.response``) when the model fails or no reply is
+        a summary with every required section.
         """
-        completion = self.completion(request)
-        asked = _as_json(completion, self.model.name)
+        run = _Run()
+        try:
+            return self._summarize(request, run)
+        finally:
+            self.last_run = run.frozen()
+
+    def _summarize(self, request: SummaryRequest, run: _Run) -> str:
+        language = resolve_language(request)
+        request = dataclasses.replace(request, language=language)  # every part in the same language
+        run.language = language
+        facts = collect_facts(request.messages)
+        texts = render_messages(request.messages, result_chars=self.result_chars, arguments_chars=self.arguments_chars)
+        counts = self.counter.count_texts(texts)
+        overhead = self._tokens(summary_prompt(request, conversation="")) + _FEEDBACK_TOKENS
+        try:
+            limit = chunk_limit(counts, window=self.window, max_tokens=self.max_tokens, overhead=overhead)
+        except ValueError as exc:  # a previous summary too large for this model's window
+            raise SummaryError(str(exc)) from exc
+        cuts = safe_cuts(request.messages)
+        chunks = plan_chunks(texts, counts, cuts, limit=limit, window=self.window, count=self.counter.count_text)
+        run.parts = len(chunks)
+        run.shortened = sum(len(c.shortened) for c in chunks)
+        if len(chunks) == 1:
+            text = self._final(
+                lambda fb: summary_prompt(request, conversation=chunks[0].text, feedback=fb), facts, language, run
+            )
+        else:
+            part = dataclasses.replace(request, previous=None, focus=None)
+            partials: list[str] = []
+            for k, chunk in enumerate(chunks, 1):
+                prompt = summary_prompt(part, conversation=chunk.text, part=(k, len(chunks)))
+                reply, reason = self._attempt(prompt, run)
+                if reason is None:
+                    partials.append(reply)
+                else:
+                    run.gaps.append(_gap(chunk.start, chunk.end, k, len(chunks), reason, language))
+            if not partials:
+                raise self._failure(
+                    f"none of the {len(chunks)} parts of the history could be summarized", run
+                ) from run.error
+            partials = self._reduce(partials, request, run)
+            gaps = tuple(run.gaps)
+            text = self._final(lambda fb: merge_prompt(partials, request, gaps=gaps, feedback=fb), facts, language, run)
+        try:
+            return augment(text, request, agents_md=self.agents_md, notes=tuple(run.gaps))
+        except ValueError as exc:
+            raise SummaryError(str(exc), request=run.request, response=run.response) from exc
+
+    def _final(self, make: Callable[[Sequence[str]], Prompt], facts: Facts, language: Language, run: _Run) -> str:
+        """The best valid reply to `make(feedback)`, asked again with the reasons while it fails."""
+        best: tuple[list[str], str] | None = None
+        feedback: list[str] = []
+        for _ in range(1 + self.retries):
+            run.attempts += 1
+            text, reason = self._attempt(make(feedback), run)
+            if reason is not None:
+                if run.provider_failed:
+                    break  # the provider already retried; asking again would only wait longer
+                feedback = [reason]
+                continue
+            reasons = audit(text, facts, language) if self.audit else []
+            if best is None or len(reasons) < len(best[0]):
+                best = (reasons, text)
+            if not reasons:
+                break
+            feedback = reasons
+        if best is None:
+            raise self._failure("no valid summary", run) from run.error
+        run.audit = tuple(best[0])
+        if best[0]:
+            log.warning("the summary kept still fails %d audit checks: %s", len(best[0]), "; ".join(best[0]))
+        return best[1]
+
+    def _reduce(self, partials: list[str], request: SummaryRequest, run: _Run) -> list[str]:
+        """`partials` merged in rounds until the final merge request (with the previous summary) fits the window."""
+        while not self._fits(merge_prompt(partials, request, gaps=run.gaps)) and len(partials) > 1:
+            groups: list[list[str]] = [[]]
+            for text in partials:
+                if groups[-1] and not self._fits(merge_prompt([*groups[-1], text], request, final=False)):
+                    groups.append([])
+                groups[-1].append(text)
+            if all(len(g) == 1 for g in groups):  # two partials do not fit one request: halve them
+                room = (self.window - self.max_tokens - PROMPT_RESERVE) // 2
+                partials = [
+                    shorten(p, max(1, len(p) * room // max(1, self.counter.count_text(p)) // 2)) for p in partials
+                ]
+                continue
+            merged: list[str] = []
+            for group in groups:
+                if len(group) == 1:
+                    merged.append(group[0])
+                    continue
+                text, reason = self._attempt(merge_prompt(group, request, final=False), run)
+                if reason is not None:
+                    raise self._failure("merging the partial summaries failed", run) from run.error
+                merged.append(text)
+            partials = merged
+        return partials
+
+    def _attempt(self, prompt: Prompt, run: _Run) -> tuple[str, str | None]:
+        """One call: (the summary, None), or (what came back, why it is not a summary)."""
+        text, run.reason = self._call(prompt, run)
+        return text, run.reason
+
+    def _call(self, prompt: Prompt, run: _Run) -> tuple[str, str | None]:
+        json_reply = self.reply_format == "json"
+        completion = Completion(
+            system=prompt.system + (f"\n\n{structured.instructions(run.language)}" if json_reply else ""),
+            turns=(Turn(role="user", text=prompt.user),),
+            max_tokens=self.max_tokens,
+            schema=structured.SCHEMA if json_reply else None,
+        )
+        run.request = _as_json(completion, self.model.name)
+        run.calls += 1
+        run.provider_failed, run.error = False, None
         try:
             reply = self.model.complete(completion)
         except ProviderError as exc:
-            raise SummaryError(
-                f"the compaction model {self.model.name} failed: {exc}", request=asked, response=str(exc)
-            ) from exc
+            run.response = str(exc)
+            run.provider_failed = True
+            run.error = exc
+            run.input_tokens += self._tokens(prompt)
+            return "", f"the compaction model {self.model.name} failed: {exc}"
+        run.response = reply.text
+        run.input_tokens += reply.input_tokens if reply.input_tokens is not None else self._tokens(prompt)
+        run.output_tokens += (
+            reply.output_tokens if reply.output_tokens is not None else self.counter.count_text(reply.text)
+        )
+        if json_reply:
+            try:
+                return structured.to_markdown(reply.text, language=run.language), None
+            except ValueError as exc:
+                return reply.text, f"{exc}: reply with one JSON object of the schema"
         text = unwrap(reply.text)
         if not text:
-            raise SummaryError(
-                f"the compaction model {self.model.name} returned no summary (an empty reply)",
-                request=asked,
-                response=reply.text,
-            )
+            return reply.text, "the reply is empty or has no `## ` heading: write the summary in the format given"
         missing = missing_sections(text)
         if missing:
-            raise SummaryError(
-                f"the compaction model {self.model.name} returned a summary without the sections"
-                f" {', '.join(missing)}; try a larger model, or raise max_tokens if the reply was cut off",
-                request=asked,
-                response=reply.text,
-            )
-        try:
-            return augment(text, request, agents_md=self.agents_md)
-        except ValueError as exc:
-            raise SummaryError(str(exc), request=asked, response=reply.text) from exc
+            return reply.text, f"the summary lacks the sections {', '.join(missing)}: write every section, in order"
+        return text, None
+
+    def _failure(self, what: str, run: _Run) -> SummaryError:
+        hint = "" if run.provider_failed else "; try a larger model, or raise max_tokens if replies were cut off"
+        return SummaryError(
+            f"{what} ({self.model.name}): {run.reason}{hint}", request=run.request, response=run.response
+        )
+
+    def _fits(self, prompt: Prompt) -> bool:
+        return math.ceil(self._tokens(prompt) * SAFETY_MARGIN) + self.max_tokens <= self.window
+
+    def _tokens(self, prompt: Prompt) -> int:
+        return self.counter.count_text(prompt.system) + self.counter.count_text(prompt.user)
+
+
+class _Run:
+    """What a summarize call has spent so far, and its last request and response (for an error)."""
+
+    def __init__(self) -> None:
+        self.calls = self.input_tokens = self.output_tokens = self.shortened = self.attempts = 0
+        self.parts = 1
+        self.gaps: list[str] = []
+        self.audit: tuple[str, ...] = ()
+        self.request: dict[str, Any] = {}
+        self.language: Language = "en"
+        self.response = ""
+        self.provider_failed = False
+        self.error: ProviderError | None = None
+        self.reason: str | None = None
+
+    def frozen(self) -> SummaryRun:
+        return SummaryRun(
+            calls=self.calls,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            parts=self.parts,
+            shortened=self.shortened,
+            gaps=tuple(self.gaps),
+            attempts=self.attempts,
+            audit=self.audit,
+        )
+
+
+_GAP = {
+    "en": "Messages {a}–{b} (part {k} of {n}) could not be summarized ({reason}); read them in the archive.",
+    "zh": "第 {a}–{b} 条消息（第 {k} 部分，共 {n} 部分）未能摘要（{reason}）；请在归档中阅读原文。",
+}
+
+
+def _gap(start: int, end: int, k: int, n: int, reason: str, language: Language) -> str:
+    return _GAP[language].format(a=start + 1, b=end, k=k, n=n, reason=reason.split(":")[0])
 
 
 def unwrap(text: str) -> str:

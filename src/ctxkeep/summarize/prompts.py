@@ -45,8 +45,11 @@ __all__ = [
     "ARGUMENTS_CHARS",
     "RESULT_CHARS",
     "Prompt",
+    "join_rendered",
+    "merge_prompt",
     "omission_marker",
     "render_conversation",
+    "render_messages",
     "shorten",
     "summary_prompt",
     "system_prompt",
@@ -109,6 +112,18 @@ def render_conversation(
     `arguments_chars` (and a call's whole argument text `result_chars`), each message's text
     `text_chars` (None: all of it); whatever is cut is marked. Thinking is left out.
     """
+    parts = render_messages(messages, result_chars=result_chars, arguments_chars=arguments_chars, text_chars=text_chars)
+    return join_rendered(parts)
+
+
+def render_messages(
+    messages: Sequence[Message],
+    *,
+    result_chars: int = RESULT_CHARS,
+    arguments_chars: int = ARGUMENTS_CHARS,
+    text_chars: int | None = None,
+) -> list[str]:
+    """Each message of `messages` as `render_conversation` shows it; "" for one with nothing to show."""
     for name, value in (("result_chars", result_chars), ("arguments_chars", arguments_chars)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"{name} must be a whole number of characters, at least 0; got {value!r}")
@@ -129,9 +144,13 @@ def render_conversation(
                 lines.append(f"[tool call] {block.name} {args}".rstrip())
             elif isinstance(block, ThinkingBlock):
                 continue  # private reasoning: left out (see the module docstring)
-        if lines:
-            parts.append(f"[{msg.role}]\n" + "\n".join(lines))
-    return "\n\n".join(parts)
+        parts.append(f"[{msg.role}]\n" + "\n".join(lines) if lines else "")
+    return parts
+
+
+def join_rendered(parts: Sequence[str]) -> str:
+    """The conversation text of rendered messages: those with something to show, a blank line apart."""
+    return "\n\n".join(p for p in parts if p)
 
 
 def _render_result(result: ToolResult, names: dict[str, str], limit: int) -> str:
@@ -194,10 +213,14 @@ _TEMPLATE = {
 - **Decision**: why it was taken.
 
 ## Next Steps
-1. What to do next, in order; include requests of the user not yet answered.
+1. Open TODOs: what to do next, in order, with batch progress where there is one (e.g. 5/17 done).
+### Pending user asks
+- Requests of the user not answered yet, the latest one last, in their words.
 
 ## Critical Context
-- Exact file paths, URLs, commands, identifiers, versions, values and findings needed to continue.""",
+- Findings, values, versions and promised follow-ups needed to continue.
+### Exact identifiers
+- `path/or/url/or/command`: every file path, URL, command, hash, ID, port and number that matters, verbatim.""",
     "zh": """\
 ## Goal
 - 用户的总体目标；最后写用户最新的请求。
@@ -217,10 +240,14 @@ _TEMPLATE = {
 - **决策**：做出该决策的原因。
 
 ## Next Steps
-1. 接下来按顺序要做的事；包括用户尚未得到答复的请求。
+1. 待办事项：接下来按顺序要做的事；有批量进度时写明（例如 5/17 已完成）。
+### Pending user asks
+- 用户尚未得到答复的请求，最新的放在最后，尽量用用户的原话。
 
 ## Critical Context
-- 继续任务所需的精确文件路径、URL、命令、标识符、版本、数值和发现。""",
+- 继续任务所需的发现、数值、版本以及答应过的后续事项。
+### Exact identifiers
+- `路径/URL/命令`：所有重要的文件路径、URL、命令、哈希、ID、端口和数字，原样照抄。""",
 }
 
 _SYSTEM = {
@@ -297,6 +324,43 @@ _SIZE = {
     "zh": "摘要总长度不得超过 {n:,} 个字符。",
 }
 
+_PART = {
+    "en": "These messages are part {k} of {n} of a long history; summarize only what they show.",
+    "zh": "这些消息是一段长对话的第 {k} 部分（共 {n} 部分）；只摘要这部分呈现的内容。",
+}
+
+_MERGE = {
+    "en": """\
+The partial summaries above cover consecutive parts of one conversation, oldest first (after the \
+previous summary, when there is one). Merge them into one summary in the format the system prompt gives. Keep:
+- active tasks and their exact status, with batch progress (e.g. "5/17 done");
+- the latest user request, and every request not answered yet;
+- decisions with their reasons;
+- open TODOs, open questions and promised follow-ups;
+- constraints and rules the user gave;
+- every exact identifier (paths, URLs, commands, hashes, IDs, numbers).
+Later parts win where they disagree with earlier ones; move finished work to Done.""",
+    "zh": """\
+上面的部分摘要按时间顺序覆盖同一段对话的连续部分（如有上一份摘要，则在它之后）。请按系统提示给出的格式把它们合并成一份摘要。必须保留：
+- 进行中的任务及其确切状态，包括批量进度（例如“5/17 已完成”）；
+- 用户最新的请求，以及所有尚未答复的请求；
+- 决策及其原因；
+- 待办事项、未解决的问题和答应过的后续事项；
+- 用户给出的约束和规则；
+- 所有精确标识符（路径、URL、命令、哈希、ID、数字）。
+前后矛盾时以较晚的部分为准；已完成的工作移到 Done。""",
+}
+
+_GAPS = {
+    "en": "These parts could not be summarized (they are in the archive); say so under Critical Context:",
+    "zh": "以下部分未能摘要（原文在归档中）；请在 Critical Context 中注明：",
+}
+
+_FEEDBACK = {
+    "en": "A previous attempt at this summary failed these checks; write the whole summary again and fix them:",
+    "zh": "上一次撰写的摘要没有通过以下检查；请重新撰写完整的摘要并改正：",
+}
+
 _NO_MESSAGES = {"en": "(no new messages)", "zh": "（没有新消息）"}
 
 
@@ -307,16 +371,25 @@ def system_prompt(language: Language) -> str:
 
 
 def summary_prompt(
-    request: SummaryRequest, *, result_chars: int = RESULT_CHARS, arguments_chars: int = ARGUMENTS_CHARS
+    request: SummaryRequest,
+    *,
+    result_chars: int = RESULT_CHARS,
+    arguments_chars: int = ARGUMENTS_CHARS,
+    conversation: str | None = None,
+    part: tuple[int, int] | None = None,
+    feedback: Sequence[str] = (),
 ) -> Prompt:
     """The prompt for `request`: the initial one, or the update one when it carries a previous summary.
 
     The language is the request's ("auto" resolved by `resolve_language`); the focus of a manual
     compaction and the size limit go into the user turn; tool output is bounded as in
-    `render_conversation`.
+    `render_conversation`. `conversation` is the messages already rendered (`render_messages`),
+    `part` = (k, n) says it is the k-th of n consecutive parts of a long history, and `feedback`
+    lists what a previous attempt's summary got wrong.
     """
     lang = resolve_language(request)
-    conversation = render_conversation(request.messages, result_chars=result_chars, arguments_chars=arguments_chars)
+    if conversation is None:
+        conversation = render_conversation(request.messages, result_chars=result_chars, arguments_chars=arguments_chars)
     parts = [f"<conversation>\n{conversation or _NO_MESSAGES[lang]}\n</conversation>"]
     previous = request.previous.strip() if request.previous else ""
     if previous:
@@ -324,11 +397,50 @@ def summary_prompt(
         task = [_UPDATE[lang]]
     else:
         task = [_INITIAL[lang]]
-    if request.focus and request.focus.strip():
-        task.append(_FOCUS[lang].format(focus=request.focus.strip()))
-    task.append(_SIZE[lang].format(n=request.max_chars))
-    parts.append("\n\n".join(task))
+    if part is not None:
+        task.append(_PART[lang].format(k=part[0], n=part[1]))
+    parts.append(_task(task, request, lang, feedback))
     return Prompt(system=system_prompt(lang), user="\n\n".join(parts))
+
+
+def merge_prompt(
+    partials: Sequence[str],
+    request: SummaryRequest,
+    *,
+    gaps: Sequence[str] = (),
+    feedback: Sequence[str] = (),
+    final: bool = True,
+) -> Prompt:
+    """The prompt that merges `partials`, the summaries of consecutive parts of the history (oldest first),
+    into one summary; the request's previous summary (if any) comes first in time.
+
+    `gaps` says which parts could not be summarized; `final` False asks for an intermediate merge
+    (the previous summary and the focus are left for the last one).
+    """
+    lang = resolve_language(request)
+    parts: list[str] = []
+    previous = request.previous.strip() if request.previous and final else ""
+    if previous:
+        parts.append(f"<previous-summary>\n{previous}\n</previous-summary>")
+    n = len(partials)
+    for k, text in enumerate(partials, 1):
+        parts.append(f'<partial-summary part="{k}" of="{n}">\n{text.strip()}\n</partial-summary>')
+    if gaps:
+        parts.append(_GAPS[lang] + "\n" + "\n".join(f"- {g}" for g in gaps))
+    closing = _task([_MERGE[lang]], request if final else None, lang, feedback, max_chars=request.max_chars)
+    return Prompt(system=system_prompt(lang), user="\n\n".join([*parts, closing]))
+
+
+def _task(
+    task: list[str], request: SummaryRequest | None, lang: Language, feedback: Sequence[str], *, max_chars: int = 0
+) -> str:
+    """The closing instructions: the task, the focus of a manual compaction, the size, and any feedback."""
+    if request is not None and request.focus and request.focus.strip():
+        task.append(_FOCUS[lang].format(focus=request.focus.strip()))
+    task.append(_SIZE[lang].format(n=request.max_chars if request is not None else max_chars))
+    if feedback:
+        task.append(_FEEDBACK[lang] + "\n" + "\n".join(f"- {reason}" for reason in feedback))
+    return "\n\n".join(task)
 
 
 def _lang(language: str) -> Language:

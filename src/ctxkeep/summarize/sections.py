@@ -37,6 +37,8 @@ from functools import partial
 from typing import Literal, TypeAlias
 
 __all__ = [
+    "FENCE",
+    "HEADING",
     "MAX_SHARE",
     "PHRASES",
     "PROGRESS_SUBSECTIONS",
@@ -92,9 +94,11 @@ PHRASES: Mapping[str, Mapping[str, str]] = {
     "resolved": {"en": "(resolved later)", "zh": "（之后已解决）"},
 }
 
-_HEADING = re.compile(r"^(#{2,3})[ \t]+(.*?)[ \t]*#*[ \t]*$")
+# a ``## `` section or ``### `` subsection heading line; group 1 the hashes, group 2 the title
+HEADING = re.compile(r"^(#{2,3})[ \t]+(.*?)[ \t]*#*[ \t]*$")
 _BULLET = re.compile(r"^(?:[-*+]|\d{1,3}[.)])(?:[ \t]+(?:\[[ xX]\][ \t]+)?(.*))?$")
-_FENCE = re.compile(r"^(`{3,}|~{3,})")
+# a line opening (or closing) a code fence; group 1 the fence
+FENCE = re.compile(r"^(`{3,}|~{3,})")
 _OMITTED = re.compile(r"^\((\d+) older items? omitted; see the archive\)$|^（已省略 (\d+) 条较早的条目；详见归档）$")
 
 
@@ -134,7 +138,7 @@ def _headings(text: str) -> list[tuple[int, str]]:
         fence, was_fence = _fence_state(fence, line)
         if was_fence:
             continue
-        m = _HEADING.match(line)
+        m = HEADING.match(line)
         if m:
             out.append((len(m.group(1)), m.group(2)))
     return out
@@ -147,7 +151,7 @@ def _fence_state(fence: str | None, line: str) -> tuple[str | None, bool]:
         if closing.startswith(fence[0]) and set(closing) == {fence[0]} and len(closing) >= len(fence):
             return None, True
         return fence, True
-    m = _FENCE.match(line)
+    m = FENCE.match(line)
     return (m.group(1), True) if m else (None, False)
 
 
@@ -172,7 +176,7 @@ def parse_sections(text: str) -> Sections:
             assert item is not None  # a fence always belongs to an item
             item.append(line)
             continue
-        heading = _HEADING.match(line)
+        heading = HEADING.match(line)
         if heading:
             flush()
             title = heading.group(2)
