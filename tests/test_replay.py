@@ -89,6 +89,35 @@ def test_compact_as_anthropic_and_refuses_a_used_folder(tmp_path: Path, capsys: 
     assert (other / "mine.txt").read_text() == "keep me"
 
 
+def test_compact_with_a_model_summarizer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    agents = tmp_path / "AGENTS.md"
+    agents.write_text("## Red Lines\n- Never delete the archive.\n")
+    out = tmp_path / "ws"
+    argv = ["compact", str(EXAMPLE), "-o", str(out), "--window", "600", "--json", "--no-progress"]
+    code = main([*argv, "--model", "deterministic", "--model-window", "16000", "--agents-md", str(agents)])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["summarizer"] == "deterministic" and report["compactions"] >= 1
+    summary = (out / "summary.md").read_text()
+    assert "### Pending user asks" in summary and "- Never delete the archive." in summary
+    assert missing_sections(summary) == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (["--base-url", "http://127.0.0.1:9/v1"], "--base-url needs --model"),
+        (["--model", "gpt-4o"], "cannot tell the model"),
+        (["--model", "deterministic", "--model-window", "100"], "leaves no room"),
+        (["--model", "deterministic", "--agents-md", "/nonexistent/AGENTS.md"], "cannot read --agents-md"),
+    ],
+)
+def test_compact_model_flags_are_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], error: str
+) -> None:
+    assert main(["compact", str(EXAMPLE), "-o", str(tmp_path / "ws"), "--no-progress", *flags]) == 2
+    assert error in capsys.readouterr().err
+
+
 def test_compact_bad_conversation_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compact", str(EXAMPLE), "-o", str(tmp_path / "ws"), "--conversation", "3"]) == 2
     assert "holds 1 conversation" in capsys.readouterr().err

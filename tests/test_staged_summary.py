@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import raw_params
+from tests.test_model_summarizer import Scripted
 
 from ctxkeep.errors import ProviderError, SummaryError
 from ctxkeep.formats import load
 from ctxkeep.messages import Message, ToolCall, ToolResult
-from ctxkeep.providers import Completion, Reply
+from ctxkeep.providers import Completion
 from ctxkeep.providers.deterministic import DeterministicModel
 from ctxkeep.summarize import SummaryRequest, missing_sections
 from ctxkeep.summarize.chunks import SAFETY_MARGIN
@@ -74,25 +75,6 @@ def tokens(request: Completion) -> int:
 
 def fits(request: Completion) -> bool:
     return math.ceil(tokens(request) * SAFETY_MARGIN) + request.max_tokens <= WINDOW
-
-
-class Scripted:
-    """Answers from a script (texts or ProviderErrors; the last one repeats), recording the requests."""
-
-    def __init__(self, *answers: str | ProviderError) -> None:
-        self.answers = list(answers)
-        self.requests: list[Completion] = []
-
-    @property
-    def name(self) -> str:
-        return "scripted:test"
-
-    def complete(self, request: Completion) -> Reply:
-        self.requests.append(request)
-        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-        if isinstance(answer, ProviderError):
-            raise answer
-        return Reply(text=answer, model=self.name)
 
 
 def test_a_long_history_is_summarized_in_parts_then_merged_within_the_window() -> None:
@@ -231,3 +213,21 @@ def test_every_transcript_fits_the_window_of_a_small_model(path: Path) -> None:
         summary = summarizer.summarize(SummaryRequest(messages=messages))
         assert missing_sections(summary) == []
         assert all(fits(r) for r in model.requests), f"{path.name}: a request exceeded {WINDOW} tokens"
+
+
+@pytest.mark.parametrize("findings", [250, 600])
+def test_a_large_previous_summary_never_pushes_a_request_past_the_window(findings: int) -> None:
+    lines = "".join(f"- finding {i}: value {i * 7}\n" for i in range(findings))
+    previous = GOOD.replace("- (none)\n### Exact identifiers", lines + "### Exact identifiers")
+    model = DeterministicModel()
+    summarizer = ModelSummarizer(model, window=WINDOW, max_tokens=2_048)
+    request = SummaryRequest(messages=history(40), previous=previous, language="en")
+    if findings > 500:  # the previous summary alone leaves no room: refused before any call
+        with pytest.raises(SummaryError, match="too small"):
+            summarizer.summarize(request)
+        assert model.requests == []
+        return
+    summary = summarizer.summarize(request)
+    assert missing_sections(summary) == [] and "finding 0: value 0" in model.requests[-1].turns[0].text
+    assert summarizer.last_run is not None and summarizer.last_run.parts > 1
+    assert all(fits(r) for r in model.requests)

@@ -4,6 +4,12 @@
                          [--provider openai|anthropic] [--progress|--no-progress]
     ctxkeep compact FILE -o WORKSPACE [--replace] [--as openai|anthropic] [--window N] [--conversation N]
                          [--format NAME] [--lenient] [--encoding ...] [--json] [--progress|--no-progress]
+                         [--model SPEC [--base-url URL] [--model-window N] [--reply-format markdown|json]
+                          [--agents-md FILE]]
+
+`compact` summarizes with the built-in extractive summarizer (no model, no key) unless `--model`
+names a compaction model (``openai:<model>``, ``anthropic:<model>``, ``deterministic``; see
+`ctxkeep.providers`).
 
 Exit codes: 0 success, 2 bad input (the message names file, line and what is wrong).
 """
@@ -26,10 +32,12 @@ from ctxkeep.errors import CtxkeepError
 from ctxkeep.formats import format_names, load
 from ctxkeep.formats.anthropic import to_anthropic
 from ctxkeep.formats.openai import to_openai
+from ctxkeep.providers import get_model
 from ctxkeep.replay import Replay, replay, split_system
 from ctxkeep.report import build_report, render_text
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings
+from ctxkeep.summarize.model import ModelSummarizer
 from ctxkeep.tokens import CountSettings, get_counter
 
 __all__ = ["main"]
@@ -74,6 +82,11 @@ def _parser() -> argparse.ArgumentParser:
     compact.add_argument("--lenient", action="store_true", help="skip malformed lines and report them")
     compact.add_argument("--encoding", default="o200k_base", help="o200k_base (default), cl100k_base or tokenizer.json")
     compact.add_argument("--json", action="store_true", help="print the report as JSON")
+    compact.add_argument("--model", help="summarize with this model: openai:<model>, anthropic:<model>, deterministic")
+    compact.add_argument("--base-url", help="the model's server, e.g. http://127.0.0.1:8080/v1")
+    compact.add_argument("--model-window", type=int, default=128_000, help="the summary model's context window")
+    compact.add_argument("--reply-format", choices=["markdown", "json"], default="markdown", help="json: schema-held")
+    compact.add_argument("--agents-md", help="an AGENTS.md whose Session Startup and Red Lines every summary carries")
     _progress_flags(compact)
     return parser
 
@@ -138,7 +151,8 @@ def _compact(args: argparse.Namespace) -> int:
     settings = EngineSettings(compact=CompactSettings(max_input_length=args.window))
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     bar = _Progress(sys.stderr, "replaying", "messages") if show else None
-    with Session.open(out, settings=settings, counter=get_counter(args.encoding)) as session:
+    summarizer = _summarizer(args)
+    with Session.open(out, settings=settings, counter=get_counter(args.encoding), summarizer=summarizer) as session:
         result = replay(session, messages, system=system, progress=bar.update if bar else None)
         if bar:
             bar.close()
@@ -159,6 +173,26 @@ def _compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _summarizer(args: argparse.Namespace) -> ModelSummarizer | None:
+    """The model summarizer `--model` asks for; None for the built-in one."""
+    if args.model is None:
+        for flag in ("base_url", "agents_md"):
+            if getattr(args, flag) is not None:
+                raise CtxkeepError(f"--{flag.replace('_', '-')} needs --model")
+        return None
+    agents_md = None
+    if args.agents_md is not None:
+        try:
+            agents_md = Path(args.agents_md).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise CtxkeepError(f"cannot read --agents-md {args.agents_md}: {exc.strerror or exc}") from None
+    try:
+        model = get_model(args.model, base_url=args.base_url)
+        return ModelSummarizer(model, window=args.model_window, reply_format=args.reply_format, agents_md=agents_md)
+    except ValueError as exc:
+        raise CtxkeepError(str(exc)) from None
+
+
 def _compact_report(args: argparse.Namespace, r: Replay, offloaded: int, conversations: int) -> dict[str, Any]:
     steps_ms = [s * 1000 for s in r.step_seconds]
     return {
@@ -171,6 +205,7 @@ def _compact_report(args: argparse.Namespace, r: Replay, offloaded: int, convers
         "tokens_full_history": r.tokens_full,
         "tokens_final_context": r.tokens_final,
         "peak_context_tokens": r.peak_tokens,
+        "summarizer": args.model or "extractive",
         "compactions": len(r.compactions),
         "failed_compactions": len(r.failures),
         "archived_messages": sum(c.compacted for c in r.compactions),
@@ -190,7 +225,8 @@ def _render_compact(rep: dict[str, Any]) -> str:
         f"  tokens          {rep['tokens_full_history']:,} in the full history -> {rep['tokens_final_context']:,}"
         f" in the final context (peak {rep['peak_context_tokens']:,})",
         f"  compactions     {rep['compactions']} ({rep['archived_messages']:,} messages archived in dialog/)"
-        + (f", {rep['failed_compactions']} not applied" if rep["failed_compactions"] else ""),
+        + (f", {rep['failed_compactions']} not applied (see failed/)" if rep["failed_compactions"] else "")
+        + f", summaries by {rep['summarizer']}",
         f"  offloaded       {rep['tool_results_offloaded']} tool results in tool_result/",
         f"  time            {rep['seconds']} s, {rep['step_ms_median']} ms per step (median)",
         f"  context         {rep['context_file']}, {Path(rep['workspace']) / 'summary.md'}",

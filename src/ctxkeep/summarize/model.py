@@ -144,6 +144,7 @@ class ModelSummarizer:
         self.arguments_chars = arguments_chars
         self.agents_md = agents_md
         self.last_run: SummaryRun | None = None
+        self._json_tokens = self.counter.count_text(structured.instructions("zh")) + 2
 
     def __repr__(self) -> str:
         return f"ModelSummarizer({self.model.name!r}, window={self.window}, max_tokens={self.max_tokens})"
@@ -209,7 +210,11 @@ class ModelSummarizer:
         feedback: list[str] = []
         for _ in range(1 + self.retries):
             run.attempts += 1
-            text, reason = self._attempt(make(feedback), run)
+            prompt = make(feedback)
+            while feedback and not self._fits(prompt):  # long feedback gives way to the window
+                feedback = feedback[:-1]
+                prompt = make(feedback)
+            text, reason = self._attempt(prompt, run)
             if reason is not None:
                 if run.provider_failed:
                     break  # the provider already retried; asking again would only wait longer
@@ -260,6 +265,12 @@ class ModelSummarizer:
         return text, run.reason
 
     def _call(self, prompt: Prompt, run: _Run) -> tuple[str, str | None]:
+        if not self._fits(prompt):  # never sent: a server would cut it or refuse it
+            return "", (
+                f"the request ({self._tokens(prompt):,} tokens × {SAFETY_MARGIN} + {self.max_tokens:,} for the reply)"
+                f" would exceed the compaction model's window of {self.window:,} tokens; the previous summary"
+                " leaves too little room: lower max_tokens or use a model with a larger window"
+            )
         json_reply = self.reply_format == "json"
         completion = Completion(
             system=prompt.system + (f"\n\n{structured.instructions(run.language)}" if json_reply else ""),
@@ -306,7 +317,8 @@ class ModelSummarizer:
         return math.ceil(self._tokens(prompt) * SAFETY_MARGIN) + self.max_tokens <= self.window
 
     def _tokens(self, prompt: Prompt) -> int:
-        return self.counter.count_text(prompt.system) + self.counter.count_text(prompt.user)
+        extra = self._json_tokens if self.reply_format == "json" else 0
+        return self.counter.count_text(prompt.system) + self.counter.count_text(prompt.user) + extra
 
 
 class _Run:

