@@ -1,10 +1,24 @@
 """What the summaries keep: files, failing commands and identifiers of the compacted messages, over real sessions.
 
-Run: .venv/bin/python bench/bench_summary.py [--windows 128000,32000]
+Run: .venv/bin/python bench/bench_summary.py [--windows 128000,32000] [--transcripts NAME,NAME]
+         [--summarizer extractive|deterministic|smollm2 | --model SPEC [--base-url URL] [--model-window N]]
 
-Every conversation of every shared transcript is replayed through a `Session` (in memory, the
-built-in extractive summarizer, default 16,000-character cap) turn by turn, as bench_replay.py
-does, at each window. At each compaction, from the messages it archived:
+Every conversation of every shared transcript (or of those whose file name contains one of the
+`--transcripts` texts) is replayed through a `Session` (in memory, default 16,000-character cap)
+turn by turn, as bench_replay.py does, at each window, with one of these summarizers:
+
+    extractive     the built-in `ExtractiveSummarizer` (the default)
+    deterministic  `ModelSummarizer(DeterministicModel(), window=8192, max_tokens=1024)`: the model
+                   summarizer's whole path (parts, merges, audit, augment) with a model that makes no
+                   calls; 8192 is the compaction model's window, not the session's
+    smollm2        the same with SmolLM2-135M: the bench starts scripts/llama_server.py (llama.cpp,
+                   --context 8192) on a free port, owns its PID and stops it at the end; window 8192,
+                   max_tokens 1024, retries 1, JSON replies. Each call takes 20-40 s on 2 cores:
+                   restrict it with --transcripts and --windows
+    --model SPEC   any other model (`get_model(SPEC, base_url=...)`), window `--model-window`
+                   (default `ctxkeep.summarize.model.WINDOW`), `--reply-format` markdown or json
+
+At each compaction, from the messages it archived:
 
     files   file paths of the tool calls: path arguments (`PATH_KEYS`), edit tools and patches, the
             files of ``cat``/``sed``/redirections in commands (`ctxkeep.summarize.runs.tool_run`)
@@ -12,6 +26,9 @@ does, at each window. At each compaction, from the messages it archived:
             a call that never ran ("Sibling tool call errored") is not one
     ids     exact identifiers (`extract_identifiers`) of user and assistant text and of the string
             values of tool-call arguments; not of tool results
+    strict  the identifiers `collect_facts(archived, identifier_limit=None).identifiers`: those the
+            model summarizer's augmentation (`ctxkeep.summarize.augment`) guarantees, each either
+            verbatim in the summary or counted by its "(N more identifiers in the archive)" note
 
 Each is looked for verbatim (as a substring) in (1) the summary right after that compaction and (2)
 the summary at the end of the conversation; what (2) lacks that (1) had, later compactions dropped
@@ -22,55 +39,122 @@ command counts as kept when the summary has it whole or has its identifying part
 the shortened form the summarizer documents for a command it has no room for. "whole" shows how
 many were kept entire.
 
-Target: 100% of files and failing commands at (1) and (2): the summarizer keeps them verbatim
-whatever the size, until even they cannot fit the cap (the docstring of
-`ctxkeep.summarize.extractive`). None for identifiers: the summary keeps at most 300, and drops them
-before anything else in Critical Context; the figures show what the cap costs.
+For strict, (1) splits three ways: "now" verbatim in the summary; "note" absent but counted by the
+summary's "(N more identifiers in the archive)" notes; "lost" neither. The notes also count the
+previous summary's identifiers the new one dropped; those rank last, so the cap drops them first,
+and the note covers an archived identifier only for what is left of N after them.
+
+Targets. Extractive: 100% of files and failing commands at (1) and (2): the summarizer keeps them
+verbatim whatever the size, until even they cannot fit the cap (the docstring of
+`ctxkeep.summarize.extractive`); none for identifiers: the summary keeps at most 300, and drops them
+before anything else in Critical Context; the figures show what the cap costs. Model summarizers:
+100% of files, failing commands and strict identifiers at (1), verbatim or counted in the note
+(files and failing commands verbatim or as their head), and 0 strict identifiers lost, whatever
+the model writes: augment appends what the model left out. Every compaction should be applied;
+one fails only when no reply of the model is a valid summary (nothing is archived then).
 
 Also: the median and max time of one call of the extractive summarizer, and of the whole compaction.
+For model summarizers, per summarize call (failed ones included): model calls, parts the history
+was split into, prompt (input) tokens, output tokens (as the server reports them, else counted),
+wall seconds; median, max and total of each; compactions applied and failed, the reasons of the
+failures, and how many applied summaries still fail the quality audit (the best reply kept).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import re
+import signal
+import socket
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 # the shared conversations, read and repaired as the replay benchmark reads them (run from the repository root)
 from bench_replay import conversations
 from ctxkeep.engine import EngineSettings
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.messages import Message, ToolResult
+from ctxkeep.providers import get_model
+from ctxkeep.providers.deterministic import DeterministicModel
 from ctxkeep.replay import turns
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings
-from ctxkeep.summarize import SummaryRequest
+from ctxkeep.summarize import Summarizer, SummaryRequest
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
+from ctxkeep.summarize.facts import collect_facts
 from ctxkeep.summarize.identifiers import command_head, extract_identifiers
+from ctxkeep.summarize.model import WINDOW, ModelSummarizer, SummaryRun
 from ctxkeep.summarize.runs import ToolRun, tool_run
+from ctxkeep.summarize.sections import PHRASES, omitted_count, parse_sections, unquote
 from ctxkeep.tokens import get_counter
 
-RAW = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "transcripts" / "raw"
+ROOT = Path(__file__).resolve().parents[1]
+RAW = ROOT.parent / "shared" / "data" / "transcripts" / "raw"
 COUNTER = get_counter("o200k_base")
-KINDS = ("files", "fails", "ids")
+KINDS = ("files", "fails", "ids", "strict")
+SUMMARIZERS = ("extractive", "deterministic", "smollm2")
+MODEL_WINDOW = 8_192  # the compaction model's window (llama-server's --context), not the session's
+MODEL_MAX_TOKENS = 1_024
+HEALTH_SECONDS = 120
+# augment's note of the identifiers it had no room for, in either language
+MORE_IDS = re.compile(r"\((\d+) more identifiers in the archive\)|（另有 (\d+) 个标识符，详见归档）")
+_FENCED_ITEM = re.compile(r"\n?(`{3,})\n(.*)\n\1", re.DOTALL)
+_ID_TITLES = frozenset(t.lower() for t in PHRASES["identifiers"].values())
+
+Items = tuple[list[str], list[str], list[str], list[str]]  # files, fails, ids, strict
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Call:
+    """One summarize call: its wall time, whether it returned a summary (else why not), the previous
+    summary it was given, and what a model summarizer spent (`SummaryRun`; None for the extractive one)."""
+
+    seconds: float
+    ok: bool
+    reason: str = ""
+    previous: str | None = None
+    run: SummaryRun | None = None
 
 
 class TimedSummarizer:
-    """The extractive summarizer, timing each call."""
+    """A summarizer, timing and recording each call."""
 
-    def __init__(self) -> None:
-        self.inner = ExtractiveSummarizer()
-        self.seconds: list[float] = []
+    def __init__(self, inner: Summarizer) -> None:
+        self.inner = inner
+        self.calls: list[Call] = []
 
     def summarize(self, request: SummaryRequest) -> str:
-        """The extractive summary of `request`; the time it took is appended to `seconds`."""
+        """`inner`'s summary of `request`; the call is appended to `calls`, failed or not."""
         t = time.perf_counter()
-        text = self.inner.summarize(request)
-        self.seconds.append(time.perf_counter() - t)
+        reason = ""
+        try:
+            text = self.inner.summarize(request)
+        except Exception as exc:  # recorded, then the engine turns it into a failed compaction
+            reason = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            run = getattr(self.inner, "last_run", None)
+            self.calls.append(
+                Call(
+                    seconds=time.perf_counter() - t,
+                    ok=not reason,
+                    reason=reason,
+                    previous=request.previous,
+                    run=run if isinstance(run, SummaryRun) else None,
+                )
+            )
         return text
 
 
@@ -83,8 +167,10 @@ class Tally:
     end: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     whole_now: int = 0  # failing commands kept entire
     whole_end: int = 0
-    compactions: int = 0
-    summarizer_s: list[float] = field(default_factory=list)
+    noted: int = 0  # strict identifiers absent from the summary right after but counted by its note
+    compactions: int = 0  # applied
+    failed: int = 0  # the summarizer was called and gave no valid summary
+    calls: list[Call] = field(default_factory=list)
     compaction_s: list[float] = field(default_factory=list)
 
     def add(self, other: Tally) -> None:
@@ -94,8 +180,10 @@ class Tally:
             self.end[k] += other.end[k]
         self.whole_now += other.whole_now
         self.whole_end += other.whole_end
+        self.noted += other.noted
         self.compactions += other.compactions
-        self.summarizer_s += other.summarizer_s
+        self.failed += other.failed
+        self.calls += other.calls
         self.compaction_s += other.compaction_s
 
 
@@ -120,49 +208,86 @@ def strings(value: Any) -> Iterator[str]:
             yield from strings(item)
 
 
-def archived_items(archived: tuple[Message, ...]) -> tuple[list[str], list[str], list[str]]:
-    """Files, failing commands and identifiers of the messages a compaction archived."""
+def archived_items(archived: tuple[Message, ...]) -> Items:
+    """Files, failing commands, identifiers and strict identifiers of the messages a compaction archived."""
     runs = runs_of(archived)
     files = list(dict.fromkeys(p for r in runs for p in (*r.paths_read, *r.paths_modified)))
     fails = list(dict.fromkeys(r.command for r in runs if r.kind == "shell" and r.failed and r.command))
     texts = [m.text for m in archived if m.role in ("user", "assistant")]
     texts += [s for m in archived for call in m.tool_calls for s in strings(call.input())]
-    return files, fails, extract_identifiers(texts)
+    strict = list(collect_facts(archived, identifier_limit=None).identifiers)
+    return files, fails, extract_identifiers(texts), strict
 
 
-def replay(messages: list[Message], system: str | None, settings: EngineSettings) -> Tally:
+def previous_identifiers(previous: str | None) -> list[str]:
+    """The Exact identifiers listed in a previous summary's Critical Context, as augment reads them."""
+    if not previous:
+        return []
+    out: list[str] = []
+    for sub, items in parse_sections(previous).get("Critical Context", {}).items():
+        if sub.strip().lower() not in _ID_TITLES:
+            continue
+        for item in items:
+            if omitted_count(item) is not None or MORE_IDS.fullmatch(item.strip()):
+                continue
+            fenced = _FENCED_ITEM.fullmatch(item)
+            if fenced:
+                out.append(fenced.group(2))
+            elif "\n" not in item:
+                out.append(unquote(item))
+    return out
+
+
+def noted(strict: list[str], previous: str | None, summary: str) -> int:
+    """How many of `strict` (archived identifiers) absent from `summary` its "(N more identifiers in the
+    archive)" notes count: N less the previous summary's other identifiers it dropped (they rank last)."""
+    absent = sum(i not in summary for i in strict)
+    n = sum(int(a or b) for a, b in MORE_IDS.findall(summary))
+    archived = set(strict)
+    carried = sum(1 for i in dict.fromkeys(previous_identifiers(previous)) if i not in archived and i not in summary)
+    return min(absent, max(0, n - carried))
+
+
+def replay(
+    messages: list[Message], system: str | None, settings: EngineSettings, make: Callable[[], Summarizer]
+) -> Tally:
     """One conversation replayed; each compaction's items checked against its summary and the final one."""
     tally = Tally()
-    summarizer = TimedSummarizer()
-    pending: list[tuple[list[str], list[str], list[str]]] = []
+    summarizer = TimedSummarizer(make())
+    pending: list[Items] = []
     with Session(MemoryFolder(), settings=settings, counter=COUNTER, summarizer=summarizer) as session:
         for group in turns(messages):
             session.add(group)
+            called = len(summarizer.calls)
             step = session.prepare(system)
             if step.compaction is None:
+                if step.failure is not None and len(summarizer.calls) > called:
+                    tally.failed += 1
                 continue
             tally.compactions += 1
             tally.compaction_s.append(step.compaction.seconds)
             items = archived_items(step.archived)
             pending.append(items)
-            count(tally, items, session.summary or "", tally.now, "whole_now")
+            summary = session.summary or ""
+            count(tally, items, summary, tally.now, "whole_now")
+            tally.noted += noted(items[3], summarizer.calls[-1].previous, summary)
         final = session.summary or ""
     for items in pending:
         count(tally, items, final, tally.end, "whole_end")
-    tally.summarizer_s = summarizer.seconds
+    tally.calls = summarizer.calls
     return tally
 
 
-def count(
-    tally: Tally, items: tuple[list[str], list[str], list[str]], summary: str, kept: dict[str, int], whole: str
-) -> None:
-    files, fails, ids = items
+def count(tally: Tally, items: Items, summary: str, kept: dict[str, int], whole: str) -> None:
+    files, fails, ids, strict = items
     if kept is tally.now:
         tally.total["files"] += len(files)
         tally.total["fails"] += len(fails)
         tally.total["ids"] += len(ids)
+        tally.total["strict"] += len(strict)
     kept["files"] += sum(p in summary for p in files)
     kept["ids"] += sum(i in summary for i in ids)
+    kept["strict"] += sum(i in summary for i in strict)
     kept["fails"] += sum(c in summary or command_head(c) in summary for c in fails)
     setattr(tally, whole, getattr(tally, whole) + sum(c in summary for c in fails))
 
@@ -171,15 +296,33 @@ def pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f}%" if whole else "-"
 
 
+def lost(t: Tally) -> int:
+    """Strict identifiers neither verbatim in the summary right after nor counted by its note."""
+    return t.total["strict"] - t.now["strict"] - t.noted
+
+
 def print_row(name: str, t: Tally) -> None:
-    row = f"{name[:36]:<36} {t.compactions:>4}"
-    for k in KINDS:
+    row = f"{name[:36]:<36} {t.compactions:>4} {t.failed:>4}"
+    for k in KINDS[:3]:
         row += f" | {t.total[k]:>6,} {pct(t.now[k], t.total[k]):>5} {pct(t.end[k], t.total[k]):>5}"
+    s = t.total["strict"]
+    row += f" | {s:>6,} {pct(t.now['strict'], s):>5} {pct(t.noted, s):>5} {pct(lost(t), s):>5}"
     print(row)
 
 
-def shared(windows: list[int]) -> None:
+def select(names: Sequence[str]) -> list[Path]:
+    """The raw transcripts, those whose file name contains one of `names` when any are given."""
     files = sorted(p for p in RAW.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".json", ".traj"))
+    if not names:
+        return files
+    unmatched = [n for n in names if not any(n in p.name for p in files)]
+    if unmatched and files:
+        raise SystemExit(f"no transcript in {RAW} matches {', '.join(unmatched)}")
+    return [p for p in files if any(n in p.name for n in names)]
+
+
+def shared(windows: list[int], names: Sequence[str], label: str, make: Callable[[], Summarizer]) -> None:
+    files = select(names)
     if not files:
         print(f"no shared transcripts at {RAW}; nothing to measure (the summaries need real sessions)")
         return
@@ -189,26 +332,30 @@ def shared(windows: list[int]) -> None:
             loaded.append((path.name, conversations(path)))
         except Exception as exc:  # a file the importers do not read is reported, not fatal
             print(f"{path.name}: skipped: {exc}")
+    print(f"summarizer: {label}")
     print("Per compaction, from the messages it archived: files (tool-call paths), fails (failing shell commands),")
     print("ids (identifiers of user/assistant text and tool-call arguments). now: % found verbatim in the summary")
     print("right after that compaction; end: in the final summary of the conversation. A failing command counts")
     print("as kept whole or as its command_head (first line, <= 200 chars), the summarizer's documented short form.")
+    print("strict: collect_facts(archived, identifier_limit=None).identifiers; now verbatim, note counted by")
+    print("'(N more identifiers in the archive)', lost neither. comp: compactions applied; fail: failed.")
     totals: dict[int, Tally] = {}
     for w in windows:
         settings = EngineSettings(compact=CompactSettings(max_input_length=w))
         print(f"\nwindow {w:,}")
-        head = f"{'file':<36} {'comp':>4}"
-        for k in KINDS:
+        head = f"{'file':<36} {'comp':>4} {'fail':>4}"
+        for k in KINDS[:3]:
             head += f" | {k:>6} {'now':>5} {'end':>5}"
+        head += f" | {'strict':>6} {'now':>5} {'note':>5} {'lost':>5}"
         print(head)
         total = Tally()
         quiet = 0
         for name, convs in loaded:
             t = Tally()
             for system, messages in convs:
-                t.add(replay(messages, system, settings))
+                t.add(replay(messages, system, settings, make))
             total.add(t)
-            if t.compactions:
+            if t.compactions or t.failed:
                 print_row(name, t)
             else:
                 quiet += 1
@@ -218,35 +365,162 @@ def shared(windows: list[int]) -> None:
         totals[w] = total
     print()
     for w, t in totals.items():
-        print_totals(w, t)
+        print_totals(w, t, label)
 
 
-def print_totals(window: int, t: Tally) -> None:
+def print_totals(window: int, t: Tally, label: str) -> None:
     line = f"window {window:,}: {t.compactions} compactions"
-    if not t.compactions:
+    if t.failed:
+        line += f" (and {t.failed} failed)"
+    if not t.calls:
         print(line)
         return
-    for k in KINDS:
-        line += f"; {k} {t.total[k]:,}: now {pct(t.now[k], t.total[k])}, end {pct(t.end[k], t.total[k])}"
+    if t.compactions:
+        for k in KINDS[:3]:
+            line += f"; {k} {t.total[k]:,}: now {pct(t.now[k], t.total[k])}, end {pct(t.end[k], t.total[k])}"
     print(line)
-    fails = t.total["fails"]
+    if t.compactions:
+        fails, s = t.total["fails"], t.total["strict"]
+        print(
+            f"  failing commands kept whole (not only their head): now {pct(t.whole_now, fails)},"
+            f" end {pct(t.whole_end, fails)}"
+        )
+        print(
+            f"  strict identifiers {s:,}: {pct(t.now['strict'], s)} verbatim, {pct(t.noted, s)} counted in the note,"
+            f" {pct(lost(t), s)} lost ({lost(t):,}); end {pct(t.end['strict'], s)} verbatim"
+        )
+    runs = [c.run for c in t.calls if c.run is not None]
+    if len(runs) < len(t.calls):  # the extractive summarizer: its time only
+        s_ms = [c.seconds * 1000 for c in t.calls]
+        c_ms = [x * 1000 for x in t.compaction_s] or [0.0]
+        print(
+            f"  {label} summarizer per compaction: median {statistics.median(s_ms):.1f} ms, max {max(s_ms):.1f} ms;"
+            f" whole compaction: median {statistics.median(c_ms):.1f} ms, max {max(c_ms):.1f} ms"
+        )
+        return
+    print(f"  {label}, per compaction ({len(t.calls)} summarize calls, failed ones included): median / max / total")
+    for name, values, unit in (
+        ("model calls", [r.calls for r in runs], ""),
+        ("parts", [r.parts for r in runs], ""),
+        ("prompt tokens", [r.input_tokens for r in runs], ""),
+        ("output tokens", [r.output_tokens for r in runs], ""),
+        ("wall seconds", [c.seconds for c in t.calls], "s"),
+    ):
+        print(f"    {name:<14} {spread(values, unit)}")
+    audited = sum(1 for c in t.calls if c.ok and c.run is not None and c.run.audit)
     print(
-        f"  failing commands kept whole (not only their head): now {pct(t.whole_now, fails)},"
-        f" end {pct(t.whole_end, fails)}"
+        f"  compactions applied {t.compactions}, failed {t.failed} (no valid summary);"
+        f" applied summaries still failing the audit: {audited}"
     )
-    s = [x * 1000 for x in t.summarizer_s]
-    c = [x * 1000 for x in t.compaction_s]
-    print(
-        f"  extractive summarizer per compaction: median {statistics.median(s):.1f} ms, max {max(s):.1f} ms;"
-        f" whole compaction: median {statistics.median(c):.1f} ms, max {max(c):.1f} ms"
-    )
+    for reason, n in Counter(c.reason for c in t.calls if not c.ok).most_common(3):
+        print(f"    {n} × {reason[:200]}")
+
+
+def spread(values: Sequence[float], unit: str) -> str:
+    """Median / max / total of `values`: seconds to the hundredth, counts whole (a median may end in .5)."""
+    if unit:
+        return f"{statistics.median(values):.2f}{unit} / {max(values):.2f}{unit} / {sum(values):.1f}{unit}"
+    median = statistics.median(values)
+    middle = f"{int(median):,}" if median == int(median) else f"{median:,.1f}"
+    return f"{middle} / {max(values):,} / {sum(values):,}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def llama_server(context: int) -> Iterator[str]:
+    """The base URL of a llama-server serving SmolLM2 that this process started (scripts/llama_server.py
+    becomes the server by exec, so its PID is ours); stopped with its process group on exit."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="bench-llama-") as tmp:
+        log = Path(tmp) / "server.log"
+        command = [sys.executable, str(ROOT / "scripts" / "llama_server.py"), "--port", str(port)]
+        command += ["--context", str(context)]
+        with log.open("wb") as out:
+            server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_healthy(server, port, log)
+            yield f"http://127.0.0.1:{port}/v1"
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait(timeout=15)
+
+
+def wait_healthy(server: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    deadline = time.monotonic() + HEALTH_SECONDS
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            tail = log.read_text(errors="replace")[-3000:]
+            raise SystemExit(f"llama-server exited with {server.returncode}:\n{tail}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.25)
+    tail = log.read_text(errors="replace")[-3000:]
+    raise SystemExit(f"llama-server did not become healthy in {HEALTH_SECONDS} s:\n{tail}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--windows", default="128000,32000")
+    parser.add_argument("--windows", default="128000,32000", help="session windows, tokens, comma-separated")
+    parser.add_argument("--transcripts", default="", help="only raw files whose name contains one of these (a,b)")
+    parser.add_argument("--summarizer", choices=SUMMARIZERS, default="extractive")
+    parser.add_argument("--model", help="any other compaction model, e.g. openai:gpt-4o-mini (with ModelSummarizer)")
+    parser.add_argument("--base-url", help="the --model's server")
+    parser.add_argument("--model-window", type=int, help=f"the --model's window, tokens (default {WINDOW:,})")
+    parser.add_argument("--reply-format", choices=("markdown", "json"), default="markdown", help="for --model")
     args = parser.parse_args()
-    shared([int(w) for w in args.windows.split(",")])
+    # warnings of each summary failing the audit and each failed compaction: the totals count them instead
+    logging.getLogger("ctxkeep").setLevel(logging.ERROR)
+    try:
+        windows = [int(w) for w in args.windows.split(",")]
+    except ValueError:
+        parser.error(f"--windows takes whole numbers separated by commas; got {args.windows!r}")
+    names = [n.strip() for n in args.transcripts.split(",") if n.strip()]
+    if args.model is None and (args.base_url or args.model_window or args.reply_format != "markdown"):
+        parser.error("--base-url, --model-window and --reply-format go with --model")
+    if args.model is not None:
+        if args.summarizer != "extractive":
+            parser.error("give either --summarizer or --model, not both")
+        model = get_model(args.model, base_url=args.base_url) if args.base_url else get_model(args.model)
+        reply_format: Literal["markdown", "json"] = args.reply_format
+        window = args.model_window or WINDOW
+        try:  # a bad window fails here, once, not at every compaction
+            ModelSummarizer(model, window=window, reply_format=reply_format)
+        except ValueError as exc:
+            parser.error(f"--model-window: {exc}")
+        shared(windows, names, args.model, lambda: ModelSummarizer(model, window=window, reply_format=reply_format))
+    elif args.summarizer == "deterministic":
+        shared(
+            windows,
+            names,
+            "deterministic",
+            lambda: ModelSummarizer(DeterministicModel(), window=MODEL_WINDOW, max_tokens=MODEL_MAX_TOKENS),
+        )
+    elif args.summarizer == "smollm2":
+        with llama_server(MODEL_WINDOW) as url:
+            smol = get_model("openai:smollm2", base_url=url)
+            shared(
+                windows,
+                names,
+                "smollm2",
+                lambda: ModelSummarizer(
+                    smol, window=MODEL_WINDOW, max_tokens=MODEL_MAX_TOKENS, retries=1, reply_format="json"
+                ),
+            )
+    else:
+        shared(windows, names, "extractive", ExtractiveSummarizer)
 
 
 if __name__ == "__main__":

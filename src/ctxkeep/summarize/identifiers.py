@@ -118,7 +118,7 @@ _WINDOWS_PATH = re.compile(rf"[A-Za-z](?<![A-Za-z0-9_]{_X}):\\(?:[^\\\s:*?\"<>|{
 _PORT_ANCHOR = re.compile(r":(?=\d{2,5}(?![0-9]))")
 _HOST = re.compile(r"localhost|\d{1,3}(?:\.\d{1,3}){3}|\[[0-9A-Fa-f:]+\]|(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}")
 _HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-")
-_PORT_WORD = re.compile(r"(?:port|Port|PORT|端口号|端口)\s*[:=：]?\s*\d{2,5}(?![0-9])")
+_PORT_WORD = re.compile(r"(?:port|Port|PORT|端口号|端口)[ \t]*[:=：]?[ \t]*\d{2,5}(?![0-9])")
 _EXTENSIONS = "|".join(sorted(KNOWN_EXTENSIONS, key=lambda e: (-len(e), e)))
 _SEG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.@+%=,-")
 # where a relative path can be: a slash after a name character, or a known extension
@@ -441,7 +441,7 @@ def extract_identifiers(texts: Iterable[str | Weighted], *, limit: int | None = 
     return rank_identifiers(occurrences(), limit=limit)
 
 
-_PORT_NUMBER = re.compile(r"(?:port|Port|PORT|端口号|端口)\s*[:=：]?\s*(\d{2,5})")
+_PORT_NUMBER = re.compile(r"(?:port|Port|PORT|端口号|端口)[ \t]*[:=：]?[ \t]*(\d{2,5})")
 
 
 def without_redundant(texts: Iterable[str], *, known: Iterable[str] = ()) -> list[str]:
