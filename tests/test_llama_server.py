@@ -19,19 +19,14 @@ import importlib.util
 import json
 import os
 import re
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from tests.conftest import RAW, ROOT
+from scripts.llama_server import serving
+from tests.conftest import RAW
 
 from ctxkeep.engine import EngineSettings
 from ctxkeep.folder import LocalFolder
@@ -65,12 +60,6 @@ PAIRING = {"orphan_result", "missing_result", "separated_result", "result_before
 _MORE = re.compile(r"\((\d+) more identifiers in the archive\)")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The base URL of a llama-server this fixture started, serving SmolLM2; stopped (and checked gone) after."""
@@ -81,38 +70,12 @@ def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.skip(message)
     if not TRANSCRIPT.exists():
         pytest.skip(f"no transcript {TRANSCRIPT}")
-    port = _free_port()
     log = tmp_path_factory.mktemp("llama") / "server.log"
-    command = [sys.executable, str(ROOT / "scripts" / "llama_server.py"), "--port", str(port)]
-    command += ["--context", str(CONTEXT)]
-    with log.open("wb") as out:
-        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_healthy(server, port, log)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=15)
-    assert server.returncode is not None
-
-
-def _wait_healthy(server: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"llama-server exited with {server.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.25)
-    pytest.fail(f"llama-server did not become healthy in 120 s:\n{log.read_text(errors='replace')[-3000:]}")
+        with serving(context=CONTEXT, log=log) as url:
+            yield url
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
 
 
 class Recording:
@@ -149,8 +112,11 @@ def _replay(workspace: Path, summarizer: Recording) -> tuple[Any, list[Any], lis
     return result, fixed, archived, live, summary
 
 
-def test_a_reply_without_the_sections_is_refused_saved_and_changes_nothing(llama_url: str, tmp_path: Path) -> None:
+def test_a_reply_without_the_sections_is_refused_saved_and_changes_nothing(
+    llama_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     model = get_model("openai:smollm2", base_url=llama_url)
+    request.addfinalizer(model.close)  # type: ignore[attr-defined]
     summarizer = Recording(ModelSummarizer(model, window=CONTEXT, max_tokens=512, retries=1))
     result, fixed, archived, live, summary = _replay(tmp_path, summarizer)
     assert summarizer.calls, "no compaction was attempted"
@@ -172,8 +138,11 @@ def test_a_reply_without_the_sections_is_refused_saved_and_changes_nothing(llama
         assert summary is not None and missing_sections(summary) == []
 
 
-def test_a_full_compaction_with_json_replies_keeps_every_identifier(llama_url: str, tmp_path: Path) -> None:
+def test_a_full_compaction_with_json_replies_keeps_every_identifier(
+    llama_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     model = get_model("openai:smollm2", base_url=llama_url)
+    request.addfinalizer(model.close)  # type: ignore[attr-defined]
     inner = ModelSummarizer(
         model, window=CONTEXT, max_tokens=1_024, retries=1, reply_format="json", agents_md=AGENTS_MD
     )
@@ -183,11 +152,11 @@ def test_a_full_compaction_with_json_replies_keeps_every_identifier(llama_url: s
     assert result.compactions and applied, f"no compaction applied: {[f.reason for f in result.failures]}"
     assert summary is not None and (tmp_path / "summary.md").read_text(encoding="utf-8") == summary
     assert "dialog/" in summary  # the guide to the archive opens it
-    for request, text, run in applied:
+    for asked, text, run in applied:
         assert text is not None and run is not None
-        assert missing_sections(text) == [] and len(text) <= request.max_chars
+        assert missing_sections(text) == [] and len(text) <= asked.max_chars
         assert run.attempts >= 1 and run.input_tokens > 0 and run.output_tokens > 0
-        facts = collect_facts(request.messages, identifier_limit=None)
+        facts = collect_facts(asked.messages, identifier_limit=None)
         absent = [i for i in facts.identifiers if i not in text]
         counted = sum(int(n) for n in _MORE.findall(text))
         assert len(absent) == counted, f"identifiers lost: {absent[:10]}"

@@ -72,6 +72,10 @@ class AnthropicModel:
         """``"anthropic:<model>"``."""
         return f"anthropic:{self.model}"
 
+    def close(self) -> None:
+        """Close the client's connections to the server (they are reopened if the model is used again)."""
+        self._client.close()
+
     def complete(self, request: Completion) -> Reply:
         """The model's reply to `request`, trying again on timeouts, 429 and 5xx; raises `ProviderError`."""
         reply, attempts = call_with_retry(lambda: self._attempt(request), policy=self.retry, sleep=self._sleep)

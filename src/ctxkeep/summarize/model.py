@@ -216,7 +216,7 @@ class ModelSummarizer:
                 prompt = make(feedback)
             text, reason = self._attempt(prompt, run)
             if reason is not None:
-                if run.provider_failed:
+                if run.error is not None:
                     break  # the provider already retried; asking again would only wait longer
                 feedback = [reason]
                 continue
@@ -280,12 +280,11 @@ class ModelSummarizer:
         )
         run.request = _as_json(completion, self.model.name)
         run.calls += 1
-        run.provider_failed, run.error = False, None
+        run.error = None
         try:
             reply = self.model.complete(completion)
         except ProviderError as exc:
             run.response = str(exc)
-            run.provider_failed = True
             run.error = exc
             run.input_tokens += self._tokens(prompt)
             return "", f"the compaction model {self.model.name} failed: {exc}"
@@ -308,7 +307,7 @@ class ModelSummarizer:
         return text, None
 
     def _failure(self, what: str, run: _Run) -> SummaryError:
-        hint = "" if run.provider_failed else "; try a larger model, or raise max_tokens if replies were cut off"
+        hint = "" if run.error is not None else "; try a larger model, or raise max_tokens if replies were cut off"
         return SummaryError(
             f"{what} ({self.model.name}): {run.reason}{hint}", request=run.request, response=run.response
         )
@@ -332,7 +331,6 @@ class _Run:
         self.request: dict[str, Any] = {}
         self.language: Language = "en"
         self.response = ""
-        self.provider_failed = False
         self.error: ProviderError | None = None
         self.reason: str | None = None
 
