@@ -12,7 +12,7 @@ import pytest
 from ctxkeep import archive
 from ctxkeep.errors import StorageError, WorkspaceLockedError
 from ctxkeep.folder import LocalFolder, MemoryFolder
-from ctxkeep.formats.native import message_from_dict
+from ctxkeep.codec import message_from_dict
 from ctxkeep.messages import Message
 
 DAY = date(2026, 12, 3)

@@ -12,7 +12,7 @@ from ctxkeep import engine
 from ctxkeep.engine import EngineSettings, Live
 from ctxkeep.errors import MessageError, PinnedOverBudgetError, SummaryError
 from ctxkeep.folder import MemoryFolder
-from ctxkeep.formats.native import message_from_dict
+from ctxkeep.codec import message_from_dict
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult, validate
 from ctxkeep.settings import CompactSettings, OffloadSettings
 from ctxkeep.summarize import SECTIONS, SummaryRequest

@@ -31,7 +31,7 @@ from tests.conftest import RAW
 from ctxkeep.engine import EngineSettings
 from ctxkeep.folder import LocalFolder
 from ctxkeep.formats import load
-from ctxkeep.formats.native import message_from_dict
+from ctxkeep.codec import message_from_dict
 from ctxkeep.messages import repair, validate
 from ctxkeep.providers import get_model
 from ctxkeep.replay import replay, split_system

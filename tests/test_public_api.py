@@ -13,6 +13,7 @@ MODULES = [
     "ctxkeep.formats",
     "ctxkeep.formats.chat",
     "ctxkeep.formats.native",
+    "ctxkeep.codec",
     "ctxkeep.formats.openai",
     "ctxkeep.formats.anthropic",
     "ctxkeep.formats.agentscope",

@@ -16,7 +16,7 @@ from ctxkeep.cli import main
 from ctxkeep.engine import EngineSettings
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import load
-from ctxkeep.formats.native import message_from_dict
+from ctxkeep.codec import message_from_dict
 from ctxkeep.messages import repair, validate
 from ctxkeep.replay import replay, split_system
 from ctxkeep.session import Session

@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import TRANSCRIPTS, raw_params
 
 from ctxkeep.formats import load
-from ctxkeep.formats.native import dumps
+from ctxkeep.codec import dumps
 from ctxkeep.messages import repair, validate
 
 # provenance.json's format names -> ctxkeep's

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .folder import Folder
-from .formats.native import dumps
+from .codec import dumps
 from .messages import Message
 
 __all__ = ["DIALOG_DIR", "Archive", "ArchiveFile", "append", "archive_name", "guide", "restore"]

@@ -36,7 +36,7 @@ from .archive import Archive
 from .engine import EngineSettings, Live, Step
 from .errors import CtxkeepError, MessageError, PinnedOverBudgetError, WorkspaceError
 from .folder import Folder, LocalFolder
-from .formats.native import dumps, message_from_dict, message_to_dict
+from .codec import dumps, message_from_dict, message_to_dict
 from .messages import Message
 from .offload import cleanup
 from .split import pair_groups

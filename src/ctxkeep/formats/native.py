@@ -1,131 +1,15 @@
-"""ctxkeep's own JSONL format: one message per line, every field kept.
+"""ctxkeep's own JSONL format as a transcript to load: one message per line, every field kept.
 
-This is what the archive (``dialog/YYYY-MM-DD.jsonl``) holds. `message_to_dict` and
-`message_from_dict` are exact inverses.
+The lines are the persistence codec's (`ctxkeep.codec`), so an archive file loads like any transcript.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
-
-import orjson
-
+from ctxkeep.codec import MARK, message_from_dict
 from ctxkeep.formats.source import RECORD_ERRORS, Conversation, Source, describe
-from ctxkeep.messages import (
-    Block,
-    ImageBlock,
-    Message,
-    TextBlock,
-    ThinkingBlock,
-    ToolCall,
-    ToolResult,
-)
+from ctxkeep.messages import Message
 
 NAME = "ctxkeep"
-MARK = "ctxkeep/1"
-
-__all__ = ["block_from_dict", "block_to_dict", "dumps", "message_from_dict", "message_to_dict", "parse", "sniff"]
-
-
-def block_to_dict(block: Block) -> dict[str, Any]:
-    """A JSON-ready dict for one block."""
-    d: dict[str, Any]
-    match block:
-        case TextBlock():
-            d = {"type": "text", "text": block.text}
-        case ThinkingBlock():
-            d = {"type": "thinking", "text": block.text}
-            if block.signature is not None:
-                d["signature"] = block.signature
-            if block.redacted:
-                d["redacted"] = True
-        case ToolCall():
-            d = {"type": "tool_call", "id": block.id, "name": block.name, "arguments": block.arguments}
-        case ToolResult():
-            content = block.content if isinstance(block.content, str) else [block_to_dict(b) for b in block.content]
-            d = {"type": "tool_result", "call_id": block.call_id, "content": content}
-            if block.is_error:
-                d["is_error"] = True
-            if block.exit_code is not None:
-                d["exit_code"] = block.exit_code
-        case ImageBlock():
-            d = {"type": "image", "media_type": block.media_type}
-            for key in ("width", "height", "data", "url"):
-                if getattr(block, key) is not None:
-                    d[key] = getattr(block, key)
-    if block.extra:
-        d["extra"] = dict(block.extra)
-    return d
-
-
-def block_from_dict(d: dict[str, Any]) -> Block:
-    """The inverse of `block_to_dict`."""
-    if not isinstance(d, dict):
-        raise TypeError(f"expected a block object, got {type(d).__name__}")
-    extra = d.get("extra") or {}
-    kind = d.get("type")
-    if kind == "text":
-        return TextBlock(text=d["text"], extra=extra)
-    if kind == "thinking":
-        return ThinkingBlock(
-            text=d["text"], signature=d.get("signature"), redacted=bool(d.get("redacted")), extra=extra
-        )
-    if kind == "tool_call":
-        return ToolCall(id=d["id"], name=d["name"], arguments=d["arguments"], extra=extra)
-    if kind == "tool_result":
-        raw = d["content"]
-        content: str | tuple[Any, ...] = raw if isinstance(raw, str) else tuple(block_from_dict(b) for b in raw)
-        return ToolResult(
-            call_id=d["call_id"],
-            content=content,
-            is_error=bool(d.get("is_error")),
-            exit_code=d.get("exit_code"),
-            extra=extra,
-        )
-    if kind == "image":
-        return ImageBlock(
-            media_type=d["media_type"],
-            width=d.get("width"),
-            height=d.get("height"),
-            data=d.get("data"),
-            url=d.get("url"),
-            extra=extra,
-        )
-    raise ValueError(f"unknown block type {kind!r}")
-
-
-def message_to_dict(msg: Message) -> dict[str, Any]:
-    """A JSON-ready dict for one message."""
-    d: dict[str, Any] = {"v": MARK, "id": msg.id, "role": msg.role}
-    if msg.timestamp is not None:
-        d["timestamp"] = msg.timestamp.isoformat()
-    if msg.source_id is not None:
-        d["source_id"] = msg.source_id
-    d["content"] = [block_to_dict(b) for b in msg.content]
-    if msg.extra:
-        d["extra"] = dict(msg.extra)
-    return d
-
-
-def message_from_dict(d: dict[str, Any]) -> Message:
-    """The inverse of `message_to_dict`. Raises TypeError/ValueError/KeyError on a malformed dict."""
-    if not isinstance(d, dict) or not isinstance(d.get("content"), list):
-        raise TypeError("expected an object with a 'content' list")
-    ts = d.get("timestamp")
-    return Message(
-        role=d["role"],
-        id=d["id"],
-        timestamp=datetime.fromisoformat(ts) if ts else None,
-        source_id=d.get("source_id"),
-        content=tuple(block_from_dict(b) for b in d["content"]),
-        extra=d.get("extra") or {},
-    )
-
-
-def dumps(msg: Message) -> bytes:
-    """One JSONL line (with its newline) for `msg`."""
-    return orjson.dumps(message_to_dict(msg)) + b"\n"
 
 
 def sniff(source: Source) -> bool:
