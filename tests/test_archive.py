@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from ctxkeep import archive
+from ctxkeep.codec import message_from_dict
 from ctxkeep.errors import StorageError, WorkspaceLockedError
 from ctxkeep.folder import LocalFolder, MemoryFolder
-from ctxkeep.codec import message_from_dict
 from ctxkeep.messages import Message
 
 DAY = date(2026, 12, 3)

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 import pytest
 
 from ctxkeep import engine
+from ctxkeep.codec import message_from_dict
 from ctxkeep.engine import EngineSettings, Live
 from ctxkeep.errors import MessageError, PinnedOverBudgetError, SummaryError
 from ctxkeep.folder import MemoryFolder
-from ctxkeep.codec import message_from_dict
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult, validate
 from ctxkeep.settings import CompactSettings, OffloadSettings
 from ctxkeep.summarize import SECTIONS, SummaryRequest

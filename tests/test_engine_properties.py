@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxkeep import engine
+from ctxkeep.codec import message_from_dict
 from ctxkeep.engine import EngineSettings, Live
 from ctxkeep.errors import PinnedOverBudgetError
 from ctxkeep.folder import MemoryFolder
-from ctxkeep.codec import message_from_dict
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult, validate
 from ctxkeep.offload import OFFLOAD_KEY
 from ctxkeep.settings import CompactSettings, OffloadSettings

@@ -28,10 +28,10 @@ import pytest
 from scripts.llama_server import serving
 from tests.conftest import RAW
 
+from ctxkeep.codec import message_from_dict
 from ctxkeep.engine import EngineSettings
 from ctxkeep.folder import LocalFolder
 from ctxkeep.formats import load
-from ctxkeep.codec import message_from_dict
 from ctxkeep.messages import repair, validate
 from ctxkeep.providers import get_model
 from ctxkeep.replay import replay, split_system

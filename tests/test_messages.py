@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxkeep.formats.anthropic import from_anthropic, to_anthropic
 from ctxkeep.codec import message_from_dict, message_to_dict
+from ctxkeep.formats.anthropic import from_anthropic, to_anthropic
 from ctxkeep.formats.openai import to_openai
 from ctxkeep.messages import (
     NO_RESULT_TEXT,

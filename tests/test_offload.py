@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.conftest import raw_params
 
+from ctxkeep.codec import dumps, message_from_dict
 from ctxkeep.errors import StorageError
 from ctxkeep.folder import Folder, LocalFolder, MemoryFolder
 from ctxkeep.formats import load
-from ctxkeep.codec import dumps, message_from_dict
 from ctxkeep.messages import ImageBlock, Message, TextBlock, ToolCall, ToolResult, make_id
 from ctxkeep.offload import (
     OFFLOAD_KEY,

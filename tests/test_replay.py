@@ -13,10 +13,10 @@ import pytest
 from tests.conftest import ROOT, raw_params
 
 from ctxkeep.cli import main
+from ctxkeep.codec import message_from_dict
 from ctxkeep.engine import EngineSettings
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import load
-from ctxkeep.codec import message_from_dict
 from ctxkeep.messages import repair, validate
 from ctxkeep.replay import replay, split_system
 from ctxkeep.session import Session

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from tests.conftest import TRANSCRIPTS, raw_params
 
-from ctxkeep.formats import load
 from ctxkeep.codec import dumps
+from ctxkeep.formats import load
 from ctxkeep.messages import repair, validate
 
 # provenance.json's format names -> ctxkeep's

@@ -17,8 +17,8 @@ from datetime import date
 from types import MappingProxyType
 from typing import Any
 
-from .folder import Folder
 from .codec import dumps
+from .folder import Folder
 from .messages import Message
 
 __all__ = ["DIALOG_DIR", "Archive", "ArchiveFile", "append", "archive_name", "guide", "restore"]

@@ -33,10 +33,10 @@ import orjson
 from . import archive as archive_mod
 from . import engine
 from .archive import Archive
+from .codec import dumps, message_from_dict, message_to_dict
 from .engine import EngineSettings, Live, Step
 from .errors import CtxkeepError, MessageError, PinnedOverBudgetError, WorkspaceError
 from .folder import Folder, LocalFolder
-from .codec import dumps, message_from_dict, message_to_dict
 from .messages import Message
 from .offload import cleanup
 from .split import pair_groups
