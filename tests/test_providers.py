@@ -25,8 +25,9 @@ from ctxkeep.providers.anthropic import AnthropicModel
 from ctxkeep.providers.config import ProviderConfig, api_key, load_config, read_config
 from ctxkeep.providers.deterministic import DeterministicModel, fixed_summary
 from ctxkeep.providers.failures import Endpoint, redact, server_detail, status_error
-from ctxkeep.providers.openai import PLACEHOLDER_KEY, OpenAIModel
+from ctxkeep.providers.openai import OpenAIModel
 from ctxkeep.providers.retry import RetryPolicy, call_with_retry, parse_retry_after, retryable_status
+from ctxkeep.providers.sdk import PLACEHOLDER_KEY, Connection
 from ctxkeep.summarize import missing_sections
 
 KEY = "sk-ctxkeep-TEST-7f3a9c1e5b2d8a64"
@@ -423,14 +424,10 @@ class Kind:
     def make(self, url: str, clock: FakeClock, *, timeout: float | None = None) -> OpenAIModel | AnthropicModel:
         env = {"CTXKEEP_TEST_KEY": KEY}
         if self.name == "openai":
-            return OpenAIModel(
-                "gpt-test", base_url=url + "/v1", api_key_env="CTXKEEP_TEST_KEY", timeout=timeout,
-                sleep=clock.sleep, environ=env,
-            )  # fmt: skip
-        return AnthropicModel(
-            "claude-test", base_url=url, api_key_env="CTXKEEP_TEST_KEY", timeout=timeout,
-            sleep=clock.sleep, environ=env,
-        )  # fmt: skip
+            at = Connection(base_url=url + "/v1", api_key_env="CTXKEEP_TEST_KEY", timeout=timeout)
+            return OpenAIModel("gpt-test", at, sleep=clock.sleep, environ=env)
+        at = Connection(base_url=url, api_key_env="CTXKEEP_TEST_KEY", timeout=timeout)
+        return AnthropicModel("claude-test", at, sleep=clock.sleep, environ=env)
 
 
 KINDS = [

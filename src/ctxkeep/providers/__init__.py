@@ -1,24 +1,5 @@
-"""Model providers: one small protocol with a request object, and `get_model` to choose one by name.
-
-    model = get_model("openai:gpt-4o-mini")                                   # OpenAI
-    model = get_model("openai:qwen-plus", base_url="https://dashscope.aliyuncs.com/compatible-mode/v1",
-                      api_key_env="DASHSCOPE_API_KEY")                        # any OpenAI-compatible server
-    model = get_model("anthropic:claude-haiku-4-5")                           # Anthropic
-    model = get_model("deterministic")                                        # no network, for tests
-    reply = model.complete(Completion(system="...", turns=(Turn(role="user", text="..."),)))
-
-With no name given, `get_model` takes the environment (``CTXKEEP_MODEL``, ``CTXKEEP_BASE_URL``),
-then the config file (``ctxkeep.toml`` in the working folder, or the file ``$CTXKEEP_CONFIG``
-names; see `ctxkeep.providers.config`). Options given in code win over both.
-
-Modules:
-
-    config         the environment and the config file: the one place either is read
-    retry          the one retry loop: 3 attempts, 0.5-5 s backoff with full jitter, Retry-After
-    failures       what went wrong with a call, in words that say the fix
-    openai         `OpenAIModel` on the official openai SDK: OpenAI, DashScope/Qwen, vLLM, Ollama, llama.cpp
-    anthropic      `AnthropicModel` on the official anthropic SDK (the Messages API)
-    deterministic  `DeterministicModel`: queued replies or a fixed valid summary, for users' tests
+"""Model providers: one small protocol, `Model`, that turns a `Completion` into a `Reply`, and `get_model`
+to choose one by name ("openai:gpt-4o-mini"). The settings, the errors and the retries: docs/providers.md.
 """
 
 from __future__ import annotations
@@ -143,13 +124,18 @@ def get_model(
         from ctxkeep.providers.deterministic import DeterministicModel
 
         return DeterministicModel()
-    url = base_url if base_url is not None else settings.base_url
-    seconds = timeout if timeout is not None else settings.timeout
+    from ctxkeep.providers.sdk import Connection
+
     env = api_key_env if api_key_env is not None else settings.api_key_env
+    connection = Connection(
+        base_url=base_url if base_url is not None else settings.base_url,
+        api_key_env=env or None,  # None, and a blank name too, is the provider's usual variable
+        timeout=timeout if timeout is not None else settings.timeout,
+    )
     if provider == "openai":
         from ctxkeep.providers.openai import OpenAIModel
 
-        return OpenAIModel(name, base_url=url, api_key_env=env or "OPENAI_API_KEY", timeout=seconds)
+        return OpenAIModel(name, connection)
     from ctxkeep.providers.anthropic import AnthropicModel
 
-    return AnthropicModel(name, base_url=url, api_key_env=env or "ANTHROPIC_API_KEY", timeout=seconds)
+    return AnthropicModel(name, connection)

@@ -23,17 +23,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = [
-    "CONFIG_FILE",
-    "ENV_BASE_URL",
-    "ENV_CONFIG",
-    "ENV_MODEL",
-    "ProviderConfig",
-    "api_key",
-    "load_config",
-    "read_config",
-]
-
 ENV_MODEL = "CTXKEEP_MODEL"
 ENV_BASE_URL = "CTXKEEP_BASE_URL"
 ENV_CONFIG = "CTXKEEP_CONFIG"

@@ -10,22 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ctxkeep.errors import ProviderError
-from ctxkeep.providers.config import api_key
 from ctxkeep.providers.retry import parse_retry_after, retryable_status
-
-__all__ = [
-    "DETAIL_CHARS",
-    "PLACEHOLDER_KEY",
-    "Endpoint",
-    "check_options",
-    "client_key",
-    "connection_error",
-    "missing_key_error",
-    "redact",
-    "server_detail",
-    "status_error",
-    "timeout_error",
-]
 
 DETAIL_CHARS = 300
 
@@ -124,25 +109,3 @@ def missing_key_error(provider: str, api_key_env: str) -> ProviderError:
         "the variable that holds it (a local server given by base_url needs none)",
         provider=provider,
     )
-
-
-# a local or stand-in server ignores the key, but the SDKs refuse to start without one
-PLACEHOLDER_KEY = "no-key-needed"
-
-
-def client_key(provider: str, api_key_env: str, base_url: str | None, environ: Mapping[str, str] | None) -> str:
-    """The key an SDK client starts with: the variable's value, or a placeholder for a server at `base_url`."""
-    key = api_key(api_key_env, environ)
-    if key is not None:
-        return key
-    if base_url is None:
-        raise missing_key_error(provider, api_key_env)
-    return PLACEHOLDER_KEY
-
-
-def check_options(model: str, timeout: float | None, *, example: str) -> None:
-    """Refuse an empty model name or a timeout that is not a positive number of seconds."""
-    if not model.strip():
-        raise ValueError(f"the model name is empty: give one, like {example!r}")
-    if timeout is not None and not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds; got {timeout!r}")

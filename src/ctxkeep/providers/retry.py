@@ -23,8 +23,6 @@ from typing import TypeVar
 
 from ctxkeep.errors import ProviderError
 
-__all__ = ["RetryPolicy", "call_with_retry", "parse_retry_after", "retryable_status"]
-
 T = TypeVar("T")
 
 log = logging.getLogger("ctxkeep")

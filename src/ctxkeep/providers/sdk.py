@@ -1,0 +1,166 @@
+"""What the two SDK providers share: where to connect, the key, the retry loop, the SDK's errors in our words.
+
+A provider on an SDK subclasses `SDKModel` and says only what differs: the SDK's client and exceptions,
+and in `_send` how a `Completion` becomes the SDK's request and the SDK's answer a `Reply`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeVar
+
+from ctxkeep.errors import ProviderError
+from ctxkeep.providers import Completion, Reply
+from ctxkeep.providers.config import api_key
+from ctxkeep.providers.failures import (
+    Endpoint,
+    connection_error,
+    missing_key_error,
+    server_detail,
+    status_error,
+    timeout_error,
+)
+from ctxkeep.providers.retry import RetryPolicy, call_with_retry
+
+if TYPE_CHECKING:  # for the types only: importing ctxkeep.providers must not import an SDK
+    import anthropic
+    import openai
+
+# a local or stand-in server ignores the key, but the SDKs refuse to start without one
+PLACEHOLDER_KEY = "no-key-needed"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Connection:
+    """How an SDK provider reaches its server; None leaves each choice to the provider or the request."""
+
+    base_url: str | None = None  # the server; None is the provider's own API
+    api_key_env: str | None = None  # the variable holding the key; None is OPENAI_API_KEY, ANTHROPIC_API_KEY
+    timeout: float | None = None  # seconds one attempt may take; None keeps each request's own
+
+    def __post_init__(self) -> None:
+        if self.timeout is not None and not self.timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds; got {self.timeout!r}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SDKErrors:
+    """An SDK's exceptions for a failed call; both SDKs name them alike and give them the same fields."""
+
+    status: type[openai.APIStatusError | anthropic.APIStatusError]  # the server answered with an HTTP error
+    timeout: type[openai.APITimeoutError | anthropic.APITimeoutError]  # it did not answer in time
+    connection: type[openai.APIConnectionError | anthropic.APIConnectionError]  # it could not be reached
+
+
+class Client(Protocol):
+    """What `SDKModel` uses of an SDK's client."""
+
+    @property
+    def base_url(self) -> object: ...
+
+    @property
+    def api_key(self) -> str | None: ...
+
+    def close(self) -> None: ...
+
+
+ClientT = TypeVar("ClientT", bound=Client)
+
+
+def client_key(provider: str, api_key_env: str, base_url: str | None, environ: Mapping[str, str] | None) -> str:
+    """The key an SDK client starts with: the variable's value, or a placeholder for a server at `base_url`."""
+    key = api_key(api_key_env, environ)
+    if key is not None:
+        return key
+    if base_url is None:
+        raise missing_key_error(provider, api_key_env)
+    return PLACEHOLDER_KEY
+
+
+class SDKModel(Generic[ClientT]):
+    """A `Model` on an SDK whose own retries are off: `retry` is the one retry loop.
+
+    `sleep` (how the loop waits) and `environ` (where the key is looked up) are there for tests.
+    """
+
+    provider: ClassVar[str]  # the first part of `name`, and of every error message
+    key_variable: ClassVar[str]  # the variable holding the key when the connection names none
+    example: ClassVar[str]  # a model name, for the message about an empty one
+    errors: ClassVar[SDKErrors]
+
+    def __init__(
+        self,
+        model: str,
+        connection: Connection = Connection(),
+        *,
+        retry: RetryPolicy = RetryPolicy(),  # noqa: B008 -- frozen, so one shared default is safe
+        sleep: Callable[[float], None] = time.sleep,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        if not model.strip():
+            raise ValueError(f"the model name is empty: give one, like {self.example!r}")
+        api_key_env = self.key_variable if connection.api_key_env is None else connection.api_key_env
+        key = client_key(self.provider, api_key_env, connection.base_url, environ)
+        self.model = model
+        self.timeout = connection.timeout
+        self.retry = retry
+        self._sleep = sleep
+        self._client = self._connect(key, connection.base_url)
+        self.endpoint = Endpoint(
+            provider=self.provider,
+            model=model,
+            base_url=str(self._client.base_url).rstrip("/"),
+            api_key_env=api_key_env,
+        )
+
+    def __repr__(self) -> str:  # the variable's name, never the key
+        return (
+            f"{type(self).__name__}({self.model!r}, base_url={self.endpoint.base_url!r}, "
+            f"api_key_env={self.endpoint.api_key_env!r})"
+        )
+
+    @property
+    def name(self) -> str:
+        """``"<provider>:<model>"``."""
+        return f"{self.provider}:{self.model}"
+
+    def close(self) -> None:
+        """Close the client's connections to the server (they are reopened if the model is used again)."""
+        self._client.close()
+
+    def complete(self, request: Completion) -> Reply:
+        """The model's reply to `request`, trying again on timeouts, 429 and 5xx; raises `ProviderError`."""
+        reply, attempts = call_with_retry(lambda: self._attempt(request), policy=self.retry, sleep=self._sleep)
+        return replace(reply, attempts=attempts)
+
+    def _connect(self, key: str, base_url: str | None) -> ClientT:
+        """The SDK's client for the server at `base_url` (None: the provider's own), with its retries off."""
+        raise NotImplementedError
+
+    def _send(self, request: Completion, timeout: float) -> Reply:
+        """One call of the SDK for `request`, its answer as a `Reply`; the SDK's exceptions pass through."""
+        raise NotImplementedError
+
+    def _attempt(self, request: Completion) -> Reply:
+        timeout = self.timeout if self.timeout is not None else request.timeout
+        failure: ProviderError
+        try:
+            return self._send(request, timeout)
+        except self.errors.status as error:
+            failure = status_error(
+                self.endpoint,
+                error.status_code,
+                detail=server_detail(error.body, error.message),
+                headers=error.response.headers,
+                now=time.time(),
+                secret=self._client.api_key,
+            )
+        except self.errors.timeout:
+            failure = timeout_error(self.endpoint, timeout)
+        except self.errors.connection as error:
+            failure = connection_error(self.endpoint, error.__cause__, secret=self._client.api_key)
+        # raised here, outside the except clauses, so the SDK's exception (whose text may quote the
+        # server's echo of the key) does not ride along as its context
+        raise failure
