@@ -1,43 +1,10 @@
 """Offload big tool results to files (the seed's ``compact_tool_result``), and clean the files up.
 
-Tool results are measured in UTF-8 bytes. The `recent_n` newest results are *recent* and cut to
-`recent_max_bytes`; older ones are *old* and cut to `old_max_bytes`. Before a result is cut, its
-full text is written to ``tool_result/<uuid>.txt``; the message keeps the head of the text and a
-notice that says what was kept, where the rest is and from which line to read on::
-
-    first seen (recent)                  ages past recent_n (old)            afterwards
-    ───────────────────                  ────────────────────────            ──────────
-    over recent_max_bytes?               over old_max_bytes?                 never touched again
-      save the full text, keep head ──►    cut the kept head further,
-      + notice                 (stage      keep pointing at the SAME   ──►   (stage "old")
-                               "recent")   original file
-
-So a result's visible text changes at most twice in its life, which keeps the provider's prompt
-cache warm. What was done is recorded in ``ToolResult.extra[OFFLOAD_KEY]`` (a JSON-ready dict, see
-`OffloadRecord`); that record makes `offload` idempotent and lets `cleanup` keep every file a live
-message still points at.
-
-Per-tool policies (`OffloadSettings.policy_for`, chosen by tool-name patterns):
-
-    default     as above
-    browser     the raw page is saved on first sight, even when small; recent: head + notice;
-                old: the notice alone (file reference, no head)
-    file_read   untouched while recent (the file is on disk already); once old: cut + saved copy
-
-Choices made here:
-
-- The budget covers the notice: a cut message carries at most the limit in bytes, head and notice
-  together, so a cut never makes a message bigger. Only when the notice alone is over the limit (a
-  tiny limit) is the notice kept with no head.
-- The head ends at a line boundary (the longest whole-line prefix that fits) unless that keeps less
-  than half of what fits: then (one giant line, or minified JSON after a short first line) it is cut
-  mid-line at a character boundary and the notice says which line was cut short. UTF-8 characters
-  are never split.
-- Only the head is kept, as the seed says, also for errors, whose message is often at the end: the
-  notice of an error result tells the agent to read the last lines of the file too.
-- Images in a result are kept; only its text parts are cut. The saved file holds `ToolResult.text`.
-- Texts are encoded with ``surrogatepass``, so a lone surrogate from a broken source neither crashes
-  nor gets lost: the file gives back exactly the original string.
+A result over its limit (`recent_max_bytes` while among the `recent_n` newest, `old_max_bytes`
+after) keeps its head and a notice; its full text is saved to ``tool_result/<uuid>.txt`` first. Its
+visible text changes at most twice (when cut, when aged), which keeps prompt caches warm; the
+`OffloadRecord` in the result's extra makes `offload` idempotent and tells `cleanup` which files a
+live message still needs. The stages, the per-tool policies and the choices made: docs/offload.md.
 """
 
 from __future__ import annotations

@@ -1,44 +1,8 @@
-"""pi coding-agent sessions (``~/.pi/agent/sessions/<cwd>/<time>_<id>.jsonl``), read-only.
+"""pi coding-agent sessions (``~/.pi/agent/sessions/<cwd>/<time>_<id>.jsonl``), versions 1 to 3, read-only.
 
-The first line is the header ``{"type": "session", "id", "cwd", "version"?}``; every other line
-is an entry. Since version 2 entries form a tree (``id``/``parentId``; branching and /tree add
-siblings); version 1 files (no ``version``) are a plain list. The active branch is imported: the
-path from the last entry back to the root, as pi itself rebuilds it. Entries on other branches are
-left out with a note.
-
-What each entry on that path becomes:
-
-    message user             user message (text and image blocks)
-    message assistant        assistant message: text, ThinkingBlock (``thinkingSignature`` as the
-                             signature), ToolCall (``arguments`` object as JSON text). ``api``,
-                             ``provider``, ``model``, ``usage``, ``stopReason``, ``errorMessage`` in extra.
-                             Aborted and failed responses are kept as written, even empty ones
-    message toolResult       tool message: ToolResult(call_id=toolCallId, is_error=isError); a bash
-                             result's trailing "Command exited with code N" gives the exit code;
-                             ``toolName`` and ``details`` in extra
-    message bashExecution    user text (the user ran ``!command``; pi sends it to the model as user
-                             text too) with command, exit code and flags in extra; one marked
-                             ``excludeFromContext`` (``!!``) was never sent and is left out with a note
-    message custom / hookMessage, custom_message entry
-                             user message (extensions inject these as user content); type in extra
-    compaction               user text with the summary, at its position. The messages before it stay
-                             (pi would send only those from ``firstKeptEntryId`` on); that id, and
-                             ``tokensBefore``, are in extra
-    branch_summary           user text with the summary of the branch left behind, at its position
-
-Left out because they are not conversation: ``model_change`` and ``thinking_level_change`` (settings;
-each assistant message names its own model), ``custom`` (extension state, never sent to the model),
-``label`` and ``session_info`` (the latter's name becomes the conversation title). Unknown entry
-types (newer pi versions) are left out with a note.
-
-Pairing is imported as the file has it: a response aborted or cut by compaction keeps its tool
-calls without results (`validate` reports them, `repair` adds results as pi does when it sends).
-A note says how many calls have no result and why: their response ended with ``stopReason``
-"error" or "aborted" (pi runs no tool of such a response), a compaction came right after it, or
-nothing in the file explains it.
-
-Ids: entries of version 2+ files have their own ids; version 1 entries are numbered by their
-position in the file (header = 0), the numbering pi's ``firstKeptEntryIndex`` uses.
+The active branch of the entry tree is imported, as pi itself rebuilds it; compaction and branch
+summaries are kept as user text at their position, and settings entries are left out. What every
+entry becomes and what is left out on purpose: docs/formats.md#pi.
 """
 
 from __future__ import annotations

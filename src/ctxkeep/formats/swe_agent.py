@@ -1,27 +1,8 @@
 """SWE-agent trajectories (``.traj``): one JSON object, one conversation per file.
 
-The conversation is read from ``history``, the messages the model was sent, when the file has
-one; only files without it fall back to ``trajectory`` (the per-step record):
-
-    history, function calling     system / user / assistant messages as they are; an assistant's
-                                  ``tool_calls`` become ToolCalls and each ``tool`` message (its
-                                  ``tool_call_ids``) a tool message; ``thinking_blocks`` become
-                                  ThinkingBlocks
-    history, actions in text      (older and non-function-calling runs) an assistant message with
-                                  an ``action`` and no ``tool_calls`` also gets a synthesized
-                                  ``bash`` call ``{"command": action}`` (SWE-agent runs every
-                                  command in its shell), answered by the user message that follows
-                                  (the observation the model saw); when no message follows (the
-                                  last action), by that step's ``trajectory`` observation
-    trajectory only               per step: an assistant message (``response``, else ``thought``)
-                                  with a ``bash`` call of ``action``, and a tool message with the
-                                  ``observation``
-
-Fields other than role and content (``agent``, ``message_type``, ``thought``, ``action``,
-``is_demo``, ...) are kept in ``Message.extra["swe_agent"]``. Left out on purpose: ``info``
-(submission, exit status, costs), ``environment``, ``replay_config``, and the prompts repeated in
-each trajectory step (``messages``/``query``) when ``history`` is read. Repeated tool-call ids
-(replayed demonstrations reuse them) are renamed and noted.
+Read from ``history`` (the messages the model was sent) when present, else from the trajectory
+steps; an action written in text gets a synthesized ``bash`` call. What every record becomes and
+what is left out on purpose: docs/formats.md#swe-agent.
 """
 
 from __future__ import annotations

@@ -1,34 +1,9 @@
 """tau-bench and tau2-bench results: one conversation per run (tau-bench) or simulation (tau2).
 
-**tau-bench** writes a JSON list of runs, each with ``task_id``, ``trial`` and ``traj``, the run's
-messages in OpenAI chat format (system, user, assistant with ``tool_calls``, ``tool`` with
-``tool_call_id`` and ``name``); they are read with the OpenAI converter, so unmodelled fields (the
-tool ``name``) stay in ``Message.extra["openai"]``. A conversation's id is
-``task-<task_id>-trial-<trial>`` and its title ``task <task_id> trial <trial>``.
-
-**tau2-bench** writes ``{timestamp, info, tasks, simulations: [...]}``; each simulation has ``id``,
-``task_id``, ``trial`` and ``messages`` in tau2's own shape:
-
-    system / user / assistant    text (``content``); ``tool_calls`` are ``{id, name, arguments
-                                 (an object), requestor}``
-    tool                         ``{id: <call id>, content, requestor, error}``: a tool message,
-                                 ``error`` marks it as an error; ``tool_messages`` (tau2's
-                                 MultiToolMessage) gives one tool message per entry
-
-In the telecom domain the simulated *user* also calls tools (``requestor: "user"``). Those calls
-are kept as calls with results: the user's text stays a user message and its calls go into an
-assistant message of their own, marked ``extra["tau_bench"]["requestor"] == "user"`` (as are
-their results), so they can be told apart from the agent's. A single simulation file
-(``{id, task_id, messages, ...}``) and the dataset example ``{task, simulation_run}`` are read the
-same way. A simulation's id is its ``id``; its title ``task <task_id> trial <trial>``.
-Full-duplex voice simulations that record only ``ticks`` (no ``messages``) are not supported:
-they raise `FormatError` (or are skipped and noted when lenient).
-
-The models reuse tool-call ids within a run (gpt-4o does, dozens of times in the airline
-results); a repeated id is renamed, with the result that follows it, and noted. Left out on
-purpose: each run's ``reward``/``reward_info`` and ``info`` (the task, the expected actions, the
-grading), tau2's ``tasks`` and run ``info``, and each tau2 message's ``raw_data`` (the provider's
-response, repeating the message; the reasoning in it was never sent back to the model).
+tau-bench runs are OpenAI chat messages, read with the OpenAI converter; tau2 simulations have their
+own message shape, and the calls its simulated user makes go into assistant messages of their own,
+marked. Repeated tool-call ids are renamed; rewards and grading are left out. What every message
+becomes and what is left out on purpose: docs/formats.md#tau-bench-and-tau2-bench.
 """
 
 from __future__ import annotations

@@ -1,60 +1,10 @@
 """Claude Code session files (``~/.claude/projects/<project>/<session>.jsonl``), 1.0.98 to 2.1.15x.
 
-Each line is an entry; entries with a ``uuid`` form a tree through ``parentUuid``. What
-becomes what:
-
-    user / assistant        the conversation (Anthropic message in ``message``)
-    system compact_boundary not a message; the entry after it (``isCompactSummary``) is
-                            the summary text the model saw, kept as user text
-    isMeta user entries     kept as user text (caveats, slash-command prompts: the model saw them)
-    attachment              context Claude Code sent the model as a user message (2.1): kept as
-                            user text when the entry holds that text (a prompt queued while the
-                            agent worked, hook context, a CLAUDE.md file, an @-mentioned file, an
-                            edit snippet, a blocking hook error, skills, reminders with their
-                            text); reminders Claude Code words at request time from structured
-                            fields (todo lists, plan mode, tool and agent deltas, budgets, hook
-                            status, dates) are metadata; an unknown kind is counted in a note
-    summary, custom-title,  session titles, not conversation: the main conversation's title is
-    ai-title                the last ``custom-title`` (set by the user), else the last summary
-                            whose ``leafUuid`` is in it, else the last ``ai-title``
-    file-history-snapshot, progress (hook / bash / subagent progress), queue-operation,
-    last-prompt, agent-name, pr-link, permission-mode and the other state records,
-    other system entries    metadata, not conversation: not imported (progress entries still
-                            link the tree, so they are walked through)
-    any other entry type    not imported, and counted in a note
-
-The conversation is one path through the tree, from the newest user/assistant entry (last
-in the file) back to the root. A root that is not the first (a ``compact_boundary``)
-continues from its ``logicalParentUuid``, or, when that entry is not in the file, from the
-last user/assistant entry before it: so the main conversation spans compactions, with the
-summary where the compaction happened.
-
-Claude Code writes one API response as several assistant entries sharing ``message.id``
-(one block each) and hangs each tool result off the entry of its own call, so parallel
-calls and their results sit on side branches of the path. Those are taken back in: an
-off-path assistant entry of a response on the path, and an off-path user entry holding
-results of that response's calls. Every other user/assistant entry off the path belongs
-to a rewound or abandoned branch; it is left out and counted in a note.
-
-The entries of one response become one assistant message (id and ``source_id``: the uuid
-of its first entry; ``extra["claude_code"]["message_id"]`` the API id); each tool result
-becomes a ``tool`` message right after it, in call order (``is_error`` from the block,
-``exit_code`` from ``toolUseResult.exitCode`` or the ``Exit code N`` text of a failed
-Bash call; its other short scalar fields go to ``extra``). User text in the same entry as
-results follows them. Results whose call is not
-in the conversation and calls with no result are kept as they are and reported in a note.
-
-Trimmed or hand-made files leave ids out. An assistant entry with no ``message.id`` is a
-response of its own. A result with no ``tool_use_id`` takes the entry's ``sourceToolUseID``,
-else the id of the one call of the entry it answers (``sourceToolAssistantUUID``, else its
-parent); with neither it is a bad record. A call with no ``id`` takes the id a result
-answering its entry names, else a made-up stable one (both counted in a note).
-
-``isSidechain`` entries are a subagent's conversation: each sidechain tree is returned as
-its own `Conversation`, titled ``subagent <agentId>`` (subagent files) or
-``sidechain <n>`` (older versions, inline in the main file). Loading a main session file
-also loads the subagent files Claude Code 2.1 keeps beside it, in
-``<session>/subagents/agent-*.jsonl``, each as its own conversation.
+Entries form a tree; the conversation is the path from the newest user/assistant entry back to the
+root, across compactions. The entries of one API response (and their parallel calls' results, on
+side branches) become one assistant message followed by its tool messages; sidechains and the
+subagent files beside a session are conversations of their own. What every entry becomes and what
+is left out on purpose: docs/formats.md#claude-code.
 """
 
 from __future__ import annotations

@@ -1,65 +1,9 @@
-"""OpenHands output: evaluation ``output.jsonl`` (one conversation per line) and trajectories.
+"""OpenHands output: evaluation ``output.jsonl`` (one conversation per instance), trajectories, resolver output.
 
-Three containers are read:
-
-    output.jsonl       one instance per line, its events in ``history``; the conversation id is
-                       ``instance_id``, else ``id`` or ``instance.instance_id`` (2024 outputs),
-                       else the resolver's ``issue.number``
-    trajectory         a JSON list of events (OpenHands' trajectory download / replay file): one
-                       conversation, named after the file
-    history pairs      older outputs store ``history`` as ``[action, observation]`` pairs; both
-                       shapes are read
-
-**V0 events** (OpenHands before the agent SDK) are *actions* (``action`` key) or *observations*
-(``observation`` key) from ``source`` user, agent or environment, with ``args``/``extras`` (the
-resolver's output writes those fields flat on the event and records no ``source``):
-
-    agent action with tool_call_metadata   a ToolCall; the actions of one model response (same
-                                           ``model_response.id``) are parallel calls in one
-                                           assistant message, whose text is the response's text
-    other agent action answered by an      (CodeAct before function calling) a call named after
-    observation                            the action (``run``, ``run_ipython``...) with its
-                                           args, the thought as the assistant's text
-    observation answering an action        its tool message, matched by ``cause`` (else by the
-                                           metadata's ``tool_call_id``; an observation with
-                                           neither answers the action just before it);
-                                           ``extras.metadata`` gives ``exit_code`` and the
-                                           prefix/suffix lines the model saw around the output
-    ``system``                             system message (the tools offered kept in extra)
-    ``message``                            user or assistant text; ``image_urls`` as images
-    ``finish``                             user or assistant text (thought and final message):
-                                           OpenHands itself sends it to the model this way, the
-                                           finish call never gets a result
-    ``recall`` observation                 user text with the microagent knowledge and the
-                                           instructions it injected; nothing when it has none
-    any other action or observation        text of its source's role (agent -> assistant, user and
-                                           environment -> user), from its content or ``message``
-
-**V1 events** (the OpenHands agent SDK; ``kind`` names the event class):
-
-    SystemPromptEvent      system message (prompt and dynamic context; the tools kept in extra)
-    MessageEvent           ``llm_message`` as a user or assistant message (text, images,
-                           reasoning), with the ``extended_content`` the agent context added
-    ActionEvent            a ToolCall from ``tool_call``; the actions of one model response (same
-                           ``llm_response_id``) share one assistant message with the response's
-                           thought and reasoning
-    ObservationEvent       the tool message of ``tool_call_id``: the observation's ``content``
-                           (else ``output`` or ``message``), ``error``/``is_error`` and exit code
-    AgentErrorEvent        an error result of its ``tool_call_id`` (user text when no call matches)
-    UserRejectObservation  an error result "Action rejected: <reason>"
-    CondensationSummaryEvent, Condensation with a summary
-                           user text with the summary the model saw in place of older events
-
-An instance whose history holds no user message (V1 benchmark outputs start at the first action)
-gets its ``instruction``, the task the benchmark sent, as the first user message.
-
-Left out on purpose, as state rather than conversation: V0 ``recall`` actions (the query
-repeats the user's message), ``change_agent_state``, ``agent_state_changed`` and ``null``
-events; V1 ``PauseEvent``, ``ConversationStateUpdateEvent``, ``CondensationRequest`` and other
-events that carry no message (each noted); an instance's ``test_result``, ``metadata``,
-``metrics``, ``error`` and ``instance`` fields. Browser screenshots are left out (the page text is
-kept). Timestamps carry no offset (OpenHands writes the machine's local time); they are read as
-UTC.
+V0 actions and observations and V1 SDK events both become messages: tool calls from
+``tool_call_metadata`` (V0) or ``tool_call`` (V1), the actions of one model response in one
+assistant message, each observation the tool message of its action. State events are left out.
+What every event becomes and what is left out on purpose: docs/formats.md#openhands.
 """
 
 from __future__ import annotations
