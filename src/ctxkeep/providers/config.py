@@ -1,15 +1,5 @@
-"""Where the providers' settings come from: the environment and the config file, read here only.
-
-    CTXKEEP_MODEL      the model, "openai:gpt-4o-mini"          (over `model` in the file)
-    CTXKEEP_BASE_URL   the server, "http://127.0.0.1:8080/v1"   (over `base_url` in the file)
-    CTXKEEP_CONFIG     the config file; else ctxkeep.toml in the working folder, if there is one
-
-The file's top-level keys (tables are left for other settings)::
-
-    model = "openai:qwen-plus"
-    base_url = "https://dashscope.aliyuncs.com/compatible-mode/v1"
-    api_key_env = "DASHSCOPE_API_KEY"     # the variable that holds the key; never the key itself
-    timeout = 60                          # seconds per attempt
+"""Where the providers' settings come from, read here only: the environment (CTXKEEP_MODEL,
+CTXKEEP_BASE_URL, CTXKEEP_CONFIG) over the config file (ctxkeep.toml; its keys in docs/providers.md).
 
 API keys are read from the environment by `api_key`, and only when a provider is made.
 """

@@ -1,6 +1,6 @@
 """What went wrong with a call to a provider, as a `ProviderError` whose message says the fix.
 
-Both SDK providers turn their SDK's exceptions into these. What the server said is kept (cut to
+`SDKModel` turns the SDKs' exceptions into these. What the server said is kept (cut to
 `DETAIL_CHARS`) with the API key blanked out of it, since a server may echo the key it rejected.
 """
 

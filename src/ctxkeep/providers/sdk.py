@@ -24,7 +24,7 @@ from ctxkeep.providers.failures import (
 )
 from ctxkeep.providers.retry import RetryPolicy, call_with_retry
 
-if TYPE_CHECKING:  # for the types only: importing ctxkeep.providers must not import an SDK
+if TYPE_CHECKING:  # types only: an OpenAIModel must not import the anthropic SDK, nor the reverse
     import anthropic
     import openai
 
