@@ -2,7 +2,8 @@
 
 Real transcripts are mutated at random (a field dropped, a value of the wrong type, a line
 cut short) and read again. Whatever happens, the only exception allowed is `FormatError`,
-and with ``lenient=True`` the file still loads.
+and with ``lenient=True`` the file still loads: the same transcript when nothing was wrong,
+else the rest of the file, with the record strict reading stopped at listed among the skips.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from tests.conftest import raw_files
 
 from ctxkeep.errors import FormatError
-from ctxkeep.formats import parse
+from ctxkeep.formats import Transcript, parse
 from ctxkeep.formats.source import Source
 
 # a small file of each format, cut to its first lines so each example is fast
@@ -67,12 +68,30 @@ def _mutate(value: Any, path: tuple[Any, ...], action: str, odd: Any) -> Any:
     return value
 
 
-def _check(fmt: str, lines: list[str]) -> None:
-    raw = "\n".join(lines).encode()
-    with contextlib.suppress(FormatError):
-        parse(Source.from_bytes(raw, path="mutated"), fmt)
-    transcript = parse(Source.from_bytes(raw, path="mutated", lenient=True), fmt)
-    assert transcript.format == fmt
+_LENIENT_HINT = " (use --lenient to skip bad lines)"
+
+
+def _check(fmt: str, raw: bytes) -> None:
+    """Strict reading imports or raises `FormatError`; lenient reading imports (or, for a problem with
+    the whole document, raises `FormatError` where strict reading did too). When strict reading
+    succeeds, lenient reading gives the same transcript; when strict reading stopped at a bad record,
+    lenient reading imports the rest and lists that record among its skips, with the same reason."""
+    try:
+        strict: Transcript | None = parse(Source.from_bytes(raw, path="mutated"), fmt)
+    except FormatError as exc:
+        strict, error = None, exc
+    try:
+        lenient = parse(Source.from_bytes(raw, path="mutated", lenient=True), fmt)
+    except FormatError:
+        assert strict is None, "lenient reading failed where strict reading succeeded"
+        raise
+    assert lenient.format == fmt and lenient.conversations
+    if strict is not None:
+        assert lenient == strict
+        return
+    assert error.reason.endswith(_LENIENT_HINT), f"strict reading failed, lenient did not, yet: {error}"
+    where = f"line {error.line}" if error.line is not None else "record"
+    assert f"skipped {where}: {error.reason.removesuffix(_LENIENT_HINT)}" in lenient.notes
 
 
 @pytest.mark.parametrize("fmt", sorted(SAMPLES))
@@ -89,10 +108,10 @@ def test_mutated_records_import_or_raise_format_error(fmt: str, data: st.DataObj
     odd = data.draw(st.sampled_from(ODD_VALUES), label="odd")
     lines[index] = json.dumps(_mutate(record, path, action, odd))
     if index > 0:  # keep the file recognisable: detection reads the first line
-        _check(fmt, lines)
+        _check(fmt, "\n".join(lines).encode())
     else:
         with contextlib.suppress(FormatError):
-            _check(fmt, lines)
+            _check(fmt, "\n".join(lines).encode())
 
 
 @pytest.mark.parametrize("fmt", sorted(SAMPLES))
@@ -103,7 +122,7 @@ def test_truncated_lines_are_format_errors(fmt: str, data: st.DataObject) -> Non
     index = data.draw(st.integers(1, len(lines) - 2), label="line")
     cut = data.draw(st.integers(0, max(0, len(lines[index]) - 1)), label="cut")
     lines[index] = lines[index][:cut]
-    _check(fmt, lines)
+    _check(fmt, "\n".join(lines).encode())
 
 
 @pytest.mark.parametrize(
@@ -123,8 +142,6 @@ def test_mutated_json_documents_import_or_raise_format_error(name: str, data: st
     action = data.draw(st.sampled_from(["drop", "replace"]), label="action")
     odd = data.draw(st.sampled_from(ODD_VALUES), label="odd")
     raw = json.dumps(_mutate(doc, target, action, odd)).encode()
+    # a document-level problem (e.g. no conversation left at all) is still a clear error, lenient or not
     with contextlib.suppress(FormatError):
-        parse(Source.from_bytes(raw, path="mutated"), fmt)
-    # a document-level problem (e.g. no conversation left at all) is still a clear error
-    with contextlib.suppress(FormatError):
-        parse(Source.from_bytes(raw, path="mutated", lenient=True), fmt)
+        _check(fmt, raw)
