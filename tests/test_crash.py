@@ -39,7 +39,7 @@ def _contents(ws: Path) -> tuple[list[str], list[str], str | None]:
     with Session(LocalFolder(ws), settings=crash_worker.SETTINGS, now=crash_worker.NOW) as session:
         live = [m.id for m in session.messages]
         summary = session.summary
-        on_disk = session.folder.read("summary.md")
+        on_disk = session.store.read_summary()
         assert (on_disk or b"").decode() == (summary or "")
         if summary is not None:
             summary = summary.replace(str(ws.absolute()), "WORKSPACE")

@@ -59,16 +59,13 @@ def turn(i: int, size: int = 40) -> list[Message]:
 
 
 def run(live: Live, summarizer=None, folder=None, settings=SMALL, system="be brief", **kw):  # type: ignore[no-untyped-def]
-    return engine.prepare(
-        live,
-        system=system,
+    setup = engine.Setup(
+        settings=settings,
         counter=COUNTER,
         summarizer=summarizer or Recording(),
-        folder=folder if folder is not None else MemoryFolder(),
-        settings=settings,
-        now=NOW,
-        **kw,
+        store=folder if folder is not None else MemoryFolder(),
     )
+    return engine.prepare(live, setup, system=system, now=NOW, **kw)
 
 
 def test_under_the_threshold_nothing_changes() -> None:
@@ -155,16 +152,8 @@ def test_pinned_messages_stay_and_their_limit_is_enforced() -> None:
 def test_manual_compaction_passes_the_focus() -> None:
     summarizer = Recording()
     live = engine.add(Live(), [m for i in range(3) for m in turn(i)], COUNTER)
-    step = engine.compact(
-        live,
-        system=None,
-        counter=COUNTER,
-        summarizer=summarizer,
-        folder=MemoryFolder(),
-        settings=SMALL,
-        now=NOW,
-        focus="the database migration",
-    )
+    setup = engine.Setup(settings=SMALL, counter=COUNTER, summarizer=summarizer, store=MemoryFolder())
+    step = engine.compact(live, setup, system=None, now=NOW, focus="the database migration")
     assert step.compaction is not None and step.compaction.reason == "manual"
     assert summarizer.requests[0].focus == "the database migration"
 

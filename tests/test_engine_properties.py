@@ -81,15 +81,8 @@ def test_nothing_lost_nothing_unpaired(turns: list[list[Message]], window: int, 
             if m.id == f"m{pin}" and m.role == "user" and n < window // 10:
                 live = replace(live, pinned=live.pinned | {m.id})
         try:
-            step = engine.prepare(
-                live,
-                system="sys",
-                counter=COUNTER,
-                summarizer=ExtractiveSummarizer(),
-                folder=folder,
-                settings=cfg,
-                now=NOW,
-            )
+            setup = engine.Setup(settings=cfg, counter=COUNTER, summarizer=ExtractiveSummarizer(), store=folder)
+            step = engine.prepare(live, setup, system="sys", now=NOW)
         except PinnedOverBudgetError:
             # The summary grew until the pins no longer fit: the documented error, raised before any change.
             assert live.pinned

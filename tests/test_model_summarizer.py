@@ -427,15 +427,9 @@ def test_engine_keeps_the_context_and_records_the_exchange_when_the_reply_is_inv
     )
     messages = [Message.of("user" if i % 2 == 0 else "assistant", f"turn {i}: " + "word " * 60) for i in range(30)]
     live = engine.add(Live(), messages, counter)
-    step = engine.prepare(
-        live,
-        system="be brief",
-        counter=counter,
-        summarizer=ModelSummarizer(Scripted("I cannot summarize this.")),
-        folder=MemoryFolder(),
-        settings=small,
-        now=datetime(2026, 12, 3, 9, 30, tzinfo=UTC),
-    )
+    summarizer = ModelSummarizer(Scripted("I cannot summarize this."))
+    setup = engine.Setup(settings=small, counter=counter, summarizer=summarizer, store=MemoryFolder())
+    step = engine.prepare(live, setup, system="be brief", now=datetime(2026, 12, 3, 9, 30, tzinfo=UTC))
     assert step.compaction is None and step.failure is not None
     assert step.context.messages == live.messages
     assert step.failure.response == "I cannot summarize this."

@@ -68,6 +68,23 @@ def test_pin_checks_the_budget_and_unknown_ids(tmp_path: Path) -> None:
             s.pin("nope")
 
 
+def test_a_pin_the_session_accepts_never_fails_a_later_compaction(tmp_path: Path) -> None:
+    # One budget rule for pins, the system prompt included: before, `pin` left the system prompt out and
+    # accepted this pin, then the next `prepare` raised PinnedOverBudgetError from the compaction.
+    settings = EngineSettings(compact=CompactSettings(max_input_length=4_000))  # threshold 2,800
+    system = "Follow the house rules. " * 300  # about 1,500 tokens
+    with Session.open(tmp_path, settings=settings) as s:
+        s.add(Message.of("user", "start", id="u0"))
+        assert s.prepare(system, now=NOW).compaction is None
+        s.add(Message.of("assistant", "word " * 1_500, id="big"))
+        with pytest.raises(PinnedOverBudgetError, match="after the system prompt and summary"):
+            s.pin("big")
+        assert s.live.pinned == frozenset()
+        s.add(Message.of("user", "go on", id="u1"))
+        step = s.prepare(system, now=NOW)
+    assert step.compaction is not None and step.context.tokens <= settings.compact.compact_threshold
+
+
 def test_manual_compaction_with_focus(tmp_path: Path) -> None:
     with Session.open(tmp_path, settings=SETTINGS) as s:
         fill(s, range(2))

@@ -6,7 +6,9 @@ kept in the session state, so a crash after an append but before the commit can 
 each file back to its recorded size (`restore`): every message ends up either live or archived,
 exactly once.
 
-`guide` writes the paragraph that opens every summary and tells the agent where to look.
+`guide` writes the paragraph that opens every summary and tells the agent where to look;
+`with_guide` puts it in front of a summary, and `projected` says what the index will be after an
+append, so the guide's size is known before the summary is written.
 """
 
 from __future__ import annotations
@@ -18,12 +20,8 @@ from types import MappingProxyType
 from typing import Any
 
 from .codec import dumps
-from .folder import Folder
+from .folder import DIALOG_DIR, Store
 from .messages import Message
-
-__all__ = ["DIALOG_DIR", "Archive", "ArchiveFile", "append", "archive_name", "guide", "restore"]
-
-DIALOG_DIR = "dialog"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +58,7 @@ def archive_name(day: date) -> str:
     return f"{DIALOG_DIR}/{day.isoformat()}.jsonl"
 
 
-def append(folder: Folder, archive: Archive, messages: Sequence[Message], day: date) -> Archive:
+def append(store: Store, archive: Archive, messages: Sequence[Message], day: date) -> Archive:
     """Append `messages` durably to the day's file and return the archive index that includes them.
 
     The returned index is what the caller commits; until then, `restore` with the old index undoes
@@ -70,25 +68,26 @@ def append(folder: Folder, archive: Archive, messages: Sequence[Message], day: d
         return archive
     name = archive_name(day)
     known = archive.files.get(name, ArchiveFile(0, 0))
-    if folder.size(name) != known.bytes:
+    sizes = {f.name: f.size for f in store.archive_files()}
+    if sizes.get(name, 0) != known.bytes:
         # An earlier append was never committed: cut it off before adding ours after it.
-        folder.truncate(name, known.bytes)
-    size = folder.append(name, b"".join(dumps(m) for m in messages))
+        store.cut_archive(name, known.bytes)
+    size = store.append_archive(name, b"".join(dumps(m) for m in messages))
     files = dict(archive.files)
     files[name] = ArchiveFile(size, known.lines + len(messages))
     return Archive(MappingProxyType(dict(sorted(files.items()))))
 
 
-def restore(folder: Folder, archive: Archive) -> list[str]:
+def restore(store: Store, archive: Archive) -> list[str]:
     """Cut every archive file back to its committed size, removing uncommitted files; the names changed."""
     changed: list[str] = []
-    for info in folder.list(f"{DIALOG_DIR}/"):
+    for info in store.archive_files():
         known = archive.files.get(info.name)
         if known is None:
-            folder.remove(info.name)
+            store.cut_archive(info.name, 0)
             changed.append(info.name)
         elif info.size > known.bytes:
-            folder.truncate(info.name, known.bytes)
+            store.cut_archive(info.name, known.bytes)
             changed.append(info.name)
     return changed
 
@@ -105,3 +104,18 @@ def guide(archive: Archive, *, language: str = "en") -> str:
         f"The full earlier conversation is in {parts}: one JSON message per line, oldest first;"
         " read from the end backwards when you need a detail."
     )
+
+
+def with_guide(summary: str, archive: Archive, language: str) -> str:
+    """`summary` opened by the archive guide in `language` ("zh", else English)."""
+    lead = guide(archive, language="zh" if language == "zh" else "en")
+    return f"{lead}\n\n{summary}" if lead else summary
+
+
+def projected(archive: Archive, added: int, day: date) -> Archive:
+    """The index after `added` more lines on `day` (sizes left as they are: the guide shows lines only)."""
+    files = dict(archive.files)
+    name = archive_name(day)
+    known = files.get(name, ArchiveFile(0, 0))
+    files[name] = ArchiveFile(known.bytes, known.lines + added)
+    return Archive(MappingProxyType(dict(sorted(files.items()))))

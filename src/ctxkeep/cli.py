@@ -164,7 +164,7 @@ def _compact(args: argparse.Namespace) -> int:
         else:
             payload = {"messages": to_openai(context.as_messages())}
         (out / "context.json").write_text(json.dumps(payload, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-        offloaded = len(session.folder.list("tool_result/"))
+        offloaded = len(session.store.originals())
     report = _compact_report(args, result, offloaded, len(transcript.conversations))
     if args.json:
         print(json.dumps(report, ensure_ascii=False, indent=2))

@@ -1,8 +1,10 @@
-"""Where a workspace's files live: one small interface, a local folder by default.
+"""Where a workspace is kept: the `Store` seam, and a folder of files as its default implementation.
 
-Every step that keeps something on disk (offloaded tool results, the dialog archive, the session
-state) goes through `Folder`, so another backend (a database for fleets of agents) is one new
-class, not a rewrite. Names are relative, with ``/`` separators (``tool_result/<uuid>.txt``).
+The steps and the session speak to a `Store` in the workspace's own terms (the state, the live
+log of a generation, the archive, the offloaded originals, the records), so another backend (a
+database for fleets of agents) implements those and never pretends to be a file system.
+`FileStore` implements them over the nine file operations of a `Folder`; names are relative, with
+``/`` separators (``tool_result/<uuid>.txt``).
 
 `LocalFolder` makes every write durable before it returns: `write` replaces a file atomically
 (temporary file, fsync, rename, fsync of the directory) and `append` fsyncs. An `OSError` becomes a
@@ -24,7 +26,7 @@ from typing import Protocol
 
 from .errors import StorageError, WorkspaceLockedError
 
-__all__ = ["FileInfo", "Folder", "LocalFolder", "MemoryFolder"]
+__all__ = ["FileInfo", "FileStore", "Folder", "LocalFolder", "MemoryFolder", "Store"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,185 @@ class Folder(Protocol):
         ...
 
 
+STATE = "state.json"
+SUMMARY = "summary.md"
+RECORDS = "compactions.jsonl"
+LIVE_DIR = "live"
+FAILED_DIR = "failed"
+DIALOG_DIR = "dialog"
+TOOL_RESULT_DIR = "tool_result"
+
+
+class Store(Protocol):
+    """What a workspace keeps, in its own terms. Every write is durable when it returns."""
+
+    def lock(self, timeout: float) -> contextlib.AbstractContextManager[None]:
+        """Hold the workspace for one process; wait up to `timeout` seconds, then `WorkspaceLockedError`."""
+        ...
+
+    def where(self, name: str) -> str:
+        """Where a person (or the agent, with its own tools) finds `name`: a path for a local folder."""
+        ...
+
+    # The state: the commit point of a session.
+    def read_state(self) -> bytes | None:
+        """The committed state, or None for a new workspace."""
+        ...
+
+    def commit_state(self, data: bytes) -> None:
+        """Replace the state atomically: readers see the old or the new, never a mix."""
+        ...
+
+    # The live log: one per generation, appended to between compactions.
+    def live_generations(self) -> list[int]:
+        """The generations that have a live log, oldest first."""
+        ...
+
+    def read_live(self, generation: int) -> bytes:
+        """The generation's live log (empty when it has none)."""
+        ...
+
+    def start_live(self, generation: int, data: bytes) -> None:
+        """Write a generation's live log whole."""
+        ...
+
+    def append_live(self, generation: int, data: bytes) -> None:
+        """Append lines to a generation's live log."""
+        ...
+
+    def cut_live(self, generation: int, size: int) -> None:
+        """Cut a live log back to `size` bytes (a line a crash left half-written)."""
+        ...
+
+    def drop_live(self, generation: int) -> None:
+        """Remove a generation's live log."""
+        ...
+
+    # The archive: the compacted messages, by file (``dialog/YYYY-MM-DD.jsonl``).
+    def archive_files(self) -> list[FileInfo]:
+        """The archive files with their sizes, oldest first."""
+        ...
+
+    def append_archive(self, name: str, data: bytes) -> int:
+        """Append to an archive file; its new size."""
+        ...
+
+    def cut_archive(self, name: str, size: int) -> None:
+        """Cut an archive file back to its committed `size` (0 removes it)."""
+        ...
+
+    # The originals of offloaded tool results (``tool_result/<uuid>.txt``).
+    def save_original(self, name: str, data: bytes) -> None:
+        """Keep an offloaded result's full text."""
+        ...
+
+    def originals(self) -> list[FileInfo]:
+        """The kept originals, with their sizes and ages."""
+        ...
+
+    def drop_original(self, name: str) -> None:
+        """Remove a kept original."""
+        ...
+
+    # What happened: the compaction records, refused summaries, the summary for people.
+    def append_record(self, data: bytes) -> None:
+        """Append a line to the compaction records."""
+        ...
+
+    def read_records(self) -> bytes:
+        """The compaction records (empty when none)."""
+        ...
+
+    def save_failure(self, name: str, data: bytes) -> None:
+        """Keep what a summarizer was asked and answered when its summary was refused."""
+        ...
+
+    def read_summary(self) -> bytes | None:
+        """The copy of the summary kept for people."""
+        ...
+
+    def write_summary(self, data: bytes) -> None:
+        """Replace the copy of the summary kept for people."""
+        ...
+
+
+def live_name(generation: int) -> str:
+    """The live log of a generation in a folder."""
+    return f"{LIVE_DIR}/{generation:08d}.jsonl"
+
+
+class FileStore:
+    """A `Store` over the nine file operations of a `Folder`: what `LocalFolder` and `MemoryFolder` are built on."""
+
+    def where(self: Folder, name: str) -> str:
+        return self.location(name)
+
+    def read_state(self: Folder) -> bytes | None:
+        return self.read(STATE)
+
+    def commit_state(self: Folder, data: bytes) -> None:
+        self.write(STATE, data)
+
+    def live_generations(self: Folder) -> list[int]:
+        gens = []
+        for info in self.list(f"{LIVE_DIR}/"):
+            stem = info.name[len(LIVE_DIR) + 1 :].removesuffix(".jsonl")
+            if stem.isdigit():
+                gens.append(int(stem))
+        return sorted(gens)
+
+    def read_live(self: Folder, generation: int) -> bytes:
+        return self.read(live_name(generation)) or b""
+
+    def start_live(self: Folder, generation: int, data: bytes) -> None:
+        self.write(live_name(generation), data)
+
+    def append_live(self: Folder, generation: int, data: bytes) -> None:
+        self.append(live_name(generation), data)
+
+    def cut_live(self: Folder, generation: int, size: int) -> None:
+        self.truncate(live_name(generation), size)
+
+    def drop_live(self: Folder, generation: int) -> None:
+        self.remove(live_name(generation))
+
+    def archive_files(self: Folder) -> list[FileInfo]:
+        return self.list(f"{DIALOG_DIR}/")
+
+    def append_archive(self: Folder, name: str, data: bytes) -> int:
+        return self.append(name, data)
+
+    def cut_archive(self: Folder, name: str, size: int) -> None:
+        if size == 0:
+            self.remove(name)
+        else:
+            self.truncate(name, size)
+
+    def save_original(self: Folder, name: str, data: bytes) -> None:
+        self.write(name, data)
+
+    def originals(self: Folder) -> list[FileInfo]:
+        return self.list(f"{TOOL_RESULT_DIR}/")
+
+    def drop_original(self: Folder, name: str) -> None:
+        self.remove(name)
+
+    def append_record(self: Folder, data: bytes) -> None:
+        self.append(RECORDS, data)
+
+    def read_records(self: Folder) -> bytes:
+        return self.read(RECORDS) or b""
+
+    def save_failure(self: Folder, name: str, data: bytes) -> None:
+        self.write(f"{FAILED_DIR}/{name}", data)
+
+    def read_summary(self: Folder) -> bytes | None:
+        return self.read(SUMMARY)
+
+    def write_summary(self: Folder, data: bytes) -> None:
+        self.write(SUMMARY, data)
+
+
 _ADVICE = {
     errno.ENOSPC: "the disk is full; free some space and try again",
     errno.EDQUOT: "the disk quota is exhausted; free some space and try again",
@@ -90,7 +271,7 @@ def _storage_error(exc: OSError, action: str, path: Path) -> StorageError:
     return StorageError(f"cannot {action} {path}: {advice}", path=str(path), errno=exc.errno)
 
 
-class LocalFolder:
+class LocalFolder(FileStore):
     """A folder on the local file system. Writes are durable when they return."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -234,7 +415,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class MemoryFolder:
+class MemoryFolder(FileStore):
     """Files in a dict: for tests and for callers that keep nothing on disk."""
 
     def __init__(self) -> None:

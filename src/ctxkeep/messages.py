@@ -25,7 +25,7 @@ import json
 import re
 import uuid
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import MappingProxyType
@@ -298,6 +298,88 @@ class Message:
 
 # --- pairing -------------------------------------------------------------------------
 
+LinkKind: TypeAlias = Literal[
+    "paired",  # answers a call of the newest assistant turn that was still waiting
+    "separated",  # its call is older: other messages came between (the call was abandoned)
+    "duplicate",  # its call was answered already
+    "unknown",  # no call with its id came before it
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """Where `pair_walk` placed one tool result: the call it answers (`call`, an index) and how."""
+
+    index: int
+    call_id: str
+    kind: LinkKind
+    call: int | None
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pairs:
+    """What a walk leaves open, to resume it on the next batch (a live context adds messages in batches).
+
+    `open` holds the calls of the newest assistant turn still waiting for their result (call id ->
+    index of the message holding it, tool name); `abandoned` the calls that never got a result before
+    the conversation moved on (call id -> index).
+    """
+
+    open: Mapping[str, tuple[int, str]] = field(default_factory=lambda: _EMPTY)
+    abandoned: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+
+
+@dataclass(frozen=True, slots=True)
+class Walk:
+    """What `pair_walk` found: a `Link` per tool result, the reused call ids, and the state to resume from."""
+
+    links: list[Link]
+    reused: list[tuple[int, str]]  # (message index, call id) of a call whose id was live already
+    pairs: Pairs
+
+
+def pair_walk(
+    messages: Sequence[Message], *, start: int = 0, pairs: Pairs = Pairs(), answered: Container[str] = ()
+) -> Walk:
+    """The one rule that pairs tool results with their calls; validation, splitting and the live context use it.
+
+    A result answers a call of the newest assistant turn that is still waiting; any message that
+    is not a tool result ends the turn, and its waiting calls are abandoned. Indexes count from
+    `start`; `pairs` resumes an earlier walk; `answered` holds call ids answered before it.
+    """
+    open_calls = dict(pairs.open)
+    abandoned = dict(pairs.abandoned)
+    done: dict[str, int] = {}
+    links: list[Link] = []
+    reused: list[tuple[int, str]] = []
+    for offset, msg in enumerate(messages):
+        i = start + offset
+        result = msg.tool_result
+        if result is None:
+            if open_calls:
+                abandoned.update((c, at) for c, (at, _) in open_calls.items())
+                open_calls = {}
+            for call in msg.tool_calls:
+                if call.id in open_calls or call.id in abandoned or call.id in done or call.id in answered:
+                    reused.append((i, call.id))
+                    abandoned.pop(call.id, None)
+                open_calls[call.id] = (i, call.name)
+            continue
+        cid = result.call_id
+        if cid in open_calls:
+            at, name = open_calls.pop(cid)
+            done[cid] = at
+            links.append(Link(i, cid, "paired", at, name))
+        elif cid in done:
+            links.append(Link(i, cid, "duplicate", done[cid], ""))
+        elif cid in abandoned:
+            links.append(Link(i, cid, "separated", abandoned[cid], ""))
+        else:
+            links.append(Link(i, cid, "unknown", None, ""))
+    return Walk(links=links, reused=reused, pairs=Pairs(MappingProxyType(open_calls), MappingProxyType(abandoned)))
+
+
 ProblemKind: TypeAlias = Literal[
     "orphan_result",  # a result whose call is nowhere in the conversation
     "missing_result",  # a call with no result
@@ -360,24 +442,19 @@ def validate(messages: Sequence[Message]) -> list[Problem]:
             first_call.setdefault(call.id, i)
 
     first_result: dict[str, int] = {}
-    turn = -1  # index of the last non-tool message: the call a result may answer
-    for i, msg in enumerate(messages):
-        result = msg.tool_result
-        if result is None:
-            turn = i
-            continue
-        cid = result.call_id
-        at = first_call.get(cid)
+    for link in pair_walk(messages).links:
+        cid, i = link.call_id, link.index
         if cid in first_result:
             detail = f"first result at message {first_result[cid]}"
             problems.append(Problem(kind="duplicate_result", index=i, call_id=cid, detail=detail))
             continue
         first_result[cid] = i
+        at = first_call.get(cid)
         if at is None:
             problems.append(Problem(kind="orphan_result", index=i, call_id=cid))
-        elif at > i:
+        elif link.kind == "unknown":
             problems.append(Problem(kind="result_before_call", index=i, call_id=cid, detail=f"call at message {at}"))
-        elif at != turn:
+        elif link.kind == "separated":
             problems.append(Problem(kind="separated_result", index=i, call_id=cid, detail=f"call at message {at}"))
     for cid, at in first_call.items():
         if cid not in first_result:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias, get_args
 
-from .folder import Folder
+from .folder import TOOL_RESULT_DIR, Store
 from .messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
 from .settings import OffloadSettings, PolicyKind
 
@@ -32,7 +32,6 @@ __all__ = [
 ]
 
 OFFLOAD_KEY = "ctxkeep_offload"
-TOOL_RESULT_DIR = "tool_result"
 
 Stage: TypeAlias = Literal["recent", "old"]
 
@@ -102,7 +101,7 @@ def record_of(result: ToolResult) -> OffloadRecord | None:
 
 
 def original_file(result: ToolResult) -> str | None:
-    """The folder-relative name of the file holding the result's full text, or None."""
+    """The store's name of the file holding the result's full text, or None."""
     record = record_of(result)
     return None if record is None else record.file
 
@@ -113,16 +112,16 @@ def original_file(result: ToolResult) -> str | None:
 def offload(
     messages: Sequence[Message],
     settings: OffloadSettings,
-    folder: Folder,
+    store: Store,
     *,
     tool_names: Mapping[str, str] | None = None,
 ) -> list[Message]:
-    """The messages with big tool results cut and their full texts saved in `folder`.
+    """The messages with big tool results cut and their full texts saved in `store`.
 
     Same length and order as `messages`; a message that does not change is returned as the same
     object. A tool's name (which picks its policy) comes from `tool_names` (call id -> name), else
     from the assistant call in `messages`. Every file is written before any message changes: when
-    `folder` raises `StorageError`, the error propagates and nothing is returned. File names derive
+    `store` raises `StorageError`, the error propagates and nothing is returned. File names derive
     from the message and call ids, so a retry rewrites the same files.
     """
     if not isinstance(settings, OffloadSettings):
@@ -143,14 +142,14 @@ def offload(
         if name not in policies:
             policies[name] = settings.policy_for(name)
         stage: Stage = "recent" if i in recent else "old"
-        plan = _plan(message, result, stage, policies[name], settings, folder)
+        plan = _plan(message, result, stage, policies[name], settings, store)
         if plan is not None:
             changed[i], write = plan
             if write is not None:
                 writes[write[0]] = write[1]
 
     for name, data in writes.items():
-        folder.write(name, data)
+        store.save_original(name, data)
     if changed:
         _log.debug("offloaded %d tool results (%d files written)", len(changed), len(writes))
     return [changed.get(i, m) for i, m in enumerate(messages)]
@@ -169,7 +168,7 @@ def _plan(
     stage: Stage,
     policy: PolicyKind,
     settings: OffloadSettings,
-    folder: Folder,
+    store: Store,
 ) -> tuple[Message, tuple[str, bytes] | None] | None:
     """The new message and the file to write, or None when the message stays as it is."""
     raw = result.extra.get(OFFLOAD_KEY)
@@ -181,7 +180,7 @@ def _plan(
             return None
         if record.stage == "old" or stage == "recent":
             return None
-        recut = _age(result, record, settings, folder)
+        recut = _age(result, record, settings, store)
         return None if recut is None else (replace(message, content=(recut,)), None)
 
     if policy == "file_read" and stage == "recent":
@@ -208,12 +207,12 @@ def _plan(
         kept_bytes=len(data),
         next_line=lines + 1,
     )
-    head, record, notice = _cut(data, limit, widest, folder.location(file), is_error=result.is_error)
+    head, record, notice = _cut(data, limit, widest, store.where(file), is_error=result.is_error)
     new = _with_content(result, _content(result.content, _decode(head), notice), record)
     return replace(message, content=(new,)), (file, data)
 
 
-def _age(result: ToolResult, record: OffloadRecord, settings: OffloadSettings, folder: Folder) -> ToolResult | None:
+def _age(result: ToolResult, record: OffloadRecord, settings: OffloadSettings, store: Store) -> ToolResult | None:
     """A result cut when recent, cut again from its kept head now that it is old; same original file.
 
     The original file is not read (it may be large, or gone): the kept head is a prefix of the
@@ -230,9 +229,7 @@ def _age(result: ToolResult, record: OffloadRecord, settings: OffloadSettings, f
         return None
     limit = 0 if record.policy == "browser" else settings.old_max_bytes
     widest = replace(record, stage="old", kept_bytes=record.original_bytes, next_line=record.original_lines + 1)
-    new_head, new_record, notice = _cut(
-        data[:kept], limit, widest, folder.location(record.file), is_error=result.is_error
-    )
+    new_head, new_record, notice = _cut(data[:kept], limit, widest, store.where(record.file), is_error=result.is_error)
     content = _content(head if isinstance(base, str) else base, _decode(new_head), notice)
     return _with_content(result, content, new_record)
 
@@ -400,7 +397,7 @@ def referenced_files(messages: Iterable[Message]) -> set[str]:
     return names
 
 
-def cleanup(folder: Folder, live: Iterable[Message], *, retention_days: int, now: float) -> list[str]:
+def cleanup(store: Store, live: Iterable[Message], *, retention_days: int, now: float) -> list[str]:
     """Remove ``tool_result/`` files older than `retention_days` that no live message references.
 
     `now` is the current time in epoch seconds (passed in, so tests pin it). Returns the removed
@@ -411,8 +408,8 @@ def cleanup(folder: Folder, live: Iterable[Message], *, retention_days: int, now
     keep = referenced_files(live)
     cutoff = now - retention_days * _SECONDS_PER_DAY
     removed: list[str] = []
-    for info in folder.list(TOOL_RESULT_DIR + "/"):
+    for info in store.originals():
         if info.mtime < cutoff and info.name not in keep:
-            folder.remove(info.name)
+            store.drop_original(info.name)
             removed.append(info.name)
     return removed

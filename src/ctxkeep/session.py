@@ -32,27 +32,22 @@ import orjson
 
 from . import archive as archive_mod
 from . import engine
+from . import live as live_mod
 from .archive import Archive
 from .codec import dumps, message_from_dict, message_to_dict
-from .engine import EngineSettings, Live, Step
-from .errors import CtxkeepError, MessageError, PinnedOverBudgetError, WorkspaceError
-from .folder import Folder, LocalFolder
+from .engine import Step
+from .errors import CtxkeepError, WorkspaceError
+from .folder import FAILED_DIR, STATE, LocalFolder, Store, live_name
+from .live import Live
 from .messages import Message
-from .offload import cleanup
-from .split import pair_groups
+from .settings import EngineSettings
 from .summarize import Summarizer
-from .summarize.extractive import ExtractiveSummarizer
-from .tokens import Counter, get_counter
+from .tokens import Counter
 
 __all__ = ["Session"]
 
 log = logging.getLogger("ctxkeep")
 
-STATE = "state.json"
-SUMMARY = "summary.md"
-RECORDS = "compactions.jsonl"
-LIVE_DIR = "live"
-FAILED_DIR = "failed"
 _STATE_MARK = "ctxkeep-session/1"
 _REPLACE_MARK = "ctxkeep-replace/1"
 _BATCH_MARK = "ctxkeep-batch/1"
@@ -105,20 +100,30 @@ class _State:
             raise WorkspaceError(f"{where} is damaged ({exc}); restore it from a backup", path=where) from exc
 
 
-def _live_name(generation: int) -> str:
-    return f"{LIVE_DIR}/{generation:08d}.jsonl"
+_NEW = _State(
+    generation=0,
+    summary=None,
+    summary_body=None,
+    archive=Archive(),
+    pinned=frozenset(),
+    failed_at=None,
+    compactions=0,
+    last_record=None,
+)
 
 
 class Session:
     """A persistent live context: add messages, `prepare` before each reasoning step, `compact` by hand.
 
-    Open it with `Session.open(path)` (a folder, created when missing) or pass any `Folder`.
-    Use it as a context manager, or call `close()`, to release the workspace's lock.
+    Open it with `Session.open(path)` (a folder, created when missing) or pass any `Store`.
+    Use it as a context manager, or call `close()`, to release the workspace's lock. What it holds
+    (`live`, `store`, `settings`, ...) is read-only: it changes only through these methods, which
+    write to the store first, so memory and disk never disagree.
     """
 
     def __init__(
         self,
-        folder: Folder,
+        store: Store,
         *,
         settings: EngineSettings | None = None,
         counter: Counter | None = None,
@@ -126,14 +131,11 @@ class Session:
         lock_timeout: float = 10.0,
         now: datetime | None = None,
     ) -> None:
-        self.folder = folder
-        self.settings = settings or EngineSettings()
-        self.counter = counter or get_counter("o200k_base")
-        self.summarizer = summarizer or ExtractiveSummarizer()
+        self._setup = engine.setup(store, settings=settings, counter=counter, summarizer=summarizer)
         self._stack = contextlib.ExitStack()
-        self._stack.enter_context(folder.lock(lock_timeout))
+        self._stack.enter_context(store.lock(lock_timeout))
         try:
-            self._state, self.live = self._recover(now or datetime.now().astimezone())
+            self._state, self._live = self._recover(now or datetime.now().astimezone())
         except BaseException:
             self._stack.close()
             raise
@@ -156,57 +158,68 @@ class Session:
     # --- reading ------------------------------------------------------------------
 
     @property
+    def live(self) -> Live:
+        """The live context as committed."""
+        return self._live
+
+    @property
+    def store(self) -> Store:
+        """Where the workspace is kept."""
+        return self._setup.store
+
+    @property
+    def settings(self) -> EngineSettings:
+        """The settings of every pass."""
+        return self._setup.settings
+
+    @property
+    def counter(self) -> Counter:
+        """The token counter."""
+        return self._setup.counter
+
+    @property
+    def summarizer(self) -> Summarizer:
+        """What writes the summary."""
+        return self._setup.summarizer
+
+    @property
     def messages(self) -> tuple[Message, ...]:
         """The live messages, oldest first."""
-        return self.live.messages
+        return self._live.messages
 
     @property
     def summary(self) -> str | None:
         """The current summary (archive guide included), or None before the first compaction."""
-        return self.live.summary
+        return self._live.summary
 
     # --- changing -------------------------------------------------------------------
 
     def add(self, messages: Iterable[Message] | Message) -> None:
         """Append messages to the live context, durably. Raises `MessageError` before writing anything."""
         batch = [messages] if isinstance(messages, Message) else list(messages)
-        live = engine.add(self.live, batch, self.counter)  # validates first
+        live = live_mod.add(self._live, batch, self.counter)  # validates first
         if not batch:
             return
         # One line per call: a crash mid-append leaves a torn last line, which reopening drops, so a
         # batch (a call and its results, say) is live entirely or not at all.
         line = dumps(batch[0]) if len(batch) == 1 else _batch_line(batch)
-        self.folder.append(_live_name(self._state.generation), line)
-        self.live = live
+        self.store.append_live(self._state.generation, line)
+        self._live = live
 
     def pin(self, message_id: str) -> None:
-        """Never offload nor compact this live message, nor the rest of its tool-call group."""
-        messages = self.live.messages
-        index = next((i for i, m in enumerate(messages) if m.id == message_id), None)
-        if index is None:
-            raise MessageError(f"no live message has the id {message_id!r}")
-        roots = pair_groups(messages)
-        pinned = self.live.pinned | {m.id for m, r in zip(messages, roots, strict=True) if r == roots[index]}
-        pinned_tokens = sum(n for m, n in zip(self.live.messages, self.live.counts, strict=True) if m.id in pinned)
-        budget = self.settings.compact.compact_threshold - self.live.summary_tokens
-        if pinned_tokens > budget:
-            raise PinnedOverBudgetError(
-                f"pinning {message_id!r} would make pinned messages {pinned_tokens} tokens, over the {budget}"
-                " the compaction budget allows; unpin others first or raise max_input_length",
-                pinned=pinned_tokens,
-                budget=budget,
-            )
-        self._commit_state(replace(self._state, pinned=pinned))
-        self.live = replace(self.live, pinned=pinned)
+        """Never offload nor compact this live message, nor the rest of its tool-call group.
+
+        Raises `PinnedOverBudgetError` when the pins would take more than a compaction can leave them.
+        """
+        live = live_mod.pin(self._live, message_id, self.settings.compact.compact_threshold)
+        self._commit_state(replace(self._state, pinned=live.pinned))
+        self._live = live
 
     def unpin(self, message_id: str) -> None:
         """Let this message (and its tool-call group) be offloaded and compacted again."""
-        messages = self.live.messages
-        roots = pair_groups(messages)
-        group = {roots[i] for i, m in enumerate(messages) if m.id == message_id}
-        pinned = self.live.pinned - {message_id} - {m.id for m, r in zip(messages, roots, strict=True) if r in group}
-        self._commit_state(replace(self._state, pinned=pinned))
-        self.live = replace(self.live, pinned=pinned)
+        live = live_mod.unpin(self._live, message_id)
+        self._commit_state(replace(self._state, pinned=live.pinned))
+        self._live = live
 
     def prepare(self, system: str | None = None, *, now: datetime | None = None) -> Step:
         """Run the pre-reasoning pass and keep its result. Returns the `Step` (its `.context` goes to the model).
@@ -223,18 +236,8 @@ class Session:
 
     def _run(self, system: str | None, now: datetime | None, *, force: bool, focus: str | None) -> Step:
         at = now or datetime.now().astimezone()
-        before = self.live
-        step = engine.prepare(
-            before,
-            system=system,
-            counter=self.counter,
-            summarizer=self.summarizer,
-            folder=self.folder,
-            settings=self.settings,
-            now=at,
-            force=force,
-            focus=focus,
-        )
+        before = self._live
+        step = engine.prepare(before, self._setup, system=system, now=at, force=force, focus=focus)
         if step.compaction is not None:
             self._commit_compaction(step)
         else:
@@ -243,14 +246,14 @@ class Session:
                 self._commit_state(replace(self._state, failed_at=step.live.failed_at))
                 if step.failure is not None:
                     self._record_failure(step)
-        self.live = step.live
+        self._live = step.live
         return step
 
     def _record_failure(self, step: Step) -> None:
-        """Save what the summarizer was asked and answered under ``failed/``, and note the failure."""
+        """Save what the summarizer was asked and answered, and note the failure in the records."""
         failure = step.failure
         assert failure is not None
-        name = f"{FAILED_DIR}/{failure.at.strftime('%Y%m%dT%H%M%S%f')}-{failure.tokens}.json"
+        name = f"{failure.at.strftime('%Y%m%dT%H%M%S%f')}-{failure.tokens}.json"
         detail = {
             "at": failure.at.isoformat(),
             "reason": failure.reason,
@@ -258,9 +261,9 @@ class Session:
             "request": failure.request,
             "response": failure.response,
         }
-        self.folder.write(name, orjson.dumps(detail, option=orjson.OPT_INDENT_2))
+        self.store.save_failure(name, orjson.dumps(detail, option=orjson.OPT_INDENT_2))
         record = {"kind": "failed", "at": failure.at.isoformat(), "reason": failure.reason, "tokens": failure.tokens}
-        self._append_record({**record, "saved": name})
+        self._append_record({**record, "saved": f"{FAILED_DIR}/{name}"})
 
     def _save_offloads(self, after: Live) -> None:
         lines = [
@@ -268,7 +271,7 @@ class Session:
             for i in after.offloaded
         ]
         if lines:
-            self.folder.append(_live_name(self._state.generation), b"".join(lines))
+            self.store.append_live(self._state.generation, b"".join(lines))
 
     def _commit_compaction(self, step: Step) -> None:
         assert step.compaction is not None
@@ -287,16 +290,16 @@ class Session:
             last_record=record,
         )
         try:
-            self.folder.write(_live_name(new.generation), b"".join(dumps(m) for m in live.messages))
-            self.folder.write(STATE, new.to_bytes())  # the commit point
+            self.store.start_live(new.generation, b"".join(dumps(m) for m in live.messages))
+            self.store.commit_state(new.to_bytes())  # the commit point
         except CtxkeepError:
             # Nothing committed: undo the archive append and the next generation's file.
             with contextlib.suppress(CtxkeepError):
-                archive_mod.restore(self.folder, old.archive)
-                self.folder.remove(_live_name(new.generation))
+                archive_mod.restore(self.store, old.archive)
+                self.store.drop_live(new.generation)
             raise
         self._state = new
-        self.live = live
+        self._live = live
         self._after_commit(old.generation, step.compaction.at)
 
     def _after_commit(self, old_generation: int | None, now: datetime) -> None:
@@ -309,27 +312,23 @@ class Session:
     def _tidy(self, old_generation: int | None, now: datetime) -> None:
         state = self._state
         if old_generation is not None and old_generation != state.generation:
-            self.folder.remove(_live_name(old_generation))
+            self.store.drop_live(old_generation)
         summary = (state.summary or "").encode()
-        if self.folder.read(SUMMARY) != summary:
-            self.folder.write(SUMMARY, summary)
+        if self.store.read_summary() != summary:
+            self.store.write_summary(summary)
         if state.last_record is not None and self._last_record_generation() != state.last_record["generation"]:
             self._append_record(state.last_record)
-        cleanup(
-            self.folder, self.live.messages, retention_days=self.settings.offload.retention_days, now=now.timestamp()
-        )
+        engine.tidy(self._live, self._setup, now)
 
     def _commit_state(self, state: _State) -> None:
-        self.folder.write(STATE, state.to_bytes())
+        self.store.commit_state(state.to_bytes())
         self._state = state
 
     def _append_record(self, record: dict[str, Any]) -> None:
-        self.folder.append(RECORDS, orjson.dumps(record) + b"\n")
+        self.store.append_record(orjson.dumps(record) + b"\n")
 
     def _last_record_generation(self) -> int | None:
-        raw = self.folder.read(RECORDS)
-        if not raw:
-            return None
+        raw = self.store.read_records()
         for line in reversed(raw.splitlines()):
             with contextlib.suppress(orjson.JSONDecodeError):
                 rec = orjson.loads(line)
@@ -338,36 +337,27 @@ class Session:
         return None
 
     def _recover(self, now: datetime) -> tuple[_State, Live]:
-        raw = self.folder.read(STATE)
+        raw = self.store.read_state()
         if raw is None:
-            if self.folder.list(f"{LIVE_DIR}/") or self.folder.list(f"{archive_mod.DIALOG_DIR}/"):
+            if self.store.live_generations() or self.store.archive_files():
+                where = self.store.where(STATE)
                 raise WorkspaceError(
-                    f"{self.folder.location(STATE)} is missing but the workspace holds live or archived messages;"
+                    f"{where} is missing but the workspace holds live or archived messages;"
                     " restore state.json from a backup rather than start over",
-                    path=self.folder.location(STATE),
+                    path=where,
                 )
-            state = _State(
-                generation=0,
-                summary=None,
-                summary_body=None,
-                archive=Archive(),
-                pinned=frozenset(),
-                failed_at=None,
-                compactions=0,
-                last_record=None,
-            )
-            self.folder.write(STATE, state.to_bytes())
-            self.folder.append(_live_name(0), b"")
+            state = _NEW
+            self.store.commit_state(state.to_bytes())
+            self.store.append_live(0, b"")
         else:
-            state = _State.from_bytes(raw, self.folder.location(STATE))
+            state = _State.from_bytes(raw, self.store.where(STATE))
         self._state = state
-        archive_mod.restore(self.folder, state.archive)
-        current = _live_name(state.generation)
-        for info in self.folder.list(f"{LIVE_DIR}/"):
-            if info.name != current:
-                self.folder.remove(info.name)
-        messages = self._read_live(current)
-        live = engine.add(
+        archive_mod.restore(self.store, state.archive)
+        for generation in self.store.live_generations():
+            if generation != state.generation:
+                self.store.drop_live(generation)
+        messages = self._read_live(state.generation)
+        live = live_mod.add(
             Live(
                 summary=state.summary,
                 summary_body=state.summary_body,
@@ -379,16 +369,16 @@ class Session:
             self.counter,
         )
         live = replace(live, pinned=frozenset(p for p in state.pinned if any(m.id == p for m in messages)))
-        self.live = live
+        self._live = live
         self._after_commit(None, now)
         return state, live
 
-    def _read_live(self, name: str) -> list[Message]:
-        raw = self.folder.read(name) or b""
+    def _read_live(self, generation: int) -> list[Message]:
+        raw = self.store.read_live(generation)
         end = raw.rfind(b"\n") + 1
         if end < len(raw):
             # A line cut short by a crash: its `add` never returned, so it was never part of the context.
-            self.folder.truncate(name, end)
+            self.store.cut_live(generation, end)
             raw = raw[:end]
         messages: list[Message] = []
         for lineno, line in enumerate(raw.splitlines(), 1):
@@ -403,7 +393,7 @@ class Session:
                 else:
                     messages.append(message_from_dict(d))
             except (orjson.JSONDecodeError, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-                where = f"{self.folder.location(name)}:{lineno}"
+                where = f"{self.store.where(live_name(generation))}:{lineno}"
                 raise WorkspaceError(f"{where}: damaged live message ({exc})", path=where) from exc
         return messages
 

@@ -3,6 +3,8 @@
     CompactSettings   when to compact and how much recent history to keep (tokens)
     OffloadSettings   how big tool results are cut and saved to files (bytes)
     ToolPolicy        which tools get the browser or file-read treatment (name patterns)
+    EngineSettings    all of the pass: the two above, retry after a failure, language, summary size
+    ModelSummarySettings  how the model summarizer asks its compaction model (window, reply size, retries)
 
 Every value is checked on construction; the error says what is wrong and what would be right.
 """
@@ -10,16 +12,31 @@ Every value is checked on construction; the error says what is wrong and what wo
 from __future__ import annotations
 
 import fnmatch
+import math
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
 __all__ = [
     "DEFAULT_POLICIES",
+    "LANGUAGES",
+    "MIN_CHUNK_TOKENS",
+    "MIN_SUMMARY_CHARS",
+    "PROMPT_RESERVE",
+    "REPLY_FORMATS",
+    "SAFETY_MARGIN",
     "CompactSettings",
+    "EngineSettings",
+    "ModelSummarySettings",
     "OffloadSettings",
     "PolicyKind",
+    "ReplyFormat",
     "ToolPolicy",
 ]
+
+# The languages of a summary; "auto" detects it from the messages (ctxkeep.summarize.resolve_language).
+LANGUAGES = ("en", "zh", "auto")
+# The smallest summary cap, in characters: the six headings, their "(none)" lines and the capped goal lines.
+MIN_SUMMARY_CHARS = 2_000
 
 PolicyKind: TypeAlias = Literal["browser", "file_read", "default"]
 
@@ -138,3 +155,82 @@ class OffloadSettings:
                 if p.matches(tool_name):
                     return p.kind
         return "default"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EngineSettings:
+    """Everything the pass needs to decide: compaction, offloading, retry after a failure, language."""
+
+    compact: CompactSettings = field(default_factory=CompactSettings)
+    offload: OffloadSettings = field(default_factory=OffloadSettings)
+    retry_growth: float = 0.05
+    language: str = "auto"
+    summary_max_chars: int = 16_000
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.compact, CompactSettings):
+            raise TypeError(f"EngineSettings.compact must be a CompactSettings; got {self.compact!r}")
+        if not isinstance(self.offload, OffloadSettings):
+            raise TypeError(f"EngineSettings.offload must be an OffloadSettings; got {self.offload!r}")
+        if not isinstance(self.retry_growth, int | float) or not 0 <= self.retry_growth < 1:
+            raise ValueError(
+                "retry_growth (share of the window the context must grow by before a failed compaction is"
+                f" tried again) must be in [0, 1); got {self.retry_growth!r}"
+            )
+        if not isinstance(self.summary_max_chars, int) or self.summary_max_chars < 2_500:
+            raise ValueError(
+                f"summary_max_chars must be a whole number of at least 2,500 (room for the six sections and the"
+                f" archive guide); got {self.summary_max_chars!r}"
+            )
+        if self.language not in ("auto", "en", "zh"):
+            raise ValueError(f"language must be 'auto', 'en' or 'zh'; got {self.language!r}")
+
+
+# The budget of one request to the compaction model (ctxkeep.summarize.model.chunks). Our counter is not the
+# model's tokenizer, so every count is multiplied by SAFETY_MARGIN; the prompt (system text, task, previous
+# summary) gets at least PROMPT_RESERVE tokens; a part of fewer than MIN_CHUNK_TOKENS is too little to summarize.
+SAFETY_MARGIN = 1.2
+PROMPT_RESERVE = 4_096
+MIN_CHUNK_TOKENS = 256
+
+ReplyFormat: TypeAlias = Literal["markdown", "json"]
+REPLY_FORMATS: tuple[ReplyFormat, ...] = ("markdown", "json")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelSummarySettings:
+    """How `ctxkeep.summarize.ModelSummarizer` asks its compaction model for a summary and checks the reply."""
+
+    window: int = 128_000  # the compaction model's context window, tokens: no request exceeds it
+    max_tokens: int = 4_096  # per reply: a 16,000-character summary is ~4,000 tokens of English (Chinese fails)
+    retries: int = 3  # how many times an invalid or failing final reply is asked again
+    audit: bool = True  # the quality audit of the final reply (False: only the sections are checked)
+    reply_format: ReplyFormat = "markdown"  # "json": held to a schema, for servers with structured output
+    result_chars: int = 2_000  # of each tool result in the prompt: enough for the outcome and the error
+    arguments_chars: int = 500  # of each string argument of a tool call: paths and most commands fit whole
+    agents_md: str | None = None  # AGENTS.md; its Session Startup and Red Lines sections go into every summary
+
+    def __post_init__(self) -> None:
+        for name, least in (
+            ("window", 1),
+            ("max_tokens", 1),
+            ("retries", 0),
+            ("result_chars", 1),
+            ("arguments_chars", 1),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"{name} must be a whole number, at least {least}; got {value!r}")
+        need = self.max_tokens + PROMPT_RESERVE + math.ceil(MIN_CHUNK_TOKENS * SAFETY_MARGIN)
+        if self.window < need:
+            raise ValueError(
+                f"window ({self.window:,} tokens) leaves no room: max_tokens ({self.max_tokens:,}) + the prompt"
+                f" ({PROMPT_RESERVE:,}) + some conversation need {need:,};"
+                " give the model's real window or lower max_tokens"
+            )
+        if not isinstance(self.audit, bool):
+            raise TypeError(f"audit must be True or False; got {self.audit!r}")
+        if self.reply_format not in REPLY_FORMATS:
+            raise ValueError(f"reply_format must be one of {', '.join(REPLY_FORMATS)}; got {self.reply_format!r}")
+        if self.agents_md is not None and not isinstance(self.agents_md, str):
+            raise TypeError(f"agents_md must be the text of AGENTS.md or None, got {type(self.agents_md).__name__}")

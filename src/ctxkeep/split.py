@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from ctxkeep.messages import Message
+from ctxkeep.messages import Message, pair_walk
 
 __all__ = ["Split", "pair_groups", "safe_cuts", "split"]
 
@@ -69,21 +69,21 @@ def pair_groups(messages: Sequence[Message]) -> list[int]:
     """For each message, the index of its pair group's root: the assistant message holding its call.
 
     A message that is not a tool result is its own root; so is a result whose call is nowhere.
-    A result answers the nearest earlier message holding its call id, or else the first later
-    one (a result recorded before its call).
+    A result answers the call `pair_walk` pairs it with, or else the first later message holding
+    its call id (a result recorded before its call).
     """
-    first_call: dict[str, int] = {}
-    for i, msg in enumerate(messages):
-        for call in msg.tool_calls:
-            first_call.setdefault(call.id, i)
     roots = list(range(len(messages)))
-    last_call: dict[str, int] = {}  # call id -> latest message so far holding it (ids may repeat if not repaired)
-    for i, msg in enumerate(messages):
-        for call in msg.tool_calls:
-            last_call[call.id] = i
-        result = msg.tool_result
-        if result is not None:
-            roots[i] = last_call.get(result.call_id, first_call.get(result.call_id, i))
+    later: dict[str, int] | None = None
+    for link in pair_walk(messages).links:
+        if link.call is not None:
+            roots[link.index] = link.call
+            continue
+        if later is None:
+            later = {}
+            for i, msg in enumerate(messages):
+                for call in msg.tool_calls:
+                    later.setdefault(call.id, i)
+        roots[link.index] = later.get(link.call_id, link.index)
     return roots
 
 

@@ -1,0 +1,247 @@
+"""The live context between steps: the messages still sent verbatim, and what makes a step cheap.
+
+`Live` is an immutable value carrying the token count of every live message, the running total,
+the pairing state of the newest turn and the positions of the tool results that may still be
+offloaded, so a step without compaction only counts and offloads what changed. `add` appends (and
+refuses a result that would reach the provider as an orphan), `rebuild` starts over from the tail
+a compaction kept, `offload_recent` writes the step-1 cuts back. Pins live here too, with the one
+rule for how many tokens they may take.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from .archive import Archive
+from .errors import MessageError, PinnedOverBudgetError
+from .folder import Store
+from .messages import Link, Message, Pairs, pair_walk
+from .offload import offload
+from .settings import OffloadSettings
+from .split import pair_groups
+from .tokens import Counter
+
+_EMPTY_NAMES: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Live:
+    """The live context between steps. Build it with `add`; `ctxkeep.engine.prepare` returns the next one."""
+
+    messages: tuple[Message, ...] = ()
+    counts: tuple[int, ...] = ()
+    total: int = 0
+    summary: str | None = None
+    # The summary as the summarizer wrote it, without the archive guide (what the next update starts from).
+    summary_body: str | None = None
+    summary_tokens: int = 0
+    archive: Archive = field(default_factory=Archive)
+    pinned: frozenset[str] = frozenset()
+    # Calls of the newest assistant turn still waiting for their result, and calls that never got one.
+    pairs: Pairs = field(default_factory=Pairs)
+    # Tool names of the results that may still be offloaded (at or after `settled`), by call id.
+    result_tools: Mapping[str, str] = field(default_factory=lambda: _EMPTY_NAMES)
+    tool_positions: tuple[int, ...] = ()
+    # Results before this index were already offloaded as "old"; they are never looked at again.
+    settled: int = 0
+    system: str | None = None
+    system_tokens: int = 0
+    # Total tokens when the last compaction failed or freed nothing; no retry until the context grows.
+    failed_at: int | None = None
+    # Positions of the messages the last `prepare` offloaded (what a store must rewrite).
+    offloaded: tuple[int, ...] = ()
+
+    @property
+    def tokens(self) -> int:
+        """What the context costs: system prompt, summary and live messages."""
+        return self.system_tokens + self.summary_tokens + self.total
+
+
+def add(live: Live, messages: Sequence[Message], counter: Counter) -> Live:
+    """`live` with `messages` appended, counted once. Raises `MessageError` (and changes nothing) when a result
+    answers no waiting call (its call is not live, or was answered already) or a call id is live already.
+
+    A result must follow its call (it may come in the same batch); anything else would be sent to
+    the provider as an orphan and refused. The cost is proportional to the batch, not the history.
+    """
+    if not messages:
+        return live
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, Message):
+            raise MessageError(f"expected a Message at position {i}, got {type(msg).__name__}", index=i)
+    start = len(live.messages)
+    walk = pair_walk(messages, start=start, pairs=live.pairs, answered=live.result_tools)
+    _refuse_unpaired(walk.links, walk.reused, start)
+    names = dict(live.result_tools)
+    names.update((link.call_id, link.name) for link in walk.links)
+    counts = counter.count_each(messages)
+    return replace(
+        live,
+        messages=live.messages + tuple(messages),
+        counts=live.counts + tuple(counts),
+        total=live.total + sum(counts),
+        pairs=walk.pairs,
+        result_tools=MappingProxyType(names),
+        tool_positions=live.tool_positions + tuple(link.index for link in walk.links),
+    )
+
+
+def _refuse_unpaired(links: Sequence[Link], reused: Sequence[tuple[int, str]], start: int) -> None:
+    bad: list[tuple[int, str, str]] = [(link.index, link.kind, link.call_id) for link in links if link.kind != "paired"]
+    bad += [(i, "reused", cid) for i, cid in reused]
+    if not bad:
+        return
+    at, kind, cid = min(bad)
+    i = at - start
+    if kind == "reused":
+        raise MessageError(f"the tool call id {cid!r} at position {i} is already live", index=i)
+    if kind == "separated":
+        raise MessageError(
+            f"the tool result at position {i} answers call {cid!r}, but other messages came after"
+            " that call; providers refuse a result that does not directly follow its call. Add results"
+            " right after their call (or `ctxkeep.messages.repair` the list first)",
+            index=i,
+        )
+    raise MessageError(
+        f"the tool result at position {i} answers call {cid!r}, which is not waiting for a"
+        " result in the live context (never added, or answered already); add the assistant message with"
+        " that call first (or `ctxkeep.messages.repair` the list)",
+        index=i,
+    )
+
+
+def rebuild(live: Live, kept: tuple[Message, ...], recent_n: int) -> Live:
+    """A fresh `Live` holding `kept` (what a compaction left), counts carried over by identity: nothing is recounted.
+
+    Summary, archive and failure mark start empty; the caller sets the new ones.
+    """
+    count_of = {id(m): n for m, n in zip(live.messages, live.counts, strict=True)}
+    counts = tuple(count_of[id(m)] for m in kept)
+    walk = pair_walk(kept)
+    positions = [link.index for link in walk.links]
+    settled = settled_from(positions, recent_n, len(kept), 0)
+    still = {link.call_id for link in walk.links if link.index >= settled}
+    kept_ids = {m.id for m in kept}
+    return Live(
+        messages=kept,
+        counts=counts,
+        total=sum(counts),
+        pinned=frozenset(p for p in live.pinned if p in kept_ids),
+        pairs=walk.pairs,
+        result_tools=MappingProxyType({link.call_id: link.name for link in walk.links if link.call_id in still}),
+        tool_positions=tuple(positions),
+        settled=settled,
+        system=live.system,
+        system_tokens=live.system_tokens,
+    )
+
+
+def settled_from(positions: Sequence[int], recent_n: int, length: int, current: int) -> int:
+    """Where the results that may still change start: results older than the `recent_n` newest are final."""
+    if recent_n == 0:
+        return length
+    if len(positions) >= recent_n:
+        return max(positions[-recent_n], current)
+    return current
+
+
+def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter: Counter) -> Live:
+    """Offload only the results that can change: the new ones and the ones that just aged past `recent_n`.
+
+    The positions rewritten are in the returned `Live.offloaded`, for the caller to persist.
+    """
+    positions = live.tool_positions
+    first = bisect.bisect_left(positions, live.settled)
+    if first == len(positions):
+        return live
+    start = positions[first]
+    part = live.messages[start:]
+    done = offload(part, settings, store, tool_names=live.result_tools)
+    changed = [
+        i
+        for i, (a, b) in enumerate(zip(part, done, strict=True))
+        if a is not b and a.id not in live.pinned  # pinned messages are never offloaded
+    ]
+    settled = settled_from(positions, settings.recent_n, len(live.messages), live.settled)
+    names = live.result_tools
+    if settled != live.settled:
+        # Results that just became final need no tool name any more: keep the map as small as the recent part.
+        still = positions[bisect.bisect_left(positions, settled) :]
+        names = MappingProxyType({c: names[c] for p in still if (c := _call_id(live.messages[p])) in names})
+    if not changed:
+        return replace(live, settled=settled, result_tools=names) if settled != live.settled else live
+    messages = list(live.messages)
+    counts = list(live.counts)
+    fresh = counter.count_each([done[i] for i in changed])
+    total = live.total
+    for i, n in zip(changed, fresh, strict=True):
+        messages[start + i] = done[i]
+        total += n - counts[start + i]
+        counts[start + i] = n
+    return replace(
+        live,
+        messages=tuple(messages),
+        counts=tuple(counts),
+        total=total,
+        settled=settled,
+        result_tools=names,
+        offloaded=tuple(start + i for i in changed),
+    )
+
+
+def age_all(live: Live, settings: OffloadSettings, store: Store, counter: Counter) -> Live:
+    """Give every live result its "old" cut now (the second cut they would get later, only earlier)."""
+    aged = offload_recent(replace(live, settled=0), replace(settings, recent_n=0), store, counter)
+    return replace(aged, settled=len(aged.messages), result_tools=_EMPTY_NAMES, offloaded=())
+
+
+def _call_id(msg: Message) -> str:
+    result = msg.tool_result
+    return result.call_id if result is not None else ""
+
+
+# --- pins -------------------------------------------------------------------------------
+
+
+def check_pins(live: Live, pinned: frozenset[str], threshold: int) -> None:
+    """Raise `PinnedOverBudgetError` when `pinned` would take more than the compaction budget.
+
+    The budget is what the threshold leaves after the system prompt (as of the last step) and the
+    summary: the one rule for `Session.pin` and for every compaction, so a pin accepted now is not
+    refused later by the same context.
+    """
+    if not pinned:
+        return
+    budget = threshold - live.system_tokens - live.summary_tokens
+    tokens = sum(n for m, n in zip(live.messages, live.counts, strict=True) if m.id in pinned)
+    if tokens > budget:
+        raise PinnedOverBudgetError(
+            f"pinned messages take {tokens} tokens, more than the {budget} the compaction budget leaves"
+            " after the system prompt and summary; unpin some or raise max_input_length",
+            pinned=tokens,
+            budget=budget,
+        )
+
+
+def pin(live: Live, message_id: str, threshold: int) -> Live:
+    """`live` with this message, and the rest of its tool-call group, pinned: never offloaded nor compacted."""
+    messages = live.messages
+    index = next((i for i, m in enumerate(messages) if m.id == message_id), None)
+    if index is None:
+        raise MessageError(f"no live message has the id {message_id!r}")
+    roots = pair_groups(messages)
+    pinned = live.pinned | {m.id for m, r in zip(messages, roots, strict=True) if r == roots[index]}
+    check_pins(live, pinned, threshold)
+    return replace(live, pinned=pinned)
+
+
+def unpin(live: Live, message_id: str) -> Live:
+    """`live` with this message and its tool-call group free to be offloaded and compacted again."""
+    messages = live.messages
+    roots = pair_groups(messages)
+    group = {roots[i] for i, m in enumerate(messages) if m.id == message_id}
+    unpinned = {message_id} | {m.id for m, r in zip(messages, roots, strict=True) if r in group}
+    return replace(live, pinned=live.pinned - unpinned)
