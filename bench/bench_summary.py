@@ -8,7 +8,7 @@ Every conversation of every shared transcript (or of those whose file name conta
 turn by turn, as bench_replay.py does, at each window, with one of these summarizers:
 
     extractive     the built-in `ExtractiveSummarizer` (the default)
-    deterministic  `ModelSummarizer(DeterministicModel(), window=8192, max_tokens=1024)`: the model
+    deterministic  `ModelSummarizer(DeterministicModel())`, window 8192, max_tokens 1024: the model
                    summarizer's whole path (parts, merges, audit, augment) with a model that makes no
                    calls; 8192 is the compaction model's window, not the session's
     smollm2        the same with SmolLM2-135M: the bench starts scripts/llama_server.py (llama.cpp,
@@ -16,18 +16,18 @@ turn by turn, as bench_replay.py does, at each window, with one of these summari
                    max_tokens 1024, retries 1, JSON replies. Each call takes 20-40 s on 2 cores:
                    restrict it with --transcripts and --windows
     --model SPEC   any other model (`get_model(SPEC, base_url=...)`), window `--model-window`
-                   (default `ctxkeep.summarize.model.WINDOW`), `--reply-format` markdown or json
+                   (default `ModelSummarySettings().window`), `--reply-format` markdown or json
 
 At each compaction, from the messages it archived:
 
     files   file paths of the tool calls: path arguments (`PATH_KEYS`), edit tools and patches, the
-            files of ``cat``/``sed``/redirections in commands (`ctxkeep.summarize.runs.tool_run`)
+            files of ``cat``/``sed``/redirections in commands (`ctxkeep.summarize.facts.runs.tool_run`)
     fails   failing shell commands (an error result or a non-zero exit code), their command text;
             a call that never ran ("Sibling tool call errored") is not one
     ids     exact identifiers (`extract_identifiers`) of user and assistant text and of the string
             values of tool-call arguments; not of tool results
     strict  the identifiers `collect_facts(archived, identifier_limit=None).identifiers`: those the
-            model summarizer's augmentation (`ctxkeep.summarize.augment`) guarantees, each either
+            model summarizer's augmentation (`ctxkeep.summarize.model.augment`) guarantees, each either
             verbatim in the summary or counted by its "(N more identifiers in the archive)" note
 
 Each is looked for verbatim (as a substring) in (1) the summary right after that compaction and (2)
@@ -46,7 +46,7 @@ and the note covers an archived identifier only for what is left of N after them
 
 Targets. Extractive: 100% of files and failing commands at (1) and (2): the summarizer keeps them
 verbatim whatever the size, until even they cannot fit the cap (the docstring of
-`ctxkeep.summarize.extractive`); none for identifiers: the summary keeps at most 300, and drops them
+docs/summarize.md); none for identifiers: the summary keeps at most 300, and drops them
 before anything else in Critical Context; the figures show what the cap costs. Model summarizers:
 100% of files, failing commands and strict identifiers at (1), verbatim or counted in the note
 (files and failing commands verbatim or as their head), and 0 strict identifiers lost, whatever
@@ -85,14 +85,15 @@ from ctxkeep.providers import get_model
 from ctxkeep.providers.deterministic import DeterministicModel
 from ctxkeep.replay import turns
 from ctxkeep.session import Session
-from ctxkeep.settings import CompactSettings
+from ctxkeep.settings import CompactSettings, ModelSummarySettings
 from ctxkeep.summarize import Summarizer, SummaryRequest
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
-from ctxkeep.summarize.facts import collect_facts
-from ctxkeep.summarize.identifiers import command_head, extract_identifiers
-from ctxkeep.summarize.model import WINDOW, ModelSummarizer, SummaryRun
-from ctxkeep.summarize.runs import ToolRun, tool_run
-from ctxkeep.summarize.sections import PHRASES, omitted_count, parse_sections, unquote
+from ctxkeep.summarize.facts.collect import collect_facts
+from ctxkeep.summarize.facts.identifiers import extract_identifiers
+from ctxkeep.summarize.facts.runs import ToolRun, tool_run
+from ctxkeep.summarize.facts.shell import command_head
+from ctxkeep.summarize.model.summarizer import ModelSummarizer, SummaryRun
+from ctxkeep.summarize.sections.markdown import PHRASES, omitted_count, parse_sections, unquote
 from ctxkeep.tokens import get_counter
 
 # the local model server's launcher (scripts/ is not a package; the repository root is its parent)
@@ -106,6 +107,7 @@ KINDS = ("files", "fails", "ids", "strict")
 SUMMARIZERS = ("extractive", "deterministic", "smollm2")
 MODEL_WINDOW = 8_192  # the compaction model's window (llama-server's --context), not the session's
 MODEL_MAX_TOKENS = 1_024
+WINDOW = ModelSummarySettings().window  # the default of any other --model
 # augment's note of the identifiers it had no room for, in either language
 MORE_IDS = re.compile(r"\((\d+) more identifiers in the archive\)|（另有 (\d+) 个标识符，详见归档）")
 _FENCED_ITEM = re.compile(r"\n?(`{3,})\n(.*)\n\1", re.DOTALL)
@@ -458,18 +460,19 @@ def main() -> None:
             parser.error("give either --summarizer or --model, not both")
         model = get_model(args.model, base_url=args.base_url) if args.base_url else get_model(args.model)
         reply_format: Literal["markdown", "json"] = args.reply_format
-        window = args.model_window or WINDOW
         try:  # a bad window fails here, once, not at every compaction
-            ModelSummarizer(model, window=window, reply_format=reply_format)
+            settings = ModelSummarySettings(window=args.model_window or WINDOW, reply_format=reply_format)
         except ValueError as exc:
             parser.error(f"--model-window: {exc}")
-        shared(windows, names, args.model, lambda: ModelSummarizer(model, window=window, reply_format=reply_format))
+        shared(windows, names, args.model, lambda: ModelSummarizer(model, settings=settings))
     elif args.summarizer == "deterministic":
         shared(
             windows,
             names,
             "deterministic",
-            lambda: ModelSummarizer(DeterministicModel(), window=MODEL_WINDOW, max_tokens=MODEL_MAX_TOKENS),
+            lambda: ModelSummarizer(
+                DeterministicModel(), settings=ModelSummarySettings(window=MODEL_WINDOW, max_tokens=MODEL_MAX_TOKENS)
+            ),
         )
     elif args.summarizer == "smollm2":
         with llama_server(MODEL_WINDOW) as url:
@@ -479,7 +482,10 @@ def main() -> None:
                 names,
                 "smollm2",
                 lambda: ModelSummarizer(
-                    smol, window=MODEL_WINDOW, max_tokens=MODEL_MAX_TOKENS, retries=1, reply_format="json"
+                    smol,
+                    settings=ModelSummarySettings(
+                        window=MODEL_WINDOW, max_tokens=MODEL_MAX_TOKENS, retries=1, reply_format="json"
+                    ),
                 ),
             )
     else:

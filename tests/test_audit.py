@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ctxkeep.summarize.audit import AUDIT_IDENTIFIERS, audit, reflects
-from ctxkeep.summarize.facts import Facts
+from ctxkeep.summarize.facts.collect import Facts
+from ctxkeep.summarize.model.audit import AUDIT_IDENTIFIERS, audit, reflects
 
 GOOD = """\
 ## Goal

@@ -12,9 +12,9 @@ from tests.conftest import raw_params
 from ctxkeep.formats import load
 from ctxkeep.messages import Message, ToolCall, ToolResult
 from ctxkeep.summarize import SECTIONS, SummaryRequest, missing_sections
-from ctxkeep.summarize.augment import agents_rules, augment
-from ctxkeep.summarize.facts import collect_facts
-from ctxkeep.summarize.sections import PHRASES, parse_sections
+from ctxkeep.summarize.facts.collect import collect_facts
+from ctxkeep.summarize.model.augment import agents_rules, augment
+from ctxkeep.summarize.sections.markdown import PHRASES, parse_sections
 
 GARBAGE = "".join(
     f"## {t}\n- the the the\n\n"

@@ -12,18 +12,17 @@ from tests.conftest import raw_params
 
 from ctxkeep.formats import load
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
+from ctxkeep.settings import PROMPT_RESERVE, SAFETY_MARGIN
 from ctxkeep.split import safe_cuts
-from ctxkeep.summarize.chunks import (
+from ctxkeep.summarize.model.chunks import (
     CHUNK_RATIO,
     MIN_CHUNK_RATIO,
     OVERSIZED_SHARE,
-    PROMPT_RESERVE,
-    SAFETY_MARGIN,
     chunk_limit,
     chunk_ratio,
     plan_chunks,
 )
-from ctxkeep.summarize.prompts import render_messages
+from ctxkeep.summarize.model.prompts import render_messages
 from ctxkeep.tokens import get_counter
 
 COUNTER = get_counter("o200k_base")

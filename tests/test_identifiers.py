@@ -5,20 +5,16 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.test_public_api import test_all_is_sorted_and_complete
 
-from ctxkeep.summarize.identifiers import (
-    COMMAND_HEAD_CHARS,
+from ctxkeep.summarize.facts.identifiers import (
     Identifier,
-    command_head,
-    command_paths,
-    command_targets,
     extract_identifiers,
     find_identifiers,
     rank_identifiers,
     value_identifiers,
     without_redundant,
 )
+from ctxkeep.summarize.facts.shell import COMMAND_HEAD_CHARS, command_head, command_paths, command_targets
 
 
 def found(text: str) -> list[tuple[str, str]]:
@@ -275,7 +271,3 @@ def test_identifiers_are_verbatim_ordered_and_disjoint(text: str) -> None:
         assert ident.start >= end
         end = ident.start + len(ident.text)
     assert find_identifiers(text) == idents
-
-
-def test_public_names() -> None:
-    test_all_is_sorted_and_complete("ctxkeep.summarize.identifiers")

@@ -36,10 +36,10 @@ from ctxkeep.messages import repair, validate
 from ctxkeep.providers import get_model
 from ctxkeep.replay import replay, split_system
 from ctxkeep.session import Session
-from ctxkeep.settings import CompactSettings
-from ctxkeep.summarize import SummaryRequest, missing_sections
-from ctxkeep.summarize.facts import collect_facts
-from ctxkeep.summarize.model import ModelSummarizer, SummaryRun
+from ctxkeep.settings import CompactSettings, ModelSummarySettings
+from ctxkeep.summarize import ModelSummarizer, SummaryRequest, missing_sections
+from ctxkeep.summarize.facts.collect import collect_facts
+from ctxkeep.summarize.model.summarizer import SummaryRun
 
 CONTEXT = 8_192  # the server's context window, and the summarizer's `window`
 TRANSCRIPT = RAW / "swea_marshmallow_1867_fc.traj"  # a real SWE-agent run, 28 messages, ~8k tokens
@@ -117,7 +117,8 @@ def test_a_reply_without_the_sections_is_refused_saved_and_changes_nothing(
 ) -> None:
     model = get_model("openai:smollm2", base_url=llama_url)
     request.addfinalizer(model.close)  # type: ignore[attr-defined]
-    summarizer = Recording(ModelSummarizer(model, window=CONTEXT, max_tokens=512, retries=1))
+    settings = ModelSummarySettings(window=CONTEXT, max_tokens=512, retries=1)
+    summarizer = Recording(ModelSummarizer(model, settings=settings))
     result, fixed, archived, live, summary = _replay(tmp_path, summarizer)
     assert summarizer.calls, "no compaction was attempted"
     records = [json.loads(line) for line in (tmp_path / "compactions.jsonl").read_text().splitlines()]
@@ -143,9 +144,10 @@ def test_a_full_compaction_with_json_replies_keeps_every_identifier(
 ) -> None:
     model = get_model("openai:smollm2", base_url=llama_url)
     request.addfinalizer(model.close)  # type: ignore[attr-defined]
-    inner = ModelSummarizer(
-        model, window=CONTEXT, max_tokens=1_024, retries=1, reply_format="json", agents_md=AGENTS_MD
+    settings = ModelSummarySettings(
+        window=CONTEXT, max_tokens=1_024, retries=1, reply_format="json", agents_md=AGENTS_MD
     )
+    inner = ModelSummarizer(model, settings=settings)
     summarizer = Recording(inner)
     result, _, archived, _, summary = _replay(tmp_path, summarizer)
     applied = [(r, s, run) for r, s, run in summarizer.calls if s is not None]

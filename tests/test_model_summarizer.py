@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.conftest import raw_params
+from tests.scripted import Scripted
 
 from ctxkeep import engine
 from ctxkeep.engine import EngineSettings, Live
@@ -17,17 +18,17 @@ from ctxkeep.errors import ProviderError, SummaryError
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import load
 from ctxkeep.messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
-from ctxkeep.providers import Completion, Reply, Turn
-from ctxkeep.settings import CompactSettings, OffloadSettings
-from ctxkeep.summarize import PROGRESS_SUBSECTIONS, SECTIONS, SummaryRequest, missing_sections
-from ctxkeep.summarize.model import RETRIES, ModelSummarizer, unwrap
-from ctxkeep.summarize.prompts import (
+from ctxkeep.providers import Turn
+from ctxkeep.settings import CompactSettings, ModelSummarySettings, OffloadSettings
+from ctxkeep.summarize import PROGRESS_SUBSECTIONS, SECTIONS, ModelSummarizer, SummaryRequest, missing_sections
+from ctxkeep.summarize.model.prompts import (
     omission_marker,
     render_conversation,
     shorten,
     summary_prompt,
     system_prompt,
 )
+from ctxkeep.summarize.model.summarizer import unwrap
 from ctxkeep.tokens import get_counter
 
 VALID = """\
@@ -75,26 +76,6 @@ def conversation() -> tuple[Message, ...]:
         Message(role="tool", content=(ToolResult(call_id="c1", content="1 failed", is_error=True, exit_code=1),)),
         Message.of("assistant", "The parser rejects the input; I'll patch it."),
     )
-
-
-class Scripted:
-    """A compaction model that answers from a script (texts, or exceptions to raise; the last one repeats)
-    and records requests."""
-
-    def __init__(self, *answers: str | BaseException) -> None:
-        self.answers: list[str | BaseException] = list(answers)
-        self.requests: list[Completion] = []
-
-    @property
-    def name(self) -> str:
-        return "scripted:test"
-
-    def complete(self, request: Completion) -> Reply:
-        self.requests.append(request)
-        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-        if isinstance(answer, BaseException):
-            raise answer
-        return Reply(text=answer, model=self.name)
 
 
 # --- prompts -------------------------------------------------------------------------------
@@ -317,7 +298,7 @@ def _body(result: ToolResult) -> str:
 
 def test_valid_reply_passes() -> None:
     model = Scripted(VALID)
-    summarizer = ModelSummarizer(model, max_tokens=1_000, result_chars=300)
+    summarizer = ModelSummarizer(model, settings=ModelSummarySettings(max_tokens=1_000, result_chars=300))
     summary = summarizer.summarize(SummaryRequest(messages=conversation(), language="en"))
     # The model's text comes first, whole; the deterministic augmentation (ctxkeep.summarize.augment) follows.
     assert summary.startswith(VALID.rstrip("\n"))
@@ -362,7 +343,7 @@ def test_invalid_reply_raises_with_request_and_response(reply: str) -> None:
     assert error.request is not None
     saved = json.loads(json.dumps(error.request))  # JSON-ready, as the workspace writes it
     assert saved["model"] == "scripted:test"
-    assert len(model.requests) == 1 + RETRIES  # asked again with the reason each time
+    assert len(model.requests) == 1 + ModelSummarySettings().retries  # asked again with the reason each time
     assert "write" in model.requests[1].turns[0].text.split("</previous-summary>")[-1]
     assert saved["system"] == model.requests[-1].system
     assert saved["turns"] == [{"role": "user", "text": model.requests[-1].turns[0].text}]
@@ -387,7 +368,7 @@ def test_other_exceptions_are_not_disguised() -> None:
 
 def test_previous_summary_reaches_the_update_prompt() -> None:
     model = Scripted(VALID, VALID)
-    summarizer = ModelSummarizer(model, audit=False)
+    summarizer = ModelSummarizer(model, settings=ModelSummarySettings(audit=False))
     first = summarizer.summarize(SummaryRequest(messages=conversation()))
     later = (Message.of("user", "Now also update the changelog."),)
     summarizer.summarize(SummaryRequest(messages=later, previous=first))
@@ -411,7 +392,7 @@ def test_a_reply_over_the_size_is_cut_to_fit_and_stays_valid() -> None:
 @pytest.mark.parametrize("bad", [{"max_tokens": 0}, {"result_chars": -5}, {"arguments_chars": 2.5}])
 def test_settings_are_checked(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
-        ModelSummarizer(Scripted(), **bad)  # type: ignore[arg-type]
+        ModelSummarySettings(**bad)  # type: ignore[arg-type]
 
 
 def test_summary_error_alone_still_works() -> None:

@@ -23,12 +23,13 @@ from ctxkeep.errors import CtxkeepError, ProviderError
 from ctxkeep.providers import Completion, Model, Reply, Turn, get_model
 from ctxkeep.providers.anthropic import AnthropicModel
 from ctxkeep.providers.config import ProviderConfig, api_key, load_config, read_config
-from ctxkeep.providers.deterministic import DeterministicModel, fixed_summary
+from ctxkeep.providers.deterministic import DeterministicModel
 from ctxkeep.providers.failures import Endpoint, redact, server_detail, status_error
 from ctxkeep.providers.openai import OpenAIModel
 from ctxkeep.providers.retry import RetryPolicy, call_with_retry, parse_retry_after, retryable_status
 from ctxkeep.providers.sdk import PLACEHOLDER_KEY, Connection
 from ctxkeep.summarize import missing_sections
+from ctxkeep.summarize.testing import fixed_summary
 
 KEY = "sk-ctxkeep-TEST-7f3a9c1e5b2d8a64"
 REQUEST = Completion(

@@ -9,17 +9,16 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import raw_params
-from tests.test_model_summarizer import Scripted
+from tests.scripted import Scripted
 
 from ctxkeep.errors import ProviderError, SummaryError
 from ctxkeep.formats import load
 from ctxkeep.messages import Message, ToolCall, ToolResult
 from ctxkeep.providers import Completion
 from ctxkeep.providers.deterministic import DeterministicModel
-from ctxkeep.summarize import SummaryRequest, missing_sections
-from ctxkeep.summarize.chunks import SAFETY_MARGIN
-from ctxkeep.summarize.model import ModelSummarizer
-from ctxkeep.summarize.structured import SCHEMA, to_markdown
+from ctxkeep.settings import SAFETY_MARGIN, ModelSummarySettings
+from ctxkeep.summarize import ModelSummarizer, SummaryRequest, missing_sections
+from ctxkeep.summarize.sections.structured import SCHEMA, to_markdown
 from ctxkeep.tokens import get_counter
 
 COUNTER = get_counter("o200k_base")
@@ -79,7 +78,7 @@ def fits(request: Completion) -> bool:
 
 def test_a_long_history_is_summarized_in_parts_then_merged_within_the_window() -> None:
     model = DeterministicModel()
-    summarizer = ModelSummarizer(model, window=WINDOW, max_tokens=MAX_TOKENS)
+    summarizer = ModelSummarizer(model, settings=ModelSummarySettings(window=WINDOW, max_tokens=MAX_TOKENS))
     messages = history(60)
     summary = summarizer.summarize(SummaryRequest(messages=messages, language="en"))
     run = summarizer.last_run
@@ -97,7 +96,7 @@ def test_a_long_history_is_summarized_in_parts_then_merged_within_the_window() -
 
 def test_many_parts_are_merged_in_rounds() -> None:
     model = DeterministicModel()
-    summarizer = ModelSummarizer(model, window=WINDOW, max_tokens=MAX_TOKENS)
+    summarizer = ModelSummarizer(model, settings=ModelSummarySettings(window=WINDOW, max_tokens=MAX_TOKENS))
     summarizer.summarize(SummaryRequest(messages=history(240), language="en"))
     merges = [r for r in model.requests if "<partial-summary" in r.turns[0].text]
     assert len(merges) > 1  # intermediate merges, then the final one
@@ -109,7 +108,9 @@ def test_many_parts_are_merged_in_rounds() -> None:
 def test_a_failed_part_leaves_a_named_gap_and_the_others_are_kept() -> None:
     down = ProviderError("the server is overloaded", provider="openai", retryable=True)
     model = Scripted(GOOD, down, *([GOOD] * 10))
-    summarizer = ModelSummarizer(model, window=WINDOW, max_tokens=MAX_TOKENS, audit=False)
+    summarizer = ModelSummarizer(
+        model, settings=ModelSummarySettings(window=WINDOW, max_tokens=MAX_TOKENS, audit=False)
+    )
     summary = summarizer.summarize(SummaryRequest(messages=history(30), language="en"))
     run = summarizer.last_run
     assert run is not None and len(run.gaps) == 1
@@ -122,7 +123,7 @@ def test_a_failed_part_leaves_a_named_gap_and_the_others_are_kept() -> None:
 
 def test_when_every_part_fails_the_summary_fails() -> None:
     model = Scripted("I am a tiny model and cannot do this.")
-    summarizer = ModelSummarizer(model, window=WINDOW, max_tokens=MAX_TOKENS)
+    summarizer = ModelSummarizer(model, settings=ModelSummarySettings(window=WINDOW, max_tokens=MAX_TOKENS))
     with pytest.raises(SummaryError, match=r"none of the \d+ parts") as info:
         summarizer.summarize(SummaryRequest(messages=history(30), language="en"))
     assert info.value.response == "I am a tiny model and cannot do this."
@@ -161,7 +162,7 @@ def test_a_message_over_half_the_window_is_sent_truncated() -> None:
     huge = "\n".join(f"row {i}: {'x' * 40}" for i in range(3_000))
     messages = (Message.of("user", "Load the table"), Message.of("user", huge), Message.of("assistant", "Loaded."))
     model = DeterministicModel()
-    summarizer = ModelSummarizer(model, window=WINDOW, max_tokens=MAX_TOKENS)
+    summarizer = ModelSummarizer(model, settings=ModelSummarySettings(window=WINDOW, max_tokens=MAX_TOKENS))
     summarizer.summarize(SummaryRequest(messages=messages, language="en"))
     assert summarizer.last_run is not None and summarizer.last_run.shortened == 1
     sent = "".join(r.turns[0].text for r in model.requests)
@@ -171,7 +172,7 @@ def test_a_message_over_half_the_window_is_sent_truncated() -> None:
 
 def test_json_replies_are_held_to_the_schema_and_rendered_as_sections() -> None:
     model = DeterministicModel()
-    summarizer = ModelSummarizer(model, reply_format="json")
+    summarizer = ModelSummarizer(model, settings=ModelSummarySettings(reply_format="json"))
     summary = summarizer.summarize(SummaryRequest(messages=history(3), language="en"))
     assert all(r.schema == SCHEMA for r in model.requests)
     assert "JSON object" in model.requests[0].system
@@ -180,7 +181,9 @@ def test_json_replies_are_held_to_the_schema_and_rendered_as_sections() -> None:
 
     bad = Scripted('{"goal": ["x"]}')
     with pytest.raises(SummaryError, match="lacks the fields"):
-        ModelSummarizer(bad, reply_format="json").summarize(SummaryRequest(messages=history(1)))
+        ModelSummarizer(bad, settings=ModelSummarySettings(reply_format="json")).summarize(
+            SummaryRequest(messages=history(1))
+        )
 
 
 def test_to_markdown_checks_the_reply() -> None:
@@ -197,9 +200,11 @@ def test_to_markdown_checks_the_reply() -> None:
 
 def test_a_window_too_small_for_the_reply_is_refused() -> None:
     with pytest.raises(ValueError, match="leaves no room"):
-        ModelSummarizer(DeterministicModel(), window=4_000, max_tokens=1_024)
+        ModelSummarySettings(window=4_000, max_tokens=1_024)
     with pytest.raises(ValueError, match="reply_format"):
-        ModelSummarizer(DeterministicModel(), reply_format="yaml")  # type: ignore[arg-type]
+        ModelSummarySettings(reply_format="yaml")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ModelSummarySettings"):
+        ModelSummarizer(DeterministicModel(), settings={"window": 8_192})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("path", raw_params())
@@ -209,7 +214,7 @@ def test_every_transcript_fits_the_window_of_a_small_model(path: Path) -> None:
         if len(messages) < 4:
             continue
         model = DeterministicModel()
-        summarizer = ModelSummarizer(model, window=WINDOW, max_tokens=MAX_TOKENS)
+        summarizer = ModelSummarizer(model, settings=ModelSummarySettings(window=WINDOW, max_tokens=MAX_TOKENS))
         summary = summarizer.summarize(SummaryRequest(messages=messages))
         assert missing_sections(summary) == []
         assert all(fits(r) for r in model.requests), f"{path.name}: a request exceeded {WINDOW} tokens"
@@ -220,7 +225,7 @@ def test_a_large_previous_summary_never_pushes_a_request_past_the_window(finding
     lines = "".join(f"- finding {i}: value {i * 7}\n" for i in range(findings))
     previous = GOOD.replace("- (none)\n### Exact identifiers", lines + "### Exact identifiers")
     model = DeterministicModel()
-    summarizer = ModelSummarizer(model, window=WINDOW, max_tokens=2_048)
+    summarizer = ModelSummarizer(model, settings=ModelSummarySettings(window=WINDOW, max_tokens=2_048))
     request = SummaryRequest(messages=history(40), previous=previous, language="en")
     if findings > 500:  # the previous summary alone leaves no room: refused before any call
         with pytest.raises(SummaryError, match="too small"):

@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.conftest import ROOT, raw_params
-from tests.test_public_api import test_all_is_sorted_and_complete
 
 from ctxkeep.formats import load
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
@@ -27,14 +26,12 @@ from ctxkeep.summarize import (
     resolve_language,
 )
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
-from ctxkeep.summarize.facts import collect_facts, human_text
-from ctxkeep.summarize.identifiers import command_head, command_paths
-from ctxkeep.summarize.runs import PATH_KEYS
-from ctxkeep.summarize.sections import (
-    Drop,
-    Shorten,
+from ctxkeep.summarize.facts.collect import collect_facts, human_text
+from ctxkeep.summarize.facts.runs import PATH_KEYS
+from ctxkeep.summarize.facts.shell import command_head, command_paths
+from ctxkeep.summarize.sections.fit import Drop, Shorten, fit_sections
+from ctxkeep.summarize.sections.markdown import (
     code_span,
-    fit_sections,
     omission_note,
     omitted_count,
     parse_sections,
@@ -882,15 +879,25 @@ def test_fit_sections_shortens_before_dropping_and_keeps_final_lists_while_it_ca
     assert len(render_sections(tight)) <= 700
 
 
-def test_public_names() -> None:
-    for module in (
-        "ctxkeep.summarize",
-        "ctxkeep.summarize.sections",
-        "ctxkeep.summarize.runs",
-        "ctxkeep.summarize.facts",
-        "ctxkeep.summarize.extractive",
-    ):
-        test_all_is_sorted_and_complete(module)
+def test_the_package_exports_what_the_engine_uses() -> None:
+    import ctxkeep.summarize as package
+
+    assert package.__all__ == sorted(package.__all__, key=lambda n: (not n.isupper(), n[:1].islower(), n))
+    assert all(hasattr(package, name) for name in package.__all__)
+    engine_uses = {"Summarizer", "SummaryRequest", "Language", "resolve_language", "missing_sections", "why_rejected"}
+    engine_uses |= {"SECTIONS", "PROGRESS_SUBSECTIONS", "MIN_SUMMARY_CHARS", "ExtractiveSummarizer", "ModelSummarizer"}
+    assert engine_uses <= set(package.__all__)
+
+
+def test_the_extractive_path_imports_no_model_sdk() -> None:
+    code = (
+        "import sys; from ctxkeep.summarize import ExtractiveSummarizer, SummaryRequest;"
+        " ExtractiveSummarizer().summarize(SummaryRequest(messages=()));"
+        " print(sorted(m for m in ('openai', 'anthropic') if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env).stdout
+    assert out.strip() == "[]"
 
 
 # --- every shared transcript ------------------------------------------------------------------------

@@ -36,8 +36,8 @@ from ctxkeep.providers import get_model
 from ctxkeep.replay import Replay, replay, split_system
 from ctxkeep.report import build_report, render_text
 from ctxkeep.session import Session
-from ctxkeep.settings import CompactSettings
-from ctxkeep.summarize.model import ModelSummarizer
+from ctxkeep.settings import CompactSettings, ModelSummarySettings
+from ctxkeep.summarize import ModelSummarizer
 from ctxkeep.tokens import CountSettings, get_counter
 
 __all__ = ["main"]
@@ -188,7 +188,8 @@ def _summarizer(args: argparse.Namespace) -> ModelSummarizer | None:
             raise CtxkeepError(f"cannot read --agents-md {args.agents_md}: {exc.strerror or exc}") from None
     try:
         model = get_model(args.model, base_url=args.base_url)
-        return ModelSummarizer(model, window=args.model_window, reply_format=args.reply_format, agents_md=agents_md)
+        settings = ModelSummarySettings(window=args.model_window, reply_format=args.reply_format, agents_md=agents_md)
+        return ModelSummarizer(model, settings=settings)
     except ValueError as exc:
         raise CtxkeepError(str(exc)) from None
 

@@ -1,170 +1,39 @@
 """Step 3 of the pre-reasoning pass: one living Markdown summary of the messages being compacted.
 
-A summarizer turns a `SummaryRequest` (the messages, the previous summary if any, the user's
-focus, the language, a size cap) into the summary text::
-
     request = SummaryRequest(messages=tuple(to_compact), previous=summary)
-    summary = ExtractiveSummarizer().summarize(request)     # ctxkeep.summarize.extractive
-    assert missing_sections(summary) == []
+    summary = ExtractiveSummarizer().summarize(request)       # or ModelSummarizer(model)
+    assert why_rejected(summary) is None                      # the check the engine applies
 
-The text has the sections in `SECTIONS` (headings always in English) and Progress has the
-subsections in `PROGRESS_SUBSECTIONS`; `missing_sections` is the validity check the engine applies
-before it replaces the previous summary. The built-in summarizer is extractive and needs no model;
-a model-based one implements the same `Summarizer` protocol.
+    sections/   the summary's format: Markdown parse, render and fit to a size; its JSON form
+    facts/      what a summary is made of: identifiers, shell commands, tool runs, asks and rules
+    extractive  the model-free summarizer: facts -> sections, merged with the previous summary
+    model/      the model-written summary: prompts, parts, audit, augmentation
+    testing     the fixed summary a `DeterministicModel` answers with
 
-Modules:
-
-    sections     the Markdown form: parse, render, fit to a size (sections share the room fairly)
-    identifiers  exact identifiers; the files a command touches and its identifying part
-    runs         each tool call with its files and outcome; which failures later runs fixed
-    facts        what a summary is made of, read from the messages: asks, constraints, decisions,
-                 files, the tool runs, identifiers (reusable by a model-based summarizer)
-    extractive   the model-free summarizer: facts -> sections, merged with the previous summary
-    prompts      what a compaction model is asked: the conversation as bounded, marked text, and the
-                 initial and update prompts (English, Chinese) with the focus of a manual compaction
-    model        the model-written summarizer: one call or parts then a merge, each reply unwrapped
-                 and checked, the final one audited and retried; SummaryError (with the request and
-                 the raw reply) when no reply is a valid summary
-    chunks       long histories in parts: the budget of one request to the model, cuts at safe points
-    audit        what a model summary must carry beyond the sections, as feedback for a retry
-    structured   the summary as JSON held to a schema, for servers with structured output
-    augment      what every model summary gets appended: the exact identifiers it lacks, tool
-                 failures, files read and modified, the AGENTS.md rules; the cap trims only the model
+The format and the rules of each part: docs/summarize.md.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Literal, Protocol, TypeAlias
-
-from ctxkeep.messages import Message
-from ctxkeep.summarize.identifiers import find_identifiers
-from ctxkeep.summarize.sections import PHRASES, PROGRESS_SUBSECTIONS, SECTIONS, missing_sections
+from ctxkeep.settings import LANGUAGES, MIN_SUMMARY_CHARS
+from ctxkeep.summarize import testing as testing  # makes the fixed summary the DeterministicModel's answer
+from ctxkeep.summarize.extractive import ExtractiveSummarizer
+from ctxkeep.summarize.model.summarizer import ModelSummarizer
+from ctxkeep.summarize.request import Language, Summarizer, SummaryRequest, detect_language, resolve_language
+from ctxkeep.summarize.sections.markdown import PROGRESS_SUBSECTIONS, SECTIONS, missing_sections, why_rejected
 
 __all__ = [
     "LANGUAGES",
     "MIN_SUMMARY_CHARS",
     "PROGRESS_SUBSECTIONS",
     "SECTIONS",
+    "ExtractiveSummarizer",
     "Language",
+    "ModelSummarizer",
     "Summarizer",
     "SummaryRequest",
     "detect_language",
     "missing_sections",
     "resolve_language",
+    "why_rejected",
 ]
-
-Language: TypeAlias = Literal["en", "zh"]
-LANGUAGES = ("en", "zh", "auto")
-
-# The headings, their "(none)" lines and the capped goal lines need about this much room.
-MIN_SUMMARY_CHARS = 2_000
-
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_LATIN_WORD = re.compile(r"[A-Za-z]+")
-_SAMPLE_CHARS = 2_000  # of each text: enough to tell the language, cheap on pasted logs
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SummaryRequest:
-    """What a summarizer needs: the messages to compact (oldest first) and how to summarize them.
-
-    `previous` is the previous summary's text (None on the first compaction); `focus` is the
-    user's instruction for a manual ``/compact``; `language` is "en", "zh" or "auto" (detected from
-    the messages); the summary has at most `max_chars` characters.
-    """
-
-    messages: tuple[Message, ...]
-    previous: str | None = None
-    focus: str | None = None
-    language: str = "auto"
-    max_chars: int = 16_000
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.messages, tuple):
-            if isinstance(self.messages, str | bytes) or not isinstance(self.messages, Iterable):
-                raise TypeError(f"messages must be a sequence of Message, got {type(self.messages).__name__}")
-            object.__setattr__(self, "messages", tuple(self.messages))
-        for i, msg in enumerate(self.messages):
-            if not isinstance(msg, Message):
-                raise TypeError(f"messages[{i}] must be a Message, got {type(msg).__name__}")
-        for name in ("previous", "focus"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, str):
-                raise TypeError(f"{name} must be text or None, got {type(value).__name__}")
-        if self.language not in LANGUAGES:
-            raise ValueError(f"language must be one of {', '.join(LANGUAGES)}; got {self.language!r}")
-        if not isinstance(self.max_chars, int) or isinstance(self.max_chars, bool):
-            raise TypeError(f"max_chars must be a whole number, got {type(self.max_chars).__name__}")
-        if self.max_chars < MIN_SUMMARY_CHARS:
-            raise ValueError(
-                f"max_chars must be at least {MIN_SUMMARY_CHARS} (room for the required sections); got {self.max_chars}"
-            )
-
-
-class Summarizer(Protocol):
-    """Anything that writes the summary for a request; the text must pass `missing_sections`."""
-
-    def summarize(self, request: SummaryRequest) -> str:
-        """The summary text for `request`, at most ``request.max_chars`` characters."""
-        ...
-
-
-def detect_language(texts: Iterable[str]) -> Language:
-    """ "zh" when CJK characters make up at least 40% of the words of `texts`, else "en".
-
-    A CJK character counts as one word, a run of Latin letters as one; identifiers (paths, URLs,
-    hashes) are left out first, so a Chinese request naming English file paths stays Chinese.
-    """
-    cjk, latin = _word_counts(texts)
-    return "zh" if cjk and cjk >= 0.4 * (cjk + latin) else "en"
-
-
-def resolve_language(request: SummaryRequest) -> Language:
-    """The request's language; when "auto", detected from the user and assistant text.
-
-    Messages with no words at all leave the language of the previous summary (its text without
-    the headings), so an update never flips the language for want of evidence.
-    """
-    if request.language in ("en", "zh"):
-        return "zh" if request.language == "zh" else "en"
-    texts = [m.text for m in request.messages if m.role in ("user", "assistant")]
-    if request.focus:
-        texts.append(request.focus)
-    if not any(_word_counts(texts)) and request.previous:
-        return _language_of_summary(request.previous)
-    return detect_language(texts)
-
-
-def _language_of_summary(text: str) -> Language:
-    """The language of a summary's fixed lines ("- (none)", "### Files read", ...), else of its words."""
-    votes = {"en": 0, "zh": 0}
-    for line in text.splitlines():
-        for language in votes:
-            if line == f"- {PHRASES['none'][language]}" or line.startswith(_FIXED_STARTS[language]):
-                votes[language] += 1
-    if votes["en"] != votes["zh"]:
-        return "zh" if votes["zh"] > votes["en"] else "en"
-    return detect_language(line for line in text.splitlines() if not line.startswith("#"))
-
-
-_FIXED_STARTS = {
-    language: tuple(
-        f"### {PHRASES[k][language]}" for k in ("files_read", "files_modified", "commands_run", "identifiers")
-    )
-    + tuple(f"- {PHRASES[k][language]}" for k in ("focus", "latest_ask", "pending_ask"))
-    for language in ("en", "zh")
-}
-
-
-def _word_counts(texts: Iterable[str]) -> tuple[int, int]:
-    cjk = latin = 0
-    for text in texts:
-        text = text[:_SAMPLE_CHARS]
-        for ident in reversed(find_identifiers(text)):
-            text = text[: ident.start] + " " + text[ident.start + len(ident.text) :]
-        cjk += len(_CJK.findall(text))
-        latin += len(_LATIN_WORD.findall(text))
-    return cjk, latin

@@ -2,54 +2,10 @@
 
     messages ─► collect_facts ─► Facts ─► draft ─► merge with the previous summary ─► fit ─► Markdown
 
-This module holds `ExtractiveSummarizer`, the half that turns facts (and a previous summary) into
-sections: the draft, the merge, the caps and the order things are dropped in to fit the size.
-The facts themselves (`collect_facts`, what counts as a request, a constraint, a decision) come
-from `ctxkeep.summarize.facts`, and the tool runs with their outcomes from `ctxkeep.summarize.runs`.
-
-Where each section comes from:
-
-    Goal             the first real user request (the overall goal), later distinct requests, the
-                     latest one marked "Latest ask:", and the focus of a manual compaction
-    Constraints      user list items and sentences that state a rule: must / never / don't /
-                     always / prefer / should / "no ..." / "X, not Y" / 必须 / 不要 / 只 / 禁止 ...
-    Progress         Done: successful tool calls (files modified, commands and their exit codes,
-                     other actions) and completed todo items; In Progress: what the assistant last
-                     said it was doing; Blocked: the latest failed calls with the line that says
-                     what went wrong (at most 8, 240 characters each; unresolved first, "resolved
-                     later" when a later run of the same command, or the same kind of call on the
-                     same file, succeeded; see `ctxkeep.summarize.runs.is_resolved`)
-    Key Decisions    assistant sentences with decided / instead / I'll / let's / going to / 决定 /
-                     改为 / 我将 ..., newest first, the explicit ones preferred
-    Next Steps       todo items still pending, what the latest assistant text says comes next,
-                     and the latest user request when no final answer followed it
-    Critical Context files read and modified (from path arguments, edit tools, ``cat``/``sed``
-                     commands), every command run, verbatim, with its exit codes, and the exact
-                     identifiers of all messages (see `ctxkeep.summarize.facts`), without the files
-                     listed above and without those a longer one names (``a.py`` by ``src/a.py``)
-
-With a previous summary the two are merged into one: the overall goal stays, the older latest
-ask becomes an ordinary one, an older "In Progress" moves to Done when there is a newer one, the
-files, commands and identifiers are the union (newest first; identifiers named outside tool results
-before those found in them only), and Next Steps are replaced.
-
-Fitting the size (`ctxkeep.summarize.sections.fit_sections`): the sections share the cap fairly. A
-section that fits its share stays whole; the others are cut to an even share, none above 40% of
-the cap while another section is cut too, and the lists inside a section share its room the same
-way, so Done keeps its newest items next to a long Critical Context. Within a list, long items are
-shortened first, then items are dropped: the oldest Done items, the oldest asks and constraints,
-the last identifiers, decisions and next steps, the oldest successful commands; each list that
-lost items says how many ("N older items omitted; see the archive"), and the archive has them all.
-
-What stays verbatim whatever the size (until even that cannot fit the cap; then files read go
-first, failing commands next, files modified last): every file path in Files read and Files
-modified, and the identifying part of every failing command. A command that fits is kept whole;
-one shortened for room keeps its identifying part, `command_head` (the whole command when it is
-one line of at most 200 characters, else its first line cut to 200), in a code span, followed by
-how many characters the archive has beyond it, the paths and other identifiers named in the part
-cut off (as many as fit in 160 characters), and its outcome::
-
-    `git commit -m "$(cat <<'EOF'` … [812 more characters; see the archive] (exit 1)
+This module turns facts (and a previous summary) into sections: the draft, the merge, the caps
+and the order things are dropped in to fit the size. File paths and the identifying part of
+failing commands stay verbatim whatever the size. Where each section comes from, how a merge
+works and what is dropped first: docs/summarize.md.
 """
 
 from __future__ import annotations
@@ -59,33 +15,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from ctxkeep.summarize import Language, SummaryRequest, resolve_language
-
-# the caps and text tools the facts were cut with, so that sections cut the same way
-from ctxkeep.summarize.facts import (
-    _GOAL_CHARS,
-    _ITEM_CHARS,
-    _MAX_DECISIONS,
-    _MAX_IDENTIFIERS,
-    _MAX_NEXT,
+from ctxkeep.summarize.facts.collect import (
+    GOAL_CHARS,
+    MAX_DECISIONS,
+    MAX_IDENTIFIERS,
+    MAX_NEXT,
     Facts,
-    _clip,
-    _newest_first,
-    _unique_keep_last,
     collect_facts,
+    newest_first,
     unique,
+    unique_keep_last,
 )
-from ctxkeep.summarize.identifiers import command_head, command_paths, find_identifiers, without_redundant
-from ctxkeep.summarize.runs import ToolRun, _compact_json
-from ctxkeep.summarize.sections import (
+from ctxkeep.summarize.facts.identifiers import find_identifiers, without_redundant
+from ctxkeep.summarize.facts.runs import MAX_FAILURES, ToolRun, call_text, failure_item, outcome
+from ctxkeep.summarize.facts.shell import command_head, command_paths
+from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
+from ctxkeep.summarize.sections.fit import Drop, Shorten, Step, fit_sections
+from ctxkeep.summarize.sections.markdown import (
+    ITEM_CHARS,
     PHRASES,
     SECTIONS,
-    Drop,
     Sections,
-    Shorten,
-    Step,
+    clip,
     code_span,
-    fit_sections,
     is_placeholder,
     omission_note,
     omitted_count,
@@ -95,16 +47,13 @@ from ctxkeep.summarize.sections import (
     unquote,
 )
 
-__all__ = ["MAX_FAILURES", "ExtractiveSummarizer", "failure_item"]
-
 # Caps before fitting to size: enough to be useful, few enough that one section cannot crowd out the rest.
 _MAX_ASKS = 12
 _MAX_CONSTRAINTS = 20
-MAX_FAILURES = 8  # failed calls a summary lists (Blocked here, Tool failures after a model's text)
 _MAX_IN_PROGRESS = 4
 _MAX_DONE = 300
 _MAX_COMMAND_CHARS = 2_000
-_LONG_ITEM_CHARS = 300  # an item longer than this (or of several lines) has a short form for tight room
+_LONGITEM_CHARS = 300  # an item longer than this (or of several lines) has a short form for tight room
 _NAMES_CHARS = 160  # identifiers named in the cut-off part of a shortened command
 _ASK_CHARS = 200
 
@@ -178,7 +127,7 @@ def _draft(facts: Facts, language: Language) -> _Draft:
     draft.blocked = unique(failure_item(r, facts.resolved(r), language) for r in facts.failures)
     draft.next_steps = [t for s, t in facts.todos if s == "pending"] + list(facts.plans)
     if facts.asks and not facts.answered:
-        draft.next_steps.append(_labeled("pending_ask", _clip(facts.asks[-1], _ASK_CHARS), language))
+        draft.next_steps.append(_labeled("pending_ask", clip(facts.asks[-1], _ASK_CHARS), language))
     draft.identifiers = _identifiers(facts.identifiers, draft.files_read + draft.files_modified)
     named = set(facts.identifiers[: facts.named])
     draft.named = sum(i in named for i in draft.identifiers)
@@ -197,23 +146,15 @@ def _done(runs: Sequence[ToolRun], language: Language) -> list[str]:
         if not run.has_result or run.failed:
             continue
         if run.kind == "shell" and run.command is not None:
-            short = _clip(" ".join(run.command.split()), 120)
-            items.append(f"{phrase('ran', language)} {code_span(short)} ({_outcome(run, language)})")
+            short = clip(" ".join(run.command.split()), 120)
+            items.append(f"{phrase('ran', language)} {code_span(short)} ({outcome(run, language)})")
         elif run.kind == "modify":
             items.extend(f"{phrase('modified', language)} {code_span(p)}" for p in run.paths_modified)
         elif run.kind == "other":
-            items.append(f"{phrase('called', language)} {code_span(_call_text(run))}")
+            items.append(f"{phrase('called', language)} {code_span(call_text(run))}")
         if run.kind == "shell":
             items.extend(f"{phrase('modified', language)} {code_span(p)}" for p in run.paths_modified)
-    return _unique_keep_last(items)
-
-
-def _call_text(run: ToolRun) -> str:
-    parts = []
-    for key, value in run.arguments.items():
-        shown = value if isinstance(value, str) else _compact_json(value)
-        parts.append(f"{key}={_clip(' '.join(str(shown).split()), 60)}")
-    return _clip(f"{run.tool}({', '.join(parts)})", 160)
+    return unique_keep_last(items)
 
 
 def _commands(runs: Sequence[ToolRun], language: Language) -> list[tuple[str, str]]:
@@ -221,21 +162,21 @@ def _commands(runs: Sequence[ToolRun], language: Language) -> list[tuple[str, st
     outcomes: dict[str, list[str]] = {}
     for run in runs:
         if run.command is not None:
-            outcomes.setdefault(run.command, []).append(_outcome(run, language))
-    newest = _newest_first(r.command for r in runs if r.command is not None)
+            outcomes.setdefault(run.command, []).append(outcome(run, language))
+    newest = newest_first(r.command for r in runs if r.command is not None)
     return [(c, _command_item(c, outcomes[c])) for c in newest]
 
 
 def _command_item(command: str, outcomes: Sequence[str]) -> str:
     steps = [o for j, o in enumerate(outcomes) if j == 0 or o != outcomes[j - 1]][-4:]
-    outcome = f"({' → '.join(steps)})"
+    ending = f"({' → '.join(steps)})"
     if len(command) > _MAX_COMMAND_CHARS:
         command = f"{command[:_MAX_COMMAND_CHARS]}… [+{len(command) - _MAX_COMMAND_CHARS} chars]"
     if "\n" not in command:
-        return f"{code_span(command)} {outcome}"
+        return f"{code_span(command)} {ending}"
     longest = max((len(run) for run in re.findall(r"`+", command)), default=0)
     fence = "`" * max(3, longest + 1)
-    return f"{outcome}\n{fence}\n{command}\n{fence}"
+    return f"{ending}\n{fence}\n{command}\n{fence}"
 
 
 def _command_of_item(item: str) -> str | None:
@@ -252,14 +193,6 @@ def _first_code(item: str) -> str | None:
     return unquote(m.group(0)) if m else None
 
 
-def _outcome(run: ToolRun, language: Language) -> str:
-    if not run.has_result:
-        return phrase("no_result", language)
-    if run.exit_code is not None:
-        return phrase("exit", language, code=run.exit_code)
-    return phrase("error" if run.failed else "ok", language)
-
-
 _FAILED_OUTCOME = re.compile(r"(?:exit|退出码) -?[1-9]\d*|\berror\b|出错")
 
 
@@ -267,16 +200,6 @@ def _failed_command(item: str) -> bool:
     first = item.split("\n", 1)[0]
     last = first.rsplit("(", 1)[-1] if "(" in first else ""
     return bool(_FAILED_OUTCOME.search(last))
-
-
-def failure_item(run: ToolRun, resolved: bool, language: Language) -> str:
-    """The list item of a failed `run`: tool, outcome, command or file, and its error line (240 characters)."""
-    target = run.key if run.command is not None or run.paths_read or run.paths_modified else _call_text(run)
-    head = f"{run.tool} ({_outcome(run, language)}): {code_span(_clip(' '.join(target.split()), 100))}"
-    tail = f" {phrase('resolved', language)}" if resolved else ""
-    room = _ITEM_CHARS - len(head) - len(tail) - 3
-    error = f" — {_clip(run.error_line, room)}" if run.error_line and room > 10 else ""
-    return head + error + tail
 
 
 # --- merging with the previous summary ----------------------------------------------------------
@@ -384,12 +307,12 @@ def _strip_prefix(item: str, key: str) -> str:
 
 
 def _merge(old: _Draft, new: _Draft, facts: Facts, language: Language) -> _Draft:
-    """One draft from the previous summary's and the new messages' (see the module docstring)."""
+    """One draft from the previous summary's and the new messages' (the rules: docs/summarize.md)."""
     goal = _merge_goal(old.goal, new.goal)
     merged = _Draft(goal=goal, has_latest=sum(omitted_count(g) is None for g in goal) > 1)
     merged.constraints = unique(old.constraints + new.constraints)
     moved = old.in_progress if new.in_progress else []
-    merged.done = _unique_keep_last(old.done + moved + new.done)
+    merged.done = unique_keep_last(old.done + moved + new.done)
     merged.in_progress = new.in_progress or old.in_progress
     merged.blocked = _merge_blocked(old.blocked, new.blocked, facts, language)
     merged.decisions = unique(new.decisions + old.decisions)
@@ -422,7 +345,7 @@ def _merge_goal(old: list[str], new: list[str]) -> list[str]:
         return []
     omitted = sum(omitted_count(g) or 0 for g in old)
     overall = combined[0]
-    rest = _unique_keep_last(g for g in combined[1:] if g != overall)
+    rest = unique_keep_last(g for g in combined[1:] if g != overall)
     return [overall, *([omission_note(omitted, "en")] if omitted else []), *rest]
 
 
@@ -466,17 +389,17 @@ def _sections(
 
     goal_items: list[str] = []
     if focus:
-        goal_items.append(_labeled("focus", _clip(" ".join(focus.split()), _ASK_CHARS), language))
+        goal_items.append(_labeled("focus", clip(" ".join(focus.split()), _ASK_CHARS), language))
     asks = [a for a in draft.goal if omitted_count(a) is None]
     notes = [a for a in draft.goal if omitted_count(a) is not None]
     protected = set(goal_items)
     if asks:
-        overall = _clip(asks[0], _GOAL_CHARS)
-        middle = [_clip(a, _ASK_CHARS) for a in (asks[1:-1] if draft.has_latest else asks[1:])]
+        overall = clip(asks[0], GOAL_CHARS)
+        middle = [clip(a, _ASK_CHARS) for a in (asks[1:-1] if draft.has_latest else asks[1:])]
         omitted = sum(omitted_count(n) or 0 for n in notes) + max(0, len(middle) - _MAX_ASKS)
         middle = middle[max(0, len(middle) - _MAX_ASKS) :]
         note = [omission_note(omitted, language)] if omitted else []
-        latest = [_labeled("latest_ask", _clip(asks[-1], _GOAL_CHARS), language)] if draft.has_latest else []
+        latest = [_labeled("latest_ask", clip(asks[-1], GOAL_CHARS), language)] if draft.has_latest else []
         goal_items += [overall, *note, *first(middle), *latest]
         protected |= {overall, *latest}
 
@@ -487,7 +410,7 @@ def _sections(
         ("commands_run", [i for _, i in draft.commands]),
         ("identifiers", [code_span(i) for i in draft.identifiers]),
     ):
-        items = _cap(first(items), _MAX_IDENTIFIERS if key == "identifiers" else len(items), "tail", language)
+        items = _cap(first(items), MAX_IDENTIFIERS if key == "identifiers" else len(items), "tail", language)
         if draft.omitted.get(key):
             items.append(omission_note(draft.omitted[key], language))
         if items:
@@ -503,8 +426,8 @@ def _sections(
             "In Progress": _cap(draft.in_progress, _MAX_IN_PROGRESS, "tail", language),
             "Blocked": _cap(draft.blocked, MAX_FAILURES, "tail", language),
         },
-        "Key Decisions": {"": first(_cap(draft.decisions, _MAX_DECISIONS, "tail", language))},
-        "Next Steps": {"": first(_cap(draft.next_steps, _MAX_NEXT, "tail", language))},
+        "Key Decisions": {"": first(_cap(draft.decisions, MAX_DECISIONS, "tail", language))},
+        "Next Steps": {"": first(_cap(draft.next_steps, MAX_NEXT, "tail", language))},
         "Critical Context": ctx,
     }
     cc = "Critical Context"
@@ -535,16 +458,17 @@ def _sections(
 
 
 def _short_item(item: str, language: Language) -> str:
-    """A long or multi-line item as its first line, cut to `_ITEM_CHARS`, saying how much the archive has."""
-    if "\n" not in item and len(item) <= _LONG_ITEM_CHARS:
+    """A long or multi-line item as its first line, cut to `ITEM_CHARS`, saying how much the archive has."""
+    if "\n" not in item and len(item) <= _LONGITEM_CHARS:
         return item
     first = item.split("\n", 1)[0].rstrip()
-    shown = _clip(first, _ITEM_CHARS).removesuffix("…")
+    shown = clip(first, ITEM_CHARS).removesuffix("…")
     return f"{shown}… {phrase('truncated', language, n=len(item) - len(shown))}"
 
 
 def _short_command(item: str, language: Language) -> str:
-    """An item of Commands run with its command cut to `command_head` (see the module docstring)."""
+    """An item of Commands run with its command cut to `command_head`, followed by how many characters the
+    archive has beyond it, the paths and identifiers named in the part cut off, and its outcome."""
     command = _command_of_item(item)
     if command is None:
         return _short_item(item, language)
@@ -553,10 +477,10 @@ def _short_command(item: str, language: Language) -> str:
         return item
     lines = item.split("\n")
     if len(lines) >= 3 and re.fullmatch(r"`{3,}|~{3,}", lines[1].strip()):
-        outcome = lines[0].strip()  # "(exit 1)" above a fenced command
+        ending = lines[0].strip()  # "(exit 1)" above a fenced command
     else:
         span = re.match(r"(`+).+?\1", item)
-        outcome = lines[0][span.end() :].strip() if span else ""  # "`command` (exit 1)"
+        ending = lines[0][span.end() :].strip() if span else ""  # "`command` (exit 1)"
     names: list[str] = []
     room = _NAMES_CHARS
     read, written = command_paths(command)
@@ -569,7 +493,7 @@ def _short_command(item: str, language: Language) -> str:
         more = phrase("truncated_naming", language, n=n, names=", ".join(names))
     else:
         more = phrase("truncated", language, n=n)
-    return f"{code_span(head)} … {more} {outcome}".rstrip()
+    return f"{code_span(head)} … {more} {ending}".rstrip()
 
 
 def _cap(items: list[str], limit: int, end: str, language: Language) -> list[str]:

@@ -1,39 +1,10 @@
 """The facts a summary is made of, read from the messages themselves; no model, no I/O.
 
-`collect_facts` is the reusable half of the built-in summarizer (the other half, turning facts into
-sections, is `ctxkeep.summarize.extractive`): what the user asked and required, what the assistant
-decided and was about to do, every tool call with its files and outcome (a `ToolRun`, read by
-`ctxkeep.summarize.runs`), the files read and modified, and the exact identifiers. A model-based
-summarizer can append the same facts to what its model wrote.
-
-What counts as what:
-
-    asks             user requests, shortened; acknowledgements ("ok", "continue", "继续") are not
-    constraints      user list items (whole, with the lines they wrap onto) and sentences with must /
-                     never / don't / always / prefer / should / please use / a leading "only" or "no"
-                     ("no new dependencies") / ", not" ("pytest -x, not tox") / 必须 / 不要 / 只 /
-                     禁止 / 务必 / 请使用 ...; a short lead-in ending in ":" ("Body, always:") is not
-    decisions        assistant sentences with decided / instead / I'll / let's / going to / 决定 /
-                     改为 / 我将 ..., newest first, the explicit ones preferred
-    intents, plans   what the latest assistant text says it is doing and what comes next
-    todos            the items of the latest todo or plan tool call
-    runs             every tool call: its kind, command, files read and modified, and its outcome
-                     (see `ctxkeep.summarize.runs`); a failure the assistant's next words call
-                     expected is marked so
-    files            read and modified by the runs, most recent first (`Facts.files_read`,
-                     `Facts.files_modified`)
-    identifiers      the exact identifiers of all messages, ranked by where they were named (user
-                     text and short tool-call arguments, then assistant text, then file text the
-                     assistant wrote, then tool results), then how often, then how recently; of a
-                     tool result, files without their line numbers and no installed packages
-
-A failed call is resolved when later runs of the same program fixed it (`Facts.resolved`, by the
-rule of `ctxkeep.summarize.runs.is_resolved`).
-
-User text that no human typed is not taken for a request (see `human_text`): harness tags
-(``<system-reminder>``, ``<command-...>``, ``<task-notification>``), the prompt a slash command
-expands to, messages the source marks as injected (Claude Code's ``isMeta``), other tools'
-compaction summaries, pasted shell sessions and JSON, and acknowledgements ("ok", "continue", "继续").
+`collect_facts` is the half of a summary both summarizers share: what the user asked and
+required, what the assistant decided and was about to do, every tool run with its files and
+outcome, and the exact identifiers, ranked. The extractive summarizer turns the facts into
+sections; the model summarizer audits the model's text against them and appends what it lacks.
+What counts as what (an ask, a constraint, a decision): docs/summarize.md.
 """
 
 from __future__ import annotations
@@ -44,29 +15,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ctxkeep.messages import Message, ToolResult
-from ctxkeep.summarize.identifiers import (
+from ctxkeep.summarize.facts.identifiers import (
     Identifier,
     find_identifiers,
     rank_identifiers,
     value_identifiers,
     without_redundant,
 )
-from ctxkeep.summarize.runs import _TAG, ToolRun, fixes, is_resolved, mark_expected, todo_items, tool_run
-from ctxkeep.summarize.sections import is_placeholder, missing_sections
+from ctxkeep.summarize.facts.runs import TAG, ToolRun, fixes, is_resolved, mark_expected, todo_items, tool_run
+from ctxkeep.summarize.sections.markdown import ITEM_CHARS, clip, is_placeholder, missing_sections
 
-__all__ = [
-    "Facts",
-    "collect_facts",
-    "human_text",
-    "unique",
-]
-
-# Caps the sections of `ctxkeep.summarize.extractive` apply too (it imports them), so facts and sections agree.
-_MAX_DECISIONS = 12
-_MAX_NEXT = 8
-_MAX_IDENTIFIERS = 300
-_ITEM_CHARS = 240
-_GOAL_CHARS = 300
+# Caps the extractive summary's sections apply too (it imports them), so facts and sections agree.
+MAX_DECISIONS = 12
+MAX_NEXT = 8
+MAX_IDENTIFIERS = 300
+GOAL_CHARS = 300
 
 # Tool results are scanned only this far for identifiers: by compaction time step 1 has cut old
 # results to 3,000 bytes anyway, and past the head a result is mostly data.
@@ -179,12 +142,12 @@ class Facts:
     def files_read(self) -> list[str]:
         """Files read (or tried), most recent first, without those also modified."""
         modified = set(self.files_modified)
-        return [p for p in _newest_first(p for r in self.runs for p in r.paths_read) if p not in modified]
+        return [p for p in newest_first(p for r in self.runs for p in r.paths_read) if p not in modified]
 
     @property
     def files_modified(self) -> list[str]:
         """Files modified (or tried), most recent first."""
-        return _newest_first(p for r in self.runs for p in r.paths_modified)
+        return newest_first(p for r in self.runs for p in r.paths_modified)
 
     @property
     def failures(self) -> list[ToolRun]:
@@ -195,19 +158,18 @@ class Facts:
         return open_ + fixed
 
     def resolved(self, run: ToolRun) -> bool:
-        """True when later calls fixed the failed `run` (see `ctxkeep.summarize.runs.is_resolved`)."""
+        """True when later calls fixed the failed `run` (see `runs.is_resolved`)."""
         return is_resolved(run, self.runs)
 
     def fixes(self, tool: str, target: str) -> bool:
         """True when a successful call of these facts fixes an older failure of `tool` on `target`.
 
-        `target` is the command or file a previous summary shows for the failure (see
-        `ctxkeep.summarize.runs.fixes`).
+        `target` is the command or file a previous summary shows for the failure (see `runs.fixes`).
         """
         return fixes(self.runs, tool, target)
 
 
-def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None = _MAX_IDENTIFIERS) -> Facts:
+def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None = MAX_IDENTIFIERS) -> Facts:
     """The facts of `messages` (oldest first) that the summary is made of; no I/O.
 
     `identifier_limit` caps `Facts.identifiers` (the highest-ranked kept); None keeps them all.
@@ -244,7 +206,7 @@ def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None =
                 continue
             constraints.extend(c for c in _candidates(text) if _is_constraint(c))
             if not _is_ack(text) and not is_placeholder(text):
-                asks.append((i, _shorten(text, _GOAL_CHARS)))
+                asks.append((i, _shorten(text, GOAL_CHARS)))
         elif msg.role == "assistant":
             after_command = False
             text = msg.text.strip()
@@ -267,7 +229,7 @@ def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None =
                         (ident, _FROM_USER if short else _FROM_CONTENT)
                         for ident, short in value_identifiers(run.arguments)
                     )
-                todos = tuple((s, _clip(t, _ITEM_CHARS)) for s, t in todo_items(run.arguments)) or todos
+                todos = tuple((s, clip(t, ITEM_CHARS)) for s, t in todo_items(run.arguments)) or todos
         elif msg.role == "tool" and msg.tool_result is not None:
             command = commands.get(msg.tool_result.call_id, "")
             _scan_result(msg.tool_result.text[:_RESULT_SCAN_CHARS], bool(_GIT_COMMAND.search(command)), found)
@@ -278,12 +240,12 @@ def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None =
     plans = [p for p in _plans(last_text) if p not in intents]
     decisions = [d for d in decisions if d not in intents and d not in plans]
     return Facts(
-        asks=tuple(_unique_keep_last(a for _, a in asks)),
+        asks=tuple(unique_keep_last(a for _, a in asks)),
         answered=bool(asks) and last_answer > asks[-1][0],
-        constraints=tuple(unique(_clip(c, _ITEM_CHARS) for c in constraints)),
+        constraints=tuple(unique(clip(c, ITEM_CHARS) for c in constraints)),
         decisions=tuple(_pick_decisions(decisions)),
-        intents=tuple(_clip(s, _ITEM_CHARS) for s in intents),
-        plans=tuple(_clip(p, _ITEM_CHARS) for p in plans),
+        intents=tuple(clip(s, ITEM_CHARS) for s in intents),
+        plans=tuple(clip(p, ITEM_CHARS) for p in plans),
         todos=todos,
         runs=tuple(mark_expected(runs, said)),
         identifiers=tuple(identifiers),
@@ -375,7 +337,7 @@ def _candidates(text: str) -> list[str]:
         nonlocal item
         if item is not None:
             whole = " ".join(" ".join(item).split())
-            out.extend([whole] if len(whole) <= _ITEM_CHARS else _sentences(whole))
+            out.extend([whole] if len(whole) <= ITEM_CHARS else _sentences(whole))
         item = None
 
     fenced = False
@@ -443,7 +405,7 @@ def _plans(text: str) -> list[str]:
         if under:
             items.extend(_sentences(bare)[:1])
     items.extend(s for s in _sentences(text) if _PLAN.search(s) and s not in items)
-    return unique(items)[:_MAX_NEXT]
+    return unique(items)[:MAX_NEXT]
 
 
 def _is_procedural(sentence: str) -> bool:
@@ -451,25 +413,25 @@ def _is_procedural(sentence: str) -> bool:
 
 
 def _pick_decisions(sentences: list[str]) -> list[str]:
-    """Newest first, at most `_MAX_DECISIONS`, explicit ones ("decided", "instead") chosen before "I'll".
+    """Newest first, at most `MAX_DECISIONS`, explicit ones ("decided", "instead") chosen before "I'll".
 
     A sentence that only introduces what follows ("The fix is:") or says what the assistant will
     look at next ("Let me check the tests") is not a decision.
     """
     kept = [s for s in sentences if not s.rstrip().endswith((":", "：")) and not _is_procedural(s)]
-    newest = unique(_clip(s, _ITEM_CHARS) for s in reversed(kept))
+    newest = unique(clip(s, ITEM_CHARS) for s in reversed(kept))
     strong = [s for s in newest if _DECISION_STRONG.search(s)]
     weak = [s for s in newest if not _DECISION_STRONG.search(s)]
-    chosen = set(strong[:_MAX_DECISIONS] + weak[: max(0, _MAX_DECISIONS - len(strong))])
+    chosen = set(strong[:MAX_DECISIONS] + weak[: max(0, MAX_DECISIONS - len(strong))])
     return [s for s in newest if s in chosen]
 
 
-# --- small text tools ----------------------------------------------------------------------------
+# --- text tools, shared with the extractive summarizer ------------------------------------------
 
 
 def _shorten(text: str, limit: int) -> str:
     """`text` on one line, cut at a sentence end (or a space) within `limit` characters."""
-    flat = " ".join(_TAG.sub(" ", text).split())
+    flat = " ".join(TAG.sub(" ", text).split())
     if len(flat) <= limit:
         return flat
     head = flat[: limit - 1]
@@ -480,22 +442,18 @@ def _shorten(text: str, limit: int) -> str:
     return (head[:space] if space >= limit // 2 else head).rstrip() + "…"
 
 
-def _clip(text: str, limit: int) -> str:
-    """`text` cut to `limit` characters, with an ellipsis when cut."""
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
 def unique(items: Iterable[str]) -> list[str]:
     """Each item once, where it first occurs."""
     return list(dict.fromkeys(items))
 
 
-def _unique_keep_last(items: Iterable[str]) -> list[str]:
+def unique_keep_last(items: Iterable[str]) -> list[str]:
     """Each item once, where it last occurs."""
     listed = list(items)
     last = {item: j for j, item in enumerate(listed)}
     return [item for j, item in enumerate(listed) if last[item] == j]
 
 
-def _newest_first(items: Iterable[str]) -> list[str]:
-    return list(reversed(_unique_keep_last(items)))
+def newest_first(items: Iterable[str]) -> list[str]:
+    """Each item once, where it last occurs, the last first."""
+    return list(reversed(unique_keep_last(items)))

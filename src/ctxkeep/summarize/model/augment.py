@@ -5,17 +5,9 @@
                                                  + Tool failures, Files read, Files modified
                                                  + the Session Startup and Red Lines of AGENTS.md
 
-The identifiers are all those `collect_facts` ranks over the compacted messages (no cap), plus
-those of the previous summary's Exact identifiers; each that neither the model's (fitted) text, a
-file list, a tool failure nor an AGENTS.md rule names verbatim is listed. They go into one Exact
-identifiers subsection, the last of Critical Context: the model's own when it wrote one (its items
-first; one it put in another section is moved there too), else a new one. The files are merged
-with the previous summary's lists, so they carry across compactions. The cap trims the model's
-text only; when the appended parts alone are too long the identifier list loses its lowest-ranked
-items first, then the file lists; a list that lost items ends with a note of exactly how many of
-them the summary no longer names ("(N more identifiers in the archive)"). The caller's notes (the
-parts of the history the model could not summarize, say), the tool failures and the AGENTS.md rules
-are never cut.
+The cap trims the model's text first; when the appended parts alone are too long, the identifier
+list loses its lowest-ranked items, then the file lists, each with a note of how many it no longer
+names. The notes, tool failures and AGENTS.md rules are never cut. In detail: docs/summarize.md.
 """
 
 from __future__ import annotations
@@ -24,28 +16,26 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ctxkeep.summarize import Language, SummaryRequest, resolve_language
+from ctxkeep.summarize.facts.collect import collect_facts, unique
 
-# the same failure items (tool, outcome, command, error line; 240 characters) and cap as the built-in summarizer
-from ctxkeep.summarize.extractive import MAX_FAILURES, failure_item
-from ctxkeep.summarize.facts import collect_facts, unique
-from ctxkeep.summarize.sections import (
-    FENCE,
+# the same failure items (tool, outcome, command, error line; 240 characters) and cap as the extractive summary
+from ctxkeep.summarize.facts.runs import MAX_FAILURES, failure_item
+from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
+from ctxkeep.summarize.sections.fit import Drop, fit_sections
+from ctxkeep.summarize.sections.markdown import (
     HEADING,
     PHRASES,
-    Drop,
     canonical_title,
     code_span,
-    fit_sections,
+    headings,
     is_placeholder,
     omitted_count,
     parse_sections,
     render_item,
     render_sections,
+    unfenced,
     unquote,
 )
-
-__all__ = ["MODEL_FLOOR_CHARS", "RULE_SECTIONS", "agents_rules", "augment", "fit_text"]
 
 RULE_SECTIONS = ("Session Startup", "Red Lines")
 # The model's text keeps at least this much room (or all it needs, when less): its six headings and an omission
@@ -83,7 +73,11 @@ class _Uncut:
 
 
 def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None, notes: Sequence[str] = ()) -> str:
-    """The model's summary `text` fitted to ``request.max_chars`` with the appended parts (see the module).
+    """The model's summary `text` fitted to ``request.max_chars`` with the appended parts.
+
+    The identifiers are all those `collect_facts` ranks (no cap) and those of the previous summary's
+    Exact identifiers, each that nothing else in the summary names verbatim; they go into one Exact
+    identifiers subsection, the last of Critical Context. The file lists merge the previous summary's.
 
     `notes` are items the summary must carry whole (the parts of the history the model could not
     summarize, say). Raises ValueError when the notes, tool failures and AGENTS.md rules alone leave
@@ -146,13 +140,12 @@ def agents_rules(agents_md: str) -> dict[str, str]:
     the same or a higher level (``#`` lines inside code fences are not headings).
     """
     lines = agents_md.splitlines()
-    headings = _headings(lines, _MD_HEADING)
-    headings = [(j, level, title.lower()) for j, level, title in headings]
+    found = [(j, level, title.lower()) for j, level, title in headings(lines, _MD_HEADING)]
     out: dict[str, str] = {}
     for name in RULE_SECTIONS:
-        for k, (at, level, title) in enumerate(headings):
+        for k, (at, level, title) in enumerate(found):
             if title == name.lower():
-                end = next((j for j, lv, _ in headings[k + 1 :] if lv <= level), len(lines))
+                end = next((j for j, lv, _ in found[k + 1 :] if lv <= level), len(lines))
                 body = "\n".join(lines[at + 1 : end]).strip("\n")
                 if body.strip():
                     out[name] = body
@@ -274,17 +267,17 @@ def _insert_identifiers(text: str, items: str, language: Language) -> str:
     holding the model's own identifier items (wherever it wrote them) and then `items`, so that the
     lists appended below stay in Critical Context."""
     lines = text.splitlines()
-    headings = _headings(lines, HEADING)
-    ends = [h[0] for h in headings[1:]] + [len(lines)]
+    heads = headings(lines, HEADING)
+    ends = [h[0] for h in heads[1:]] + [len(lines)]
     sections = [  # (start, end) of each ## section, with its title
-        (at, next((j for j, level, _ in headings[k + 1 :] if level == 2), len(lines)), title)
-        for k, (at, level, title) in enumerate(headings)
+        (at, next((j for j, level, _ in heads[k + 1 :] if level == 2), len(lines)), title)
+        for k, (at, level, title) in enumerate(heads)
         if level == 2
     ]
     critical = next(((a, b) for a, b, title in sections if canonical_title(title) == "Critical Context"), None)
     own = [  # (start, end) of each identifier subsection the model wrote, those in Critical Context first
         (at, end)
-        for (at, level, title), end in zip(headings, ends, strict=True)
+        for (at, level, title), end in zip(heads, ends, strict=True)
         if level == 3 and title.strip().lower() in _IDENTIFIER_TITLES
     ]
     own.sort(key=lambda span: critical is None or not critical[0] < span[0] < critical[1])
@@ -295,7 +288,7 @@ def _insert_identifiers(text: str, items: str, language: Language) -> str:
         body = [line for a, b in own for line in _trimmed(lines[a + 1 : b])] + items.splitlines()
         subsection = [heading, *_without_placeholders(body)]
     # a subsection moved out of the end of a section leaves the blank line before the next section
-    ends_section = {at for at, level, _ in headings if level == 2}
+    ends_section = {at for at, level, _ in heads if level == 2}
     moved = {j for a, b in own for j in range(a, a + 1 + len(_trimmed(lines[a + 1 : b])) if b in ends_section else b)}
     if critical is None:  # not possible for a valid summary; kept whole anyway
         critical = (len(lines), len(lines))
@@ -308,34 +301,11 @@ def _insert_identifiers(text: str, items: str, language: Language) -> str:
     return "\n".join([*rest, "", *section, *subsection] if rest else [*section, *subsection]) + "\n"
 
 
-def _headings(lines: Sequence[str], pattern: re.Pattern[str]) -> list[tuple[int, int, str]]:
-    """(line, level, title) of each line of `lines` that `pattern` matches, outside code fences."""
-    return [(j, len(h.group(1)), h.group(2).strip()) for j in _unfenced(lines) if (h := pattern.match(lines[j]))]
-
-
-def _unfenced(lines: Sequence[str]) -> list[int]:
-    """The indexes of `lines` outside code fences (the fence lines themselves are inside)."""
-    out: list[int] = []
-    fence: str | None = None
-    for j, line in enumerate(lines):
-        if fence is not None:
-            closing = line.strip()
-            if closing.startswith(fence) and set(closing) == {fence[0]}:
-                fence = None
-            continue
-        m = FENCE.match(line)
-        if m:
-            fence = m.group(1)
-            continue
-        out.append(j)
-    return out
-
-
 def _without_placeholders(lines: Sequence[str]) -> list[str]:
     """`lines` without their "(none)" items (outside code fences), when they hold anything else."""
-    unfenced = _unfenced(lines)
-    empty = {j for j in unfenced if _is_placeholder_line(lines[j])}
-    if all(j in empty or not lines[j].strip() for j in unfenced) and len(unfenced) == len(lines):
+    outside = unfenced(lines)
+    empty = {j for j in outside if _is_placeholder_line(lines[j])}
+    if all(j in empty or not lines[j].strip() for j in outside) and len(outside) == len(lines):
         return list(lines)
     return [line for j, line in enumerate(lines) if j not in empty]
 

@@ -1,34 +1,12 @@
-"""What the compaction model is asked: the conversation as text, and the initial and update prompts.
+"""What the compaction model is asked: the conversation as text, and the initial, update and merge prompts.
 
     messages ─► render_conversation ─► <conversation> ─┐
     previous summary (update only) ─► <previous-summary> ├─► summary_prompt ─► Prompt(system, user)
     focus of a manual compaction, language, size ───────┘
 
 The system prompt names the six sections (headings always in English, so `missing_sections` can
-check any reply) and the rules; the user turn holds the conversation and the task: the *initial*
-prompt writes a summary from scratch, the *update* prompt folds the new messages into the previous
-summary (keep what is still true, add, move In Progress to Done, update Next Steps, drop what no
-longer matters). Both come in English and Chinese.
-
-How the conversation is rendered for the model (`render_conversation`)::
-
-    [user]
-    Fix the failing test in src/app.py
-
-    [assistant]
-    Running the tests first.
-    [tool call] bash {"command": "pytest -q"}
-
-    [tool result] bash (exit 1, error)
-    ...head of the output...
-    [… 12,345 characters omitted …]
-    ...tail of the output...
-
-Tool results and tool-call arguments are bounded but never cut silently: what is left out is
-replaced by a marker that says how many characters went (`shorten`). A tool call's string
-arguments are bounded one by one, so its short ones (a path, a command) stay whole. Thinking
-blocks are left out: they are the assistant's private reasoning, often long, and what came of
-them is in the text and the tool calls. Images show as ``[image WxH]``.
+check any reply); tool output is bounded but never cut silently (`shorten` marks what went);
+thinking is left out. Both prompts come in English and Chinese. The rendering: docs/summarize.md.
 """
 
 from __future__ import annotations
@@ -38,27 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxkeep.messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
-from ctxkeep.summarize import Language, SummaryRequest, resolve_language
-from ctxkeep.summarize.sections import phrase
+from ctxkeep.settings import ModelSummarySettings
+from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
+from ctxkeep.summarize.sections.markdown import phrase
 
-__all__ = [
-    "ARGUMENTS_CHARS",
-    "RESULT_CHARS",
-    "Prompt",
-    "join_rendered",
-    "merge_prompt",
-    "omission_marker",
-    "render_conversation",
-    "render_messages",
-    "shorten",
-    "summary_prompt",
-    "system_prompt",
-]
-
-# Enough of a tool result for its command's outcome and error (head and tail); a long session has hundreds.
-RESULT_CHARS = 2_000
-# Per string argument: paths and most commands fit whole; a file body written by a tool does not need to.
-ARGUMENTS_CHARS = 500
+# How much of each tool result and each string argument a prompt shows: the model summarizer's defaults.
+RESULT_CHARS = ModelSummarySettings().result_chars
+ARGUMENTS_CHARS = ModelSummarySettings().arguments_chars
 
 _SNAP = 4  # a cut moves to a line break within the last (first) quarter of the head (tail)
 
@@ -106,7 +70,7 @@ def render_conversation(
     arguments_chars: int = ARGUMENTS_CHARS,
     text_chars: int | None = None,
 ) -> str:
-    """`messages` as text for the compaction model, oldest first (see the module docstring).
+    """`messages` as text for the compaction model, oldest first: ``[role]`` blocks a blank line apart.
 
     Each tool result keeps at most `result_chars` characters, each string argument of a tool call
     `arguments_chars` (and a call's whole argument text `result_chars`), each message's text
@@ -143,7 +107,7 @@ def render_messages(
                 args = _arguments(block.arguments, arguments_chars, result_chars)
                 lines.append(f"[tool call] {block.name} {args}".rstrip())
             elif isinstance(block, ThinkingBlock):
-                continue  # private reasoning: left out (see the module docstring)
+                continue  # private reasoning, often long: what came of it is in the text and the calls
         parts.append(f"[{msg.role}]\n" + "\n".join(lines) if lines else "")
     return parts
 

@@ -2,18 +2,9 @@
 
     rendered messages + their tokens ─► chunk_limit ─► plan_chunks ─► [Chunk, Chunk, ...]
 
-A request to the compaction model is its prompt (system text, task, previous summary), the
-conversation, and room for the reply; it must never exceed the model's window. Our counter is not
-the model's tokenizer, so every count is multiplied by `SAFETY_MARGIN`, and the prompt is given
-at least `PROMPT_RESERVE` tokens. One part carries at most `CHUNK_RATIO` of the window, lowered
-when messages are large (`chunk_ratio`, never below `MIN_CHUNK_RATIO`), so that a part still holds
-several of them.
-
-Parts end only at safe cuts (`ctxkeep.split.safe_cuts`): a tool call and its results are in the
-same part. A message larger than `OVERSIZED_SHARE` of the window, or than one part, is sent in a
-truncated form (head and tail around an omission marker) with a note saying so, and the part
-records its index; a call group too large for one part has each of its messages shortened in
-proportion to its size.
+A request (prompt, conversation, room for the reply) never exceeds the model's window; parts end
+only at safe cuts, so a tool call and its results stay together; a message too large for a part
+is sent as its head and tail with a note. The budget, in numbers: docs/summarize.md.
 """
 
 from __future__ import annotations
@@ -21,31 +12,16 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ctxkeep.summarize.prompts import join_rendered, shorten
+from ctxkeep.settings import MIN_CHUNK_TOKENS, PROMPT_RESERVE, SAFETY_MARGIN
+from ctxkeep.summarize.model.prompts import join_rendered, shorten
 
-__all__ = [
-    "CHUNK_RATIO",
-    "MIN_CHUNK_RATIO",
-    "MIN_CHUNK_TOKENS",
-    "OVERSIZED_SHARE",
-    "PROMPT_RESERVE",
-    "SAFETY_MARGIN",
-    "Chunk",
-    "chunk_limit",
-    "chunk_ratio",
-    "plan_chunks",
-    "truncated_note",
-]
-
+# One part carries at most this share of the window, lowered when messages are large (never below the minimum).
 CHUNK_RATIO = 0.4
 MIN_CHUNK_RATIO = 0.15
-SAFETY_MARGIN = 1.2
-PROMPT_RESERVE = 4_096
+# A message above this share of the window is sent truncated.
 OVERSIZED_SHARE = 0.5
-# Below this a part holds too little conversation to summarize: the window is too small for the reply.
-MIN_CHUNK_TOKENS = 256
 # Messages above this share of the window, on average, lower the chunk ratio (twice their share, see chunk_ratio).
 _LARGE_SHARE = 0.1
 
@@ -114,27 +90,25 @@ def plan_chunks(
     """
     if len(counts) != len(texts) or len(cuts) != len(texts) + 1:
         raise ValueError("texts, counts and cuts must describe the same messages (one cut flag more than messages)")
-    texts, counts = list(texts), list(counts)
-    shortened: set[int] = set()
+    rendered = _Rendered(texts=list(texts), counts=list(counts), count=count)
     oversized = min(limit, math.floor(window * OVERSIZED_SHARE / SAFETY_MARGIN))
-    for i, tokens in enumerate(counts):
+    for i, tokens in enumerate(rendered.counts):
         if tokens > oversized:
-            texts[i], counts[i] = _truncate(texts[i], i, tokens, oversized, count)
-            shortened.add(i)
+            rendered.truncate(i, oversized)
     points = [i for i, ok in enumerate(cuts) if ok]
     units = list(itertools.pairwise(points))
     for start, end in units:
-        if _size(counts[start:end]) > limit:
-            _fit_group(texts, counts, start, end, limit, count, shortened)
+        if rendered.size(start, end) > limit:
+            _fit_group(rendered, start, end, limit)
     chunks: list[Chunk] = []
     start = end = 0
     for unit_start, unit_end in units:
-        if end > start and _size(counts[start:unit_end]) > limit:
-            chunks.append(_chunk(texts, counts, start, end, shortened))
+        if end > start and rendered.size(start, unit_end) > limit:
+            chunks.append(rendered.chunk(start, end))
             start = unit_start
         end = unit_end
     if end > start or not chunks:
-        chunks.append(_chunk(texts, counts, start, end, shortened))
+        chunks.append(rendered.chunk(start, end))
     return chunks
 
 
@@ -143,26 +117,37 @@ def _size(counts: Sequence[int]) -> int:
     return sum(counts) + max(0, sum(1 for c in counts if c) - 1)
 
 
-def _chunk(texts: list[str], counts: list[int], start: int, end: int, shortened: set[int]) -> Chunk:
-    return Chunk(
-        start=start,
-        end=end,
-        text=join_rendered(texts[start:end]),
-        tokens=_size(counts[start:end]),
-        shortened=tuple(sorted(i for i in shortened if start <= i < end)),
-    )
+@dataclass(kw_only=True, slots=True)
+class _Rendered:
+    """The messages being planned; a message truncated to fit changes its text and count in place."""
+
+    texts: list[str]
+    counts: list[int]
+    count: Callable[[str], int]
+    shortened: set[int] = field(default_factory=set)  # indexes of the messages sent truncated
+
+    def size(self, start: int, end: int) -> int:
+        """Tokens of messages ``[start, end)`` joined (see `_size`)."""
+        return _size(self.counts[start:end])
+
+    def truncate(self, i: int, target: int) -> None:
+        """Message `i` cut to at most `target` tokens (see `_truncate`)."""
+        self.texts[i], self.counts[i] = _truncate(self.texts[i], i, self.counts[i], target, self.count)
+        self.shortened.add(i)
+
+    def chunk(self, start: int, end: int) -> Chunk:
+        return Chunk(
+            start=start,
+            end=end,
+            text=join_rendered(self.texts[start:end]),
+            tokens=self.size(start, end),
+            shortened=tuple(sorted(i for i in self.shortened if start <= i < end)),
+        )
 
 
-def _fit_group(
-    texts: list[str],
-    counts: list[int],
-    start: int,
-    end: int,
-    limit: int,
-    count: Callable[[str], int],
-    shortened: set[int],
-) -> None:
+def _fit_group(rendered: _Rendered, start: int, end: int, limit: int) -> None:
     """Shorten the messages ``[start, end)`` (a call and its results) in proportion to their size to fit `limit`."""
+    counts = rendered.counts
     members = [i for i in range(start, end) if counts[i]]
     room = limit - (len(members) - 1)
     total = sum(counts[i] for i in members)
@@ -170,13 +155,11 @@ def _fit_group(
     for i in members:
         target = max(floor, room * counts[i] // total)
         if counts[i] > target:
-            texts[i], counts[i] = _truncate(texts[i], i, counts[i], target, count)
-            shortened.add(i)
-    while _size(counts[start:end]) > limit:  # the floors overshot: take it from the largest
+            rendered.truncate(i, target)
+    while rendered.size(start, end) > limit:  # the floors overshot: take it from the largest
         i = max(members, key=lambda j: counts[j])
         before = counts[i]
-        texts[i], counts[i] = _truncate(texts[i], i, before, before - (_size(counts[start:end]) - limit), count)
-        shortened.add(i)
+        rendered.truncate(i, before - (rendered.size(start, end) - limit))
         if counts[i] >= before:
             break  # only the notes are left (a call with very many results): the safety margin covers the rest
 

@@ -6,20 +6,11 @@ checks every reply must pass.
                                                                                        │
         summary ◄─ augment ◄─ best valid reply ◄─ audit, retried with its reasons ◄───┘
 
-One part when the whole conversation fits one request to the model (see `ctxkeep.summarize.chunks`
-for the budget: the request never exceeds `window`); otherwise each part is summarized on its own
-and one more call merges the partial summaries (in more rounds when they are too many for one
-request). A part the model fails on leaves a gap that the merge prompt and the summary both name;
-when every part fails, the summary fails.
+Each reply is unwrapped and must have every required section; the final one is audited and asked
+again with the reasons. When no reply is valid, `SummaryError` carries the last request and the
+raw reply; nothing is ever passed off as a summary. The stages in detail: docs/summarize.md.
 
-Each reply is unwrapped (`unwrap`: a ``<think>`` block, a preamble, a code fence) and must have
-every required ``##`` section. The final reply also goes through the quality audit
-(`ctxkeep.summarize.audit`); a reply that is invalid or fails the audit is asked again with the
-reasons as feedback, up to `retries` times, and the valid reply with the fewest failures is kept.
-When no reply is valid, or the model fails, `SummaryError` carries the last request (as JSON) and
-the raw reply or the error text, for the workspace to save; nothing is ever passed off as a summary.
-
-    summarizer = ModelSummarizer(get_model("openai:gpt-4o-mini"), window=128_000)
+    summarizer = ModelSummarizer(get_model("openai:gpt-4o-mini"), settings=ModelSummarySettings(window=128_000))
     summary = summarizer.summarize(SummaryRequest(messages=tuple(to_compact), previous=summary))
     summarizer.last_run.calls    # what it cost: calls, tokens, parts, audit failures left
 """
@@ -32,39 +23,28 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from ctxkeep.errors import ProviderError, SummaryError
 from ctxkeep.providers import Completion, Model, Turn
+from ctxkeep.settings import PROMPT_RESERVE, SAFETY_MARGIN, ModelSummarySettings
 from ctxkeep.split import safe_cuts
-from ctxkeep.summarize import Language, SummaryRequest, resolve_language, structured
-from ctxkeep.summarize.audit import audit
-from ctxkeep.summarize.augment import augment
-from ctxkeep.summarize.chunks import MIN_CHUNK_TOKENS, PROMPT_RESERVE, SAFETY_MARGIN, chunk_limit, plan_chunks
-from ctxkeep.summarize.facts import Facts, collect_facts
-from ctxkeep.summarize.prompts import (
-    ARGUMENTS_CHARS,
-    RESULT_CHARS,
-    Prompt,
-    merge_prompt,
-    render_messages,
-    shorten,
-    summary_prompt,
-)
-from ctxkeep.summarize.sections import missing_sections
+from ctxkeep.summarize.facts.collect import Facts, collect_facts
+from ctxkeep.summarize.model.audit import audit
+from ctxkeep.summarize.model.augment import augment
+from ctxkeep.summarize.model.chunks import chunk_limit, plan_chunks
+from ctxkeep.summarize.model.prompts import Prompt, merge_prompt, render_messages, shorten, summary_prompt
+from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
+from ctxkeep.summarize.sections import structured
+from ctxkeep.summarize.sections.markdown import missing_sections
 from ctxkeep.tokens import Counter, get_counter
 
-__all__ = ["MAX_TOKENS", "REPLY_FORMATS", "RETRIES", "WINDOW", "ModelSummarizer", "SummaryRun", "unwrap"]
-
-# A 16,000-character summary is about 4,000 tokens of English; Chinese needs more, and says so by failing.
-MAX_TOKENS = 4_096
-WINDOW = 128_000
-RETRIES = 3
-REPLY_FORMATS = ("markdown", "json")
 # Feedback from the audit goes into the prompt too: a few reasons, a few identifiers each.
 _FEEDBACK_TOKENS = 400
 
 _THINK = re.compile(r"<(think|thinking)>.*?</\1>\s*", re.DOTALL | re.IGNORECASE)
+# Any fence line, indented or not. A reply wrapped in a fence is not valid nested Markdown (the fences of the
+# summary inside close the wrapper), so `unwrap` pairs fence lines up rather than parse them as the summary is.
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 
 log = logging.getLogger(__name__)
@@ -89,65 +69,25 @@ class SummaryRun:
 class ModelSummarizer:
     """A `Summarizer` that asks a compaction `model` for the summary and checks the reply.
 
-    `window` is the compaction model's context window in tokens (no request exceeds it);
-    `max_tokens` bounds each reply; `counter` counts tokens (default o200k); `retries` is how many
-    times an invalid or failing final reply is asked again, `audit` False turns the quality audit
-    off. `reply_format` "json" holds the model to `ctxkeep.summarize.structured.SCHEMA` (for servers
-    with structured output; even a tiny model then returns every section). `result_chars` and
-    `arguments_chars` bound each tool result and string argument in the prompt (see
-    `ctxkeep.summarize.prompts`); `agents_md` is the workspace's AGENTS.md text, whose Session
-    Startup and Red Lines sections every summary carries (see `ctxkeep.summarize.augment`).
+    `settings` say how (`ModelSummarySettings`: the model's window, the reply's size, retries, the
+    audit, JSON replies, how much tool output a prompt shows, AGENTS.md); `counter` counts tokens
+    (default o200k). `last_run` says what the latest `summarize` spent.
     """
 
     def __init__(
-        self,
-        model: Model,
-        *,
-        window: int = WINDOW,
-        max_tokens: int = MAX_TOKENS,
-        counter: Counter | None = None,
-        retries: int = RETRIES,
-        audit: bool = True,
-        reply_format: Literal["markdown", "json"] = "markdown",
-        result_chars: int = RESULT_CHARS,
-        arguments_chars: int = ARGUMENTS_CHARS,
-        agents_md: str | None = None,
+        self, model: Model, *, settings: ModelSummarySettings | None = None, counter: Counter | None = None
     ) -> None:
-        for name, value, least in (
-            ("window", window, 1),
-            ("max_tokens", max_tokens, 1),
-            ("retries", retries, 0),
-            ("result_chars", result_chars, 1),
-            ("arguments_chars", arguments_chars, 1),
-        ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise ValueError(f"{name} must be a whole number, at least {least}; got {value!r}")
-        need = max_tokens + PROMPT_RESERVE + math.ceil(MIN_CHUNK_TOKENS * SAFETY_MARGIN)
-        if window < need:
-            raise ValueError(
-                f"window ({window:,} tokens) leaves no room: max_tokens ({max_tokens:,}) + the prompt"
-                f" ({PROMPT_RESERVE:,}) + some conversation need {need:,};"
-                " give the model's real window or lower max_tokens"
-            )
-        if reply_format not in REPLY_FORMATS:
-            raise ValueError(f"reply_format must be one of {', '.join(REPLY_FORMATS)}; got {reply_format!r}")
-        if agents_md is not None and not isinstance(agents_md, str):
-            raise TypeError(f"agents_md must be the text of AGENTS.md or None, got {type(agents_md).__name__}")
+        if settings is not None and not isinstance(settings, ModelSummarySettings):
+            raise TypeError(f"settings must be a ModelSummarySettings, got {type(settings).__name__}")
         self.model = model
-        self.window = window
-        self.max_tokens = max_tokens
+        self.settings = settings if settings is not None else ModelSummarySettings()
         self.counter = counter if counter is not None else get_counter("o200k_base")
-        self.retries = retries
-        self.audit = audit
-        self.reply_format = reply_format
-        self.result_chars = result_chars
-        self.arguments_chars = arguments_chars
-        self.agents_md = agents_md
         self.last_run: SummaryRun | None = None
         self._json_tokens = self.counter.count_text(structured.instructions("zh")) + 2
 
     def __repr__(self) -> str:
-        return f"ModelSummarizer({self.model.name!r}, window={self.window}, max_tokens={self.max_tokens})"
+        window, max_tokens = self.settings.window, self.settings.max_tokens
+        return f"ModelSummarizer({self.model.name!r}, window={window}, max_tokens={max_tokens})"
 
     def summarize(self, request: SummaryRequest) -> str:
         """The model's summary of `request`, unwrapped, audited, augmented and at most ``request.max_chars``
@@ -167,15 +107,18 @@ class ModelSummarizer:
         request = dataclasses.replace(request, language=language)  # every part in the same language
         run.language = language
         facts = collect_facts(request.messages)
-        texts = render_messages(request.messages, result_chars=self.result_chars, arguments_chars=self.arguments_chars)
+        settings = self.settings
+        texts = render_messages(
+            request.messages, result_chars=settings.result_chars, arguments_chars=settings.arguments_chars
+        )
         counts = self.counter.count_texts(texts)
         overhead = self._tokens(summary_prompt(request, conversation="")) + _FEEDBACK_TOKENS
         try:
-            limit = chunk_limit(counts, window=self.window, max_tokens=self.max_tokens, overhead=overhead)
+            limit = chunk_limit(counts, window=settings.window, max_tokens=settings.max_tokens, overhead=overhead)
         except ValueError as exc:  # a previous summary too large for this model's window
             raise SummaryError(str(exc)) from exc
         cuts = safe_cuts(request.messages)
-        chunks = plan_chunks(texts, counts, cuts, limit=limit, window=self.window, count=self.counter.count_text)
+        chunks = plan_chunks(texts, counts, cuts, limit=limit, window=settings.window, count=self.counter.count_text)
         run.parts = len(chunks)
         run.shortened = sum(len(c.shortened) for c in chunks)
         if len(chunks) == 1:
@@ -200,7 +143,7 @@ class ModelSummarizer:
             gaps = tuple(run.gaps)
             text = self._final(lambda fb: merge_prompt(partials, request, gaps=gaps, feedback=fb), facts, language, run)
         try:
-            return augment(text, request, agents_md=self.agents_md, notes=tuple(run.gaps))
+            return augment(text, request, agents_md=settings.agents_md, notes=tuple(run.gaps))
         except ValueError as exc:
             raise SummaryError(str(exc), request=run.request, response=run.response) from exc
 
@@ -208,7 +151,7 @@ class ModelSummarizer:
         """The best valid reply to `make(feedback)`, asked again with the reasons while it fails."""
         best: tuple[list[str], str] | None = None
         feedback: list[str] = []
-        for _ in range(1 + self.retries):
+        for _ in range(1 + self.settings.retries):
             run.attempts += 1
             prompt = make(feedback)
             while feedback and not self._fits(prompt):  # long feedback gives way to the window
@@ -220,7 +163,7 @@ class ModelSummarizer:
                     break  # the provider already retried; asking again would only wait longer
                 feedback = [reason]
                 continue
-            reasons = audit(text, facts, language) if self.audit else []
+            reasons = audit(text, facts, language) if self.settings.audit else []
             if best is None or len(reasons) < len(best[0]):
                 best = (reasons, text)
             if not reasons:
@@ -242,7 +185,7 @@ class ModelSummarizer:
                     groups.append([])
                 groups[-1].append(text)
             if all(len(g) == 1 for g in groups):  # two partials do not fit one request: halve them
-                room = (self.window - self.max_tokens - PROMPT_RESERVE) // 2
+                room = (self.settings.window - self.settings.max_tokens - PROMPT_RESERVE) // 2
                 partials = [
                     shorten(p, max(1, len(p) * room // max(1, self.counter.count_text(p)) // 2)) for p in partials
                 ]
@@ -266,16 +209,17 @@ class ModelSummarizer:
 
     def _call(self, prompt: Prompt, run: _Run) -> tuple[str, str | None]:
         if not self._fits(prompt):  # never sent: a server would cut it or refuse it
+            window, max_tokens = self.settings.window, self.settings.max_tokens
             return "", (
-                f"the request ({self._tokens(prompt):,} tokens × {SAFETY_MARGIN} + {self.max_tokens:,} for the reply)"
-                f" would exceed the compaction model's window of {self.window:,} tokens; the previous summary"
+                f"the request ({self._tokens(prompt):,} tokens × {SAFETY_MARGIN} + {max_tokens:,} for the reply)"
+                f" would exceed the compaction model's window of {window:,} tokens; the previous summary"
                 " leaves too little room: lower max_tokens or use a model with a larger window"
             )
-        json_reply = self.reply_format == "json"
+        json_reply = self.settings.reply_format == "json"
         completion = Completion(
             system=prompt.system + (f"\n\n{structured.instructions(run.language)}" if json_reply else ""),
             turns=(Turn(role="user", text=prompt.user),),
-            max_tokens=self.max_tokens,
+            max_tokens=self.settings.max_tokens,
             schema=structured.SCHEMA if json_reply else None,
         )
         run.request = _as_json(completion, self.model.name)
@@ -313,10 +257,10 @@ class ModelSummarizer:
         )
 
     def _fits(self, prompt: Prompt) -> bool:
-        return math.ceil(self._tokens(prompt) * SAFETY_MARGIN) + self.max_tokens <= self.window
+        return math.ceil(self._tokens(prompt) * SAFETY_MARGIN) + self.settings.max_tokens <= self.settings.window
 
     def _tokens(self, prompt: Prompt) -> int:
-        extra = self._json_tokens if self.reply_format == "json" else 0
+        extra = self._json_tokens if self.settings.reply_format == "json" else 0
         return self.counter.count_text(prompt.system) + self.counter.count_text(prompt.user) + extra
 
 

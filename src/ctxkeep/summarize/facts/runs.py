@@ -1,21 +1,9 @@
-"""Tool runs: each tool call with its files and outcome, and which failures later runs fixed; no model, no I/O.
+"""Tool runs: each tool call with its files and outcome, which failures later runs fixed, and how a failure
+is listed in a summary; no model, no I/O.
 
-`tool_run` reads one call and its result into a `ToolRun`:
-
-    kind             "shell" (a shell tool with a command), "todo", "read", "modify" or "other", by the
-                     tool's name and arguments (an editor tool by its ``command``)
-    files            read and modified: path arguments in `PATH_KEYS`, the files of an edit tool or a
-                     patch, and those of ``cat``/``sed``/redirections in a command (`command_paths`)
-    outcome          exit code, failed or not, and the line that says what went wrong: a test's
-                     FAILED line, the exception raised, an ``error:`` or a linter's line, not a
-                     stack frame (`error_line`); a call that never ran ("Sibling tool call
-                     errored") has no outcome
-
-A failure is resolved when later runs fixed it (`is_resolved`): a shell command when each of its
-commands later succeeded with the same program on at least its operands; another tool's call by a
-later call of the same kind on the same file. A failure the assistant's next words call expected
-(a probe: "port 8081 is free", see `mark_expected`) is resolved by any later success of the same
-program. `ctxkeep.summarize.facts` collects the runs of a conversation with the other facts.
+`tool_run` reads one call and its result into a `ToolRun`; `is_resolved` and `fixes` say whether
+later runs fixed a failure; `failure_item` is the list item of a failure, the same in the
+extractive summary (Blocked) and after a model's (Tool failures). The rules: docs/summarize.md.
 """
 
 from __future__ import annotations
@@ -28,19 +16,13 @@ from functools import lru_cache
 from typing import Any
 
 from ctxkeep.messages import ToolCall, ToolResult
-from ctxkeep.summarize.identifiers import command_paths, command_targets, find_identifiers
+from ctxkeep.summarize.facts.identifiers import find_identifiers
+from ctxkeep.summarize.facts.shell import command_paths, command_targets
+from ctxkeep.summarize.request import Language
+from ctxkeep.summarize.sections.markdown import ITEM_CHARS, clip, code_span, phrase
 
-__all__ = [
-    "PATH_KEYS",
-    "ToolRun",
-    "error_line",
-    "fixes",
-    "is_resolved",
-    "mark_expected",
-    "todo_items",
-    "tool_run",
-]
-
+# Failed calls a summary lists (Blocked in the extractive summary, Tool failures after a model's text).
+MAX_FAILURES = 8
 # Argument keys whose value is a file path, in the tools agents use.
 PATH_KEYS = ("path", "file_path", "filepath", "filename", "file_name", "notebook_path", "target_file")
 
@@ -85,7 +67,8 @@ _EXPECTED = re.compile(
     r"(?i)\b(?:as expected|expected(?:ly)?|is free|not (?:running|listening|in use)"
     r"|nothing (?:is )?(?:listening|running)|as intended|deliberate(?:ly)?|confirm(?:s|ed)?)\b|符合预期|预期"
 )
-_TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s[^<>]*)?>")
+# a markup tag, as harnesses wrap text in (``<system-reminder>``, ``</command-name>``)
+TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s[^<>]*)?>")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -119,7 +102,7 @@ class ToolRun:
         if self.command is not None:
             return self.command
         paths = self.paths_modified or self.paths_read
-        return paths[0] if paths else f"{self.tool}({_compact_json(self.arguments)})"
+        return paths[0] if paths else f"{self.tool}({compact_json(self.arguments)})"
 
 
 def tool_run(call: ToolCall, result: ToolResult | None, index: int) -> ToolRun:
@@ -145,7 +128,7 @@ def tool_run(call: ToolCall, result: ToolResult | None, index: int) -> ToolRun:
     failed = False
     error = ""
     exit_code = None
-    if result is not None and _TAG.sub("", result.text).strip() in _SKIPPED_FAILURES:
+    if result is not None and TAG.sub("", result.text).strip() in _SKIPPED_FAILURES:
         result = None  # it never ran: no outcome to report
     if result is not None:
         exit_code = result.exit_code
@@ -221,7 +204,7 @@ def error_line(text: str) -> str:
     """
     if "\\n\\n" in text:
         text = text.replace("\\n", "\n")  # output passed on escaped, as one line
-    raw = [_TAG.sub("", line).rstrip() for line in text.splitlines()]
+    raw = [TAG.sub("", line).rstrip() for line in text.splitlines()]
     lines = [line for line in raw if line.strip() and not _NOISE_LINE.match(line.strip())]
     said = [line.strip() for line in lines if not _FRAME_LINE.match(line) or line.startswith("E ")]
     traceback = any(line.startswith("Traceback (most recent call last)") for line in said)
@@ -324,5 +307,34 @@ def mark_expected(runs: Sequence[ToolRun], said: Sequence[tuple[int, str]]) -> l
     return out
 
 
-def _compact_json(value: Any) -> str:
+def compact_json(value: Any) -> str:
+    """`value` as JSON on one line, without spaces, for a call's arguments in an item."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=False, default=str)
+
+
+def outcome(run: ToolRun, language: Language) -> str:
+    """How `run` ended, in `language`: "exit 1", "error", "ok" or "no result"."""
+    if not run.has_result:
+        return phrase("no_result", language)
+    if run.exit_code is not None:
+        return phrase("exit", language, code=run.exit_code)
+    return phrase("error" if run.failed else "ok", language)
+
+
+def call_text(run: ToolRun) -> str:
+    """A call as one short line, ``tool(key=value, ...)``: each value cut to 60 characters, all to 160."""
+    parts = []
+    for key, value in run.arguments.items():
+        shown = value if isinstance(value, str) else compact_json(value)
+        parts.append(f"{key}={clip(' '.join(str(shown).split()), 60)}")
+    return clip(f"{run.tool}({', '.join(parts)})", 160)
+
+
+def failure_item(run: ToolRun, resolved: bool, language: Language) -> str:
+    """The list item of a failed `run`: tool, outcome, command or file, and its error line (240 characters)."""
+    target = run.key if run.command is not None or run.paths_read or run.paths_modified else call_text(run)
+    head = f"{run.tool} ({outcome(run, language)}): {code_span(clip(' '.join(target.split()), 100))}"
+    tail = f" {phrase('resolved', language)}" if resolved else ""
+    room = ITEM_CHARS - len(head) - len(tail) - 3
+    error = f" — {clip(run.error_line, room)}" if run.error_line and room > 10 else ""
+    return head + error + tail

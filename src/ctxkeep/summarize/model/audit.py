@@ -2,31 +2,20 @@
 
     audit(text, facts, language) -> ["Pending user asks is missing", "the top exact identifiers ...", ...]
 
-A summary passes when it carries, in the form the prompts ask for:
-
-    Decisions          ``## Key Decisions``, not left empty when the assistant took decisions
-    Open TODOs         ``## Next Steps``, not left empty when the assistant said what comes next
-    Constraints/Rules  ``## Constraints & Preferences``, not left empty when the user stated rules
-    Pending user asks  a ``### Pending user asks`` subsection, not left empty while the latest ask is open
-    Exact identifiers  a ``### Exact identifiers`` subsection, and the `AUDIT_IDENTIFIERS` highest-ranked
-                       identifiers of the compacted messages verbatim somewhere in the summary
-    the latest ask     the latest user request reflected: one of its identifiers, or a third of its words
-
-An empty list means it passed; each reason is written to be sent back to the model as feedback.
-What the facts say is found by `ctxkeep.summarize.facts.collect_facts`; a check with nothing to
-look for (no ask, no identifiers) passes.
+Decisions, open TODOs, the user's rules, the pending asks, the top exact identifiers and the
+latest ask, each checked against the facts of the compacted messages (`collect_facts`); a check
+with nothing to look for passes. Each reason is written to be sent back to the model as feedback.
+The checks in full: docs/summarize.md.
 """
 
 from __future__ import annotations
 
 import re
 
-from ctxkeep.summarize import Language
-from ctxkeep.summarize.facts import Facts
-from ctxkeep.summarize.identifiers import find_identifiers
-from ctxkeep.summarize.sections import PHRASES, Sections, is_placeholder, omitted_count, parse_sections
-
-__all__ = ["ASK_OVERLAP", "AUDIT_IDENTIFIERS", "AUDIT_ITEMS", "audit", "reflects"]
+from ctxkeep.summarize.facts.collect import Facts
+from ctxkeep.summarize.facts.identifiers import find_identifiers
+from ctxkeep.summarize.request import Language
+from ctxkeep.summarize.sections.markdown import PHRASES, Sections, is_placeholder, omitted_count, parse_sections
 
 AUDIT_ITEMS = ("Decisions", "Open TODOs", "Constraints/Rules", "Pending user asks", "Exact identifiers")
 # The identifiers a summary must name itself; the rest (and these, when it fails) are appended by augment.

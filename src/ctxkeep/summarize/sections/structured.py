@@ -1,13 +1,10 @@
-"""The summary as JSON: for servers that can hold a model to a schema (llama.cpp, vLLM, Ollama, OpenAI,
+"""The summary as JSON held to a schema, for servers with structured output (llama.cpp, vLLM, Ollama, OpenAI,
 Anthropic), so that even a very small model returns every section.
 
     SCHEMA ─► Completion(schema=...) ─► '{"goal": [...], ...}' ─► to_markdown ─► the six sections
 
-Each field is a list of short items and stands for one section or subsection of the Markdown
-summary (`FIELDS`); `to_markdown` renders them with `ctxkeep.summarize.sections.render_sections`,
-so the rest of the pipeline (audit, augmentation, the engine's validity check) sees the same text
-as from a model that writes Markdown. The schema bounds the number and length of items, so a
-model held to it cannot run on forever; a reply that is not such an object raises ValueError.
+Each field is a bounded list of short items and stands for one section or subsection (`FIELDS`);
+`to_markdown` renders them as the Markdown form, so the rest of the pipeline sees the same text.
 """
 
 from __future__ import annotations
@@ -16,9 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ctxkeep.summarize.sections import render_sections
-
-__all__ = ["FIELDS", "ITEM_CHARS", "MAX_ITEMS", "SCHEMA", "instructions", "to_markdown"]
+from ctxkeep.summarize.sections.markdown import ITEM_CHARS, render_sections
 
 # field -> (section, subsection); "" is the section's own items
 FIELDS: Mapping[str, tuple[str, str]] = {
@@ -34,7 +29,6 @@ FIELDS: Mapping[str, tuple[str, str]] = {
     "exact_identifiers": ("Critical Context", "Exact identifiers"),
 }
 MAX_ITEMS = 8  # per field: 10 fields of short items stay within a 4,096-token reply
-ITEM_CHARS = 240
 
 SCHEMA: Mapping[str, Any] = {
     "type": "object",

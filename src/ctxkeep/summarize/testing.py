@@ -1,0 +1,64 @@
+"""The summary a `DeterministicModel` answers with when nothing is queued: valid, and the same for the same
+request, so a model summarizer can be tested (and benchmarked) without a model.
+
+Importing this module makes `fixed_summary` the answer of every `DeterministicModel` made without
+its own (``ctxkeep.summarize`` imports it, so any use of the summarizers does).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from ctxkeep.providers import Completion
+from ctxkeep.providers.deterministic import DeterministicModel
+from ctxkeep.summarize.facts.identifiers import find_identifiers
+from ctxkeep.summarize.sections.markdown import code_span, render_sections
+
+GOAL_CHARS = 200
+MAX_IDENTIFIERS = 50
+_USER_MARK = "[user]\n"  # how ctxkeep.summarize.model.prompts shows a user message of the conversation
+_GOAL_MARK = "## Goal\n- "  # and a summary's goal
+_TAG = re.compile(r"^</?[A-Za-z][\w-]*(?:\s[^<>]*)?>$")
+
+
+def fixed_summary(request: Completion) -> str:
+    """A valid summary of `request`, the same for the same request: all the sections; the goal and the
+    pending ask from the latest user message of the conversation shown (else the latest goal of the
+    summaries shown, else the last user turn's first line that is not a tag); up to `MAX_IDENTIFIERS`
+    exact identifiers of the turns, newest first, under Critical Context. With a `schema`, the same
+    as a JSON object of the schema's required fields (those it does not fill empty)."""
+    turns = [turn.text for turn in request.turns if turn.role == "user" and turn.text.strip()]
+    goal: list[str] = []
+    if turns:
+        last = turns[-1]
+        if _USER_MARK in last:
+            lines = last.rsplit(_USER_MARK, 1)[1].splitlines()
+        elif _GOAL_MARK in last:
+            # The prompt is not a summary (its conversation may hold unclosed fences), so no parser reads it:
+            # the last goal shown is the newest summary's.
+            lines = [last.rsplit(_GOAL_MARK, 1)[1].splitlines()[0]]
+        else:
+            lines = [line for line in last.splitlines() if not _TAG.match(line.strip())]
+        first = next((line.strip() for line in lines if line.strip()), "")
+        if first:
+            goal.append(first if len(first) <= GOAL_CHARS else first[: GOAL_CHARS - 1] + "…")
+    seen: dict[str, None] = {}
+    for turn in reversed(request.turns):  # the newest first: the feedback of a retry comes last
+        for found in reversed(find_identifiers(turn.text)):
+            seen.setdefault(found.text, None)
+    identifiers = [code_span(text) for text in list(seen)[:MAX_IDENTIFIERS]]
+    if request.schema is not None:  # the JSON form of ctxkeep.summarize.sections.structured
+        fields: dict[str, list[str]] = {key: [] for key in request.schema.get("required", ())}
+        fields.update(goal=goal, pending_user_asks=goal, exact_identifiers=identifiers)
+        return json.dumps(fields, ensure_ascii=False)
+    return render_sections(
+        {
+            "Goal": {"": goal},
+            "Next Steps": {"": [], "Pending user asks": goal},
+            "Critical Context": {"": [], "Exact identifiers": identifiers},
+        }
+    )
+
+
+DeterministicModel.fallback = fixed_summary
