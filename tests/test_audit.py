@@ -101,3 +101,16 @@ def test_the_latest_ask_must_be_reflected() -> None:
     assert reflects("anything", "ok")  # too short to check
     assert reflects("- 重构计费模块", "请重构计费模块并更新导入")
     assert not reflects("- 修复登录页面", "请重构计费模块并更新导入")
+
+
+def test_a_subsection_inside_a_code_fence_does_not_count() -> None:
+    fenced = GOOD.replace(
+        "### Pending user asks\n- Make expired coupons return 410\n",
+        "- an example reply\n```\n### Pending user asks\n- Make expired coupons return 410\n```\n",
+    )
+    assert any("`### Pending user asks`" in r and "missing" in r for r in audit(fenced, FACTS))
+    no_decisions = GOOD.replace("- **Return 410, not 404**: the coupon existed", "- (none)").replace(
+        "- The server runs on `localhost:8081`\n",
+        "- The server runs on `localhost:8081`\n~~~\n## Key Decisions\n- **Return 410, not 404**\n~~~\n",
+    )
+    assert audit(no_decisions, FACTS)[0].startswith("`## Key Decisions` is empty")

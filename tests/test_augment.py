@@ -109,6 +109,23 @@ def test_agents_rules_match_any_level_case_insensitively() -> None:
     assert agents_rules("# x\n```\n# Red Lines\n```\n") == {}
 
 
+def test_headings_inside_code_fences_are_left_where_they_are() -> None:
+    # An example the model quoted in Key Decisions, with a Critical Context and an identifier list inside a fence.
+    quoted = "- an example reply\n```\n## Critical Context\n### Exact identifiers\n- `fake.py`\n```\n"
+    reply = WITH_OWN.format(own="### Exact identifiers\n- `src/app.py`\n", elsewhere=quoted)
+    summary = summarize(SummaryRequest(messages=conversation()), reply)
+    sections = parse_sections(summary)
+    assert (
+        sections["Key Decisions"][""][-1]
+        == "an example reply\n```\n## Critical Context\n### Exact identifiers\n- `fake.py`\n```"
+    )
+    identifiers = sections["Critical Context"][PHRASES["identifiers"]["en"]]
+    assert identifiers[0] == "`src/app.py`" and "`12345678`" in identifiers and "`fake.py`" not in identifiers
+    assert len(ID_HEADING.findall(summary)) == 2  # the real one, and the quoted one left in its fence
+    fenced_rules = "```\n## Red Lines\n- quoted\n```\n~~~\n```\n# Red Lines\n~~~\n## Red Lines\n- the real one\n"
+    assert agents_rules(fenced_rules) == {"Red Lines": "- the real one"}
+
+
 def test_the_cap_trims_only_the_model_text() -> None:
     long = GARBAGE.replace("- the the the", "\n".join(f"- filler item {j} " + "x" * 80 for j in range(40)))
     summary = summarize(SummaryRequest(messages=conversation(), max_chars=3_000), long, agents_md=AGENTS)

@@ -332,6 +332,16 @@ def test_unwrap_keeps_code_blocks_inside_the_summary() -> None:
     assert unwrap("no headings here\n# only a title") == ""
 
 
+def test_a_reply_whose_section_is_only_inside_a_code_fence_is_asked_again() -> None:
+    fenced = VALID.replace("## Next Steps\n", "```\n## Next Steps\n```\n")
+    model = Scripted(fenced, VALID)
+    summary = ModelSummarizer(model, settings=ModelSummarySettings(audit=False)).summarize(
+        SummaryRequest(messages=conversation(), language="en")
+    )
+    assert summary.startswith(VALID.rstrip("\n")) and len(model.requests) == 2
+    assert "the summary lacks the sections Next Steps" in model.requests[1].turns[0].text
+
+
 @pytest.mark.parametrize("reply", ["lorem ipsum, no sections at all", "", "   \n", "## Goal\n- half a summary"])
 def test_invalid_reply_raises_with_request_and_response(reply: str) -> None:
     model = Scripted(reply)

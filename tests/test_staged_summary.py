@@ -3,22 +3,24 @@ the audit's retries with feedback, the best reply kept, and JSON replies held to
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 from pathlib import Path
 
 import pytest
-from tests.conftest import raw_params
+from tests.conftest import ROOT, raw_params
 from tests.scripted import Scripted
 
 from ctxkeep.errors import ProviderError, SummaryError
 from ctxkeep.formats import load
 from ctxkeep.messages import Message, ToolCall, ToolResult
-from ctxkeep.providers import Completion
+from ctxkeep.providers import Completion, Turn
 from ctxkeep.providers.deterministic import DeterministicModel
 from ctxkeep.settings import SAFETY_MARGIN, ModelSummarySettings
 from ctxkeep.summarize import ModelSummarizer, SummaryRequest, missing_sections
 from ctxkeep.summarize.sections.structured import SCHEMA, to_markdown
+from ctxkeep.summarize.testing import fixed_summary
 from ctxkeep.tokens import get_counter
 
 COUNTER = get_counter("o200k_base")
@@ -236,3 +238,20 @@ def test_a_large_previous_summary_never_pushes_a_request_past_the_window(finding
     assert missing_sections(summary) == [] and "finding 0: value 0" in model.requests[-1].turns[0].text
     assert summarizer.last_run is not None and summarizer.last_run.parts > 1
     assert all(fits(r) for r in model.requests)
+
+
+def test_the_deterministic_model_answers_with_the_fixed_summary_though_providers_know_no_summaries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    request = Completion(system="Summarize.", turns=(Turn(role="user", text="[user]\nShip `app.py` today"),))
+    summary = DeterministicModel().complete(request).text
+    assert summary == fixed_summary(request) and missing_sections(summary) == []
+    assert DeterministicModel(default=lambda r: "mine").complete(request).text == "mine"
+    monkeypatch.setattr(DeterministicModel, "fallback", None)
+    with pytest.raises(ProviderError, match="enqueue a reply"):
+        DeterministicModel().complete(request)
+    for path in (ROOT / "src" / "ctxkeep" / "providers").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        assert not [m for m in imported if m.startswith("ctxkeep.summarize")], path

@@ -24,6 +24,7 @@ from ctxkeep.summarize import (
     detect_language,
     missing_sections,
     resolve_language,
+    why_rejected,
 )
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
 from ctxkeep.summarize.facts.collect import collect_facts, human_text
@@ -38,6 +39,9 @@ from ctxkeep.summarize.sections.markdown import (
     render_item,
     render_sections,
     unquote,
+)
+from ctxkeep.summarize.sections.markdown import (
+    headings as headings_of,
 )
 
 SUMMARIZER = ExtractiveSummarizer()
@@ -793,6 +797,48 @@ def test_missing_sections() -> None:
     assert missing_sections(full.replace("## Goal", "```\n## Goal\n```")) == ["Goal"]
     assert missing_sections("") == list(SECTIONS)
     assert missing_sections("# Goal\n## Progress") == [t for t in SECTIONS if t != "Progress"]
+
+
+# One parser reads a summary, with one code-fence rule: a ``##`` line inside a ``` or ~~~ block is text.
+FENCED = (
+    render_sections({"Critical Context": {"": ["a note\n```\n## Key Decisions\n- fake decision\n```"]}})
+    .replace("## Next Steps\n- (none)\n", "")
+    .replace("## Goal\n- (none)\n", "## Goal\n- the real goal\n~~~\n```\n## Next Steps\n~~~\n")
+)
+
+
+def test_a_heading_inside_a_code_fence_is_not_a_section() -> None:
+    assert "## Next Steps" in FENCED and "## Key Decisions\n- fake decision" in FENCED
+    assert missing_sections(FENCED) == ["Next Steps"]  # a ``` line inside ~~~ does not close it
+    assert why_rejected(FENCED) == "the summary lacks the sections Next Steps"
+    sections = parse_sections(FENCED)
+    assert "Next Steps" not in sections and sections.get("Key Decisions") == {}
+    assert sections["Goal"][""] == ["the real goal\n~~~\n```\n## Next Steps\n~~~"]
+    assert sections["Critical Context"][""] == ["a note\n```\n## Key Decisions\n- fake decision\n```"]
+    titles = [title for _, level, title in headings_of(FENCED.splitlines()) if level == 2]
+    assert titles == ["Goal", "Constraints & Preferences", "Progress", "Key Decisions", "Critical Context"]
+
+
+def test_why_rejected_gives_the_engines_reasons() -> None:
+    assert why_rejected(render_sections({})) is None
+    for empty in (None, "", "  \n", 42):
+        assert why_rejected(empty) == "the summarizer returned an empty summary"
+    missing = "Constraints & Preferences, Progress, Key Decisions, Next Steps, Critical Context"
+    assert why_rejected("## Goal\n- x\n") == f"the summary lacks the sections {missing}"
+
+
+def test_a_fenced_heading_in_the_previous_summary_stays_in_its_item() -> None:
+    previous = FENCED.replace("## Critical Context", "## Next Steps\n- ship it\n\n## Critical Context")
+    merged = summarize([user("Fix the parser.")], previous=previous)
+    assert "fake decision" not in "\n".join(section(merged, "Key Decisions"))
+    assert any("## Key Decisions\n- fake decision" in item for item in section(merged, "Critical Context"))
+
+
+def test_a_user_pasting_a_summary_in_a_fence_is_still_a_human() -> None:
+    summary = render_sections({"Goal": {"": ["ship it"]}})
+    assert human_text(summary) == (None, False)  # our own summary format is never a request
+    pasted = f"Why does this summary drop the tests?\n```\n{summary}```"
+    assert human_text(pasted) == (pasted, False)
 
 
 def test_items_with_fenced_commands_round_trip_verbatim() -> None:
