@@ -82,7 +82,7 @@ def conversation() -> tuple[Message, ...]:
 
 
 def summarize(request: SummaryRequest, reply: str = GARBAGE, agents_md: str | None = None) -> str:
-    """What `ctxkeep.summarize.model.ModelSummarizer` makes of a valid `reply` (its audit and retries aside)."""
+    """What `ctxkeep.summarize.ModelSummarizer` makes of a valid `reply` (its audit and retries aside)."""
     return augment(reply, request, agents_md=agents_md)
 
 

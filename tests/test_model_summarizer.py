@@ -13,13 +13,13 @@ from tests.conftest import raw_params
 from tests.scripted import Scripted
 
 from ctxkeep import engine
-from ctxkeep.engine import EngineSettings, Live
 from ctxkeep.errors import ProviderError, SummaryError
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import load
+from ctxkeep.live import Live, add
 from ctxkeep.messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
 from ctxkeep.providers import Turn
-from ctxkeep.settings import CompactSettings, ModelSummarySettings, OffloadSettings
+from ctxkeep.settings import CompactSettings, EngineSettings, ModelSummarySettings, OffloadSettings
 from ctxkeep.summarize import PROGRESS_SUBSECTIONS, SECTIONS, ModelSummarizer, SummaryRequest, missing_sections
 from ctxkeep.summarize.model.prompts import (
     omission_marker,
@@ -300,7 +300,7 @@ def test_valid_reply_passes() -> None:
     model = Scripted(VALID)
     summarizer = ModelSummarizer(model, settings=ModelSummarySettings(max_tokens=1_000, result_chars=300))
     summary = summarizer.summarize(SummaryRequest(messages=conversation(), language="en"))
-    # The model's text comes first, whole; the deterministic augmentation (ctxkeep.summarize.augment) follows.
+    # The model's text comes first, whole; the deterministic augmentation (ctxkeep.summarize.model.augment) follows.
     assert summary.startswith(VALID.rstrip("\n"))
     assert "### Tool failures\n- bash (exit 1): `pytest -q`" in summary
     (sent,) = model.requests
@@ -417,7 +417,7 @@ def test_engine_keeps_the_context_and_records_the_exchange_when_the_reply_is_inv
         offload=OffloadSettings(recent_n=2, recent_max_bytes=1_500, old_max_bytes=300),
     )
     messages = [Message.of("user" if i % 2 == 0 else "assistant", f"turn {i}: " + "word " * 60) for i in range(30)]
-    live = engine.add(Live(), messages, counter)
+    live = add(Live(), messages, counter)
     summarizer = ModelSummarizer(Scripted("I cannot summarize this."))
     setup = engine.Setup(settings=small, counter=counter, summarizer=summarizer, store=MemoryFolder())
     step = engine.prepare(live, setup, system="be brief", now=datetime(2026, 12, 3, 9, 30, tzinfo=UTC))
