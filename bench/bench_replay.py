@@ -27,13 +27,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ctxkeep.engine import EngineSettings, system_tokens_of
+from ctxkeep.context import system_tokens_of
 from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.formats import load
 from ctxkeep.messages import Message, ToolCall, make_id, repair
 from ctxkeep.replay import split_system, turns
 from ctxkeep.session import Session
-from ctxkeep.settings import CompactSettings
+from ctxkeep.settings import CompactSettings, EngineSettings
 from ctxkeep.tokens import get_counter
 
 RAW = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "transcripts" / "raw"

@@ -78,14 +78,13 @@ from typing import Any, Literal
 
 # the shared conversations, read and repaired as the replay benchmark reads them (run from the repository root)
 from bench_replay import conversations
-from ctxkeep.engine import EngineSettings
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.messages import Message, ToolResult
 from ctxkeep.providers import get_model
 from ctxkeep.providers.deterministic import DeterministicModel
 from ctxkeep.replay import turns
 from ctxkeep.session import Session
-from ctxkeep.settings import CompactSettings, ModelSummarySettings
+from ctxkeep.settings import CompactSettings, EngineSettings, ModelSummarySettings
 from ctxkeep.summarize import Summarizer, SummaryRequest
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
 from ctxkeep.summarize.facts.collect import collect_facts

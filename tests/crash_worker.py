@@ -16,11 +16,10 @@ import signal
 import sys
 from datetime import UTC, datetime
 
-from ctxkeep.engine import EngineSettings
 from ctxkeep.folder import LocalFolder
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
 from ctxkeep.session import Session
-from ctxkeep.settings import CompactSettings, OffloadSettings
+from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 SETTINGS = EngineSettings(

@@ -21,8 +21,14 @@ from ctxkeep.session import Session
 sys.path.insert(0, str(Path(__file__).parent))
 import crash_worker
 
+# Each test starts dozens of processes: CI runs them, the quick loop (-m "not slow") does not.
+pytestmark = pytest.mark.slow
+
 WORKER = Path(__file__).parent / "crash_worker.py"
 IDS = [m.id for m in crash_worker.conversation()]
+# A worker replays a short conversation in about a second; the limit only stops a hung one, so it is
+# sized for a very slow, very busy machine.
+WORKER_SECONDS = 600
 
 
 def _run(ws: Path, kill_at: int, mode: str, start: int = 0) -> subprocess.CompletedProcess[str]:
@@ -30,7 +36,7 @@ def _run(ws: Path, kill_at: int, mode: str, start: int = 0) -> subprocess.Comple
         [sys.executable, str(WORKER), str(ws), str(kill_at), mode, str(start)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=WORKER_SECONDS,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")},
     )
 

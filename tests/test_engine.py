@@ -10,11 +10,11 @@ import pytest
 
 from ctxkeep import engine
 from ctxkeep.codec import message_from_dict
-from ctxkeep.engine import EngineSettings, Live
 from ctxkeep.errors import MessageError, PinnedOverBudgetError, SummaryError
 from ctxkeep.folder import MemoryFolder
+from ctxkeep.live import Live, add
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult, validate
-from ctxkeep.settings import CompactSettings, OffloadSettings
+from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
 from ctxkeep.summarize import SECTIONS, SummaryRequest
 from ctxkeep.tokens import get_counter
 
@@ -69,7 +69,7 @@ def run(live: Live, summarizer=None, folder=None, settings=SMALL, system="be bri
 
 
 def test_under_the_threshold_nothing_changes() -> None:
-    live = engine.add(Live(), turn(0), COUNTER)
+    live = add(Live(), turn(0), COUNTER)
     step = run(live)
     assert step.compaction is None and step.failure is None
     assert step.context.messages == live.messages
@@ -79,7 +79,7 @@ def test_under_the_threshold_nothing_changes() -> None:
 
 def test_over_the_threshold_compacts_archives_first_and_keeps_pairs() -> None:
     folder = MemoryFolder()
-    live = engine.add(Live(), [m for i in range(12) for m in turn(i)], COUNTER)
+    live = add(Live(), [m for i in range(12) for m in turn(i)], COUNTER)
     step = run(live, folder=folder)
     c = step.compaction
     assert c is not None and c.compacted > 0 and c.tokens_after < c.tokens_before
@@ -100,9 +100,9 @@ def test_over_the_threshold_compacts_archives_first_and_keeps_pairs() -> None:
 def test_second_compaction_updates_the_previous_summary() -> None:
     summarizer = Recording()
     folder = MemoryFolder()
-    live = engine.add(Live(), [m for i in range(12) for m in turn(i)], COUNTER)
+    live = add(Live(), [m for i in range(12) for m in turn(i)], COUNTER)
     first = run(live, summarizer, folder)
-    more = engine.add(first.live, [m for i in range(12, 24) for m in turn(i)], COUNTER)
+    more = add(first.live, [m for i in range(12, 24) for m in turn(i)], COUNTER)
     second = run(more, summarizer, folder)
     assert second.compaction is not None
     assert summarizer.requests[0].previous is None
@@ -115,43 +115,43 @@ def test_second_compaction_updates_the_previous_summary() -> None:
 @pytest.mark.parametrize("bad", [Raising(), Garbage()])
 def test_a_failed_summary_changes_nothing_and_is_not_retried_at_once(bad) -> None:  # type: ignore[no-untyped-def]
     folder = MemoryFolder()
-    live = engine.add(Live(), [m for i in range(12) for m in turn(i)], COUNTER)
+    live = add(Live(), [m for i in range(12) for m in turn(i)], COUNTER)
     step = run(live, bad, folder)
     assert step.failure is not None and step.compaction is None
     assert step.live.messages == live.messages and step.live.summary is None
     assert folder.list("dialog/") == []
-    again = run(engine.add(step.live, [Message.of("user", "one more")], COUNTER), bad, folder)
+    again = run(add(step.live, [Message.of("user", "one more")], COUNTER), bad, folder)
     assert again.failure is None, "retried before the context grew by retry_growth"
-    grown = engine.add(again.live, turn(99, size=120), COUNTER)
+    grown = add(again.live, turn(99, size=120), COUNTER)
     assert run(grown, Recording(), folder).compaction is not None
 
 
 def test_gate_skips_when_the_system_prompt_alone_is_over() -> None:
-    live = engine.add(Live(), turn(0), COUNTER)
+    live = add(Live(), turn(0), COUNTER)
     step = run(live, system="rule " * 2_000)
     assert step.compaction is None and step.warnings and "compaction skipped" in step.warnings[0]
     assert run(step.live, system="rule " * 2_000).warnings == ()  # no loop: not tried again until it grows
 
 
 def test_nothing_to_compact_is_a_failure_not_a_loop() -> None:
-    live = engine.add(Live(), [Message.of("user", "huge " * 3_000, id="big")], COUNTER)
+    live = add(Live(), [Message.of("user", "huge " * 3_000, id="big")], COUNTER)
     step = run(live)
     assert step.failure is not None and "nothing can be compacted" in step.failure.reason
     assert run(step.live).failure is None
 
 
 def test_pinned_messages_stay_and_their_limit_is_enforced() -> None:
-    live = engine.add(Live(), [m for i in range(12) for m in turn(i)], COUNTER)
+    live = add(Live(), [m for i in range(12) for m in turn(i)], COUNTER)
     step = run(replace(live, pinned=frozenset({"u0"})))
     assert step.live.messages[0].id == "u0" and "u0" not in {m.id for m in step.archived}
-    over = engine.add(Live(), [Message.of("user", "pinned " * 1_600, id="p"), *turn(1)], COUNTER)
+    over = add(Live(), [Message.of("user", "pinned " * 1_600, id="p"), *turn(1)], COUNTER)
     with pytest.raises(PinnedOverBudgetError, match="pinned messages take"):
         run(replace(over, pinned=frozenset({"p"})), force=True)
 
 
 def test_manual_compaction_passes_the_focus() -> None:
     summarizer = Recording()
-    live = engine.add(Live(), [m for i in range(3) for m in turn(i)], COUNTER)
+    live = add(Live(), [m for i in range(3) for m in turn(i)], COUNTER)
     setup = engine.Setup(settings=SMALL, counter=COUNTER, summarizer=summarizer, store=MemoryFolder())
     step = engine.compact(live, setup, system=None, now=NOW, focus="the database migration")
     assert step.compaction is not None and step.compaction.reason == "manual"
@@ -161,7 +161,7 @@ def test_manual_compaction_passes_the_focus() -> None:
 def test_big_results_are_offloaded_once_and_untouched_messages_keep_their_identity() -> None:
     folder = MemoryFolder()
     call = ToolCall(id="big", name="bash", arguments="{}")
-    live = engine.add(
+    live = add(
         Live(),
         [
             Message.of("user", "go", id="u"),
@@ -181,12 +181,12 @@ def test_big_results_are_offloaded_once_and_untouched_messages_keep_their_identi
 
 def test_add_refuses_orphan_results_and_repeated_call_ids() -> None:
     with pytest.raises(MessageError, match="not waiting for a result"):
-        engine.add(Live(), [Message(role="tool", content=(ToolResult(call_id="x", content=""),))], COUNTER)
-    live = engine.add(Live(), turn(0), COUNTER)
+        add(Live(), [Message(role="tool", content=(ToolResult(call_id="x", content=""),))], COUNTER)
+    live = add(Live(), turn(0), COUNTER)
     with pytest.raises(MessageError, match="already live"):
-        engine.add(live, turn(0)[1:2], COUNTER)
+        add(live, turn(0)[1:2], COUNTER)
     with pytest.raises(MessageError, match="answered already") as info:
-        engine.add(live, [Message.of("user", "fine"), turn(0)[2]], COUNTER)
+        add(live, [Message.of("user", "fine"), turn(0)[2]], COUNTER)
     assert info.value.index == 1
 
 
@@ -204,7 +204,7 @@ def test_the_whole_summary_respects_the_cap() -> None:
     from ctxkeep.summarize.extractive import ExtractiveSummarizer
 
     cfg = replace(SMALL, summary_max_chars=2_500)
-    live = engine.add(Live(), [m for i in range(40) for m in turn(i, size=60)], COUNTER)
+    live = add(Live(), [m for i in range(40) for m in turn(i, size=60)], COUNTER)
     step = run(live, ExtractiveSummarizer(), settings=cfg)
     assert step.compaction is not None and step.live.summary is not None
     assert len(step.live.summary) <= 2_500
@@ -214,7 +214,7 @@ def test_the_whole_summary_respects_the_cap() -> None:
 
 def test_an_aborted_call_is_sent_with_an_explicit_error_result() -> None:
     aborted = turn(0)[:2]  # the assistant called a tool, and no result ever came
-    live = engine.add(Live(), [*aborted, Message.of("user", "never mind, go on", id="u1")], COUNTER)
+    live = add(Live(), [*aborted, Message.of("user", "never mind, go on", id="u1")], COUNTER)
     step = run(live)
     sent = step.context.as_messages()
     assert validate(sent) == []
@@ -223,7 +223,7 @@ def test_an_aborted_call_is_sent_with_an_explicit_error_result() -> None:
     assert step.context.tokens == sum(COUNTER.count_each(sent))
     assert step.live.messages == live.messages  # the live state still waits for the result
     with pytest.raises(MessageError, match="does not directly follow its call"):
-        engine.add(step.live, [turn(0)[2]], COUNTER)
+        add(step.live, [turn(0)[2]], COUNTER)
 
 
 def test_a_chinese_conversation_gets_a_chinese_archive_guide() -> None:
@@ -233,7 +233,7 @@ def test_a_chinese_conversation_gets_a_chinese_archive_guide() -> None:
         Message.of("user" if i % 2 == 0 else "assistant", f"第{i}步：请检查配置文件并修复端口问题。" * 20, id=f"z{i}")
         for i in range(30)
     ]
-    step = run(engine.add(Live(), messages, COUNTER), ExtractiveSummarizer())
+    step = run(add(Live(), messages, COUNTER), ExtractiveSummarizer())
     assert step.live.summary is not None and step.live.summary.startswith(
         "完整的早期对话保存在 dialog/2026-12-03.jsonl"
     )

@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 
 from ctxkeep import engine
 from ctxkeep.codec import message_from_dict
-from ctxkeep.engine import EngineSettings, Live
 from ctxkeep.errors import PinnedOverBudgetError
 from ctxkeep.folder import MemoryFolder
+from ctxkeep.live import Live, add
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult, validate
 from ctxkeep.offload import OFFLOAD_KEY
-from ctxkeep.settings import CompactSettings, OffloadSettings
+from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
 from ctxkeep.tokens import get_counter
 from test_engine import NOW
@@ -75,7 +75,7 @@ def test_nothing_lost_nothing_unpaired(turns: list[list[Message]], window: int, 
     changes: dict[str, int] = {}
     last_text: dict[str, str] = {}
     for batch in turns:
-        live = engine.add(live, batch, COUNTER)
+        live = add(live, batch, COUNTER)
         added += batch
         for m, n in zip(batch, COUNTER.count_each(batch), strict=True):
             if m.id == f"m{pin}" and m.role == "user" and n < window // 10:

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from ctxkeep.engine import EngineSettings
 from ctxkeep.errors import MessageError, PinnedOverBudgetError, StorageError, WorkspaceError, WorkspaceLockedError
 from ctxkeep.folder import LocalFolder
 from ctxkeep.messages import Message
 from ctxkeep.session import Session
-from ctxkeep.settings import CompactSettings, OffloadSettings
+from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
 from test_engine import NOW, turn
 
 SETTINGS = EngineSettings(

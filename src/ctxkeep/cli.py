@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from ctxkeep.engine import EngineSettings
+from ctxkeep import __version__
 from ctxkeep.errors import CtxkeepError
 from ctxkeep.formats import format_names, load
 from ctxkeep.formats.anthropic import to_anthropic
@@ -36,7 +36,7 @@ from ctxkeep.providers import get_model
 from ctxkeep.replay import Replay, replay, split_system
 from ctxkeep.report import build_report, render_text
 from ctxkeep.session import Session
-from ctxkeep.settings import CompactSettings, ModelSummarySettings
+from ctxkeep.settings import CompactSettings, EngineSettings, ModelSummarySettings
 from ctxkeep.summarize import ModelSummarizer
 from ctxkeep.tokens import CountSettings, get_counter
 
@@ -48,6 +48,7 @@ PROGRESS_MIN_BYTES = 2_000_000
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ctxkeep", description="Keep an agent's context inside its budget.")
+    parser.add_argument("--version", action="version", version=f"ctxkeep {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     inspect = sub.add_parser("inspect", help="tokens by role and tool, largest tool results, pairing problems")
     inspect.add_argument("file", help="a transcript (Claude Code, Codex, pi, OpenHands, SWE-agent, tau-bench, ...)")

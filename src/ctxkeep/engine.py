@@ -24,43 +24,20 @@ from datetime import datetime
 from typing import Any
 
 from . import archive as archive_mod
+from .context import Context, summary_tokens_of, system_tokens_of
+from .context import of as context_of
 from .errors import SummaryError
 from .folder import Store
-from .live import Live, add, age_all, check_pins, offload_recent, rebuild
-from .messages import Message, repair
+from .live import Live, age_all, check_pins, offload_recent, rebuild
+from .messages import Message
 from .offload import cleanup
 from .settings import EngineSettings
 from .split import Split, split
-from .summarize import MIN_SUMMARY_CHARS, Summarizer, SummaryRequest, missing_sections, resolve_language
+from .summarize import MIN_SUMMARY_CHARS, Summarizer, SummaryRequest, resolve_language, why_rejected
 from .summarize.extractive import ExtractiveSummarizer
 from .tokens import Counter, get_counter
 
-__all__ = [
-    "SUMMARY_TAG",
-    "Compaction",
-    "Context",
-    "EngineSettings",
-    "Failure",
-    "Live",
-    "Plan",
-    "Setup",
-    "Skip",
-    "Step",
-    "add",
-    "apply",
-    "compact",
-    "plan",
-    "prepare",
-    "setup",
-    "summary_message_text",
-    "summary_tokens_of",
-    "system_tokens_of",
-    "tidy",
-]
-
 log = logging.getLogger("ctxkeep")
-
-SUMMARY_TAG = "context-summary"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -94,26 +71,6 @@ class Failure:
     tokens: int
     request: Mapping[str, Any] | None = None
     response: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Context:
-    """The three layers to send to the model, and their token count."""
-
-    system: str | None
-    summary: str | None
-    messages: tuple[Message, ...]
-    tokens: int
-
-    def as_messages(self) -> list[Message]:
-        """System prompt, summary (as a user message) and the recent messages, ready for an exporter."""
-        out: list[Message] = []
-        if self.system:
-            out.append(_system_message(self.system))
-        if self.summary:
-            out.append(_summary_message(self.summary))
-        out.extend(self.messages)
-        return out
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -179,29 +136,6 @@ def tidy(live: Live, setup: Setup, now: datetime) -> list[str]:
     return cleanup(
         setup.store, live.messages, retention_days=setup.settings.offload.retention_days, now=now.timestamp()
     )
-
-
-def summary_message_text(summary: str) -> str:
-    """The summary as the model sees it: wrapped in a tag so it is never mistaken for a user request."""
-    return f"<{SUMMARY_TAG}>\n{summary}\n</{SUMMARY_TAG}>"
-
-
-def _system_message(system: str) -> Message:
-    return Message.of("system", system, id="ctxkeep-system")
-
-
-def _summary_message(summary: str) -> Message:
-    return Message.of("user", summary_message_text(summary), id="ctxkeep-summary")
-
-
-def system_tokens_of(system: str | None, counter: Counter) -> int:
-    """Tokens the system prompt adds to the context, message overhead included."""
-    return counter.count_message(_system_message(system)) if system else 0
-
-
-def summary_tokens_of(summary: str | None, counter: Counter) -> int:
-    """Tokens the summary adds to the context as the message `Context.as_messages` sends."""
-    return counter.count_message(_summary_message(summary)) if summary else 0
 
 
 def prepare(
@@ -330,7 +264,7 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float)
         after = replace(after, failed_at=after.tokens)
     return Step(
         live=after,
-        context=_context(after, counter),
+        context=context_of(after, counter),
         compaction=compaction,
         archived=cut.to_compact,
         warnings=warnings,
@@ -354,11 +288,11 @@ def _summarize(summarizer: Summarizer, request: SummaryRequest) -> str | Failure
         log.exception("summarizer raised")
         reason = f"the summarizer raised {type(exc).__name__}: {exc}"
         return _failure(reason, _describe(request, summarizer), None)
-    rejected = rejection(body)
+    rejected = why_rejected(body)
     if rejected is not None:
         answered = body if isinstance(body, str) and body.strip() else repr(body)
         return _failure(rejected, _describe(request, summarizer), answered)
-    assert isinstance(body, str)  # `rejection` refuses anything else
+    assert isinstance(body, str)  # `why_rejected` refuses anything else
     return body
 
 
@@ -383,37 +317,17 @@ def _skipped(live: Live, skip: Skip, now: datetime, counter: Counter) -> Step:
     if skip.failure is not None:
         return _not_applied(live, Failure(at=now, reason=skip.failure, tokens=live.tokens), counter)
     if skip.warning is None:
-        return Step(live=live, context=_context(live, counter))
+        return Step(live=live, context=context_of(live, counter))
     log.warning(skip.warning)
     live = replace(live, failed_at=live.tokens)
-    return Step(live=live, context=_context(live, counter), warnings=(skip.warning,))
+    return Step(live=live, context=context_of(live, counter), warnings=(skip.warning,))
 
 
 def _not_applied(live: Live, failure: Failure, counter: Counter) -> Step:
     log.warning("compaction not applied: %s", failure.reason)
     return Step(
         live=replace(live, failed_at=failure.tokens),
-        context=_context(live, counter),
+        context=context_of(live, counter),
         failure=failure,
         warnings=(f"compaction not applied: {failure.reason}",),
     )
-
-
-def _context(live: Live, counter: Counter) -> Context:
-    messages, tokens = live.messages, live.tokens
-    if live.pairs.open or live.pairs.abandoned:
-        # A call that never got its result (an aborted tool) would make the provider refuse the request:
-        # the model sees an explicit "[no result recorded]" error result instead. The live state keeps the
-        # call open, so a result that arrives later still pairs with it.
-        repaired, _ = repair(messages)
-        live_ids = {id(m) for m in messages}
-        tokens += sum(counter.count_each([m for m in repaired if id(m) not in live_ids]))
-        messages = tuple(repaired)
-    return Context(system=live.system, summary=live.summary, messages=messages, tokens=tokens)
-
-
-def rejection(body: object) -> str | None:  # TODO(integration): summarize's acceptance check
-    if not isinstance(body, str) or not body.strip():
-        return "the summarizer returned an empty summary"
-    missing = missing_sections(body)
-    return f"the summary lacks the sections {', '.join(missing)}" if missing else None

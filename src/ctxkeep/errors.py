@@ -18,20 +18,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = [
-    "CtxkeepError",
-    "FormatError",
-    "MessageError",
-    "PinnedOverBudgetError",
-    "ProviderError",
-    "StorageError",
-    "SummaryError",
-    "TokenizerError",
-    "UnknownFormatError",
-    "WorkspaceError",
-    "WorkspaceLockedError",
-]
-
 
 class CtxkeepError(Exception):
     """Base class of every error ctxkeep raises on purpose."""

@@ -26,8 +26,6 @@ from typing import Protocol
 
 from .errors import StorageError, WorkspaceLockedError
 
-__all__ = ["FileInfo", "FileStore", "Folder", "LocalFolder", "MemoryFolder", "Store"]
-
 
 @dataclass(frozen=True, slots=True)
 class FileInfo:

@@ -31,27 +31,6 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Literal, TypeAlias
 
-__all__ = [
-    "NO_RESULT_TEXT",
-    "ROLES",
-    "Block",
-    "Change",
-    "ImageBlock",
-    "Message",
-    "Problem",
-    "Role",
-    "TextBlock",
-    "ThinkingBlock",
-    "ToolCall",
-    "ToolResult",
-    "count_pairs",
-    "make_id",
-    "renumber_duplicates",
-    "repair",
-    "result_content",
-    "validate",
-]
-
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
 

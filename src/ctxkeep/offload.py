@@ -19,18 +19,6 @@ from .folder import TOOL_RESULT_DIR, Store
 from .messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
 from .settings import OffloadSettings, PolicyKind
 
-__all__ = [
-    "OFFLOAD_KEY",
-    "TOOL_RESULT_DIR",
-    "OffloadRecord",
-    "Stage",
-    "cleanup",
-    "offload",
-    "original_file",
-    "record_of",
-    "referenced_files",
-]
-
 OFFLOAD_KEY = "ctxkeep_offload"
 
 Stage: TypeAlias = Literal["recent", "old"]

@@ -14,11 +14,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .engine import Compaction, Failure, system_tokens_of
+from .context import system_tokens_of
+from .engine import Compaction, Failure
 from .messages import Message, repair
 from .session import Session
-
-__all__ = ["Replay", "replay", "split_system", "turns"]
 
 
 @dataclass(kw_only=True, slots=True)

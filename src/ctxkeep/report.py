@@ -12,8 +12,6 @@ from ctxkeep.formats import Transcript
 from ctxkeep.messages import Message, validate
 from ctxkeep.tokens import Counter
 
-__all__ = ["build_report", "render_text"]
-
 TOP_RESULTS = 10
 MAX_CONVERSATIONS = 10  # rows of the conversation table in the text report
 PROGRESS_CHUNK = 500  # messages counted between progress updates

@@ -35,6 +35,7 @@ from . import engine
 from . import live as live_mod
 from .archive import Archive
 from .codec import dumps, message_from_dict, message_to_dict
+from .context import summary_tokens_of
 from .engine import Step
 from .errors import CtxkeepError, WorkspaceError
 from .folder import FAILED_DIR, STATE, LocalFolder, Store, live_name
@@ -43,8 +44,6 @@ from .messages import Message
 from .settings import EngineSettings
 from .summarize import Summarizer
 from .tokens import Counter
-
-__all__ = ["Session"]
 
 log = logging.getLogger("ctxkeep")
 
@@ -361,7 +360,7 @@ class Session:
             Live(
                 summary=state.summary,
                 summary_body=state.summary_body,
-                summary_tokens=engine.summary_tokens_of(state.summary, self.counter),
+                summary_tokens=summary_tokens_of(state.summary, self.counter),
                 archive=state.archive,
                 failed_at=state.failed_at,
             ),

@@ -16,27 +16,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
-__all__ = [
-    "DEFAULT_POLICIES",
-    "LANGUAGES",
-    "MIN_CHUNK_TOKENS",
-    "MIN_SUMMARY_CHARS",
-    "PROMPT_RESERVE",
-    "REPLY_FORMATS",
-    "SAFETY_MARGIN",
-    "CompactSettings",
-    "EngineSettings",
-    "ModelSummarySettings",
-    "OffloadSettings",
-    "PolicyKind",
-    "ReplyFormat",
-    "ToolPolicy",
-]
-
 # The languages of a summary; "auto" detects it from the messages (ctxkeep.summarize.resolve_language).
 LANGUAGES = ("en", "zh", "auto")
 # The smallest summary cap, in characters: the six headings, their "(none)" lines and the capped goal lines.
 MIN_SUMMARY_CHARS = 2_000
+# Room the archive guide takes at the head of a summary, beyond the sections.
+GUIDE_CHARS = 500
 
 PolicyKind: TypeAlias = Literal["browser", "file_read", "default"]
 
@@ -177,13 +162,14 @@ class EngineSettings:
                 "retry_growth (share of the window the context must grow by before a failed compaction is"
                 f" tried again) must be in [0, 1); got {self.retry_growth!r}"
             )
-        if not isinstance(self.summary_max_chars, int) or self.summary_max_chars < 2_500:
+        least = MIN_SUMMARY_CHARS + GUIDE_CHARS
+        if not isinstance(self.summary_max_chars, int) or self.summary_max_chars < least:
             raise ValueError(
-                f"summary_max_chars must be a whole number of at least 2,500 (room for the six sections and the"
+                f"summary_max_chars must be a whole number of at least {least:,} (room for the six sections and the"
                 f" archive guide); got {self.summary_max_chars!r}"
             )
-        if self.language not in ("auto", "en", "zh"):
-            raise ValueError(f"language must be 'auto', 'en' or 'zh'; got {self.language!r}")
+        if self.language not in LANGUAGES:
+            raise ValueError(f"language must be one of {', '.join(map(repr, LANGUAGES))}; got {self.language!r}")
 
 
 # The budget of one request to the compaction model (ctxkeep.summarize.model.chunks). Our counter is not the

@@ -1,37 +1,15 @@
 """Where to cut the history (seed name ``context_check``): what to compact, what to keep verbatim.
 
-`split` walks from the newest message backwards, adding up token counts while they fit in
-`reserve`; the first message that does not fit, and everything older, goes to `to_compact`::
+`split` walks from the newest message backwards while the tail fits in `reserve`::
 
     index   0    1    2        3    4    5         6
            user asst tool ... user asst tool      user
            └───── to_compact ─────┘ └──── to_keep ────┘
                                    ▲ cut: messages[cut:] is kept
 
-**Pair protection.** A tool call and its results form a *pair group*: the assistant message
-holding the calls plus one ``tool`` message per call (parallel calls share one group). A cut
-inside a group's span (from its first to its last member, messages in between included) would
-leave a result without its call, or a call without its results, so it is unsafe.
-`safe_cuts` lists which cuts are safe. When the first cut tried is unsafe, the boundary moves:
-
-- *newer* first, to the next safe cut, so the kept part stays within `reserve`;
-- *older*, only when no safe cut newer than it keeps at least one message (the newest message
-  belongs to a group that starts before the cut); then the whole group is kept, over `reserve`.
-
-The newest message is always kept, even when it alone is over `reserve`: the agent must see
-the request it answers (that first cut is still valid when it is safe). A split that keeps
-everything (`to_compact` empty) is returned as is; the caller then knows nothing can be compacted.
-
-**Pins.** Messages whose id is in `pinned` are never compacted, and neither are the other
-members of their pair groups. A pinned message older than the cut stays live in `Split.pinned`;
-pinned messages cost nothing against `reserve`. Cuts never fall inside a group, pinned or not, so
-for repaired input the live context ``pinned + to_keep`` pairs every call with its results.
-
-**Broken pairing.** The engine admits only results that directly follow their call
-(`ctxkeep.engine.add`), so every group is an assistant message followed by its results (or by
-fewer, when a tool was aborted). Input that is not repaired still splits without error: a
-result whose call is nowhere is a group of its own, a call whose results are missing is a group
-of the call alone, and a result before or far after its call spans everything between.
+A cut never falls inside a tool call's pair group (`safe_cuts`); pinned messages and their groups
+stay live. The rules (moving the boundary, the newest message, pins, broken pairing) are in
+docs/engine.md.
 """
 
 from __future__ import annotations
@@ -40,8 +18,6 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from ctxkeep.messages import Message, pair_walk
-
-__all__ = ["Split", "pair_groups", "safe_cuts", "split"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

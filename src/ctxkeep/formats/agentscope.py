@@ -33,7 +33,6 @@ from ctxkeep.messages import (
 
 NAME = "agentscope"
 
-__all__ = ["from_agentscope", "parse", "sniff", "to_agentscope"]
 
 _GROUP = "agentscope:group"
 _MSG = "agentscope"  # the Msg's own fields other than role and content

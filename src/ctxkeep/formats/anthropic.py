@@ -40,7 +40,6 @@ from ctxkeep.messages import (
 
 NAME = "anthropic"
 
-__all__ = ["from_anthropic", "parse", "sniff", "to_anthropic"]
 
 _GROUP = "anthropic:group"  # id of the original message a piece came from
 _FORM = "anthropic:content"  # "str" when the original content was a plain string

@@ -16,8 +16,6 @@ from typing import Any, Protocol
 from ctxkeep.formats.source import Conversation, Source
 from ctxkeep.messages import Message
 
-__all__ = ["Convert", "parse_message_file"]
-
 
 class Convert(Protocol):
     """A ``from_<format>`` function: raw message dicts to messages, ValueError on bad input."""

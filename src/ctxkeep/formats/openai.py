@@ -39,7 +39,6 @@ from ctxkeep.messages import (
 
 NAME = "openai"
 
-__all__ = ["from_openai", "parse", "sniff", "to_openai"]
 
 _KNOWN = frozenset({"role", "content", "tool_calls", "tool_call_id"})
 _FORM = "openai:content"  # how `content` was written: "str", "parts", "null" or "absent"

@@ -32,7 +32,6 @@ from ctxkeep.messages import (
 
 NAME = "pi"
 
-__all__ = ["parse", "sniff"]
 
 COMPACTION_HEADER = "[Summary of the earlier conversation, written when pi compacted its context]\n\n"
 BRANCH_SUMMARY_HEADER = "[Summary of a branch this conversation came back from]\n\n"

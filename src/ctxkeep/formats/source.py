@@ -18,8 +18,6 @@ import orjson
 from ctxkeep.errors import FormatError
 from ctxkeep.messages import Message
 
-__all__ = ["RECORD_ERRORS", "Conversation", "Source", "describe", "few", "parse_timestamp"]
-
 _UNSET: Any = object()
 
 # What reading an odd record can raise; importers turn these into `Source.skip` (FormatError).

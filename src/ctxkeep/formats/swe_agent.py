@@ -30,7 +30,6 @@ from ctxkeep.messages import (
 
 NAME = "swe_agent"
 
-__all__ = ["parse", "sniff"]
 
 _SHELL_TOOL = "bash"
 _KNOWN = frozenset({"role", "content", "tool_calls", "tool_call_ids", "tool_call_id", "thinking_blocks"})

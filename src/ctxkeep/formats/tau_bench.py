@@ -19,7 +19,6 @@ from ctxkeep.messages import Block, Message, Role, TextBlock, ToolCall, ToolResu
 
 NAME = "tau_bench"
 
-__all__ = ["parse", "sniff"]
 
 _TAU2_RESULTS = re.compile(r'"simulations"\s*:\s*\[')
 _TAU2_KEYS = frozenset({"role", "content", "tool_calls", "raw_data", "timestamp", "id", "tool_messages"})

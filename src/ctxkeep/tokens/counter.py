@@ -15,8 +15,6 @@ from ctxkeep.messages import ImageBlock, Message, TextBlock, ThinkingBlock, Tool
 from ctxkeep.tokens.encodings import Backend, TextTokenizer, load_tokenizer
 from ctxkeep.tokens.images import Detail, Provider, image_tokens
 
-__all__ = ["Anchor", "CacheInfo", "CountSettings", "Counter", "TokenCounter", "get_counter"]
-
 _PROVIDERS = ("openai", "anthropic")
 _DETAILS = ("auto", "high", "low")
 _ROLES = ("system", "user", "assistant", "tool")

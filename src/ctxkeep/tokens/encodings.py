@@ -24,16 +24,6 @@ from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from ctxkeep.errors import TokenizerError
 
-__all__ = [
-    "ENCODINGS",
-    "Backend",
-    "HuggingFaceTokenizer",
-    "TextTokenizer",
-    "TiktokenTokenizer",
-    "ToktokTokenizer",
-    "load_tokenizer",
-]
-
 Backend: TypeAlias = Literal["toktok", "tiktoken"]
 
 ENCODINGS: tuple[str, ...] = ("o200k_base", "cl100k_base")

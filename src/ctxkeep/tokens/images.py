@@ -29,18 +29,6 @@ from typing import Literal, TypeAlias
 
 from ctxkeep.messages import ImageBlock
 
-__all__ = [
-    "UNKNOWN_IMAGE_TOKENS",
-    "Detail",
-    "Provider",
-    "anthropic_image_tokens",
-    "image_size",
-    "image_size_from_base64",
-    "image_size_from_bytes",
-    "image_tokens",
-    "openai_image_tokens",
-]
-
 Provider: TypeAlias = Literal["openai", "anthropic"]
 Detail: TypeAlias = Literal["auto", "high", "low"]
 

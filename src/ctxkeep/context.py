@@ -1,0 +1,68 @@
+"""The context sent to the model: the three layers (system prompt, summary, recent messages) and their cost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .live import Live
+from .messages import Message, repair
+from .tokens import Counter
+
+SUMMARY_TAG = "context-summary"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Context:
+    """The three layers to send to the model, and their token count."""
+
+    system: str | None
+    summary: str | None
+    messages: tuple[Message, ...]
+    tokens: int
+
+    def as_messages(self) -> list[Message]:
+        """System prompt, summary (as a user message) and the recent messages, ready for an exporter."""
+        out: list[Message] = []
+        if self.system:
+            out.append(_system_message(self.system))
+        if self.summary:
+            out.append(_summary_message(self.summary))
+        out.extend(self.messages)
+        return out
+
+
+def summary_message_text(summary: str) -> str:
+    """The summary as the model sees it: wrapped in a tag so it is never mistaken for a user request."""
+    return f"<{SUMMARY_TAG}>\n{summary}\n</{SUMMARY_TAG}>"
+
+
+def _system_message(system: str) -> Message:
+    return Message.of("system", system, id="ctxkeep-system")
+
+
+def _summary_message(summary: str) -> Message:
+    return Message.of("user", summary_message_text(summary), id="ctxkeep-summary")
+
+
+def system_tokens_of(system: str | None, counter: Counter) -> int:
+    """Tokens the system prompt adds to the context, message overhead included."""
+    return counter.count_message(_system_message(system)) if system else 0
+
+
+def summary_tokens_of(summary: str | None, counter: Counter) -> int:
+    """Tokens the summary adds to the context as the message `Context.as_messages` sends."""
+    return counter.count_message(_summary_message(summary)) if summary else 0
+
+
+def of(live: Live, counter: Counter) -> Context:
+    """The context to send for `live`: an aborted tool call gets an explicit error result, so no provider refuses it."""
+    messages, tokens = live.messages, live.tokens
+    if live.pairs.open or live.pairs.abandoned:
+        # A call that never got its result (an aborted tool) would make the provider refuse the request:
+        # the model sees an explicit "[no result recorded]" error result instead. The live state keeps the
+        # call open, so a result that arrives later still pairs with it.
+        repaired, _ = repair(messages)
+        live_ids = {id(m) for m in messages}
+        tokens += sum(counter.count_each([m for m in repaired if id(m) not in live_ids]))
+        messages = tuple(repaired)
+    return Context(system=live.system, summary=live.summary, messages=messages, tokens=tokens)
