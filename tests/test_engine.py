@@ -237,3 +237,27 @@ def test_a_chinese_conversation_gets_a_chinese_archive_guide() -> None:
     assert step.live.summary is not None and step.live.summary.startswith(
         "完整的早期对话保存在 dialog/2026-12-03.jsonl"
     )
+
+
+def test_plan_decides_with_no_store_and_no_summarizer() -> None:
+    live = add(Live(), [m for i in range(12) for m in turn(i)], COUNTER)
+    live = replace(live, system="be brief", system_tokens=engine.system_tokens_of("be brief", COUNTER))
+    decided = engine.plan(live, SMALL, now=NOW, focus="the /srv paths")
+    assert isinstance(decided, engine.Plan) and decided.reason == "threshold" and decided.tokens == live.tokens
+    assert decided.cut.to_compact + decided.cut.to_keep == live.messages
+    assert decided.request.messages == decided.cut.to_compact and decided.request.focus == "the /srv paths"
+    kept = sum(n for m, n in zip(live.messages, live.counts, strict=True) if m in decided.cut.to_keep)
+    assert kept <= SMALL.compact.reserve
+
+    small = add(Live(), turn(0), COUNTER)
+    assert engine.plan(small, SMALL, now=NOW) == engine.Skip()
+    manual = engine.plan(small, SMALL, now=NOW, force=True)
+    assert isinstance(manual, engine.Plan) and manual.reason == "manual"
+
+    huge = replace(live, system_tokens=SMALL.compact.compact_threshold)
+    skipped = engine.plan(huge, SMALL, now=NOW)
+    assert isinstance(skipped, engine.Skip) and skipped.failure is None and "alone reach" in (skipped.warning or "")
+
+    alone = add(Live(), [Message.of("user", "huge " * 3_000, id="big")], COUNTER)
+    skipped = engine.plan(alone, SMALL, now=NOW)
+    assert isinstance(skipped, engine.Skip) and "nothing can be compacted" in (skipped.failure or "")

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ctxkeep.errors import MessageError, PinnedOverBudgetError, StorageError, WorkspaceError, WorkspaceLockedError
-from ctxkeep.folder import LocalFolder
+from ctxkeep.folder import FileInfo, LocalFolder
 from ctxkeep.messages import Message
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
@@ -45,6 +47,108 @@ def test_a_session_reopens_where_it_stopped(tmp_path: Path) -> None:
     assert (tmp_path / "summary.md").read_text() == summary
     records = (tmp_path / "compactions.jsonl").read_text().splitlines()
     assert records and all('"kind":"compaction"' in r for r in records)
+
+
+class KindStore:
+    """A `Store` that is no file system: one dict per kind of thing a workspace keeps, as a database would."""
+
+    def __init__(self) -> None:
+        self.state: bytes | None = None
+        self.live: dict[int, bytearray] = {}
+        self.archive: dict[str, bytearray] = {}
+        self.originals_: dict[str, bytes] = {}
+        self.records = bytearray()
+        self.failures: dict[str, bytes] = {}
+        self.summary: bytes | None = None
+
+    @contextlib.contextmanager
+    def lock(self, timeout: float) -> Iterator[None]:
+        yield
+
+    def where(self, name: str) -> str:
+        return f"kind-store:{name}"
+
+    def read_state(self) -> bytes | None:
+        return self.state
+
+    def commit_state(self, data: bytes) -> None:
+        self.state = data
+
+    def live_generations(self) -> list[int]:
+        return sorted(self.live)
+
+    def read_live(self, generation: int) -> bytes:
+        return bytes(self.live.get(generation, b""))
+
+    def start_live(self, generation: int, data: bytes) -> None:
+        self.live[generation] = bytearray(data)
+
+    def append_live(self, generation: int, data: bytes) -> None:
+        self.live.setdefault(generation, bytearray()).extend(data)
+
+    def cut_live(self, generation: int, size: int) -> None:
+        del self.live[generation][size:]
+
+    def drop_live(self, generation: int) -> None:
+        self.live.pop(generation, None)
+
+    def archive_files(self) -> list[FileInfo]:
+        return [FileInfo(name, len(data), 0.0) for name, data in sorted(self.archive.items())]
+
+    def append_archive(self, name: str, data: bytes) -> int:
+        self.archive.setdefault(name, bytearray()).extend(data)
+        return len(self.archive[name])
+
+    def cut_archive(self, name: str, size: int) -> None:
+        if size == 0:
+            self.archive.pop(name, None)
+        else:
+            del self.archive[name][size:]
+
+    def save_original(self, name: str, data: bytes) -> None:
+        self.originals_[name] = data
+
+    def originals(self) -> list[FileInfo]:
+        return [FileInfo(name, len(data), 0.0) for name, data in sorted(self.originals_.items())]
+
+    def drop_original(self, name: str) -> None:
+        self.originals_.pop(name, None)
+
+    def append_record(self, data: bytes) -> None:
+        self.records.extend(data)
+
+    def read_records(self) -> bytes:
+        return bytes(self.records)
+
+    def save_failure(self, name: str, data: bytes) -> None:
+        self.failures[name] = data
+
+    def read_summary(self) -> bytes | None:
+        return self.summary
+
+    def write_summary(self, data: bytes) -> None:
+        self.summary = data
+
+
+def test_a_session_needs_only_the_store_seam() -> None:
+    # What a database backend would implement: no paths, no file operations.
+    store = KindStore()
+    with Session(store, settings=SETTINGS) as s:
+        fill(s, range(12))
+        messages, summary = s.messages, s.summary
+    assert summary is not None and store.summary == summary.encode()
+    assert list(store.live) == [json.loads(store.state or b"{}")["generation"]]
+    assert sum(data.count(b"\n") for data in store.archive.values()) + len(messages) == 12 * 4
+    assert b'"kind":"compaction"' in store.records
+    with Session(store, settings=SETTINGS) as s:
+        assert s.messages == messages and s.summary == summary
+
+
+def test_what_a_session_holds_is_read_only(tmp_path: Path) -> None:
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        for name in ("live", "store", "settings", "counter", "summarizer"):
+            with pytest.raises(AttributeError):
+                setattr(s, name, None)
 
 
 def test_offloaded_results_are_kept_across_reopening(tmp_path: Path) -> None:

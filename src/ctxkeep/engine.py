@@ -33,8 +33,14 @@ from .messages import Message
 from .offload import cleanup
 from .settings import EngineSettings
 from .split import Split, split
-from .summarize import MIN_SUMMARY_CHARS, Summarizer, SummaryRequest, resolve_language, why_rejected
-from .summarize.extractive import ExtractiveSummarizer
+from .summarize import (
+    MIN_SUMMARY_CHARS,
+    ExtractiveSummarizer,
+    Summarizer,
+    SummaryRequest,
+    resolve_language,
+    why_rejected,
+)
 from .tokens import Counter, get_counter
 
 log = logging.getLogger("ctxkeep")
@@ -94,6 +100,23 @@ class Setup:
     summarizer: Summarizer
     store: Store
 
+    @classmethod
+    def with_defaults(
+        cls,
+        store: Store,
+        *,
+        settings: EngineSettings | None = None,
+        counter: Counter | None = None,
+        summarizer: Summarizer | None = None,
+    ) -> Setup:
+        """A `Setup` with defaults for what is not given: the seed settings, o200k_base, the extractive summarizer."""
+        return cls(
+            settings=settings or EngineSettings(),
+            counter=counter or get_counter("o200k_base"),
+            summarizer=summarizer or ExtractiveSummarizer(),
+            store=store,
+        )
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Plan:
@@ -113,22 +136,6 @@ class Skip:
 
     failure: str | None = None
     warning: str | None = None
-
-
-def setup(
-    store: Store,
-    *,
-    settings: EngineSettings | None = None,
-    counter: Counter | None = None,
-    summarizer: Summarizer | None = None,
-) -> Setup:
-    """A `Setup` with the defaults for what is not given: the seed settings, o200k_base, the extractive summarizer."""
-    return Setup(
-        settings=settings or EngineSettings(),
-        counter=counter or get_counter("o200k_base"),
-        summarizer=summarizer or ExtractiveSummarizer(),
-        store=store,
-    )
 
 
 def tidy(live: Live, setup: Setup, now: datetime) -> list[str]:

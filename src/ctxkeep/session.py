@@ -130,7 +130,7 @@ class Session:
         lock_timeout: float = 10.0,
         now: datetime | None = None,
     ) -> None:
-        self._setup = engine.setup(store, settings=settings, counter=counter, summarizer=summarizer)
+        self._setup = engine.Setup.with_defaults(store, settings=settings, counter=counter, summarizer=summarizer)
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(store.lock(lock_timeout))
         try:
