@@ -7,12 +7,15 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
-# CI runs the same examples every time (HYPOTHESIS_PROFILE=ci in .ci/run), so a landing never
-# hangs on luck; local runs explore new examples on each run.
-settings.register_profile("ci", derandomize=True, print_blob=True)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+# No test depends on how fast the machine is: no deadline per example, and no health check that
+# fails when drawing examples is slow (a busy machine is not a bug). CI runs the same examples every
+# time (HYPOTHESIS_PROFILE=ci in .ci/run), so a landing never hangs on luck; local runs explore new
+# examples on each run.
+settings.register_profile("local", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", settings.get_profile("local"), derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "local"))
 
 ROOT = Path(__file__).resolve().parents[1]
 TRANSCRIPTS = ROOT.parent / "shared" / "data" / "transcripts"

@@ -9,6 +9,12 @@ refused and saved, with the live context untouched; a reply held to the JSON sch
 nonsense, which the audit fails, and the deterministic augmentation still carries every exact
 identifier, file, failure and AGENTS.md rule of what was compacted.
 
+No test may depend on how fast the machine is: each asks the model for little (the first 9
+messages of a real run, one compaction of one part, short replies) and waits long (`SECONDS` per
+call; the server runs one thread, see `scripts/llama_server.py`). They are still the slowest tests
+(about 25 s and 2 minutes on 2 cores), so they are marked `slow`: the quick loop leaves them out, CI
+runs them.
+
 Without the packages these tests skip, unless CTXKEEP_REQUIRE_LLAMA=1 (set by scripts/test), when
 they fail: CI must run them.
 """
@@ -29,20 +35,27 @@ from scripts.llama_server import serving
 from tests.conftest import RAW
 
 from ctxkeep.codec import message_from_dict
-from ctxkeep.engine import EngineSettings
 from ctxkeep.folder import LocalFolder
 from ctxkeep.formats import load
 from ctxkeep.messages import repair, validate
 from ctxkeep.providers import get_model
 from ctxkeep.replay import replay, split_system
 from ctxkeep.session import Session
-from ctxkeep.settings import CompactSettings, ModelSummarySettings
+from ctxkeep.settings import CompactSettings, EngineSettings, ModelSummarySettings
 from ctxkeep.summarize import ModelSummarizer, SummaryRequest, missing_sections
 from ctxkeep.summarize.facts.collect import collect_facts
 from ctxkeep.summarize.model.summarizer import SummaryRun
 
+pytestmark = pytest.mark.slow
+
 CONTEXT = 8_192  # the server's context window, and the summarizer's `window`
 TRANSCRIPT = RAW / "swea_marshmallow_1867_fc.traj"  # a real SWE-agent run, 28 messages, ~8k tokens
+# Its first 9 messages (the task, four tool calls, ~4,400 tokens) cross the threshold of a 6,000-token
+# window once: one compaction of the first 5 messages (the task, `ls -F`, `open setup.py`), one part.
+MESSAGES = 9
+WINDOW = 6_000
+# A call takes 10-90 s on 2 cores; a timeout only stops a hung server, so it allows a machine ten times slower.
+SECONDS = 600
 AGENTS_MD = """\
 # Agent rules
 
@@ -96,8 +109,8 @@ class Recording:
 
 def _replay(workspace: Path, summarizer: Recording) -> tuple[Any, list[Any], list[Any], list[Any], str | None]:
     system, messages = split_system(load(TRANSCRIPT).conversations[0].messages)
-    fixed, _ = repair(messages)
-    settings = EngineSettings(compact=CompactSettings(max_input_length=6_000))
+    fixed, _ = repair(messages[:MESSAGES])
+    settings = EngineSettings(compact=CompactSettings(max_input_length=WINDOW))
     with Session.open(workspace, settings=settings, summarizer=summarizer) as session:
         result = replay(session, fixed, system=system)
         live, summary = list(session.messages), session.summary
@@ -115,9 +128,10 @@ def _replay(workspace: Path, summarizer: Recording) -> tuple[Any, list[Any], lis
 def test_a_reply_without_the_sections_is_refused_saved_and_changes_nothing(
     llama_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    model = get_model("openai:smollm2", base_url=llama_url)
+    model = get_model("openai:smollm2", base_url=llama_url, timeout=SECONDS)
     request.addfinalizer(model.close)  # type: ignore[attr-defined]
-    settings = ModelSummarySettings(window=CONTEXT, max_tokens=512, retries=1)
+    # Short replies: the reply is refused for its missing sections, whatever its length.
+    settings = ModelSummarySettings(window=CONTEXT, max_tokens=256, retries=1)
     summarizer = Recording(ModelSummarizer(model, settings=settings))
     result, fixed, archived, live, summary = _replay(tmp_path, summarizer)
     assert summarizer.calls, "no compaction was attempted"
@@ -142,10 +156,12 @@ def test_a_reply_without_the_sections_is_refused_saved_and_changes_nothing(
 def test_a_full_compaction_with_json_replies_keeps_every_identifier(
     llama_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    model = get_model("openai:smollm2", base_url=llama_url)
+    model = get_model("openai:smollm2", base_url=llama_url, timeout=SECONDS)
     request.addfinalizer(model.close)  # type: ignore[attr-defined]
+    # SmolLM2 fills every field of the schema with its 8 items: 900-2,000 tokens of JSON. A reply cut at
+    # max_tokens is not JSON and is refused, so the room for it grew (at 1,024 most replies were cut).
     settings = ModelSummarySettings(
-        window=CONTEXT, max_tokens=1_024, retries=1, reply_format="json", agents_md=AGENTS_MD
+        window=CONTEXT, max_tokens=2_048, retries=1, reply_format="json", agents_md=AGENTS_MD
     )
     inner = ModelSummarizer(model, settings=settings)
     summarizer = Recording(inner)
