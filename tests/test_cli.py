@@ -94,7 +94,7 @@ def test_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_console_script_runs_for_real() -> None:
     exe = Path(sys.executable).with_name("ctxkeep")
-    proc = subprocess.run([str(exe), "inspect", str(EXAMPLE), "--json"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([str(exe), "inspect", str(EXAMPLE), "--json"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["messages"] == 9
 

@@ -95,7 +95,9 @@ def _check(fmt: str, raw: bytes) -> None:
 
 
 @pytest.mark.parametrize("fmt", sorted(SAMPLES))
-@settings(max_examples=SCALE, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=SCALE, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(data=st.data())
 def test_mutated_records_import_or_raise_format_error(fmt: str, data: st.DataObject) -> None:
     lines = _lines(SAMPLES[fmt])
