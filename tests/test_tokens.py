@@ -652,3 +652,16 @@ def test_all_is_sorted_and_complete() -> None:
     assert tokens_pkg.__all__ == sorted(tokens_pkg.__all__, key=lambda n: (not n.isupper(), n))
     for name in tokens_pkg.__all__:
         assert hasattr(tokens_pkg, name)
+
+
+def test_a_full_cache_never_loses_a_message_it_found_in_the_same_batch() -> None:
+    # A message equal to a cached one is remembered by identity, which evicts the oldest entry; when that
+    # entry is a later message of the same batch, found a moment before, it must still be counted (this
+    # raised KeyError in a long replay with a shared counter).
+    counter = get_counter("o200k_base", settings=CountSettings(cache_size=2))
+    old, newer = Message.of("user", "first words"), Message.of("user", "second words")
+    counter.count_each([old])
+    counter.count_each([newer])
+    equal = Message.of("user", "second words", id=newer.id)
+    assert equal == newer and equal is not newer
+    assert counter.count_each([equal, old]) == counter.count_each([newer, old])

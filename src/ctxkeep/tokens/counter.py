@@ -154,7 +154,8 @@ class _MessageCache:
             missing: list[int] = []
             for i, (msg, key, entry) in enumerate(zip(messages, ids, entries, strict=True)):
                 if entry[0] is msg:
-                    by_object.move_to_end(key)
+                    # Re-inserted, not moved: remembering an earlier message of this batch may have evicted it.
+                    by_object[key] = by_object.pop(key, entry)
                     counts.append(entry[1])
                     continue
                 count = self._by_content(msg)
