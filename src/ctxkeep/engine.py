@@ -169,11 +169,14 @@ def prepare(
         live = replace(live, system=system, system_tokens=system_tokens_of(system, counter))
     decision = plan(live, settings, now=now, force=force, focus=focus)
     if isinstance(decision, Skip):
-        return _skipped(live, decision, now, counter)
-    summary = _summarize(setup.summarizer, decision.request)
-    if isinstance(summary, Failure):
-        return _not_applied(live, replace(summary, at=now, tokens=decision.tokens), counter)
-    return apply(live, decision, summary, setup=setup, started=started)
+        step = _skipped(live, decision, now, counter)
+    else:
+        summary = _summarize(setup.summarizer, decision.request)
+        if isinstance(summary, Failure):
+            step = _not_applied(live, replace(summary, at=now, tokens=decision.tokens), counter)
+        else:
+            step = apply(live, decision, summary, setup=setup, started=started)
+    return _warn_over_window(step, settings.compact.max_input_length)
 
 
 def compact(live: Live, setup: Setup, *, system: str | None, now: datetime, focus: str | None = None) -> Step:
@@ -276,6 +279,19 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float)
         archived=cut.to_compact,
         warnings=warnings,
     )
+
+
+def _warn_over_window(step: Step, window: int) -> Step:
+    """A context over the window is never sent silently: every such step says so, not only the first."""
+    tokens = step.context.tokens
+    if tokens <= window:
+        return step
+    warning = (
+        f"the context is {tokens} tokens, over the model's window ({window}): the system prompt, the summary and"
+        " the newest messages that must stay do not fit; shorten the system prompt or raise max_input_length"
+    )
+    log.warning(warning)
+    return replace(step, warnings=(*step.warnings, warning))
 
 
 def _retry_allowed(live: Live, tokens: int, settings: EngineSettings) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import fnmatch
 import math
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 # The languages of a summary; "auto" detects it from the messages (ctxkeep.summarize.resolve_language).
 LANGUAGES = ("en", "zh", "auto")
@@ -22,6 +22,16 @@ LANGUAGES = ("en", "zh", "auto")
 MIN_SUMMARY_CHARS = 2_000
 # Room the archive guide takes at the head of a summary, beyond the sections.
 GUIDE_CHARS = 500
+
+# How `EngineSettings.for_window` sizes things, as shares of the compaction threshold: the summary may
+# take a quarter, a recent tool result a quarter, an older one 2% (a threshold of 89,600 tokens, the
+# seed's, gives its 16,000 characters, 50,000 and 3,000 bytes). Text is counted at 3 characters a
+# token, the low end for code, logs and JSON, so a share is never under-counted.
+_CHARS_PER_TOKEN = 3
+_SUMMARY_SHARE = 0.25
+_RECENT_SHARE = 0.25
+_OLD_SHARE = 0.02
+_MIN_OLD_BYTES = 256
 
 PolicyKind: TypeAlias = Literal["browser", "file_read", "default"]
 
@@ -151,6 +161,25 @@ class EngineSettings:
     retry_growth: float = 0.05
     language: str = "auto"
     summary_max_chars: int = 16_000
+
+    @classmethod
+    def for_window(cls, window: int, **kw: Any) -> EngineSettings:
+        """The settings for a model whose window is `window` tokens: every size follows the window.
+
+        At the seed's 128,000 tokens this gives the seed's numbers; below, the summary and the
+        offloaded results shrink with the compaction threshold, so that the summary alone can never
+        fill it and a compaction can always free room (the rule is in docs/engine.md). Keyword
+        arguments override any field (`retry_growth`, `language`, ...).
+        """
+        compact = CompactSettings(max_input_length=window)
+        room = compact.compact_threshold * _CHARS_PER_TOKEN  # the threshold, in characters (or bytes) of text
+        offload = OffloadSettings(
+            recent_max_bytes=max(_MIN_OLD_BYTES, min(50_000, int(room * _RECENT_SHARE))),
+            old_max_bytes=max(_MIN_OLD_BYTES, min(3_000, int(room * _OLD_SHARE))),
+        )
+        summary_max_chars = max(MIN_SUMMARY_CHARS + GUIDE_CHARS, min(16_000, int(room * _SUMMARY_SHARE)))
+        fields: dict[str, Any] = {"compact": compact, "offload": offload, "summary_max_chars": summary_max_chars}
+        return cls(**{**fields, **kw})
 
     def __post_init__(self) -> None:
         if not isinstance(self.compact, CompactSettings):

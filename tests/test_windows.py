@@ -1,0 +1,69 @@
+"""The window is a promise: sizes follow it, compaction keeps going at small windows, an overflow is never silent."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from tests.conftest import ROOT
+
+from ctxkeep.context import system_tokens_of
+from ctxkeep.folder import MemoryFolder
+from ctxkeep.formats import load
+from ctxkeep.messages import Message, repair
+from ctxkeep.replay import split_system, turns
+from ctxkeep.session import Session
+from ctxkeep.settings import CompactSettings, EngineSettings
+from ctxkeep.tokens import get_counter
+
+NOW = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
+COUNTER = get_counter("o200k_base")
+OVER = "over the model's window"
+
+
+def test_the_seed_window_gives_the_seed_numbers() -> None:
+    assert EngineSettings.for_window(128_000) == EngineSettings()
+    assert EngineSettings.for_window(1_000_000).summary_max_chars == 16_000
+
+
+@pytest.mark.parametrize("window", [4_096, 8_192, 16_000, 32_000])
+def test_every_size_shrinks_with_the_window(window: int) -> None:
+    settings = EngineSettings.for_window(window, language="en")
+    threshold = settings.compact.compact_threshold
+    assert settings.compact.max_input_length == window and settings.language == "en"
+    # Neither the summary nor a recent tool result can fill the threshold alone (at 3 characters a token).
+    assert settings.summary_max_chars / 3 < threshold / 2
+    assert settings.offload.recent_max_bytes / 3 < threshold / 2
+    assert settings.offload.old_max_bytes <= settings.offload.recent_max_bytes
+
+
+@pytest.mark.parametrize("window", [4_096, 8_192])
+def test_a_small_window_keeps_compacting(window: int) -> None:
+    # With the seed's absolute sizes the summary alone passed the threshold at these windows and
+    # compaction stopped for good; with sizes that follow the window every step fits.
+    conv = load(ROOT / "examples" / "agent_session.jsonl").conversations[0]
+    system, messages = split_system(repair(conv.messages)[0])
+    settings = EngineSettings.for_window(window)
+    compactions = 0
+    with Session(MemoryFolder(), settings=settings, counter=COUNTER) as session:
+        for group in turns(messages):
+            session.add(group)
+            step = session.prepare(system, now=NOW)
+            compactions += step.compaction is not None
+            must_send = system_tokens_of(system, COUNTER) + sum(session.live.counts[-len(group) :])
+            if must_send <= window // 2:
+                assert step.context.tokens <= window, f"step over the window at {len(session.messages)} messages"
+            if step.context.tokens > window:
+                assert any(OVER in w for w in step.warnings)
+    assert compactions >= 3
+
+
+def test_every_step_over_the_window_says_so() -> None:
+    settings = EngineSettings(compact=CompactSettings(max_input_length=1_000))
+    system = "Follow every rule below. " * 400  # alone over the window
+    with Session(MemoryFolder(), settings=settings, counter=COUNTER) as session:
+        for i in range(4):
+            session.add(Message.of("user", f"question {i}"))
+            step = session.prepare(system, now=NOW)
+            assert step.context.tokens > 1_000
+            assert sum(OVER in w for w in step.warnings) == 1, step.warnings
