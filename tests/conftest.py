@@ -1,4 +1,7 @@
-"""Shared fixtures. Real transcripts are read from ../shared/data/transcripts/ (never copied here)."""
+"""Shared helpers, the hypothesis profiles, and a guard against tests collected twice.
+
+Real transcripts are read from ../shared/data/transcripts/ (never copied here).
+"""
 
 from __future__ import annotations
 
@@ -37,3 +40,15 @@ def raw_params(fmt: str | None = None) -> list[object]:
     if not files:
         return [pytest.param(None, marks=pytest.mark.skip(reason=f"no transcripts in {TRANSCRIPTS}"))]
     return [pytest.param(p, id=p.name) for p in files]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Refuse a test that a module imported from another test module: pytest would collect it twice.
+    Shared helpers belong here or in a plain module (tests/scripted.py), never in a test module."""
+    strays = [
+        f"{item.nodeid} (defined in {item.function.__module__})"
+        for item in items
+        if isinstance(item, pytest.Function) and item.function.__module__ != item.module.__name__
+    ]
+    if strays:
+        raise pytest.UsageError("tests imported from another test module run twice:\n  " + "\n  ".join(strays))
