@@ -648,12 +648,6 @@ def test_settings_are_validated(kwargs: dict[str, Any]) -> None:
         CountSettings(**kwargs)
 
 
-def test_all_is_sorted_and_complete() -> None:
-    assert tokens_pkg.__all__ == sorted(tokens_pkg.__all__, key=lambda n: (not n.isupper(), n))
-    for name in tokens_pkg.__all__:
-        assert hasattr(tokens_pkg, name)
-
-
 def test_a_full_cache_never_loses_a_message_it_found_in_the_same_batch() -> None:
     # A message equal to a cached one is remembered by identity, which evicts the oldest entry; when that
     # entry is a later message of the same batch, found a moment before, it must still be counted (this
