@@ -24,8 +24,10 @@ from ctxkeep.offload import (
     TOOL_RESULT_DIR,
     OffloadRecord,
     cleanup,
+    is_original,
     offload,
     original_file,
+    original_name,
     record_of,
     referenced_files,
 )
@@ -451,25 +453,31 @@ def test_cleanup_respects_references_and_retention(kind: str, tmp_path: Path) ->
     folder: MemoryFolder | LocalFolder = MemoryFolder() if kind == "memory" else LocalFolder(tmp_path)
     live = offload(turn("c1", lines(1000)), OffloadSettings(recent_max_bytes=2000, old_max_bytes=1000), folder)
     referenced = record(live[1]).file
-    live.append(Message.of("assistant", "the log is in tool_result/mentioned.txt"))
-    for name in ("tool_result/old.txt", "tool_result/mentioned.txt", "tool_result/fresh.txt", "dialog/x.jsonl"):
+    old, mentioned, fresh = (original_name(f"m-{n}", "c") for n in ("old", "mentioned", "fresh"))
+    live.append(Message.of("assistant", f"the log is in {mentioned}"))
+    for name in (old, mentioned, fresh, "dialog/x.jsonl"):
         folder.write(name, b"x")
     now = 1_000 * DAY
-    ages = {referenced: 40, "tool_result/old.txt": 31, "tool_result/mentioned.txt": 90, "dialog/x.jsonl": 90}
+    ages = {referenced: 40, old: 31, mentioned: 90, fresh: 29, "dialog/x.jsonl": 90}
     for name, days in ages.items():
         if isinstance(folder, MemoryFolder):
             folder.mtimes[name] = now - days * DAY
         else:
             os.utime(tmp_path / name, (now - days * DAY, now - days * DAY))
-    if isinstance(folder, MemoryFolder):
-        folder.mtimes["tool_result/fresh.txt"] = now - 29 * DAY
-    else:
-        os.utime(tmp_path / "tool_result/fresh.txt", (now - 29 * DAY, now - 29 * DAY))
-    assert cleanup(folder, live, retention_days=30, now=now) == ["tool_result/old.txt"]
-    assert folder.read("tool_result/old.txt") is None
-    for name in (referenced, "tool_result/mentioned.txt", "tool_result/fresh.txt", "dialog/x.jsonl"):
+    assert cleanup(folder, live, retention_days=30, now=now) == [old]
+    assert folder.read(old) is None
+    for name in (referenced, mentioned, fresh, "dialog/x.jsonl"):
         assert folder.read(name) is not None
-    assert sorted(cleanup(folder, [], retention_days=30, now=now)) == [referenced, "tool_result/mentioned.txt"]
+    assert cleanup(folder, [], retention_days=30, now=now) == sorted([referenced, mentioned])
+
+
+def test_originals_are_named_by_their_ids_in_the_shape_cleanup_knows() -> None:
+    name = original_name("t-c1", "c1")
+    assert name == f"tool_result/{make_id('t-c1', 'c1')}.txt" and is_original(name)
+    out = offload(turn("c1", lines(1000)), OffloadSettings(recent_max_bytes=2000, old_max_bytes=1000), MemoryFolder())
+    assert record(out[1]).file == name
+    for other in ("tool_result/notes.txt", name.upper(), f"{name}.bak", f"dialog/{name.split('/')[1]}", name[:-4]):
+        assert not is_original(other), other
 
 
 # --- properties -------------------------------------------------------------------------

@@ -292,24 +292,6 @@ def test_pinning_a_result_pins_its_call_and_siblings(tmp_path: Path) -> None:
         assert s.live.pinned == frozenset()
 
 
-def test_a_real_full_disk_during_compaction(tmp_path: Path) -> None:
-    """The archive file is a link to /dev/full: the kernel itself answers ENOSPC."""
-    if not Path("/dev/full").exists():
-        pytest.skip("no /dev/full on this system")
-    with Session.open(tmp_path, settings=SETTINGS) as s:
-        fill(s, range(2))
-        messages, summary = s.messages, s.summary
-        (tmp_path / "dialog").mkdir()
-        (tmp_path / "dialog" / "2026-12-03.jsonl").symlink_to("/dev/full")
-        with pytest.raises(StorageError, match="disk is full") as info:
-            s.compact(now=NOW)
-        assert info.value.errno == errno.ENOSPC
-        assert s.messages == messages and s.summary == summary
-    (tmp_path / "dialog" / "2026-12-03.jsonl").unlink()
-    with Session.open(tmp_path, settings=SETTINGS) as s:
-        assert s.messages == messages and s.summary == summary
-
-
 def test_a_refused_summary_is_saved_for_debugging(tmp_path: Path) -> None:
     from test_engine import Garbage
 

@@ -7,9 +7,10 @@ database for fleets of agents) implements those and never pretends to be a file 
 ``/`` separators (``tool_result/<uuid>.txt``).
 
 `LocalFolder` makes every write durable before it returns: `write` replaces a file atomically
-(temporary file, fsync, rename, fsync of the directory) and `append` fsyncs. An `OSError` becomes a
-`StorageError` that names the file and says what to do (disk full, read-only, no permission).
-`MemoryFolder` keeps files in a dict, for tests.
+(temporary file, fsync, rename, fsync of the directory) and `append` fsyncs, or cuts a refused append
+back to where it started. Its files are private (0600, folders 0700) and nothing inside it is reached
+through a symbolic link. An `OSError` becomes a `StorageError` that names the file and says what to
+do (disk full, read-only, no permission, a link). `MemoryFolder` keeps files in a dict, for tests.
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
+import re
+import secrets
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +30,8 @@ from pathlib import Path
 from typing import Protocol
 
 from .errors import StorageError, WorkspaceLockedError
+
+log = logging.getLogger("ctxkeep")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +90,9 @@ LIVE_DIR = "live"
 FAILED_DIR = "failed"
 DIALOG_DIR = "dialog"
 TOOL_RESULT_DIR = "tool_result"
+# An offloaded original's name in TOOL_RESULT_DIR: the UUID `messages.make_id` gives (version 5,
+# lowercase) and ".txt". Retention cleanup removes only these: other files there are not ctxkeep's.
+ORIGINAL_NAME = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\.txt")
 
 
 class Store(Protocol):
@@ -263,126 +273,316 @@ _ADVICE = {
     errno.EPERM: "operation not permitted; make the workspace folder writable for this user",
 }
 
+FILE_MODE = 0o600
+FOLDER_MODE = 0o700
+# Never through a link; never stuck opening a FIFO someone left where a file of ours belongs.
+_FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# `write`'s temporary file: `.<name>.<16 random hex digits>.tmp` (before: `.<name>.<pid>.tmp`).
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?:[0-9a-f]{16}|[0-9]+)\.tmp")
+# What `write` replaces in each folder of a workspace: only a temporary that would have become one
+# of these is ctxkeep's to remove.
+_REPLACED = {
+    "": re.compile(r"state\.json|summary\.md"),
+    LIVE_DIR: re.compile(r"[0-9]{8,}\.jsonl"),
+    FAILED_DIR: re.compile(r"[^/]+\.json"),
+    TOOL_RESULT_DIR: ORIGINAL_NAME,
+}
+
 
 def _storage_error(exc: OSError, action: str, path: Path) -> StorageError:
     advice = _ADVICE.get(exc.errno or 0, exc.strerror or str(exc))
     return StorageError(f"cannot {action} {path}: {advice}", path=str(path), errno=exc.errno)
 
 
+def _refusal(exc: OSError, action: str, path: Path) -> StorageError:
+    """The error for an open that failed, naming a link or a file found where the workspace has its own."""
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR) and path.is_symlink():
+        return StorageError(
+            f"cannot {action} {path}: it is a symbolic link, and ctxkeep never follows links inside a workspace;"
+            " put the real file or folder there, or remove the link",
+            path=str(path),
+            errno=errno.ELOOP,
+        )
+    if exc.errno == errno.ENOTDIR:
+        return StorageError(
+            f"cannot {action} {path}: it is not a folder; move it out of the workspace", path=str(path), errno=exc.errno
+        )
+    return _storage_error(exc, action, path)
+
+
+def _not_a_link(folder: int, base: str, path: Path, action: str) -> None:
+    """Refuse a link where a file of the workspace belongs (a missing file is fine)."""
+    try:
+        st = os.stat(base, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise _storage_error(exc, action, path) from exc
+    if stat.S_ISLNK(st.st_mode):
+        raise _refusal(OSError(errno.ELOOP, "is a symbolic link"), action, path)
+
+
+def _private(fd: int, mode: int) -> None:
+    """Give what ctxkeep just created its private mode, whatever the umask took off."""
+    if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+        os.fchmod(fd, mode)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 class LocalFolder(FileStore):
-    """A folder on the local file system. Writes are durable when they return."""
+    """A folder on the local file system, private to its user (folders 0700, files 0600). Writes are durable.
+
+    Nothing inside is reached through a symbolic link: a link where a file or folder of the workspace
+    belongs is refused with a `StorageError` naming it. The folder itself may be reached through a link;
+    it is resolved once, here.
+    """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root).absolute()
+        self.root = Path(root).resolve()
 
     def __repr__(self) -> str:
         return f"LocalFolder({str(self.root)!r})"
 
-    def _path(self, name: str) -> Path:
-        if not name or name.startswith("/") or ".." in name.split("/"):
+    def _parts(self, name: str) -> list[str]:
+        parts = name.split("/")
+        if not name or any(p in ("", ".", "..") for p in parts):
             raise ValueError(f"a workspace file name must be relative and stay inside the folder; got {name!r}")
-        return self.root / name
+        return parts
 
-    def _mkdir(self, path: Path) -> None:
+    def _open_folder(self, parent: int | None, name: str | Path, path: Path, *, create: bool) -> int | None:
+        """A folder of the workspace, opened without following a link; made (private) when missing and `create`."""
+        made = False
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(name, _FOLDER_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            if not create:
+                return None
+            try:
+                if parent is None:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                os.mkdir(name, FOLDER_MODE, dir_fd=parent)
+                made = True
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise _storage_error(exc, "create the folder", path) from exc
+            try:
+                fd = os.open(name, _FOLDER_FLAGS, dir_fd=parent)
+            except OSError as exc:
+                raise _refusal(exc, "open the folder", path) from exc
         except OSError as exc:
-            raise _storage_error(exc, "create the folder", path.parent) from exc
+            raise _refusal(exc, "open the folder", path) from exc
+        if made:  # never the mode of a folder ctxkeep did not create
+            try:
+                _private(fd, FOLDER_MODE)
+            except OSError as exc:
+                os.close(fd)
+                raise _storage_error(exc, "make private", path) from exc
+        return fd
 
-    def read(self, name: str) -> bytes | None:
-        path = self._path(name)
+    @contextlib.contextmanager
+    def _folder(self, parts: list[str], *, create: bool) -> Iterator[int | None]:
+        """The open folder `parts` of the workspace (the root when empty), or None when it is missing."""
+        fd = self._open_folder(None, self.root, self.root, create=create)
+        path = self.root
         try:
-            return path.read_bytes()
+            for part in parts:
+                if fd is None:
+                    break
+                path = path / part
+                parent, fd = fd, None
+                try:
+                    fd = self._open_folder(parent, part, path, create=create)
+                finally:
+                    os.close(parent)
+            yield fd
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def _open_file(self, folder: int, base: str, path: Path, flags: int, action: str) -> int | None:
+        """A regular file of the workspace, opened without following a link; None when it is missing."""
+        try:
+            fd = os.open(base, flags | _FILE_FLAGS, FILE_MODE, dir_fd=folder)
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise _refusal(exc, action, path) from exc
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise StorageError(
+                f"cannot {action} {path}: it is not a regular file; move it out of the workspace", path=str(path)
+            )
+        return fd
+
+    def _create_file(self, folder: int, base: str, path: Path, flags: int, action: str) -> tuple[int, bool]:
+        """A regular file of the workspace, made (private) when missing; and whether it was made now."""
+        try:
+            fd = os.open(base, flags | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, FILE_MODE, dir_fd=folder)
+        except FileExistsError:
+            existing = self._open_file(folder, base, path, flags, action)
+            if existing is None:
+                raise _storage_error(OSError(errno.ENOENT, "removed while opening"), action, path) from None
+            return existing, False
+        except OSError as exc:
+            raise _refusal(exc, action, path) from exc
+        try:
+            _private(fd, FILE_MODE)
+        except OSError as exc:
+            os.close(fd)
+            raise _storage_error(exc, action, path) from exc
+        return fd, True
+
+    def read(self, name: str) -> bytes | None:
+        *folders, base = self._parts(name)
+        path = self.root / name
+        with self._folder(folders, create=False) as d:
+            fd = None if d is None else self._open_file(d, base, path, os.O_RDONLY, "read")
+        if fd is None:
+            return None
+        try:
+            with os.fdopen(fd, "rb") as f:
+                return f.read()
         except OSError as exc:
             raise _storage_error(exc, "read", path) from exc
 
     def write(self, name: str, data: bytes) -> None:
-        path = self._path(name)
-        self._mkdir(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            _fsync_dir(path.parent)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise _storage_error(exc, "write", path) from exc
+        *folders, base = self._parts(name)
+        path = self.root / name
+        with self._folder(folders, create=True) as d:
+            assert d is not None
+            _not_a_link(d, base, path, "write")
+            # An unpredictable name, created exclusively: nothing planted there is ever written through.
+            tmp = f".{base}.{secrets.token_hex(8)}.tmp"
+            made = False
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, FILE_MODE, dir_fd=d)
+                made = True
+                try:
+                    _private(fd, FILE_MODE)
+                    _write_all(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.rename(tmp, base, src_dir_fd=d, dst_dir_fd=d)
+                os.fsync(d)
+            except OSError as exc:
+                if made:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp, dir_fd=d)
+                raise _storage_error(exc, "write", path) from exc
 
     def append(self, name: str, data: bytes) -> int:
-        path = self._path(name)
-        self._mkdir(path)
-        try:
-            new = not path.exists()
-            with open(path, "ab") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-                size = f.tell()
-            if new:
-                _fsync_dir(path.parent)
-            return size
-        except OSError as exc:
-            raise _storage_error(exc, "append to", path) from exc
+        *folders, base = self._parts(name)
+        path = self.root / name
+        with self._folder(folders, create=True) as d:
+            assert d is not None
+            fd, made = self._create_file(d, base, path, os.O_WRONLY | os.O_APPEND, "append to")
+            try:
+                start = os.fstat(fd).st_size
+                try:
+                    _write_all(fd, data)
+                    os.fsync(fd)
+                    if made:
+                        os.fsync(d)
+                    return os.fstat(fd).st_size
+                except OSError as exc:
+                    # A full disk may have taken part of the data: cut it back, so the file still ends
+                    # with its last complete line and the next append does not follow a torn one.
+                    _cut_back(fd, start, path)
+                    raise _storage_error(exc, "append to", path) from exc
+            except OSError as exc:
+                raise _storage_error(exc, "append to", path) from exc
+            finally:
+                os.close(fd)
 
     def size(self, name: str) -> int:
-        try:
-            return self._path(name).stat().st_size
-        except FileNotFoundError:
-            return 0
+        *folders, base = self._parts(name)
+        path = self.root / name
+        with self._folder(folders, create=False) as d:
+            if d is None:
+                return 0
+            try:
+                st = os.stat(base, dir_fd=d, follow_symlinks=False)
+            except FileNotFoundError:
+                return 0
+            except OSError as exc:
+                raise _storage_error(exc, "read the size of", path) from exc
+        if stat.S_ISLNK(st.st_mode):
+            raise _refusal(OSError(errno.ELOOP, "is a symbolic link"), "read the size of", path)
+        return st.st_size
 
     def truncate(self, name: str, size: int) -> None:
-        path = self._path(name)
-        try:
-            if size == 0:
-                path.unlink(missing_ok=True)
-                return
-            with open(path, "r+b") as f:
-                f.truncate(size)
-                os.fsync(f.fileno())
-        except OSError as exc:
-            raise _storage_error(exc, "truncate", path) from exc
+        if size == 0:
+            self.remove(name)
+            return
+        *folders, base = self._parts(name)
+        path = self.root / name
+        with self._folder(folders, create=False) as d:
+            fd = None if d is None else self._open_file(d, base, path, os.O_WRONLY, "truncate")
+            if fd is None:
+                raise _storage_error(OSError(errno.ENOENT, "No such file or directory"), "truncate", path)
+            try:
+                os.ftruncate(fd, size)
+                os.fsync(fd)
+            except OSError as exc:
+                raise _storage_error(exc, "truncate", path) from exc
+            finally:
+                os.close(fd)
 
     def remove(self, name: str) -> None:
-        path = self._path(name)
-        try:
-            path.unlink(missing_ok=True)
-        except OSError as exc:
-            raise _storage_error(exc, "remove", path) from exc
+        *folders, base = self._parts(name)
+        path = self.root / name
+        with self._folder(folders, create=False) as d:
+            if d is None:
+                return
+            _not_a_link(d, base, path, "remove")
+            try:
+                os.unlink(base, dir_fd=d)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise _storage_error(exc, "remove", path) from exc
 
     def list(self, prefix: str) -> list[FileInfo]:
         folder, _, start = prefix.rpartition("/")
         base = self.root / folder if folder else self.root
         out: list[FileInfo] = []
-        try:
-            entries = list(os.scandir(base))
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise _storage_error(exc, "list", base) from exc
-        for entry in entries:
-            if entry.name.startswith(start) and not entry.name.startswith(".") and entry.is_file():
-                st = entry.stat()
-                name = f"{folder}/{entry.name}" if folder else entry.name
-                out.append(FileInfo(name, st.st_size, st.st_mtime))
+        with self._folder(self._parts(folder) if folder else [], create=False) as d:
+            if d is None:
+                return []
+            try:
+                with os.scandir(d) as entries:
+                    for entry in entries:
+                        # Regular files only: a link is never followed, not even to read its size.
+                        if (
+                            entry.name.startswith(start)
+                            and not entry.name.startswith(".")
+                            and entry.is_file(follow_symlinks=False)
+                        ):
+                            st = entry.stat(follow_symlinks=False)
+                            name = f"{folder}/{entry.name}" if folder else entry.name
+                            out.append(FileInfo(name, st.st_size, st.st_mtime))
+            except OSError as exc:
+                raise _storage_error(exc, "list", base) from exc
         return sorted(out, key=lambda f: f.name)
 
     def location(self, name: str) -> str:
-        return str(self._path(name))
+        self._parts(name)
+        return str(self.root / name)
 
     @contextlib.contextmanager
     def lock(self, timeout: float) -> Iterator[None]:
-        path = self._path(".lock")
-        self._mkdir(path)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise _storage_error(exc, "open the lock file", path) from exc
+        path = self.root / ".lock"
+        with self._folder([], create=True) as d:
+            assert d is not None
+            fd, _ = self._create_file(d, ".lock", path, os.O_RDWR, "open the lock file")
         try:
             deadline = time.monotonic() + timeout
             while True:
@@ -398,19 +598,47 @@ class LocalFolder(FileStore):
                         ) from None
                     time.sleep(0.05)
             try:
+                # Held now: no write of ours is in progress, so every temporary of ours is a killed one's.
+                self._remove_temporaries()
                 yield
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
 
+    def _remove_temporaries(self) -> None:
+        """Remove the temporary files a killed `write` left: only names ctxkeep gives them, only regular files."""
+        removed = 0
+        for folder, replaced in _REPLACED.items():
+            where = self.root / folder
+            try:
+                with self._folder([folder] if folder else [], create=False) as d:
+                    if d is None:
+                        continue
+                    with os.scandir(d) as entries:
+                        stale = [
+                            e.name
+                            for e in entries
+                            if (m := _TEMPORARY.fullmatch(e.name)) is not None
+                            and replaced.fullmatch(m["name"]) is not None
+                            and e.is_file(follow_symlinks=False)
+                        ]
+                    for name in stale:
+                        os.unlink(name, dir_fd=d)
+                        removed += 1
+            except (OSError, StorageError) as exc:
+                log.warning("cannot remove the temporary files a stopped process left in %s: %s", where, exc)
+        if removed:
+            log.info("removed %d temporary files a stopped process left in %s", removed, self.root)
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+
+def _cut_back(fd: int, size: int, path: Path) -> None:
     try:
+        os.ftruncate(fd, size)
         os.fsync(fd)
-    finally:
-        os.close(fd)
+    except OSError as exc:
+        # The session drops a torn line when it next opens the workspace; say why it will.
+        log.warning("cannot cut %s back to its last complete line (%s); it is repaired when next opened", path, exc)
 
 
 class MemoryFolder(FileStore):

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias, get_args
 
-from .folder import TOOL_RESULT_DIR, Store
+from .folder import ORIGINAL_NAME, TOOL_RESULT_DIR, Store
 from .messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
 from .settings import OffloadSettings, PolicyKind
 
@@ -86,6 +86,17 @@ def record_of(result: ToolResult) -> OffloadRecord | None:
     """The offload record of a result, or None when it was never offloaded (ValueError when malformed)."""
     raw = result.extra.get(OFFLOAD_KEY)
     return None if raw is None else OffloadRecord.from_dict(raw)
+
+
+def original_name(message_id: str, call_id: str) -> str:
+    """The store's name for the full text of a result: ``tool_result/<uuid>.txt``, the same for the same ids."""
+    return f"{TOOL_RESULT_DIR}/{make_id(message_id, call_id)}.txt"
+
+
+def is_original(name: str) -> bool:
+    """True for a name `original_name` gives: only those files in ``tool_result/`` are ctxkeep's."""
+    folder, _, base = name.partition("/")
+    return folder == TOOL_RESULT_DIR and ORIGINAL_NAME.fullmatch(base) is not None
 
 
 def original_file(result: ToolResult) -> str | None:
@@ -184,7 +195,7 @@ def _plan(
         return None
 
     data = _encode(text)
-    file = f"{TOOL_RESULT_DIR}/{make_id(message.id, result.call_id)}.txt"
+    file = original_name(message.id, result.call_id)
     lines = _count_lines(data)
     widest = OffloadRecord(
         file=file,
@@ -386,8 +397,9 @@ def referenced_files(messages: Iterable[Message]) -> set[str]:
 
 
 def cleanup(store: Store, live: Iterable[Message], *, retention_days: int, now: float) -> list[str]:
-    """Remove ``tool_result/`` files older than `retention_days` that no live message references.
+    """Remove the originals ctxkeep saved that are older than `retention_days` and no live message references.
 
+    Only names `original_name` gives are touched: anything else in ``tool_result/`` is not ctxkeep's.
     `now` is the current time in epoch seconds (passed in, so tests pin it). Returns the removed
     names, sorted.
     """
@@ -397,7 +409,7 @@ def cleanup(store: Store, live: Iterable[Message], *, retention_days: int, now: 
     cutoff = now - retention_days * _SECONDS_PER_DAY
     removed: list[str] = []
     for info in store.originals():
-        if info.mtime < cutoff and info.name not in keep:
+        if info.mtime < cutoff and info.name not in keep and is_original(info.name):
             store.drop_original(info.name)
             removed.append(info.name)
     return removed

@@ -355,7 +355,7 @@ class Session:
         for generation in self.store.live_generations():
             if generation != state.generation:
                 self.store.drop_live(generation)
-        messages = self._read_live(state.generation)
+        messages = self._read_live(state.generation, now)
         live = live_mod.add(
             Live(
                 summary=state.summary,
@@ -372,7 +372,7 @@ class Session:
         self._after_commit(None, now)
         return state, live
 
-    def _read_live(self, generation: int) -> list[Message]:
+    def _read_live(self, generation: int, now: datetime) -> list[Message]:
         raw = self.store.read_live(generation)
         end = raw.rfind(b"\n") + 1
         if end < len(raw):
@@ -380,21 +380,66 @@ class Session:
             self.store.cut_live(generation, end)
             raw = raw[:end]
         messages: list[Message] = []
-        for lineno, line in enumerate(raw.splitlines(), 1):
+        lines = raw.split(b"\n")[:-1]
+        torn: list[tuple[int, int]] = []  # (line number, bytes dropped)
+        for lineno, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                d = orjson.loads(line)
-                if d.get("v") == _REPLACE_MARK:
-                    messages[int(d["at"])] = message_from_dict(d["message"])
-                elif d.get("v") == _BATCH_MARK:
-                    messages.extend(message_from_dict(m) for m in d["messages"])
-                else:
-                    messages.append(message_from_dict(d))
+                _apply(messages, line)
             except (orjson.JSONDecodeError, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-                where = f"{self.store.where(live_name(generation))}:{lineno}"
-                raise WorkspaceError(f"{where}: damaged live message ({exc})", path=where) from exc
+                # A failed append that could not be cut back leaves the start of a line, and the next
+                # append goes on after it: that `add` raised, the record glued to it was acknowledged.
+                at = _glued_record(line)
+                if at is None:
+                    where = f"{self.store.where(live_name(generation))}:{lineno}"
+                    raise WorkspaceError(f"{where}: damaged live message ({exc})", path=where) from exc
+                _apply(messages, line[at:])
+                lines[lineno - 1] = line[at:]
+                torn.append((lineno, at))
+        if torn:
+            self._repair_live(generation, b"".join(line + b"\n" for line in lines), torn, now)
         return messages
+
+    def _repair_live(self, generation: int, data: bytes, torn: list[tuple[int, int]], now: datetime) -> None:
+        """Rewrite a live log without the torn pieces found in it, and note each in the records."""
+        name = live_name(generation)
+        for lineno, dropped in torn:
+            log.warning(
+                "%s:%d: dropped %d bytes of a torn line a failed write left; no acknowledged message was in them",
+                self.store.where(name),
+                lineno,
+                dropped,
+            )
+        try:
+            self.store.start_live(generation, data)
+            for lineno, dropped in torn:
+                note = {"kind": "repaired", "at": now.isoformat(), "file": name, "line": lineno, "dropped": dropped}
+                self._append_record(note)
+        except CtxkeepError as exc:
+            log.warning("live log repair postponed to the next open: %s", exc)
+
+
+def _apply(messages: list[Message], line: bytes) -> None:
+    """Apply one live-log line: a message, a batch, or the offloaded form of a live message."""
+    d = orjson.loads(line)
+    if d.get("v") == _REPLACE_MARK:
+        messages[int(d["at"])] = message_from_dict(d["message"])
+    elif d.get("v") == _BATCH_MARK:
+        messages.extend(message_from_dict(m) for m in d["messages"])
+    else:
+        messages.append(message_from_dict(d))
+
+
+def _glued_record(line: bytes) -> int | None:
+    """Where a whole record starts in a line that begins with a torn one; None when none does."""
+    at = line.find(b"{", 1)
+    while at > 0:
+        with contextlib.suppress(orjson.JSONDecodeError):
+            if isinstance(orjson.loads(line[at:]), dict):
+                return at
+        at = line.find(b"{", at + 1)
+    return None
 
 
 def _batch_line(batch: list[Message]) -> bytes:
