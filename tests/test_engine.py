@@ -130,7 +130,10 @@ def test_gate_skips_when_the_system_prompt_alone_is_over() -> None:
     live = add(Live(), turn(0), COUNTER)
     step = run(live, system="rule " * 2_000)
     assert step.compaction is None and step.warnings and "compaction skipped" in step.warnings[0]
-    assert run(step.live, system="rule " * 2_000).warnings == ()  # no loop: not tried again until it grows
+    again = run(step.live, system="rule " * 2_000)
+    assert again.compaction is None and again.failure is None  # no loop: not tried again until it grows
+    # ...but a context over the window is never sent silently: every such step says so.
+    assert len(again.warnings) == 1 and "over the model's window" in again.warnings[0]
 
 
 def test_nothing_to_compact_is_a_failure_not_a_loop() -> None:

@@ -31,8 +31,8 @@ from .folder import Store
 from .live import Live, age_all, check_pins, offload_recent, rebuild
 from .messages import Message
 from .offload import cleanup
-from .settings import EngineSettings
-from .split import Split, split
+from .settings import CHARS_PER_TOKEN, EngineSettings
+from .split import Split, pair_groups, split
 from .summarize import (
     MIN_SUMMARY_CHARS,
     ExtractiveSummarizer,
@@ -213,6 +213,11 @@ def plan(
             failure=f"nothing can be compacted: the newest message group ({sum(live.counts[-len(cut.to_keep) :])}"
             " tokens) must stay whole, and nothing older is unpinned"
         )
+    # The summary shares the threshold with what stays: when the kept messages leave it less room than
+    # its cap, it gets that room (never less than the sections need), so a huge newest message still fits.
+    staying = {id(m) for m in cut.pinned + cut.to_keep}
+    kept = live.system_tokens + sum(n for m, n in zip(live.messages, live.counts, strict=True) if id(m) in staying)
+    cap = min(settings.summary_max_chars, (threshold - kept) * CHARS_PER_TOKEN)
     # The cap covers the whole summary: leave room for the archive guide that will open it.
     # (Estimated in English, the longer of the two.)
     next_archive = archive_mod.projected(live.archive, len(cut.to_compact), now.date())
@@ -222,7 +227,7 @@ def plan(
         previous=live.summary_body,
         focus=focus,
         language=settings.language,
-        max_chars=max(MIN_SUMMARY_CHARS, settings.summary_max_chars - guide_chars),
+        max_chars=max(MIN_SUMMARY_CHARS, cap - guide_chars),
     )
     reason = "manual" if force else "threshold"
     return Plan(cut=cut, request=request, reason=reason, tokens=tokens, at=now)
@@ -271,7 +276,10 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float)
             f"after compaction the context still has {after.tokens} tokens, over the threshold ({threshold});"
             " the kept messages are too large to shrink further",
         )
-        after = replace(after, failed_at=after.tokens)
+        if cut.pinned or len(set(pair_groups(cut.to_keep))) > 1:
+            after = replace(after, failed_at=after.tokens)
+        # Else only the newest message group stayed: it can go as soon as another message comes, so the
+        # next step may compact again (and, with nothing new, finds nothing to compact and waits then).
     return Step(
         live=after,
         context=context_of(after, counter),

@@ -27,7 +27,7 @@ GUIDE_CHARS = 500
 # take a quarter, a recent tool result a quarter, an older one 2% (a threshold of 89,600 tokens, the
 # seed's, gives its 16,000 characters, 50,000 and 3,000 bytes). Text is counted at 3 characters a
 # token, the low end for code, logs and JSON, so a share is never under-counted.
-_CHARS_PER_TOKEN = 3
+CHARS_PER_TOKEN = 3
 _SUMMARY_SHARE = 0.25
 _RECENT_SHARE = 0.25
 _OLD_SHARE = 0.02
@@ -172,7 +172,7 @@ class EngineSettings:
         arguments override any field (`retry_growth`, `language`, ...).
         """
         compact = CompactSettings(max_input_length=window)
-        room = compact.compact_threshold * _CHARS_PER_TOKEN  # the threshold, in characters (or bytes) of text
+        room = compact.compact_threshold * CHARS_PER_TOKEN  # the threshold, in characters (or bytes) of text
         offload = OffloadSettings(
             recent_max_bytes=max(_MIN_OLD_BYTES, min(50_000, int(room * _RECENT_SHARE))),
             old_max_bytes=max(_MIN_OLD_BYTES, min(3_000, int(room * _OLD_SHARE))),
