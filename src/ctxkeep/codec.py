@@ -1,16 +1,20 @@
 """The persistence codec: a `Message` as a JSON object and a JSONL line, every field kept.
 
 The live log, the archive (``dialog/YYYY-MM-DD.jsonl``) and ctxkeep's own transcript format all
-hold these lines. `message_to_dict` and `message_from_dict` are exact inverses.
+hold these lines. `message_to_dict` and `message_from_dict` are exact inverses. What JSON in UTF-8
+cannot hold is never half-written: lone surrogates become U+FFFD, any other value is a `MessageError`.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 import orjson
 
+from ctxkeep.errors import MessageError
 from ctxkeep.messages import (
     Block,
     ImageBlock,
@@ -19,6 +23,7 @@ from ctxkeep.messages import (
     ThinkingBlock,
     ToolCall,
     ToolResult,
+    without_surrogates,
 )
 
 MARK = "ctxkeep/1"
@@ -120,5 +125,48 @@ def message_from_dict(d: dict[str, Any]) -> Message:
 
 
 def dumps(msg: Message) -> bytes:
-    """One JSONL line (with its newline) for `msg`."""
-    return orjson.dumps(message_to_dict(msg)) + b"\n"
+    """One JSONL line (with its newline) for `msg`; lone surrogates are written as U+FFFD (see `storable`)."""
+    try:
+        return orjson.dumps(message_to_dict(msg)) + b"\n"
+    except orjson.JSONEncodeError:
+        return orjson.dumps(message_to_dict(storable([msg])[0])) + b"\n"
+
+
+def storable(messages: Sequence[Message]) -> list[Message]:
+    """`messages` as they can be written: each lone UTF-16 surrogate replaced by U+FFFD.
+
+    Replacing keeps the message (what a user wants from text an editor or Node wrote) where refusing
+    would lose it. Raises `MessageError` for a message holding, in its `extra`, a value JSON cannot
+    hold (a set, bytes, an object, a non-string key, an integer past 64 bits).
+    """
+    out: list[Message] = []
+    for i, msg in enumerate(messages):
+        clean = without_surrogates(msg)
+        try:
+            orjson.dumps(message_to_dict(clean))
+        except orjson.JSONEncodeError as exc:
+            raise MessageError(
+                f"the message {msg.id!r} at position {i} cannot be stored ({exc}): `extra` may hold only"
+                " JSON values (str, int, float, bool, None, lists, and dicts with str keys)",
+                index=i,
+            ) from None
+        out.append(clean)
+    return out
+
+
+_ID_START = b'{"v":"' + MARK.encode() + b'","id":"'
+
+
+def ids_in(data: bytes) -> Iterator[str]:
+    """The message id of each line of `data` (lines `dumps` wrote); a line that is not one is passed over."""
+    for line in data.split(b"\n"):
+        if line.startswith(_ID_START):
+            end = line.find(b'"', len(_ID_START))
+            if end > 0 and b"\\" not in line[len(_ID_START) : end]:  # the common case, without parsing the line
+                yield line[len(_ID_START) : end].decode("utf-8", "replace")
+                continue
+        if line.strip():
+            with contextlib.suppress(orjson.JSONDecodeError):
+                d = orjson.loads(line)
+                if isinstance(d, dict) and isinstance(d.get("id"), str):
+                    yield d["id"]

@@ -3,9 +3,9 @@
 `Live` is an immutable value carrying the token count of every live message, the running total,
 the pairing state of the newest turn and the positions of the tool results that may still be
 offloaded, so a step without compaction only counts and offloads what changed. `add` appends (and
-refuses a result that would reach the provider as an orphan), `rebuild` starts over from the tail
-a compaction kept, `offload_recent` writes the step-1 cuts back. Pins live here too, with the one
-rule for how many tokens they may take.
+refuses a result that would reach the provider as an orphan, and an id already used), `rebuild`
+starts over from the tail a compaction kept, `offload_recent` writes the step-1 cuts back. Pins
+live here too, with the one rule for how many tokens they may take.
 """
 
 from __future__ import annotations
@@ -18,13 +18,40 @@ from types import MappingProxyType
 from .archive import Archive
 from .errors import MessageError, PinnedOverBudgetError
 from .folder import Store
-from .messages import Link, Message, Pairs, pair_walk
+from .messages import Link, Message, Pairs, pair_walk, without_surrogates
 from .offload import offload
 from .settings import OffloadSettings
 from .split import pair_groups
 from .tokens import Counter
 
 _EMPTY_NAMES: Mapping[str, str] = MappingProxyType({})
+
+
+class Ids:
+    """Where each message id and tool-call id of a `Live`'s messages sits (the newest position of each).
+
+    `Live` values are immutable, but a set copied on every `add` would cost the whole history. So
+    the values `add` makes one from another share one index, and `add` extends it in place; it is
+    used only by a value whose messages it describes exactly (`_ids_of`), and rebuilt otherwise (an
+    older value extended again, a value built by hand), which a `Session` never needs.
+    """
+
+    __slots__ = ("calls", "length", "messages")
+
+    def __init__(self, messages: Sequence[Message] = ()) -> None:
+        self.messages: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+        self.length = 0
+        self.extend(messages)
+
+    def extend(self, messages: Sequence[Message]) -> None:
+        """Index `messages`, which follow the ones indexed so far."""
+        for i, msg in enumerate(messages, self.length):
+            self.messages[msg.id] = i
+            if msg.role == "assistant":
+                for call in msg.tool_calls:
+                    self.calls[call.id] = i
+        self.length += len(messages)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -53,6 +80,10 @@ class Live:
     failed_at: int | None = None
     # Positions of the messages the last `prepare` offloaded (what a store must rewrite).
     offloaded: tuple[int, ...] = ()
+    # Ids of the messages compacted into the archive: an id names one message of a workspace, ever.
+    archived: frozenset[str] = frozenset()
+    # The message and call ids of `messages`, for `add`'s checks (see `Ids`); not part of the value.
+    ids: Ids = field(default_factory=Ids, compare=False, repr=False)
 
     @property
     def tokens(self) -> int:
@@ -61,23 +92,36 @@ class Live:
 
 
 def add(live: Live, messages: Sequence[Message], counter: Counter) -> Live:
-    """`live` with `messages` appended, counted once. Raises `MessageError` (and changes nothing) when a result
-    answers no waiting call (its call is not live, or was answered already) or a call id is live already.
+    """`live` with `messages` appended, counted once. Raises `MessageError` (and changes nothing) when a
+    message's id is live or archived already (or repeated in the batch), a call's id is live already,
+    or a result answers no waiting call (its call is not live, or was answered already).
 
     A result must follow its call (it may come in the same batch); anything else would be sent to
-    the provider as an orphan and refused. The cost is proportional to the batch, not the history.
+    the provider as an orphan and refused. Text a tokenizer cannot read because it holds lone UTF-16
+    surrogates is kept with U+FFFD in their place (`ctxkeep.messages.without_surrogates`). The cost
+    is proportional to the batch, not the history.
     """
     if not messages:
         return live
     for i, msg in enumerate(messages):
         if not isinstance(msg, Message):
             raise MessageError(f"expected a Message at position {i}, got {type(msg).__name__}", index=i)
+    ids = _ids_of(live)
     start = len(live.messages)
-    walk = pair_walk(messages, start=start, pairs=live.pairs, answered=live.result_tools)
-    _refuse_unpaired(walk.links, walk.reused, start)
+    walk = pair_walk(messages, start=start, pairs=live.pairs, answered=ids.calls)
+    problems = [p for p in (_unpaired(walk.links, walk.reused, start), _known_id(messages, ids, live.archived)) if p]
+    if problems:
+        raise min(problems, key=lambda p: p.index or 0)  # the first in the batch; its pairing on a tie
+    try:
+        counts = counter.count_each(messages)
+    except UnicodeError:
+        clean = [without_surrogates(m) for m in messages]
+        if all(a is b for a, b in zip(clean, messages, strict=True)):
+            raise
+        return add(live, clean, counter)
     names = dict(live.result_tools)
     names.update((link.call_id, link.name) for link in walk.links)
-    counts = counter.count_each(messages)
+    ids.extend(messages)  # last: nothing above may fail once the index has grown
     return replace(
         live,
         messages=live.messages + tuple(messages),
@@ -86,26 +130,60 @@ def add(live: Live, messages: Sequence[Message], counter: Counter) -> Live:
         pairs=walk.pairs,
         result_tools=MappingProxyType(names),
         tool_positions=live.tool_positions + tuple(link.index for link in walk.links),
+        ids=ids,
     )
 
 
-def _refuse_unpaired(links: Sequence[Link], reused: Sequence[tuple[int, str]], start: int) -> None:
+def _ids_of(live: Live) -> Ids:
+    """`live.ids` when it describes exactly `live.messages` (always, for values `add` made), else a new index."""
+    ids, messages = live.ids, live.messages
+    if ids.length == len(messages) and (not messages or ids.messages.get(messages[-1].id) == len(messages) - 1):
+        return ids
+    return Ids(messages)
+
+
+def _known_id(messages: Sequence[Message], ids: Ids, archived: frozenset[str]) -> MessageError | None:
+    seen: set[str] = set()
+    for i, msg in enumerate(messages):
+        mid = msg.id
+        if mid in seen:
+            where = "used earlier in this batch"
+        elif mid in ids.messages:
+            where = "already live"
+        elif mid in archived:
+            where = "already archived (compacted into dialog/)"
+        else:
+            seen.add(mid)
+            continue
+        return MessageError(
+            f"the message id {mid!r} at position {i} is {where}; an id names one message of a workspace:"
+            " add each message once, and give a new message a new id",
+            index=i,
+        )
+    return None
+
+
+def _unpaired(links: Sequence[Link], reused: Sequence[tuple[int, str]], start: int) -> MessageError | None:
     bad: list[tuple[int, str, str]] = [(link.index, link.kind, link.call_id) for link in links if link.kind != "paired"]
     bad += [(i, "reused", cid) for i, cid in reused]
     if not bad:
-        return
+        return None
     at, kind, cid = min(bad)
     i = at - start
     if kind == "reused":
-        raise MessageError(f"the tool call id {cid!r} at position {i} is already live", index=i)
+        return MessageError(
+            f"the tool call id {cid!r} at position {i} is already live; providers refuse two calls with one"
+            " id in a context: give the new call a new id",
+            index=i,
+        )
     if kind == "separated":
-        raise MessageError(
+        return MessageError(
             f"the tool result at position {i} answers call {cid!r}, but other messages came after"
             " that call; providers refuse a result that does not directly follow its call. Add results"
             " right after their call (or `ctxkeep.messages.repair` the list first)",
             index=i,
         )
-    raise MessageError(
+    return MessageError(
         f"the tool result at position {i} answers call {cid!r}, which is not waiting for a"
         " result in the live context (never added, or answered already); add the assistant message with"
         " that call first (or `ctxkeep.messages.repair` the list)",
@@ -116,7 +194,8 @@ def _refuse_unpaired(links: Sequence[Link], reused: Sequence[tuple[int, str]], s
 def rebuild(live: Live, kept: tuple[Message, ...], recent_n: int) -> Live:
     """A fresh `Live` holding `kept` (what a compaction left), counts carried over by identity: nothing is recounted.
 
-    Summary, archive and failure mark start empty; the caller sets the new ones.
+    The messages of `live` not kept join the archived ids. Summary, archive and failure mark start
+    empty; the caller sets the new ones.
     """
     count_of = {id(m): n for m, n in zip(live.messages, live.counts, strict=True)}
     counts = tuple(count_of[id(m)] for m in kept)
@@ -125,6 +204,7 @@ def rebuild(live: Live, kept: tuple[Message, ...], recent_n: int) -> Live:
     settled = settled_from(positions, recent_n, len(kept), 0)
     still = {link.call_id for link in walk.links if link.index >= settled}
     kept_ids = {m.id for m in kept}
+    archived = live.archived.union(m.id for m in live.messages if m.id not in kept_ids)
     return Live(
         messages=kept,
         counts=counts,
@@ -136,6 +216,8 @@ def rebuild(live: Live, kept: tuple[Message, ...], recent_n: int) -> Live:
         settled=settled,
         system=live.system,
         system_tokens=live.system_tokens,
+        archived=archived,
+        ids=Ids(kept),
     )
 
 

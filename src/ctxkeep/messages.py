@@ -26,7 +26,7 @@ import re
 import uuid
 from collections import deque
 from collections.abc import Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Literal, TypeAlias
@@ -41,8 +41,13 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def make_id(*parts: object) -> str:
-    """A stable message id derived from `parts` (same parts, same id)."""
-    return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join(str(p) for p in parts)))
+    """A stable message id derived from `parts`: same parts, same id; different parts, different ids."""
+    texts = [str(p) for p in parts]
+    if any("\x1f" in t or "\x1e" in t for t in texts):
+        # A part holding the separator would make ("a\x1fb", "c") and ("a", "b\x1fc") one id (and one
+        # offload file): escape such parts, under a mark no plain join starts with. Other ids are unchanged.
+        texts = ["\x1e", *(t.replace("\x1e", "\x1e0").replace("\x1f", "\x1e1") for t in texts)]
+    return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join(texts)))
 
 
 def _need(value: object, kind: type | tuple[type, ...], what: str) -> None:
@@ -273,6 +278,48 @@ class Message:
         """The tool result, if this is a tool message."""
         block = self.content[0] if self.role == "tool" else None
         return block if isinstance(block, ToolResult) else None
+
+
+# --- text no UTF-8 file can hold ------------------------------------------------------
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_surrogates(msg: Message) -> Message:
+    """`msg` with every lone UTF-16 surrogate (which no UTF-8 file can hold) replaced by U+FFFD.
+
+    Node's JSON.stringify writes them, and Python's json reads them back; a surrogate pair is joined
+    into the character it encodes. Text, ids, arguments and `extra` alike; `msg` itself when it has none.
+    """
+    clean = _clean(msg)
+    assert isinstance(clean, Message)
+    return clean
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        if _SURROGATE.search(value) is None:
+            return value
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, Message | TextBlock | ThinkingBlock | ToolCall | ToolResult | ImageBlock):
+        changed = {}
+        for f in fields(value):
+            old = getattr(value, f.name)
+            new = _clean(old)
+            if new is not old:
+                changed[f.name] = new
+        return replace(value, **changed) if changed else value
+    if isinstance(value, Mapping):
+        items = [(_clean(k), _clean(v)) for k, v in value.items()]
+        if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items(), strict=True)):
+            return value
+        return dict(items)
+    if isinstance(value, list | tuple):
+        parts = [_clean(v) for v in value]
+        if all(p is v for p, v in zip(parts, value, strict=True)):
+            return value
+        return tuple(parts) if isinstance(value, tuple) else parts
+    return value
 
 
 # --- pairing -------------------------------------------------------------------------

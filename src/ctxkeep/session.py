@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -34,11 +34,11 @@ from . import archive as archive_mod
 from . import engine
 from . import live as live_mod
 from .archive import Archive
-from .codec import dumps, message_from_dict, message_to_dict
+from .codec import dumps, ids_in, message_from_dict, message_to_dict, storable
 from .context import summary_tokens_of
 from .engine import Step
-from .errors import CtxkeepError, WorkspaceError
-from .folder import FAILED_DIR, STATE, LocalFolder, Store, live_name
+from .errors import CtxkeepError, MessageError, WorkspaceError
+from .folder import FAILED_DIR, STATE, FileStore, Folder, LocalFolder, Store, live_name
 from .live import Live
 from .messages import Message
 from .settings import EngineSettings
@@ -81,22 +81,63 @@ class _State:
 
     @classmethod
     def from_bytes(cls, raw: bytes, where: str) -> _State:
+        """The state in `raw`; `WorkspaceError` naming `where` when it is not one (every field is checked)."""
         try:
             d = orjson.loads(raw)
             if not isinstance(d, dict) or d.get("v") != _STATE_MARK:
                 raise ValueError(f"not a {_STATE_MARK} state file")
+            last = _field(d, "last_record", dict, None)
+            if last is not None and not _whole(last.get("generation")):
+                raise ValueError("'last_record' has no generation")
             return cls(
-                generation=int(d["generation"]),
-                summary=d.get("summary"),
-                summary_body=d.get("summary_body"),
-                archive=Archive.from_dict(d.get("archive") or {}),
-                pinned=frozenset(d.get("pinned") or ()),
-                failed_at=d.get("failed_at"),
-                compactions=int(d.get("compactions") or 0),
-                last_record=d.get("last_record"),
+                generation=_field(d, "generation", int),
+                summary=_field(d, "summary", str, None),
+                summary_body=_field(d, "summary_body", str, None),
+                archive=Archive.from_dict(_archive_index(d.get("archive"))),
+                pinned=frozenset(_field(d, "pinned", list, [])),
+                failed_at=_field(d, "failed_at", int, None),
+                compactions=_field(d, "compactions", int, 0),
+                last_record=last,
             )
         except (ValueError, TypeError, KeyError) as exc:
             raise WorkspaceError(f"{where} is damaged ({exc}); restore it from a backup", path=where) from exc
+
+
+_MISSING: Any = object()
+
+
+def _field(d: dict[str, Any], key: str, kind: type, default: Any = _MISSING) -> Any:
+    """`d[key]`, checked to be a `kind` (a whole number, 0 or more, for int); `default` when null or absent."""
+    value = d.get(key)
+    if value is None:
+        if default is _MISSING:
+            raise ValueError(f"{key!r} is missing")
+        return default
+    if kind is int:
+        ok = _whole(value)
+    elif kind is list:
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        raise ValueError(f"{key!r} holds {value!r}")
+    return value
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _archive_index(value: object) -> dict[str, Any]:
+    """The archive index of a state, checked: file name -> {"bytes": n, "lines": n}."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"'archive' holds {value!r}")
+    for name, info in value.items():
+        if not isinstance(info, dict) or not all(_whole(info.get(k)) for k in ("bytes", "lines")):
+            raise ValueError(f"'archive' holds {info!r} for {name}")
+    return value
 
 
 _NEW = _State(
@@ -130,11 +171,19 @@ class Session:
         lock_timeout: float = 10.0,
         now: datetime | None = None,
     ) -> None:
+        """Open the workspace in `store`, waiting up to `lock_timeout` seconds (``float("inf")``: as long as
+        it takes) for another process to release it. Raises `WorkspaceError` for a bad `lock_timeout`."""
+        if not isinstance(lock_timeout, int | float) or isinstance(lock_timeout, bool) or not lock_timeout >= 0:
+            raise WorkspaceError(
+                "lock_timeout must be the seconds to wait for another process to release the workspace,"
+                f' 0 or more (float("inf") waits as long as it takes); got {lock_timeout!r}'
+            )
         self._setup = engine.Setup.with_defaults(store, settings=settings, counter=counter, summarizer=summarizer)
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(store.lock(lock_timeout))
         try:
             self._state, self._live = self._recover(now or datetime.now().astimezone())
+            self._live = replace(self._live, archived=_archived_ids(store, self._state.archive))
         except BaseException:
             self._stack.close()
             raise
@@ -194,14 +243,25 @@ class Session:
     # --- changing -------------------------------------------------------------------
 
     def add(self, messages: Iterable[Message] | Message) -> None:
-        """Append messages to the live context, durably. Raises `MessageError` before writing anything."""
-        batch = [messages] if isinstance(messages, Message) else list(messages)
-        live = live_mod.add(self._live, batch, self.counter)  # validates first
+        """Append messages to the live context, durably.
+
+        Raises `MessageError` before writing anything: for what is not a `Message`, an id already live
+        or archived, a result without its call (`ctxkeep.live.add` has the rules), or an `extra` value
+        JSON cannot hold. Lone UTF-16 surrogates (Node writes them; no UTF-8 file can hold them) are
+        replaced by U+FFFD and the message kept: losing a turn over one broken character would be worse.
+        """
+        batch = _batch_of(messages)
         if not batch:
             return
         # One line per call: a crash mid-append leaves a torn last line, which reopening drops, so a
-        # batch (a call and its results, say) is live entirely or not at all.
-        line = dumps(batch[0]) if len(batch) == 1 else _batch_line(batch)
+        # batch (a call and its results, say) is live entirely or not at all. Encoded first, so what
+        # is kept in memory is exactly what the line holds.
+        try:
+            line = _line(batch)
+        except orjson.JSONEncodeError:
+            batch = storable(batch)  # surrogates replaced; MessageError for what JSON cannot hold
+            line = _line(batch)
+        live = live_mod.add(self._live, batch, self.counter)  # validates
         self.store.append_live(self._state.generation, line)
         self._live = live
 
@@ -440,6 +500,40 @@ def _glued_record(line: bytes) -> int | None:
                 return at
         at = line.find(b"{", at + 1)
     return None
+
+
+def _batch_of(messages: object) -> list[Message]:
+    """What `Session.add` was given, as a list of messages; `MessageError` for anything else."""
+    if isinstance(messages, Message):
+        return [messages]
+    if messages is None or isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
+        raise MessageError(f"add takes a Message or an iterable of Message values; got {type(messages).__name__}")
+    batch = list(messages)
+    for i, msg in enumerate(batch):
+        if not isinstance(msg, Message):
+            raise MessageError(f"expected a Message at position {i}, got {type(msg).__name__}", index=i)
+    return batch
+
+
+def _line(batch: list[Message]) -> bytes:
+    """The live-log line of a batch; `orjson.JSONEncodeError` when a message holds what JSON cannot."""
+    return orjson.dumps(message_to_dict(batch[0])) + b"\n" if len(batch) == 1 else _batch_line(batch)
+
+
+def _archived_ids(store: Store, archive: Archive) -> frozenset[str]:
+    """The ids of the archived messages, read back from the archive files as committed.
+
+    A `FileStore` reads them as files; another `Store` may offer ``read_archive(name) -> bytes``
+    (without it, ids are checked against the live messages and those archived since opening).
+    """
+    read: Callable[[str], bytes | None] | None
+    read = cast(Folder, store).read if isinstance(store, FileStore) else getattr(store, "read_archive", None)
+    if read is None:
+        return frozenset()
+    ids: set[str] = set()
+    for name, info in archive.files.items():
+        ids.update(ids_in((read(name) or b"")[: info.bytes]))
+    return frozenset(ids)
 
 
 def _batch_line(batch: list[Message]) -> bytes:

@@ -1,0 +1,330 @@
+"""Hostile but realistic input: each case a user met, each with the answer a careful user expects.
+
+Lone surrogates (what Node's JSON.stringify writes), values that are not ctxkeep's to hold, reused
+message and call ids, and credentials in a base URL. The CLI cases run the installed console
+script as a subprocess, with a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.conftest import ROOT
+
+from ctxkeep.codec import dumps, message_from_dict
+from ctxkeep.errors import MessageError, ProviderError, WorkspaceError
+from ctxkeep.folder import MemoryFolder
+from ctxkeep.formats import load
+from ctxkeep.formats.source import Source
+from ctxkeep.live import Live, add, offload_recent
+from ctxkeep.messages import Message, ToolCall, ToolResult, make_id
+from ctxkeep.offload import original_file
+from ctxkeep.providers.failures import redact
+from ctxkeep.providers.openai import OpenAIModel
+from ctxkeep.providers.sdk import Connection
+from ctxkeep.session import Session
+from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
+from ctxkeep.tokens import get_counter
+from test_engine import NOW, turn
+from test_providers import KEY, REQUEST, FakeAPI, Step, openai_success
+
+COUNTER = get_counter("o200k_base")
+SETTINGS = EngineSettings(
+    compact=CompactSettings(max_input_length=2_000, compact_ratio=0.7, reserve_ratio=0.2),
+    offload=OffloadSettings(recent_n=1, recent_max_bytes=1_500, old_max_bytes=300),
+)
+EXAMPLE = ROOT / "examples" / "claude_code_session.jsonl"
+CLI = shutil.which("ctxkeep", path=str(Path(sys.executable).parent))
+TIMEOUT = 120
+
+
+def ctxkeep(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The installed console script, as a user runs it."""
+    assert CLI is not None, "the ctxkeep console script is not installed next to this Python"
+    return subprocess.run([CLI, *argv], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+
+
+# ── 12. lone surrogates ──────────────────────────────────────────────────────────────────────────
+
+
+def with_lone_surrogate(tmp_path: Path) -> tuple[Path, int]:
+    """The example transcript with a lone high surrogate escaped in one user text, as Node writes it."""
+    lines = EXAMPLE.read_text(encoding="utf-8").splitlines()
+    at = next(i for i, line in enumerate(lines) if '"type": "user"' in line and "Please fix it" in line)
+    lines[at] = lines[at].replace("Please fix it", "Please fix it \\ud83d", 1)
+    path = tmp_path / "node.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path, at + 1
+
+
+@pytest.mark.parametrize("lenient", [False, True])
+def test_a_lone_surrogate_is_replaced_and_noted_not_refused(tmp_path: Path, lenient: bool) -> None:
+    path, line = with_lone_surrogate(tmp_path)
+    clean = load(EXAMPLE)
+    transcript = load(path, lenient=lenient)
+    assert len(transcript.messages) == len(clean.messages)  # nothing dropped, even when lenient
+    texts = [m.text for m in transcript.messages]
+    assert any("Please fix it \ufffd" in t for t in texts)
+    assert any("surrogate" in note and f"{line}" in note and "U+FFFD" in note for note in transcript.notes)
+
+
+def test_surrogates_in_a_json_document_and_pairs_and_escaped_backslashes() -> None:
+    text = '{"a": "x\\udc00y", "pair": "\\ud83d\\ude00", "literal": "\\\\ud83d", "b": "\\ud83dz"}'
+    source = Source.from_bytes(("\n" + text).encode())
+    assert source.document() == {"a": "x\ufffdy", "pair": "\U0001f600", "literal": "\\ud83d", "b": "\ufffdz"}
+    assert len(source.notes) == 1 and "line 2" in source.notes[0]
+    records = Source.from_bytes(f"{text}\n{text}\n".encode())
+    assert [n for n, _ in records.records()] == [1, 2]
+    assert len(records.notes) == 1 and "2 line(s) (1, 2)" in records.notes[0]
+
+
+def test_a_bad_escape_is_still_invalid_json() -> None:
+    source = Source.from_bytes(b'{"a": "\\ud83d\n', lenient=True)
+    assert list(source.records()) == [] and "skipped line 1" in source.notes[-1]
+
+
+def test_session_add_keeps_a_message_with_lone_surrogates(tmp_path: Path) -> None:
+    call = ToolCall(id="c\ud800", name="bash", arguments='{"command": "echo \udfff"}')
+    batch = [
+        Message.of("user", "a\ud83db", id="u1", extra={"k\udc00": ["v\ud83d"]}),
+        Message(role="assistant", content=(call,), id="a1"),
+        Message(role="tool", content=(ToolResult(call_id="c\ud800", content="\ud83d\ude00 ok"),), id="r1"),
+    ]
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        s.add(batch)
+        kept = s.messages
+    assert kept[0].text == "a\ufffdb" and dict(kept[0].extra) == {"k\ufffd": ["v\ufffd"]}
+    assert kept[1].tool_calls[0].id == "c\ufffd" and kept[2].content[0].call_id == "c\ufffd"  # type: ignore[union-attr]
+    assert kept[2].tool_result is not None and kept[2].tool_result.text == "\U0001f600 ok"  # a pair is joined
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        assert s.messages == kept
+
+
+def test_the_codec_and_the_live_context_never_raise_unicode_errors() -> None:
+    msg = Message.of("user", "x\ud83d", id="m")
+    assert message_from_dict(json.loads(dumps(msg))).text == "x\ufffd"
+    live = add(Live(), [msg], COUNTER)
+    assert live.messages[0].text == "x\ufffd" and live.total == COUNTER.count_each(live.messages)[0]
+
+
+# ── 13. errors that are ctxkeep's ─────────────────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize("bad", [None, "hello", 5, {"role": "user"}, [Message.of("user", "ok"), None]])
+def test_add_refuses_what_is_not_a_message(bad: object) -> None:
+    store = MemoryFolder()
+    with Session(store) as s:
+        before = dict(store.files)
+        with pytest.raises(MessageError):
+            s.add(bad)  # type: ignore[arg-type]
+        assert store.files == before and s.messages == ()
+
+
+@pytest.mark.parametrize("value", [{1, 2}, object(), b"bytes", 2**70, {1: "int key"}])
+def test_a_value_json_cannot_hold_is_refused_before_anything_is_written(value: object) -> None:
+    store = MemoryFolder()
+    with Session(store) as s:
+        before = dict(store.files)
+        with pytest.raises(MessageError, match="extra"):
+            s.add([Message.of("user", "ok", id="fine"), Message.of("user", "x", id="bad", extra={"v": value})])
+        assert store.files == before and s.messages == ()
+        s.add(Message.of("user", "ok", id="fine"))  # the session goes on
+        assert [m.id for m in s.messages] == ["fine"]
+
+
+@pytest.mark.parametrize("timeout", [None, "10", -1, float("nan")])
+def test_a_bad_lock_timeout_is_a_ctxkeep_error(tmp_path: Path, timeout: object) -> None:
+    with pytest.raises(WorkspaceError, match="lock_timeout"):
+        Session.open(tmp_path, lock_timeout=timeout)
+    with Session.open(tmp_path, lock_timeout=0):  # the lock was not left held
+        pass
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("summary", 5),
+        ("summary_body", ["x"]),
+        ("archive", []),
+        ("archive", {"dialog/2026-12-03.jsonl": 3}),
+        ("archive", {"dialog/2026-12-03.jsonl": {"bytes": -1, "lines": 0}}),
+        ("pinned", 5),
+        ("pinned", [1]),
+        ("generation", "x"),
+        ("generation", True),
+        ("failed_at", "soon"),
+        ("compactions", [1]),
+        ("last_record", 5),
+    ],
+)
+def test_a_damaged_state_is_a_workspace_error(tmp_path: Path, field: str, value: object) -> None:
+    with Session.open(tmp_path) as s:
+        s.add(Message.of("user", "hello", id="u"))
+    state = json.loads((tmp_path / "state.json").read_text())
+    state[field] = value
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    with pytest.raises(WorkspaceError, match=r"state\.json is damaged"):
+        Session.open(tmp_path)
+
+
+# ── 14. one message id, one original file ─────────────────────────────────────────────────────────
+
+
+def test_a_message_id_already_live_is_refused(tmp_path: Path) -> None:
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        s.add(turn(0))
+        size = (tmp_path / "live" / "00000000.jsonl").stat().st_size
+        with pytest.raises(MessageError, match=r"'u0'.*already live"):
+            s.add(Message.of("user", "again", id="u0"))
+        with pytest.raises(MessageError, match=r"'x'.*earlier in this batch"):
+            s.add([Message.of("user", "one", id="x"), Message.of("user", "two", id="x")])
+        assert (tmp_path / "live" / "00000000.jsonl").stat().st_size == size
+        assert [m.id for m in s.messages] == ["u0", "a0", "r0", "d0"]
+
+
+def test_a_message_id_already_archived_is_refused_now_and_after_reopening(tmp_path: Path) -> None:
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        for i in range(12):
+            s.add(turn(i))
+            s.prepare("be brief", now=NOW)
+        assert "u0" not in {m.id for m in s.messages}  # compacted into the archive
+        with pytest.raises(MessageError, match=r"'u0'.*archived"):
+            s.add(Message.of("user", "again", id="u0"))
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        with pytest.raises(MessageError, match=r"'u0'.*archived"):
+            s.add(Message.of("user", "again", id="u0"))
+        s.add(Message.of("user", "a new one", id="u-new"))
+
+
+def big_result(message_id: str, call_id: str, text: str) -> list[Message]:
+    call = ToolCall(id=call_id, name="bash", arguments="{}")
+    return [
+        Message(role="assistant", content=(call,), id=f"call-of-{message_id}"),
+        Message(role="tool", content=(ToolResult(call_id=call_id, content=text * 2_000),), id=message_id),
+    ]
+
+
+def test_two_offloaded_results_never_share_a_file() -> None:
+    # Ids chosen so that the old file name (ids joined by a separator) is the same for both.
+    store = MemoryFolder()
+    with Session(store, settings=SETTINGS) as s:
+        s.add(big_result("m", "c1\x1fc2", "first "))
+        s.prepare(None, now=NOW)
+        s.add(big_result("m\x1fc1", "c2", "second "))
+        s.prepare(None, now=NOW)
+        files = [original_file(m.tool_result) for m in s.messages if m.tool_result is not None]
+    assert len(files) == 2 and None not in files and files[0] != files[1]
+    assert [bytes(store.files[f]).split()[0] for f in files if f] == [b"first", b"second"]
+
+
+def test_make_id_is_one_to_one_whatever_the_parts_hold() -> None:
+    assert make_id("a\x1fb", "c") != make_id("a", "b\x1fc")
+    assert make_id("a\x1e", "b") != make_id("a", "\x1eb")
+    assert (
+        make_id("msg-1", "call-1") == "2dd24ce2-2738-59e3-8190-7cd278e3d7bd"
+    )  # ordinary parts keep the id they always had
+
+
+# ── 15. a call id is live once ────────────────────────────────────────────────────────────────────
+
+
+def test_a_call_id_cannot_come_back_once_its_result_settled() -> None:
+    offload = OffloadSettings(recent_n=1)
+    live = add(Live(), turn(0), COUNTER)
+    live = add(live, turn(1), COUNTER)
+    live = offload_recent(live, offload, MemoryFolder(), COUNTER)
+    assert "c0" not in live.result_tools  # settled: no longer among the results that may change
+    again = Message(role="assistant", content=(ToolCall(id="c0", name="bash", arguments="{}"),), id="a-again")
+    with pytest.raises(MessageError, match=r"'c0'.*already live"):
+        add(live, [again], COUNTER)
+
+
+def test_a_session_refuses_a_settled_call_id_and_still_reopens(tmp_path: Path) -> None:
+    big = EngineSettings(offload=OffloadSettings(recent_n=1))
+    with Session.open(tmp_path, settings=big) as s:
+        for i in range(3):
+            s.add(turn(i))
+            s.prepare(None, now=NOW)
+        again = Message(role="assistant", content=(ToolCall(id="c0", name="bash", arguments="{}"),), id="a-again")
+        with pytest.raises(MessageError, match=r"'c0'.*already live"):
+            s.add(again)
+    with Session.open(tmp_path, settings=big) as s:
+        assert len(s.messages) == 12
+
+
+def test_checks_stay_right_for_an_older_live_value() -> None:
+    # Live values are immutable: extending an older one must not see ids only a newer one holds.
+    base = add(Live(), turn(0), COUNTER)
+    newer = add(base, turn(1), COUNTER)
+    branch = add(base, turn(1), COUNTER)  # the same ids again, on the older value: allowed
+    assert [m.id for m in branch.messages] == [m.id for m in newer.messages]
+    with pytest.raises(MessageError, match="'u1'"):
+        add(newer, [Message.of("user", "x", id="u1")], COUNTER)
+    with pytest.raises(MessageError, match="'u1'"):
+        add(branch, [Message.of("user", "x", id="u1")], COUNTER)
+
+
+# ── 16. credentials in a base URL ────────────────────────────────────────────────────────────────
+
+
+def test_redact_hides_userinfo_and_any_case_of_the_key() -> None:
+    text = f"at http://bob:hunter22@h:8/v1 and https://tok@x.io, key {KEY.upper()} {KEY.lower()} {KEY}"
+    out = redact(text, KEY)
+    assert "hunter22" not in out and "bob" not in out and "tok@" not in out
+    assert "http://***@h:8/v1" in out and "https://***@x.io" in out
+    assert KEY.upper() not in out and KEY.lower() not in out and KEY not in out
+    assert redact("mail me at a@b.c, see http://h/x@y", None) == "mail me at a@b.c, see http://h/x@y"
+
+
+def test_a_provider_never_shows_the_credentials_of_its_base_url() -> None:
+    with FakeAPI(openai_success) as api:
+        url = api.url.replace("http://", "http://bob:hunter22@") + "/v1"
+        env = {"CTXKEEP_TEST_KEY": KEY}
+        model = OpenAIModel("gpt-test", Connection(base_url=url, api_key_env="CTXKEEP_TEST_KEY"), environ=env)
+        assert "hunter22" not in repr(model) and "hunter22" not in str(model.endpoint)
+        echo = f"bad key {KEY.upper()} for bob:hunter22 at {url}"
+        api.script = [Step(status=401, body={"error": {"message": echo}})]
+        with pytest.raises(ProviderError) as caught:
+            model.complete(REQUEST)
+    texts = [str(caught.value), repr(caught.value), repr(model), str(model.endpoint)]
+    for text in texts:
+        assert "hunter22" not in text and KEY.upper() not in text and KEY not in text
+    assert "http://***@127.0.0.1" in str(caught.value)
+
+
+def test_compact_with_credentials_in_base_url_prints_and_saves_none(tmp_path: Path) -> None:
+    with FakeAPI(openai_success) as api:
+        api.script = [Step(status=401, body={"error": {"message": "no: bob:hunter22"}}) for _ in range(200)]
+        url = api.url.replace("http://", "http://bob:hunter22@") + "/v1"
+        done = ctxkeep(
+            "compact",
+            str(ROOT / "examples" / "agent_session.jsonl"),
+            "-o",
+            str(tmp_path / "ws"),
+            "--window",
+            "16000",
+            "--model",
+            "openai:m",
+            "--base-url",
+            url,
+            cwd=tmp_path,
+        )
+    assert done.returncode == 0, done.stderr
+    written = [p.read_text(errors="replace") for p in (tmp_path / "ws").rglob("*") if p.is_file()]
+    assert any("HTTP 401" in text for text in written)  # the failures were recorded ...
+    for text in [done.stdout, done.stderr, *written]:
+        assert "hunter22" not in text  # ... without the password
+
+
+def test_inspect_reads_a_node_transcript(tmp_path: Path) -> None:
+    path, _ = with_lone_surrogate(tmp_path)
+    done = ctxkeep("inspect", str(path), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["messages"] == len(load(EXAMPLE).messages)
+    assert any("surrogate" in note for note in report["notes"])
