@@ -77,7 +77,7 @@ def test_surrogates_in_a_json_document_and_pairs_and_escaped_backslashes() -> No
     text = '{"a": "x\\udc00y", "pair": "\\ud83d\\ude00", "literal": "\\\\ud83d", "b": "\\ud83dz"}'
     source = Source.from_bytes(("\n" + text).encode())
     assert source.document() == {"a": "x\ufffdy", "pair": "\U0001f600", "literal": "\\ud83d", "b": "\ufffdz"}
-    assert len(source.notes) == 1 and "line 2" in source.notes[0]
+    assert len(source.notes) == 1 and "1 line(s) (2)" in source.notes[0]
     records = Source.from_bytes(f"{text}\n{text}\n".encode())
     assert [n for n, _ in records.records()] == [1, 2]
     assert len(records.notes) == 1 and "2 line(s) (1, 2)" in records.notes[0]

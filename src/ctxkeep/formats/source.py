@@ -7,7 +7,8 @@ reported.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,6 +58,8 @@ class Source:
     notes: list[str] = field(default_factory=list)
     _whole: Any = field(default=_UNSET, init=False, repr=False)
     _sample: Any = field(default=_UNSET, init=False, repr=False)
+    _surrogates: set[int] = field(default_factory=set, init=False, repr=False)  # lines noted
+    _surrogate_note: str | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def from_path(cls, path: str | Path, *, lenient: bool = False) -> Source:
@@ -95,7 +98,7 @@ class Source:
         """The file parsed as one JSON value; None when it is not one (JSONL, or not JSON). Cached."""
         if self._whole is _UNSET:
             try:
-                self._whole = orjson.loads(self.text)
+                self._whole = self.loads(self.text)
             except orjson.JSONDecodeError:
                 self._whole = None
         return self._whole
@@ -107,8 +110,9 @@ class Source:
         """
         if self._sample is _UNSET:
             stripped = self.text.lstrip()
+            line = self.text.count("\n", 0, len(self.text) - len(stripped)) + 1
             try:
-                self._sample = orjson.loads(stripped.split("\n", 1)[0])
+                self._sample = self.loads(stripped.split("\n", 1)[0], line)
             except orjson.JSONDecodeError:
                 self._sample = self.whole()
         return self._sample
@@ -120,9 +124,41 @@ class Source:
             if not line.strip():
                 continue
             try:
-                yield lineno, orjson.loads(line)
+                value = self.loads(line, lineno)
             except orjson.JSONDecodeError as exc:
                 self.skip(lineno, f"not valid JSON ({_short(exc)})")
+                continue
+            yield lineno, value
+
+    def loads(self, text: str, line: int = 1) -> Any:
+        """`text` (which starts on `line`) parsed as JSON. Lone UTF-16 surrogate escapes, which Node's
+        JSON.stringify writes and orjson refuses, are read as U+FFFD and noted, like invalid UTF-8."""
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            if "\\u" not in text:
+                raise
+            fixed, lines = _without_lone_surrogates(text)
+            if not lines:
+                raise
+            try:
+                value = orjson.loads(fixed)
+            except orjson.JSONDecodeError:
+                raise exc from None  # the first error: its position is in the text as read
+        self._note_surrogates(line - 1 + n for n in lines)
+        return value
+
+    def _note_surrogates(self, lines: Iterable[int]) -> None:
+        """One note for the whole file, kept up to date as lines are read."""
+        self._surrogates.update(lines)
+        numbers = sorted(self._surrogates)
+        shown = ", ".join(str(n) for n in numbers[:10]) + (" ..." if len(numbers) > 10 else "")
+        note = f"lone UTF-16 surrogate escapes on {len(numbers)} line(s) ({shown}); replaced with U+FFFD"
+        if self._surrogate_note in self.notes:
+            self.notes[self.notes.index(self._surrogate_note)] = note
+        else:
+            self.notes.append(note)
+        self._surrogate_note = note
 
     def document(self) -> Any:
         """The whole file parsed as one JSON document."""
@@ -175,3 +211,29 @@ def _lines_with_invalid_utf8(raw: bytes) -> list[int]:
         except UnicodeDecodeError:
             bad.append(lineno)
     return bad
+
+
+# A \uD800-\uDFFF escape not preceded by an odd number of backslashes: a high surrogate with its low
+# one (a pair, kept), a high one alone, or a low one alone.
+_SURROGATE_ESCAPE = re.compile(
+    r"(?<!\\)((?:\\\\)*)\\u([dD][89abAB][0-9a-fA-F]{2})(\\u[dD][c-fC-F][0-9a-fA-F]{2})?"
+    r"|(?<!\\)((?:\\\\)*)\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
+
+
+def _without_lone_surrogates(text: str) -> tuple[str, list[int]]:
+    """`text` (JSON) with each lone surrogate escape replaced by ``\\ufffd``, and the lines (1-based) where."""
+    lines: list[int] = []
+    line, at = 1, 0
+
+    def fix(m: re.Match[str]) -> str:
+        nonlocal line, at
+        if m[3] is not None:  # a pair: one character
+            return m[0]
+        line += text.count("\n", at, m.start())
+        at = m.start()
+        if not lines or lines[-1] != line:
+            lines.append(line)
+        return (m[1] if m[1] is not None else m[4]) + "\\ufffd"
+
+    return _SURROGATE_ESCAPE.sub(fix, text), lines
