@@ -7,9 +7,11 @@
                          [--model SPEC [--base-url URL] [--model-window N] [--reply-format markdown|json]
                           [--agents-md FILE]]
 
+FILE is a regular file, or ``-`` for standard input; at most `--max-bytes` of it are read.
 `compact` summarizes with the built-in extractive summarizer (no model, no key) unless `--model`
 names a compaction model (``openai:<model>``, ``anthropic:<model>``, ``deterministic``; see
-`ctxkeep.providers`).
+`ctxkeep.providers`). `--replace` checks everything first, takes the old workspace's lock, builds
+the new workspace in a folder beside it and swaps the two only when the new one is complete.
 
 Exit codes: 0 success, 2 bad input (the message names file, line and what is wrong).
 """
@@ -17,33 +19,44 @@ Exit codes: 0 success, 2 bad input (the message names file, line and what is wro
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import stat
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import orjson
+
 from ctxkeep import __version__
-from ctxkeep.errors import CtxkeepError
-from ctxkeep.formats import format_names, load
+from ctxkeep.errors import CtxkeepError, FormatError, StorageError, WorkspaceLockedError
+from ctxkeep.folder import STATE, TOOL_RESULT_DIR, LocalFolder
+from ctxkeep.formats import Transcript, format_names, load, parse
 from ctxkeep.formats.anthropic import to_anthropic
 from ctxkeep.formats.openai import to_openai
+from ctxkeep.formats.source import MAX_BYTES, Source, read_file
+from ctxkeep.messages import Message
+from ctxkeep.offload import OFFLOAD_KEY
 from ctxkeep.providers import get_model
 from ctxkeep.replay import Replay, replay, split_system
 from ctxkeep.report import build_report, render_text
-from ctxkeep.session import Session
+from ctxkeep.session import _STATE_MARK, Session
 from ctxkeep.settings import CompactSettings, EngineSettings, ModelSummarySettings
 from ctxkeep.summarize import ModelSummarizer
-from ctxkeep.tokens import CountSettings, get_counter
+from ctxkeep.tokens import CountSettings, TokenCounter, get_counter
 
 __all__ = ["main"]
 
 # Below this many bytes a progress bar would only flicker.
 PROGRESS_MIN_BYTES = 2_000_000
+# How long `--replace` waits for a process that holds the old workspace, in seconds.
+REPLACE_LOCK_WAIT = 2.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,10 +64,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ctxkeep {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     inspect = sub.add_parser("inspect", help="tokens by role and tool, largest tool results, pairing problems")
-    inspect.add_argument("file", help="a transcript (Claude Code, Codex, pi, OpenHands, SWE-agent, tau-bench, ...)")
+    inspect.add_argument(
+        "file", help="a transcript (Claude Code, Codex, pi, OpenHands, SWE-agent, tau-bench, ...); - for stdin"
+    )
     inspect.add_argument("--format", choices=format_names(), help="skip detection and read the file as this format")
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
     inspect.add_argument("--lenient", action="store_true", help="skip malformed lines and report them")
+    _max_bytes_flag(inspect)
     inspect.add_argument(
         "--encoding",
         default="o200k_base",
@@ -71,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     compact = sub.add_parser(
         "compact", help="replay a transcript through the engine and write the final context and workspace"
     )
-    compact.add_argument("file", help="a transcript in any format `inspect` reads")
+    compact.add_argument("file", help="a transcript in any format `inspect` reads; - for stdin")
     compact.add_argument("-o", "--output", required=True, help="workspace folder to create (must be new or empty)")
     compact.add_argument(
         "--replace", action="store_true", help="replace the output folder if it is a ctxkeep workspace"
@@ -81,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     compact.add_argument("--conversation", type=int, default=0, help="which conversation of the file (default 0)")
     compact.add_argument("--format", choices=format_names(), help="skip detection and read the file as this format")
     compact.add_argument("--lenient", action="store_true", help="skip malformed lines and report them")
+    _max_bytes_flag(compact)
     compact.add_argument("--encoding", default="o200k_base", help="o200k_base (default), cl100k_base or tokenizer.json")
     compact.add_argument("--json", action="store_true", help="print the report as JSON")
     compact.add_argument("--model", help="summarize with this model: openai:<model>, anthropic:<model>, deterministic")
@@ -90,6 +107,16 @@ def _parser() -> argparse.ArgumentParser:
     compact.add_argument("--agents-md", help="an AGENTS.md whose Session Startup and Red Lines every summary carries")
     _progress_flags(compact)
     return parser
+
+
+def _max_bytes_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-bytes",
+        type=int,
+        default=MAX_BYTES,
+        metavar="N",
+        help=f"read at most N bytes of the transcript (default {MAX_BYTES:,}, 2 GiB)",
+    )
 
 
 def _progress_flags(parser: argparse.ArgumentParser) -> None:
@@ -121,7 +148,7 @@ def _inspect(args: argparse.Namespace) -> int:
     bar = _Progress(sys.stderr, "counting", "messages") if show else None
     if bar:
         bar.stage("reading")
-    transcript = load(args.file, format=args.format, lenient=args.lenient)
+    transcript = _read(args)
     counter = get_counter(args.encoding, settings=CountSettings(provider=args.provider))
     report = build_report(transcript, counter, progress=bar.update if bar else None)
     if bar:
@@ -133,45 +160,254 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read(args: argparse.Namespace) -> Transcript:
+    """The transcript FILE names: a regular file, or standard input for ``-``."""
+    if args.max_bytes < 1:
+        raise CtxkeepError(f"--max-bytes must be a whole number of bytes, 1 or more; got {args.max_bytes}")
+    if args.file == "-":
+        source = Source.from_stream(sys.stdin.buffer, lenient=args.lenient, max_bytes=args.max_bytes)
+        return parse(source, args.format)
+    return load(args.file, format=args.format, lenient=args.lenient, max_bytes=args.max_bytes)
+
+
 def _compact(args: argparse.Namespace) -> int:
     out = Path(args.output)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        if not (args.replace and (out / "state.json").is_file()):
-            raise CtxkeepError(
-                f"{out} already exists and is not an empty folder; choose a new workspace folder"
-                + (" (--replace only replaces a ctxkeep workspace)" if args.replace else ", or pass --replace")
-            )
-        shutil.rmtree(out)
-    transcript = load(args.file, format=args.format, lenient=args.lenient)
+    # Everything that can be wrong with the arguments or the input is found before any folder is touched.
+    settings = _engine_settings(args.window)
+    summarizer = _summarizer(args)
+    counter = get_counter(args.encoding)
+    replacing = _check_output(out, replace=args.replace)
+    transcript = _read(args)
     if not 0 <= args.conversation < len(transcript.conversations):
         raise CtxkeepError(
-            f"{args.file} holds {len(transcript.conversations)} conversation(s); --conversation must be in"
+            f"{transcript.path} holds {len(transcript.conversations)} conversation(s); --conversation must be in"
             f" 0..{len(transcript.conversations) - 1}"
         )
     system, messages = split_system(transcript.conversations[args.conversation].messages)
-    settings = EngineSettings(compact=CompactSettings(max_input_length=args.window))
-    show = args.progress if args.progress is not None else sys.stderr.isatty()
-    bar = _Progress(sys.stderr, "replaying", "messages") if show else None
-    summarizer = _summarizer(args)
-    with Session.open(out, settings=settings, counter=get_counter(args.encoding), summarizer=summarizer) as session:
-        result = replay(session, messages, system=system, progress=bar.update if bar else None)
-        if bar:
-            bar.close()
-        context = session.prepare(system).context
-        payload: Any
-        if args.as_ == "anthropic":
-            system_out, body = to_anthropic(context.as_messages())
-            payload = {"system": system_out, "messages": body}
-        else:
-            payload = {"messages": to_openai(context.as_messages())}
-        (out / "context.json").write_text(json.dumps(payload, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-        offloaded = len(session.store.originals())
+    _check_offload_files(messages, transcript.path)
+    run = _Run(args, settings, counter, summarizer, system, messages)
+    if replacing:
+        result, offloaded = _replace(out, run)
+    else:
+        result, offloaded = run.build(LocalFolder(out))
     report = _compact_report(args, result, offloaded, len(transcript.conversations))
     if args.json:
         print(json.dumps(report, ensure_ascii=False, indent=2))
     else:
         print(_render_compact(report))
     return 0
+
+
+def _engine_settings(window: int) -> EngineSettings:
+    if window < 1:
+        raise CtxkeepError(
+            f"--window must be the model's context window, a whole number of tokens, 1 or more; got {window}"
+        )
+    try:
+        return EngineSettings(compact=CompactSettings(max_input_length=window))
+    except ValueError as exc:
+        raise CtxkeepError(f"--window {window}: {exc}") from None
+
+
+class _Run:
+    """One replay of a conversation into a workspace, with everything it needs already checked."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        settings: EngineSettings,
+        counter: TokenCounter,
+        summarizer: ModelSummarizer | None,
+        system: str | None,
+        messages: list[Message],
+    ) -> None:
+        self.args = args
+        self.settings = settings
+        self.counter = counter
+        self.summarizer = summarizer
+        self.system = system
+        self.messages = messages
+
+    def build(self, folder: LocalFolder) -> tuple[Replay, int]:
+        """Replay into `folder`, write context.json there; the figures and the number of offloaded results."""
+        show = self.args.progress if self.args.progress is not None else sys.stderr.isatty()
+        bar = _Progress(sys.stderr, "replaying", "messages") if show else None
+        with Session(folder, settings=self.settings, counter=self.counter, summarizer=self.summarizer) as session:
+            result = replay(session, self.messages, system=self.system, progress=bar.update if bar else None)
+            if bar:
+                bar.close()
+            context = session.prepare(self.system).context
+            payload: Any
+            if self.args.as_ == "anthropic":
+                system_out, body = to_anthropic(context.as_messages())
+                payload = {"system": system_out, "messages": body}
+            else:
+                payload = {"messages": to_openai(context.as_messages())}
+            folder.write("context.json", (json.dumps(payload, ensure_ascii=False, indent=2) + "\n").encode())
+            offloaded = len(session.store.originals())
+        return result, offloaded
+
+
+class _Staged(LocalFolder):
+    """A workspace built in a temporary folder that becomes `final`: it names its files by their final paths.
+
+    An offloaded result's notice tells the agent where its original is; that must be where it will be.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], final: Path) -> None:
+        super().__init__(root)
+        self.final = final.resolve()
+
+    def location(self, name: str) -> str:
+        return str(self.final / Path(super().location(name)).relative_to(self.root))
+
+
+def _check_output(out: Path, *, replace: bool) -> bool:
+    """Whether `out` is a workspace `--replace` will replace; False when it is new or an empty folder."""
+    try:
+        mode = out.lstat().st_mode
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise CtxkeepError(f"cannot use {out} as the workspace folder: {exc.strerror or exc}") from None
+    if replace and stat.S_ISLNK(mode):
+        raise CtxkeepError(
+            f"{out} is a symbolic link; --replace replaces only a workspace folder itself, never through a link:"
+            " give the folder's own path"
+        )
+    if out.is_dir() and not any(out.iterdir()):
+        return False
+    if not replace:
+        raise CtxkeepError(
+            f"{out} already exists and is not an empty folder; choose a new workspace folder, or pass --replace"
+        )
+    why = _not_a_workspace(out)
+    if why is not None:
+        raise CtxkeepError(
+            f"{out} is not a ctxkeep workspace ({why}); --replace only replaces a ctxkeep workspace,"
+            " so nothing was touched: choose a new workspace folder"
+        )
+    return True
+
+
+def _not_a_workspace(folder: Path) -> str | None:
+    """Why `folder` is no ctxkeep workspace, or None when its state.json is a readable ctxkeep state."""
+    if not stat.S_ISDIR(folder.lstat().st_mode):
+        return "not a folder"
+    state = folder / STATE
+    try:
+        mode = state.lstat().st_mode
+    except FileNotFoundError:
+        return f"no {STATE}"
+    except OSError as exc:
+        return f"cannot read {STATE}: {exc.strerror or exc}"
+    if not stat.S_ISREG(mode):
+        return f"{STATE} is not a regular file"
+    try:
+        value = orjson.loads(read_file(state))
+    except CtxkeepError as exc:
+        return str(exc)
+    except orjson.JSONDecodeError:
+        return f"{STATE} is not JSON"
+    if not isinstance(value, dict) or value.get("v") != _STATE_MARK:
+        return f"{STATE} has no {_STATE_MARK} version marker"
+    return None
+
+
+def _replace(out: Path, run: _Run) -> tuple[Replay, int]:
+    """Build the new workspace beside `out` while holding its lock, then swap: a failure leaves `out` as it was."""
+    target = out.resolve()  # not a link (checked): this only spells `.` and `..` out, for the renames
+    with _held(out):
+        why = _not_a_workspace(target)  # again, now that nobody else can change it
+        if why is not None:
+            raise CtxkeepError(f"{out} is no longer a ctxkeep workspace ({why}); nothing was touched")
+        staging = _sibling(target, "new")
+        try:
+            try:
+                built = run.build(_Staged(staging, final=target))
+            except CtxkeepError as exc:
+                raise CtxkeepError(f"{exc} (the workspace {out} is as it was)") from exc
+            _swap(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)  # gone already after a swap
+    return built
+
+
+@contextlib.contextmanager
+def _held(out: Path) -> Iterator[None]:
+    """The lock a `Session` on `out` takes: no process works in the old workspace while it is replaced."""
+    try:
+        with LocalFolder(out).lock(REPLACE_LOCK_WAIT):
+            yield
+    except WorkspaceLockedError:
+        raise CtxkeepError(
+            f"{out} is in use by another process (it holds {out / '.lock'}); nothing was touched:"
+            " run --replace again when that process has finished"
+        ) from None
+
+
+def _sibling(out: Path, kind: str) -> Path:
+    """A new, empty, private folder beside `out` (same file system, so a rename moves it)."""
+    try:
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=f".{kind}", dir=out.parent))
+    except OSError as exc:
+        raise StorageError(
+            f"cannot create a folder beside {out}: {exc.strerror or exc}; make its parent folder writable",
+            path=str(out.parent),
+            errno=exc.errno,
+        ) from None
+
+
+def _swap(new: Path, out: Path) -> None:
+    """Put the complete workspace `new` where `out` is: old aside, new in, then the old deleted."""
+    aside = _sibling(out, "old")
+    try:
+        os.rename(out, aside)  # onto the empty folder just made: a rename may replace an empty folder
+    except OSError as exc:
+        aside.rmdir()
+        raise StorageError(
+            f"cannot move {out} aside: {exc.strerror or exc}; it is as it was", path=str(out), errno=exc.errno
+        ) from None
+    try:
+        os.rename(new, out)
+    except OSError as exc:
+        try:
+            os.rename(aside, out)
+        except OSError:
+            raise StorageError(
+                f"cannot move the new workspace to {out}: {exc.strerror or exc}; the old workspace is in {aside}:"
+                " move it back by hand",
+                path=str(aside),
+                errno=exc.errno,
+            ) from None
+        raise StorageError(
+            f"cannot move the new workspace to {out}: {exc.strerror or exc}; the old workspace is back in place",
+            path=str(out),
+            errno=exc.errno,
+        ) from None
+    try:
+        shutil.rmtree(aside)
+    except OSError as exc:
+        print(f"ctxkeep: warning: the old workspace is left in {aside}: {exc.strerror or exc}", file=sys.stderr)
+
+
+def _check_offload_files(messages: Sequence[Message], path: str) -> None:
+    """Refuse a tool result whose offload record names a file outside ``tool_result/``.
+
+    ctxkeep's own transcripts carry the records; the workspace would follow the name.
+    """
+    for message in messages:
+        result = message.tool_result
+        record = result.extra.get(OFFLOAD_KEY) if result is not None else None
+        file = record.get("file") if isinstance(record, dict) else None
+        if not isinstance(file, str):
+            continue  # no record, or one the engine leaves as it is with a warning
+        folder, _, name = file.partition("/")
+        if folder != TOOL_RESULT_DIR or name in ("", ".", "..") or "/" in name:
+            raise CtxkeepError(
+                f"{path}: message {message.id}: its offload record names {file!r}, which is not a file in"
+                f" {TOOL_RESULT_DIR}/; fix or remove the record"
+            )
 
 
 def _summarizer(args: argparse.Namespace) -> ModelSummarizer | None:
@@ -184,9 +420,9 @@ def _summarizer(args: argparse.Namespace) -> ModelSummarizer | None:
     agents_md = None
     if args.agents_md is not None:
         try:
-            agents_md = Path(args.agents_md).read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise CtxkeepError(f"cannot read --agents-md {args.agents_md}: {exc.strerror or exc}") from None
+            agents_md = read_file(args.agents_md).decode("utf-8", errors="replace")
+        except FormatError as exc:
+            raise CtxkeepError(f"cannot read --agents-md {args.agents_md}: {exc.reason}") from None
     try:
         model = get_model(args.model, base_url=args.base_url)
         settings = ModelSummarySettings(window=args.model_window, reply_format=args.reply_format, agents_md=agents_md)

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ctxkeep.errors import FormatError, UnknownFormatError
-from ctxkeep.formats.source import Conversation, Source
+from ctxkeep.formats.source import MAX_BYTES, Conversation, Source
 from ctxkeep.messages import Message
 
 __all__ = ["Conversation", "Source", "Transcript", "detect", "format_names", "load", "parse"]
@@ -85,16 +85,37 @@ def parse(source: Source, format: str | None = None) -> Transcript:
     if name not in mods:
         raise FormatError(f"unknown format {name!r}; choose one of {', '.join(mods)}", path=source.path)
     conversations = mods[name].parse(source)
-    if not conversations:
-        raise source.error(f"no conversation found in this {name} file")
+    if not any(c.messages for c in conversations):
+        raise source.error(_nothing_read(source, name, forced=format is not None, found=len(conversations)))
     return Transcript(path=source.path, format=name, conversations=tuple(conversations), notes=tuple(source.notes))
 
 
-def load(path: str | Path, *, format: str | None = None, lenient: bool = False) -> Transcript:
+def _nothing_read(source: Source, name: str, *, forced: bool, found: int) -> str:
+    """Why a file gave no message, and what to try: a file read as the wrong format reads as nothing."""
+    what = "no conversation" if not found else "no messages"
+    reason = f"{what} found in this file read as {name}"
+    skipped = sum(note.startswith("skipped ") for note in source.notes)
+    if skipped:
+        reason += f" ({skipped} record(s) skipped as unreadable)"
+    if not forced:
+        return reason
+    try:
+        detected = detect(source)
+    except FormatError:
+        return reason + "; check --format"
+    if detected == name:
+        return reason
+    return reason + f"; it looks like {detected}: pass --format {detected}, or leave --format out"
+
+
+def load(
+    path: str | Path, *, format: str | None = None, lenient: bool = False, max_bytes: int = MAX_BYTES
+) -> Transcript:
     """Read a transcript file of any supported format.
 
-    Raises `FormatError` (with `.path` and `.line`) for a malformed file; with
-    `lenient=True` bad lines are skipped and listed in `Transcript.notes` instead.
-    Invalid UTF-8 never raises: it is replaced and noted.
+    Raises `FormatError` (with `.path` and `.line`) for a malformed file, for one that holds no
+    message, and for anything but a regular file or over `max_bytes`; with `lenient=True` bad
+    lines are skipped and listed in `Transcript.notes` instead. Invalid UTF-8 never raises: it is
+    replaced and noted.
     """
-    return parse(Source.from_path(path, lenient=lenient), format)
+    return parse(Source.from_path(path, lenient=lenient, max_bytes=max_bytes), format)

@@ -1,18 +1,21 @@
 """Reading a transcript file: bytes to text, text to JSON records, with every problem noted.
 
-Invalid UTF-8 is decoded with U+FFFD replacements and reported, never a crash. A line that
-is not JSON raises `FormatError` naming file and line, or, when `lenient`, is skipped and
-reported.
+Only a regular file (or a stream, such as standard input) is read, and at most `MAX_BYTES` of it:
+a named pipe, a device or a folder is refused rather than waited on or read without end. Invalid
+UTF-8 is decoded with U+FFFD replacements and reported, never a crash. A line that is not JSON
+raises `FormatError` naming file and line, or, when `lenient`, is skipped and reported.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -23,6 +26,78 @@ _UNSET: Any = object()
 
 # What reading an odd record can raise; importers turn these into `Source.skip` (FormatError).
 RECORD_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+# The most a transcript may hold, in bytes: generous (the largest real sessions are a few hundred MB),
+# yet a stream without end (/dev/zero behind standard input) stops with an error, not a MemoryError.
+MAX_BYTES = 2 * 1024**3
+_CHUNK = 1 << 20
+
+
+def read_file(path: str | Path, *, max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of the regular file `path`, at most `max_bytes` of them; else `FormatError` saying why.
+
+    A named pipe, a device, a socket or a folder is refused before it is opened, so nothing waits
+    for a writer that never comes; read standard input with `read_stream` instead.
+    """
+    where = str(path)
+    try:
+        _regular(os.stat(path).st_mode, where)
+        # O_NONBLOCK: should the path become a named pipe after the check, opening it does not wait.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with open(fd, "rb") as f:
+            info = os.fstat(fd)
+            _regular(info.st_mode, where)
+            if info.st_size > max_bytes:
+                raise _too_big(where, max_bytes)
+            data = f.read()
+    except OSError as exc:
+        raise FormatError(f"cannot read file: {exc.strerror or exc}", path=where) from exc
+    except MemoryError:
+        raise FormatError("not enough memory to read the file", path=where) from None
+    if len(data) > max_bytes:  # it grew while being read
+        raise _too_big(where, max_bytes)
+    return data
+
+
+def read_stream(stream: BinaryIO, *, path: str = "<stdin>", max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of `stream` to its end, at most `max_bytes` of them; else `FormatError` naming `path`."""
+    buf = bytearray()
+    try:
+        while chunk := stream.read(min(_CHUNK, max_bytes + 1 - len(buf))):
+            buf += chunk
+            if len(buf) > max_bytes:
+                raise _too_big(path, max_bytes)
+    except OSError as exc:
+        raise FormatError(f"cannot read: {exc.strerror or exc}", path=path) from exc
+    except MemoryError:
+        raise FormatError("not enough memory to read the input", path=path) from None
+    return bytes(buf)
+
+
+_KINDS = {
+    stat.S_IFIFO: "a named pipe",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a folder",
+}
+
+
+def _regular(mode: int, where: str) -> None:
+    if not stat.S_ISREG(mode):
+        kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise FormatError(
+            f"cannot read {kind}; give a transcript file, or send it to standard input and give - as the file",
+            path=where,
+        )
+
+
+def _too_big(where: str, max_bytes: int) -> FormatError:
+    return FormatError(
+        f"more than {max_bytes:,} bytes, the most ctxkeep reads; raise the limit with --max-bytes"
+        " (or load(..., max_bytes=)) if the file really is a transcript",
+        path=where,
+    )
 
 
 def few(ids: Sequence[str], shown: int = 3) -> str:
@@ -62,14 +137,16 @@ class Source:
     _surrogate_note: str | None = field(default=None, init=False, repr=False)
 
     @classmethod
-    def from_path(cls, path: str | Path, *, lenient: bool = False) -> Source:
-        """Read `path`, decoding invalid UTF-8 with replacement characters (and noting where)."""
-        p = Path(path)
-        try:
-            raw = p.read_bytes()
-        except OSError as exc:
-            raise FormatError(f"cannot read file: {exc.strerror or exc}", path=str(path)) from exc
-        return cls.from_bytes(raw, path=str(path), lenient=lenient)
+    def from_path(cls, path: str | Path, *, lenient: bool = False, max_bytes: int = MAX_BYTES) -> Source:
+        """Read the regular file `path` (see `read_file`), decoding invalid UTF-8 with replacement characters."""
+        return cls.from_bytes(read_file(path, max_bytes=max_bytes), path=str(path), lenient=lenient)
+
+    @classmethod
+    def from_stream(
+        cls, stream: BinaryIO, *, path: str = "<stdin>", lenient: bool = False, max_bytes: int = MAX_BYTES
+    ) -> Source:
+        """Read `stream` to its end (see `read_stream`); `path` names it in errors and notes."""
+        return cls.from_bytes(read_stream(stream, path=path, max_bytes=max_bytes), path=path, lenient=lenient)
 
     @classmethod
     def from_bytes(cls, raw: bytes, *, path: str = "<input>", lenient: bool = False) -> Source:

@@ -1,0 +1,344 @@
+"""The command line under abuse: every case runs the installed `ctxkeep` script as a subprocess.
+
+A hostile but realistic user points `--replace` at the wrong folder, at a symlink or at a workspace
+another process holds, gives impossible arguments, a named pipe, a device, a forced format that
+reads nothing, a transcript whose offload record leaves the workspace. Each gets one line on
+stderr and exit code 2, never a traceback or a hang (the timeout catches a hang), and a folder
+that was there before is exactly as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from tests.conftest import ROOT, raw_files
+
+from ctxkeep.folder import LocalFolder
+
+GOOD = ROOT / "examples" / "agent_session.jsonl"
+CLAUDE_CODE = ROOT / "examples" / "claude_code_session.jsonl"
+# A hang is what the timeout is for: generous, so a slow, shared machine never fails a test.
+TIMEOUT = 120
+
+
+def _exe() -> str:
+    exe = shutil.which("ctxkeep", path=str(Path(sys.executable).parent)) or shutil.which("ctxkeep")
+    assert exe, "the ctxkeep console script is not installed in this environment"
+    return exe
+
+
+def ctxkeep(
+    *argv: str | Path,
+    stdin: bytes | Path | None = None,
+    cwd: Path | None = None,
+    preexec: Callable[[], None] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed console script, no progress bar, with the test's timeout."""
+    args = [_exe(), *map(str, argv)]
+    if isinstance(stdin, Path):
+        with stdin.open("rb") as f:
+            return subprocess.run(
+                args, stdin=f, capture_output=True, text=True, timeout=TIMEOUT, cwd=cwd, preexec_fn=preexec
+            )
+    return subprocess.run(
+        args,
+        input=stdin.decode() if stdin is not None else None,
+        stdin=subprocess.DEVNULL if stdin is None else None,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=cwd,
+        preexec_fn=preexec,
+    )
+
+
+def refused(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
+    """Exit 2, nothing on stdout, and one line on stderr (no traceback) holding every needle."""
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("ctxkeep: error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr, (needle, proc.stderr)
+
+
+def tree(root: Path) -> dict[str, bytes | str]:
+    """Every entry under `root` (itself included) with its bytes, link target or kind."""
+    out: dict[str, bytes | str] = {}
+    for path in [root, *sorted(root.rglob("*"))]:
+        name = str(path.relative_to(root.parent))
+        if path.is_symlink():
+            out[name] = "-> " + os.readlink(path)
+        elif path.is_dir():
+            out[name] = "dir"
+        elif path.is_file():
+            out[name] = path.read_bytes()
+        else:
+            out[name] = "special"
+    return out
+
+
+def siblings(folder: Path) -> list[str]:
+    """What the parent of `folder` holds besides `folder` (a temporary folder left behind shows here)."""
+    return sorted(p.name for p in folder.parent.iterdir() if p != folder)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One workspace made by the real command; tests copy it."""
+    ws = tmp_path_factory.mktemp("built") / "ws"
+    proc = ctxkeep("compact", GOOD, "-o", ws, "--window", "32000")
+    assert proc.returncode == 0, proc.stderr
+    return ws
+
+
+@pytest.fixture
+def workspace(built: Path, tmp_path: Path) -> Path:
+    """A fresh copy of a real workspace, alone in its own parent folder."""
+    ws = tmp_path / "parent" / "ws"
+    ws.parent.mkdir()
+    shutil.copytree(built, ws, symlinks=True)
+    return ws
+
+
+# --- 1. --replace replaces only a ctxkeep workspace ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "state",
+    [b"{}\n", b"not json at all", b'{"v": "someone-else/1", "generation": 0}', b"[]", b"\xff\xfe\x00"],
+    ids=["empty-object", "not-json", "other-marker", "array", "binary"],
+)
+def test_replace_refuses_a_folder_whose_state_json_is_not_ctxkeeps(tmp_path: Path, state: bytes) -> None:
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "main.py").write_text("print('my work')\n")
+    (project / "state.json").write_bytes(state)
+    before = tree(project)
+    proc = ctxkeep("compact", GOOD, "-o", project, "--replace")
+    refused(proc, str(project), "not a ctxkeep workspace")
+    assert tree(project) == before
+    assert siblings(project) == []
+
+
+def test_replace_refuses_a_state_json_that_is_not_a_file(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    os.mkfifo(project / "state.json")  # reading it would wait for a writer forever
+    (project / "notes.txt").write_text("keep me")
+    before = tree(project)
+    refused(ctxkeep("compact", GOOD, "-o", project, "--replace"), "not a ctxkeep workspace")
+    assert tree(project) == before
+
+
+# --- 2. everything is checked before the old workspace is touched; the swap comes last ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["missing.jsonl"], "cannot read file"),
+        ([GOOD, "--window", "0"], "--window"),
+        ([GOOD, "--window", "-5"], "--window"),
+        ([GOOD, "--conversation", "7"], "--conversation"),
+        ([GOOD, "--model", "gpt-4o"], "cannot tell the model"),
+        ([GOOD, "--base-url", "http://127.0.0.1:9/v1"], "--base-url needs --model"),
+        ([GOOD, "--encoding", "no_such_encoding"], "no_such_encoding"),
+        ([GOOD, "--format", "pi"], "no messages"),
+    ],
+    ids=["missing-input", "window-0", "window-negative", "conversation", "model", "base-url", "encoding", "format"],
+)
+def test_replace_checks_everything_before_touching_the_old_workspace(
+    workspace: Path, args: list[str | Path], needle: str
+) -> None:
+    before = tree(workspace)
+    proc = ctxkeep("compact", *args, "-o", workspace, "--replace", cwd=workspace.parent)
+    refused(proc, needle)
+    assert tree(workspace) == before
+    assert siblings(workspace) == []
+
+
+def _small_files() -> None:
+    # Any file the command writes past 16 KB fails with EFBIG (Python ignores SIGXFSZ): a disk that
+    # fills up half-way through building the new workspace.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16_000, 16_000))
+
+
+def test_replace_that_fails_while_building_leaves_the_old_workspace(workspace: Path) -> None:
+    before = tree(workspace)
+    proc = ctxkeep("compact", GOOD, "-o", workspace, "--replace", "--window", "32000", preexec=_small_files)
+    refused(proc)
+    assert tree(workspace) == before
+    assert siblings(workspace) == []
+
+
+def test_replace_swaps_in_a_complete_workspace_that_names_its_own_files(workspace: Path) -> None:
+    (workspace / "dialog" / "stale.jsonl").write_text("from the old workspace\n")
+    proc = ctxkeep("compact", GOOD, "-o", workspace, "--replace", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["tool_results_offloaded"] > 0
+    assert not (workspace / "dialog" / "stale.jsonl").exists()
+    assert siblings(workspace) == []
+    # An offloaded result's notice names its original where the workspace is, not where it was built.
+    context = (workspace / "context.json").read_text()
+    assert str(workspace / "tool_result") in context
+    assert f"{workspace.parent}/.{workspace.name}" not in context
+    saved = [p.name for p in (workspace / "tool_result").iterdir()]
+    assert any(name in context for name in saved)
+    # and the new workspace is one: replacing it again works
+    assert ctxkeep("compact", GOOD, "-o", workspace, "--replace").returncode == 0
+    assert siblings(workspace) == []
+
+
+# --- 3. a workspace another process holds is not replaced ------------------------------------------------------------
+
+
+def test_replace_refuses_a_workspace_another_process_holds(workspace: Path) -> None:
+    before = tree(workspace)
+    with LocalFolder(workspace).lock(timeout=0):
+        proc = ctxkeep("compact", GOOD, "-o", workspace, "--replace")
+        refused(proc, "in use by another process")
+        assert tree(workspace) == before
+    assert siblings(workspace) == []
+
+
+# --- 10. named pipes, devices, standard input and the size cap ------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["inspect", "compact"])
+def test_a_named_pipe_is_refused_not_waited_on(tmp_path: Path, command: str) -> None:
+    fifo = tmp_path / "session.jsonl"
+    os.mkfifo(fifo)  # nobody ever writes to it: opening it to read would wait forever
+    argv = [command, fifo] + (["-o", tmp_path / "ws"] if command == "compact" else [])
+    refused(ctxkeep(*argv), str(fifo), "named pipe", " -")
+    assert not (tmp_path / "ws").exists()
+
+
+def _small_memory() -> None:
+    # Reading /dev/zero to the end would take all the memory there is; this keeps the test's failure small.
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/null"])
+def test_a_device_is_refused(device: str) -> None:
+    refused(ctxkeep("inspect", device, preexec=_small_memory), device, "character device")
+
+
+def test_a_folder_is_refused(tmp_path: Path) -> None:
+    refused(ctxkeep("inspect", tmp_path), str(tmp_path), "folder")
+
+
+def test_standard_input_is_read_as_dash(tmp_path: Path) -> None:
+    from_file = ctxkeep("inspect", GOOD, "--json")
+    from_stdin = ctxkeep("inspect", "-", "--json", stdin=GOOD)
+    assert from_stdin.returncode == 0, from_stdin.stderr
+    assert json.loads(from_stdin.stdout)["messages"] == json.loads(from_file.stdout)["messages"] > 0
+    proc = ctxkeep("compact", "-", "-o", tmp_path / "ws", "--json", stdin=GOOD)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["messages"] == json.loads(from_file.stdout)["messages"]
+
+
+def test_the_size_read_is_capped_with_a_clear_error() -> None:
+    size = GOOD.stat().st_size
+    refused(ctxkeep("inspect", GOOD, "--max-bytes", "1000"), str(GOOD), "--max-bytes", "1,000 bytes")
+    refused(ctxkeep("inspect", "-", "--max-bytes", "1000", stdin=GOOD), "<stdin>", "--max-bytes")
+    refused(ctxkeep("inspect", "-", "--max-bytes", "100000", stdin=Path("/dev/zero")), "<stdin>", "--max-bytes")
+    assert ctxkeep("inspect", GOOD, "--max-bytes", str(size)).returncode == 0
+    refused(ctxkeep("inspect", GOOD, "--max-bytes", "0"), "--max-bytes")
+
+
+# --- 11. impossible arguments and paths: one line, never a traceback -------------------------------------------------
+
+
+@pytest.mark.parametrize("window", ["0", "-5"])
+def test_a_window_below_one_token_is_one_line(tmp_path: Path, window: str) -> None:
+    refused(ctxkeep("compact", GOOD, "-o", tmp_path / "ws", "--window", window), "--window", window)
+    assert not (tmp_path / "ws").exists()
+
+
+def test_replace_refuses_a_symlink(workspace: Path) -> None:
+    link = workspace.parent / "link"
+    link.symlink_to(workspace.name)
+    before = tree(workspace)
+    refused(ctxkeep("compact", GOOD, "-o", link, "--replace"), str(link), "symbolic link")
+    assert link.is_symlink() and os.readlink(link) == workspace.name
+    assert tree(workspace) == before
+
+
+def _offloaded_transcript(path: Path, file: str) -> Path:
+    """A ctxkeep transcript whose first tool result says it was offloaded to `file`, then enough results
+    after it that a replay ages it (and so looks at that file's name)."""
+
+    def line(msg_id: str, role: str, block: dict[str, object]) -> str:
+        msg = {"v": "ctxkeep/1", "id": msg_id, "role": role, "content": [block]}
+        return json.dumps(msg, separators=(",", ":"))
+
+    record = {
+        "file": file,
+        "stage": "recent",
+        "policy": "default",
+        "original_bytes": 100,
+        "original_lines": 3,
+        "kept_bytes": 1,
+        "next_line": 2,
+    }
+    lines = [line("u1", "user", {"type": "text", "text": "go"})]
+    for n in range(1, 12):
+        call = {"type": "tool_call", "id": f"c{n}", "name": "bash", "arguments": "{}"}
+        result: dict[str, object] = {"type": "tool_result", "call_id": f"c{n}", "content": "ok"}
+        if n == 1:
+            result = {**result, "content": "x\n[ctxkeep: output truncated]", "extra": {"ctxkeep_offload": record}}
+        lines += [line(f"a{n}", "assistant", call), line(f"t{n}", "tool", result)]
+    lines.append(line("z", "assistant", {"type": "text", "text": "done"}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("file", ["tool_result/../x", "tool_result/a/../../x", "/etc/passwd"])
+def test_an_offload_record_outside_tool_result_is_one_line(tmp_path: Path, file: str) -> None:
+    transcript = _offloaded_transcript(tmp_path / "hostile.jsonl", file)
+    assert ctxkeep("inspect", transcript).returncode == 0  # reading it is harmless
+    refused(ctxkeep("compact", transcript, "-o", tmp_path / "ws"), str(transcript), repr(file))
+    assert not (tmp_path / "ws").exists()
+    assert not (tmp_path / "x").exists()
+
+
+def test_an_offload_record_inside_tool_result_replays(tmp_path: Path) -> None:
+    transcript = _offloaded_transcript(tmp_path / "fine.jsonl", "tool_result/abc.txt")
+    proc = ctxkeep("compact", transcript, "-o", tmp_path / "ws")
+    assert proc.returncode == 0, proc.stderr
+
+
+# --- 17. a forced format that reads nothing is an error ---------------------------------------------------------------
+
+
+def _codex_file() -> Path:
+    files = raw_files("codex")
+    if not files:
+        pytest.skip("shared transcripts are absent")
+    return files[0]
+
+
+@pytest.mark.parametrize("command", ["inspect", "compact"])
+@pytest.mark.parametrize("which", ["claude_code", "codex"])
+def test_a_forced_format_that_finds_no_messages_is_an_error(tmp_path: Path, command: str, which: str) -> None:
+    path = CLAUDE_CODE if which == "claude_code" else _codex_file()
+    argv = [command, path, "--format", "pi"] + (["-o", tmp_path / "ws"] if command == "compact" else [])
+    refused(ctxkeep(*argv), str(path), "no messages", "pi", f"looks like {which}")
+    assert not (tmp_path / "ws").exists()
+
+
+def test_lenient_reading_of_binary_garbage_is_an_error(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(bytes(range(256)) * 16 + b"\n\x00\x01\x02\n")
+    refused(ctxkeep("inspect", garbage, "--lenient", "--format", "openai"), str(garbage), "no messages", "skipped")
+    refused(ctxkeep("compact", garbage, "-o", tmp_path / "ws", "--lenient", "--format", "openai"), "no messages")
