@@ -1,9 +1,10 @@
 """The ``ctxkeep`` command line.
 
-    ctxkeep inspect FILE [--format NAME] [--json] [--lenient] [--encoding NAME|tokenizer.json]
+    ctxkeep inspect FILE [--format NAME] [--json] [--lenient] [--max-bytes N] [--encoding NAME|tokenizer.json]
                          [--provider openai|anthropic] [--progress|--no-progress]
     ctxkeep compact FILE -o WORKSPACE [--replace] [--as openai|anthropic] [--window N] [--conversation N]
-                         [--format NAME] [--lenient] [--encoding ...] [--json] [--progress|--no-progress]
+                         [--format NAME] [--lenient] [--max-bytes N] [--encoding ...] [--json]
+                         [--progress|--no-progress]
                          [--model SPEC [--base-url URL] [--model-window N] [--reply-format markdown|json]
                           [--agents-md FILE]]
 
