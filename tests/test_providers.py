@@ -135,7 +135,7 @@ def test_retry_after_is_honoured_and_capped() -> None:
 def test_no_retry_on_client_errors(status: int) -> None:
     clock = FakeClock()
     at = Endpoint(provider="openai", model="m", base_url="http://x", api_key_env="OPENAI_API_KEY")
-    error = status_error(at, status, detail="no", headers={"retry-after": "1"}, now=clock.now, secret=None)
+    error = status_error(at, status, detail="no", headers={"retry-after": "1"}, now=clock.now, secrets=())
     assert not error.retryable and error.retry_after is None
     call, calls = failing(error)
     with pytest.raises(ProviderError) as caught:
@@ -147,7 +147,7 @@ def test_no_retry_on_client_errors(status: int) -> None:
 def test_retry_on_transient_statuses(status: int) -> None:
     assert retryable_status(status)
     at = Endpoint(provider="openai", model="m", base_url="http://x", api_key_env="OPENAI_API_KEY")
-    error = status_error(at, status, detail="", headers={}, now=0.0, secret=None)
+    error = status_error(at, status, detail="", headers={}, now=0.0, secrets=())
     call, calls = failing(error)
     assert call_with_retry(call, sleep=FakeClock().sleep) == ("done", 2)
     assert len(calls) == 2
@@ -207,7 +207,7 @@ def test_status_error_messages_say_the_fix_and_hide_the_key() -> None:
     long = f"Incorrect API key provided: {KEY}. " + "x" * 1000
 
     def message(status: int) -> str:
-        return str(status_error(at, status, detail=long, headers={}, now=0.0, secret=KEY))
+        return str(status_error(at, status, detail=long, headers={}, now=0.0, secrets=(KEY,)))
 
     assert "set MY_KEY to a valid key" in message(401)
     assert "check the key in MY_KEY" in message(403)

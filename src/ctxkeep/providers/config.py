@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxkeep.providers.failures import redact
+
 ENV_MODEL = "CTXKEEP_MODEL"
 ENV_BASE_URL = "CTXKEEP_BASE_URL"
 ENV_CONFIG = "CTXKEEP_CONFIG"
@@ -46,6 +48,13 @@ class ProviderConfig:
             not isinstance(self.timeout, int | float) or isinstance(self.timeout, bool) or not self.timeout > 0
         ):
             raise ValueError(f"timeout must be a positive number of seconds; got {self.timeout!r}")
+
+    def __repr__(self) -> str:  # the base URL without the password it may carry
+        base_url = None if self.base_url is None else redact(self.base_url)
+        return (
+            f"ProviderConfig(model={self.model!r}, base_url={base_url!r}, api_key_env={self.api_key_env!r},"
+            f" timeout={self.timeout!r})"
+        )
 
 
 def read_config(path: Path) -> ProviderConfig:

@@ -18,9 +18,11 @@ from ctxkeep.providers.failures import (
     Endpoint,
     connection_error,
     missing_key_error,
+    redact,
     server_detail,
     status_error,
     timeout_error,
+    url_secrets,
 )
 from ctxkeep.providers.retry import RetryPolicy, call_with_retry
 
@@ -43,6 +45,10 @@ class Connection:
     def __post_init__(self) -> None:
         if self.timeout is not None and not self.timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds; got {self.timeout!r}")
+
+    def __repr__(self) -> str:  # the base URL without the password it may carry
+        base_url = None if self.base_url is None else redact(self.base_url)
+        return f"Connection(base_url={base_url!r}, api_key_env={self.api_key_env!r}, timeout={self.timeout!r})"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -108,10 +114,12 @@ class SDKModel(Generic[ClientT]):
         self.retry = retry
         self._sleep = sleep
         self._client = self._connect(key, connection.base_url)
+        # What a server may echo back and no message may show: the key, and a password in the base URL.
+        self._secrets = (key, *url_secrets(connection.base_url), *url_secrets(str(self._client.base_url)))
         self.endpoint = Endpoint(
             provider=self.provider,
             model=model,
-            base_url=str(self._client.base_url).rstrip("/"),
+            base_url=redact(str(self._client.base_url).rstrip("/"), *self._secrets),
             api_key_env=api_key_env,
         )
 
@@ -155,12 +163,12 @@ class SDKModel(Generic[ClientT]):
                 detail=server_detail(error.body, error.message),
                 headers=error.response.headers,
                 now=time.time(),
-                secret=self._client.api_key,
+                secrets=(self._client.api_key, *self._secrets),
             )
         except self.errors.timeout:
             failure = timeout_error(self.endpoint, timeout)
         except self.errors.connection as error:
-            failure = connection_error(self.endpoint, error.__cause__, secret=self._client.api_key)
+            failure = connection_error(self.endpoint, error.__cause__, secrets=(self._client.api_key, *self._secrets))
         # raised here, outside the except clauses, so the SDK's exception (whose text may quote the
         # server's echo of the key) does not ride along as its context
         raise failure
