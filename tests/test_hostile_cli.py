@@ -223,6 +223,14 @@ def test_a_named_pipe_is_refused_not_waited_on(tmp_path: Path, command: str) -> 
     assert not (tmp_path / "ws").exists()
 
 
+def test_a_named_pipe_as_agents_md_is_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "AGENTS.md"
+    os.mkfifo(fifo)
+    proc = ctxkeep("compact", GOOD, "-o", tmp_path / "ws", "--model", "deterministic", "--agents-md", fifo)
+    refused(proc, "--agents-md", "named pipe")
+    assert not (tmp_path / "ws").exists()
+
+
 def _small_memory() -> None:
     # Reading /dev/zero to the end would take all the memory there is; this keeps the test's failure small.
     resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))

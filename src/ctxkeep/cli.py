@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -166,6 +167,8 @@ def _read(args: argparse.Namespace) -> Transcript:
     if args.max_bytes < 1:
         raise CtxkeepError(f"--max-bytes must be a whole number of bytes, 1 or more; got {args.max_bytes}")
     if args.file == "-":
+        if sys.stdin is None:
+            raise CtxkeepError("FILE is - but there is no standard input to read")
         source = Source.from_stream(sys.stdin.buffer, lenient=args.lenient, max_bytes=args.max_bytes)
         return parse(source, args.format)
     return load(args.file, format=args.format, lenient=args.lenient, max_bytes=args.max_bytes)
@@ -186,7 +189,7 @@ def _compact(args: argparse.Namespace) -> int:
         )
     system, messages = split_system(transcript.conversations[args.conversation].messages)
     _check_offload_files(messages, transcript.path)
-    run = _Run(args, settings, counter, summarizer, system, messages)
+    run = _Run(args=args, settings=settings, counter=counter, summarizer=summarizer, system=system, messages=messages)
     if replacing:
         result, offloaded = _replace(out, run)
     else:
@@ -210,24 +213,16 @@ def _engine_settings(window: int) -> EngineSettings:
         raise CtxkeepError(f"--window {window}: {exc}") from None
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
 class _Run:
     """One replay of a conversation into a workspace, with everything it needs already checked."""
 
-    def __init__(
-        self,
-        args: argparse.Namespace,
-        settings: EngineSettings,
-        counter: TokenCounter,
-        summarizer: ModelSummarizer | None,
-        system: str | None,
-        messages: list[Message],
-    ) -> None:
-        self.args = args
-        self.settings = settings
-        self.counter = counter
-        self.summarizer = summarizer
-        self.system = system
-        self.messages = messages
+    args: argparse.Namespace
+    settings: EngineSettings
+    counter: TokenCounter
+    summarizer: ModelSummarizer | None
+    system: str | None
+    messages: list[Message]
 
     def build(self, folder: LocalFolder) -> tuple[Replay, int]:
         """Replay into `folder`, write context.json there; the figures and the number of offloaded results."""

@@ -31,22 +31,23 @@ RECORD_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 # yet a stream without end (/dev/zero behind standard input) stops with an error, not a MemoryError.
 MAX_BYTES = 2 * 1024**3
 _CHUNK = 1 << 20
+_TRANSCRIPT_INSTEAD = "give a transcript file, or send it to standard input and give - as the file"
 
 
-def read_file(path: str | Path, *, max_bytes: int = MAX_BYTES) -> bytes:
+def read_file(path: str | Path, *, max_bytes: int = MAX_BYTES, instead: str = "give a regular file") -> bytes:
     """The bytes of the regular file `path`, at most `max_bytes` of them; else `FormatError` saying why.
 
     A named pipe, a device, a socket or a folder is refused before it is opened, so nothing waits
-    for a writer that never comes; read standard input with `read_stream` instead.
+    for a writer that never comes (`instead` says what to do; read standard input with `read_stream`).
     """
     where = str(path)
     try:
-        _regular(os.stat(path).st_mode, where)
+        _regular(os.stat(path).st_mode, where, instead)
         # O_NONBLOCK: should the path become a named pipe after the check, opening it does not wait.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         with open(fd, "rb") as f:
             info = os.fstat(fd)
-            _regular(info.st_mode, where)
+            _regular(info.st_mode, where, instead)
             if info.st_size > max_bytes:
                 raise _too_big(where, max_bytes)
             data = f.read()
@@ -83,13 +84,10 @@ _KINDS = {
 }
 
 
-def _regular(mode: int, where: str) -> None:
+def _regular(mode: int, where: str, instead: str) -> None:
     if not stat.S_ISREG(mode):
-        kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
-        raise FormatError(
-            f"cannot read {kind}; give a transcript file, or send it to standard input and give - as the file",
-            path=where,
-        )
+        kind = _KINDS.get(stat.S_IFMT(mode), "anything but a regular file")
+        raise FormatError(f"cannot read {kind}; {instead}", path=where)
 
 
 def _too_big(where: str, max_bytes: int) -> FormatError:
@@ -139,7 +137,8 @@ class Source:
     @classmethod
     def from_path(cls, path: str | Path, *, lenient: bool = False, max_bytes: int = MAX_BYTES) -> Source:
         """Read the regular file `path` (see `read_file`), decoding invalid UTF-8 with replacement characters."""
-        return cls.from_bytes(read_file(path, max_bytes=max_bytes), path=str(path), lenient=lenient)
+        raw = read_file(path, max_bytes=max_bytes, instead=_TRANSCRIPT_INSTEAD)
+        return cls.from_bytes(raw, path=str(path), lenient=lenient)
 
     @classmethod
     def from_stream(
