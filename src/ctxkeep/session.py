@@ -506,7 +506,9 @@ def _batch_of(messages: object) -> list[Message]:
     """What `Session.add` was given, as a list of messages; `MessageError` for anything else."""
     if isinstance(messages, Message):
         return [messages]
-    if messages is None or isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
+    if not isinstance(messages, list | tuple) and (
+        isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable)
+    ):
         raise MessageError(f"add takes a Message or an iterable of Message values; got {type(messages).__name__}")
     batch = list(messages)
     for i, msg in enumerate(batch):
