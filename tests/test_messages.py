@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +27,7 @@ from ctxkeep.messages import (
     make_id,
     repair,
     validate,
+    without_surrogates,
 )
 
 
@@ -275,3 +277,25 @@ def test_timestamps_must_be_aware_and_content_must_be_blocks() -> None:
     with pytest.raises(TypeError, match=r"a block of Message\.content"):
         Message(role="user", content=("hello",))  # type: ignore[arg-type]
     assert Message.of("user", "x", timestamp=datetime(2026, 1, 1, tzinfo=UTC)).timestamp is not None
+
+
+def test_without_surrogates_replaces_lone_ones_everywhere_and_joins_pairs() -> None:
+    clean = Message.of("user", "ok \U0001f600", id="m", extra={"k": ["v"]})
+    assert without_surrogates(clean) is clean  # nothing to do: the same object
+    broken = Message(
+        role="assistant",
+        id="m\ud800",
+        content=(
+            TextBlock(text="half \ud83d, a pair \ud83d\ude00, a low \udc00"),
+            ThinkingBlock(text="t\udfff", signature="s"),
+            ToolCall(id="c\ud801", name="bash", arguments='{"a": "\ud83d"}', extra={"x\ud800": ["y\udc00", 1]}),
+        ),
+        extra={"nested": {"deep": ["\ud83d"]}},
+    )
+    fixed = without_surrogates(broken)
+    assert fixed.id == "m\ufffd" and fixed.text == "half \ufffd, a pair \U0001f600, a low \ufffd"
+    call = fixed.tool_calls[0]
+    assert (call.id, call.arguments, dict(call.extra)) == ("c\ufffd", '{"a": "\ufffd"}', {"x\ufffd": ["y\ufffd", 1]})
+    assert dict(fixed.extra) == {"nested": {"deep": ["\ufffd"]}}
+    encoded = json.dumps(message_to_dict(fixed), ensure_ascii=False).encode("utf-8")  # no surrogate is left
+    assert message_from_dict(json.loads(encoded)) == fixed
