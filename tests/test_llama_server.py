@@ -54,7 +54,7 @@ TRANSCRIPT = RAW / "swea_marshmallow_1867_fc.traj"  # a real SWE-agent run, 28 m
 # window once: one compaction of the first 5 messages (the task, `ls -F`, `open setup.py`), one part.
 MESSAGES = 9
 WINDOW = 6_000
-# A call takes 10-90 s on 2 cores; a timeout only stops a hung server, so it allows a machine ten times slower.
+# A call takes 20-70 s on 2 cores; the limit only stops a hung server, so it allows a machine 8 times slower.
 SECONDS = 600
 AGENTS_MD = """\
 # Agent rules
