@@ -297,6 +297,13 @@ def test_a_provider_never_shows_the_credentials_of_its_base_url() -> None:
     assert "http://***@127.0.0.1" in str(caught.value)
 
 
+def test_a_base_url_without_a_scheme_is_refused_without_being_echoed() -> None:
+    for url in ("bob:hunter22@127.0.0.1:8080/v1", "ftp://bob:hunter22@h/v1"):
+        with pytest.raises(ValueError, match="http:// or https://") as caught:
+            Connection(base_url=url)
+        assert "hunter22" not in str(caught.value)
+
+
 def test_compact_with_credentials_in_base_url_prints_and_saves_none(tmp_path: Path) -> None:
     with FakeAPI(openai_success) as api:
         api.script = [Step(status=401, body={"error": {"message": "no: bob:hunter22"}}) for _ in range(200)]

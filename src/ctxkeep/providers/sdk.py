@@ -45,6 +45,9 @@ class Connection:
     def __post_init__(self) -> None:
         if self.timeout is not None and not self.timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds; got {self.timeout!r}")
+        if self.base_url is not None and not self.base_url.strip().lower().startswith(("http://", "https://")):
+            # not echoed: without a scheme, "user:password@host" is no URL `redact` would recognise
+            raise ValueError("base_url must be an http:// or https:// URL, like http://127.0.0.1:8080/v1")
 
     def __repr__(self) -> str:  # the base URL without the password it may carry
         base_url = None if self.base_url is None else redact(self.base_url)
