@@ -95,6 +95,9 @@ class KindStore:
     def archive_files(self) -> list[FileInfo]:
         return [FileInfo(name, len(data), 0.0) for name, data in sorted(self.archive.items())]
 
+    def read_archive(self, name: str) -> bytes:
+        return bytes(self.archive.get(name, b""))
+
     def append_archive(self, name: str, data: bytes) -> int:
         self.archive.setdefault(name, bytearray()).extend(data)
         return len(self.archive[name])

@@ -49,7 +49,7 @@ from ctxkeep.providers import get_model
 from ctxkeep.replay import Replay, replay, split_system
 from ctxkeep.report import build_report, render_text
 from ctxkeep.session import _STATE_MARK, Session
-from ctxkeep.settings import CompactSettings, EngineSettings, ModelSummarySettings
+from ctxkeep.settings import EngineSettings, ModelSummarySettings
 from ctxkeep.summarize import ModelSummarizer
 from ctxkeep.tokens import CountSettings, TokenCounter, get_counter
 
@@ -208,7 +208,7 @@ def _engine_settings(window: int) -> EngineSettings:
             f"--window must be the model's context window, a whole number of tokens, 1 or more; got {window}"
         )
     try:
-        return EngineSettings(compact=CompactSettings(max_input_length=window))
+        return EngineSettings.for_window(window)  # every size follows the window: docs/engine.md
     except ValueError as exc:
         raise CtxkeepError(f"--window {window}: {exc}") from None
 

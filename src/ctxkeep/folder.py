@@ -145,6 +145,10 @@ class Store(Protocol):
         """The archive files with their sizes, oldest first."""
         ...
 
+    def read_archive(self, name: str) -> bytes:
+        """An archive file's bytes (empty when it has none)."""
+        ...
+
     def append_archive(self, name: str, data: bytes) -> int:
         """Append to an archive file; its new size."""
         ...
@@ -230,6 +234,9 @@ class FileStore:
 
     def archive_files(self: Folder) -> list[FileInfo]:
         return self.list(f"{DIALOG_DIR}/")
+
+    def read_archive(self: Folder, name: str) -> bytes:
+        return self.read(name) or b""
 
     def append_archive(self: Folder, name: str, data: bytes) -> int:
         return self.append(name, data)

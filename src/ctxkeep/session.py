@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import orjson
 
@@ -38,7 +38,7 @@ from .codec import dumps, ids_in, message_from_dict, message_to_dict, storable
 from .context import summary_tokens_of
 from .engine import Step
 from .errors import CtxkeepError, MessageError, WorkspaceError
-from .folder import FAILED_DIR, STATE, FileStore, Folder, LocalFolder, Store, live_name
+from .folder import FAILED_DIR, STATE, LocalFolder, Store, live_name
 from .live import Live
 from .messages import Message
 from .settings import EngineSettings
@@ -523,18 +523,10 @@ def _line(batch: list[Message]) -> bytes:
 
 
 def _archived_ids(store: Store, archive: Archive) -> frozenset[str]:
-    """The ids of the archived messages, read back from the archive files as committed.
-
-    A `FileStore` reads them as files; another `Store` may offer ``read_archive(name) -> bytes``
-    (without it, ids are checked against the live messages and those archived since opening).
-    """
-    read: Callable[[str], bytes | None] | None
-    read = cast(Folder, store).read if isinstance(store, FileStore) else getattr(store, "read_archive", None)
-    if read is None:
-        return frozenset()
+    """The ids of the archived messages, read back from the archive files as committed."""
     ids: set[str] = set()
     for name, info in archive.files.items():
-        ids.update(ids_in((read(name) or b"")[: info.bytes]))
+        ids.update(ids_in(store.read_archive(name)[: info.bytes]))
     return frozenset(ids)
 
 
