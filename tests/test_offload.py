@@ -16,7 +16,7 @@ from tests.conftest import raw_params
 
 from ctxkeep.codec import dumps, message_from_dict
 from ctxkeep.errors import StorageError
-from ctxkeep.folder import Folder, LocalFolder, MemoryFolder
+from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.formats import load
 from ctxkeep.messages import ImageBlock, Message, TextBlock, ToolCall, ToolResult, make_id
 from ctxkeep.offload import (
@@ -32,6 +32,7 @@ from ctxkeep.offload import (
     referenced_files,
 )
 from ctxkeep.settings import OffloadSettings, ToolPolicy
+from ctxkeep.store import Folder
 
 DAY = 86_400.0
 NOTICE = re.compile(r"\[ctxkeep: .*\]\Z", re.DOTALL)

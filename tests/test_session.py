@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from ctxkeep.errors import MessageError, PinnedOverBudgetError, StorageError, WorkspaceError, WorkspaceLockedError
-from ctxkeep.folder import FileInfo, LocalFolder
+from ctxkeep.folder import LocalFolder
 from ctxkeep.messages import Message
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
+from ctxkeep.store import FileInfo
 from test_engine import NOW, turn
 
 SETTINGS = EngineSettings(

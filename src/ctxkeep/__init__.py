@@ -24,7 +24,7 @@ from ctxkeep.errors import (
     WorkspaceError,
     WorkspaceLockedError,
 )
-from ctxkeep.folder import LocalFolder, MemoryFolder, Store
+from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.formats import Conversation, Transcript, load
 from ctxkeep.formats.agentscope import from_agentscope, to_agentscope
 from ctxkeep.formats.anthropic import from_anthropic, to_anthropic
@@ -44,6 +44,7 @@ from ctxkeep.providers import Completion, Model, Reply, get_model
 from ctxkeep.providers.deterministic import DeterministicModel
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, ModelSummarySettings, OffloadSettings, ToolPolicy
+from ctxkeep.store import Store
 from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, Summarizer, SummaryRequest
 from ctxkeep.tokens import Counter, get_counter
 

@@ -20,8 +20,8 @@ from types import MappingProxyType
 from typing import Any
 
 from .codec import dumps
-from .folder import DIALOG_DIR, Store
 from .messages import Message
+from .store import DIALOG_DIR, Store
 
 
 @dataclass(frozen=True, slots=True)

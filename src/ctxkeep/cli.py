@@ -38,7 +38,7 @@ import orjson
 
 from ctxkeep import __version__
 from ctxkeep.errors import CtxkeepError, FormatError, StorageError, WorkspaceLockedError
-from ctxkeep.folder import STATE, TOOL_RESULT_DIR, LocalFolder
+from ctxkeep.folder import LocalFolder
 from ctxkeep.formats import Transcript, format_names, load, parse
 from ctxkeep.formats.anthropic import to_anthropic
 from ctxkeep.formats.openai import to_openai
@@ -50,6 +50,7 @@ from ctxkeep.replay import Replay, replay, split_system
 from ctxkeep.report import build_report, render_text
 from ctxkeep.session import _STATE_MARK, Session
 from ctxkeep.settings import EngineSettings, ModelSummarySettings
+from ctxkeep.store import STATE, TOOL_RESULT_DIR
 from ctxkeep.summarize import ModelSummarizer
 from ctxkeep.tokens import CountSettings, TokenCounter, get_counter
 

@@ -27,12 +27,12 @@ from . import archive as archive_mod
 from .context import Context, summary_tokens_of, system_tokens_of
 from .context import of as context_of
 from .errors import SummaryError
-from .folder import Store
 from .live import Live, age_all, check_pins, offload_recent, rebuild
 from .messages import Message
 from .offload import cleanup
 from .settings import CHARS_PER_TOKEN, EngineSettings
 from .split import Split, pair_groups, split
+from .store import Store
 from .summarize import (
     MIN_SUMMARY_CHARS,
     ExtractiveSummarizer,

@@ -17,11 +17,11 @@ from types import MappingProxyType
 
 from .archive import Archive
 from .errors import MessageError, PinnedOverBudgetError
-from .folder import Store
 from .messages import Link, Message, Pairs, pair_walk, without_surrogates
 from .offload import offload
 from .settings import OffloadSettings
 from .split import pair_groups
+from .store import Store
 from .tokens import Counter
 
 _EMPTY_NAMES: Mapping[str, str] = MappingProxyType({})

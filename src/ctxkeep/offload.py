@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias, get_args
 
-from .folder import ORIGINAL_NAME, TOOL_RESULT_DIR, Store
 from .messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
 from .settings import OffloadSettings, PolicyKind
+from .store import ORIGINAL_NAME, TOOL_RESULT_DIR, Store
 
 OFFLOAD_KEY = "ctxkeep_offload"
 

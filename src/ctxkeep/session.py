@@ -38,10 +38,11 @@ from .codec import dumps, ids_in, message_from_dict, message_to_dict, storable
 from .context import summary_tokens_of
 from .engine import Step
 from .errors import CtxkeepError, MessageError, WorkspaceError
-from .folder import FAILED_DIR, STATE, LocalFolder, Store, live_name
+from .folder import LocalFolder
 from .live import Live
 from .messages import Message
 from .settings import EngineSettings
+from .store import FAILED_DIR, STATE, Store, live_name
 from .summarize import Summarizer
 from .tokens import Counter
 

@@ -1,0 +1,253 @@
+"""The storage seam: what a workspace keeps, in its own terms, and where it keeps it in a folder.
+
+The steps and the session speak to a `Store` (the state, the live log of a generation, the archive,
+the offloaded originals, the records), so another backend (a database for fleets of agents)
+implements those and never pretends to be a file system. `FileStore` implements them over the nine
+file operations of a `Folder` (`ctxkeep.folder`); names are relative, with ``/`` separators
+(``tool_result/<uuid>.txt``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """A stored file: its relative name, size in bytes and modification time (epoch seconds)."""
+
+    name: str
+    size: int
+    mtime: float
+
+
+class Folder(Protocol):
+    """The storage a workspace needs. Names are relative paths with ``/``."""
+
+    def read(self, name: str) -> bytes | None:
+        """The file's bytes, or None when it does not exist."""
+        ...
+
+    def write(self, name: str, data: bytes) -> None:
+        """Replace the file atomically: readers see the old bytes or the new, never a mix."""
+        ...
+
+    def append(self, name: str, data: bytes) -> int:
+        """Append durably and return the file's new size."""
+        ...
+
+    def size(self, name: str) -> int:
+        """The file's size in bytes (0 when it does not exist)."""
+        ...
+
+    def truncate(self, name: str, size: int) -> None:
+        """Cut the file back to `size` bytes (used to undo an append that was never committed)."""
+        ...
+
+    def remove(self, name: str) -> None:
+        """Delete the file if it exists."""
+        ...
+
+    def list(self, prefix: str) -> list[FileInfo]:
+        """Files whose name starts with `prefix`, sorted by name."""
+        ...
+
+    def location(self, name: str) -> str:
+        """Where an agent can read the file with its own tools (an absolute path for a local folder)."""
+        ...
+
+    def lock(self, timeout: float) -> contextlib.AbstractContextManager[None]:
+        """Hold the workspace for one process; wait up to `timeout` seconds, then `WorkspaceLockedError`."""
+        ...
+
+
+STATE = "state.json"
+SUMMARY = "summary.md"
+RECORDS = "compactions.jsonl"
+LIVE_DIR = "live"
+FAILED_DIR = "failed"
+DIALOG_DIR = "dialog"
+TOOL_RESULT_DIR = "tool_result"
+# An offloaded original's name in TOOL_RESULT_DIR: the UUID `messages.make_id` gives (version 5,
+# lowercase) and ".txt". Retention cleanup removes only these: other files there are not ctxkeep's.
+ORIGINAL_NAME = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\.txt")
+
+
+class Store(Protocol):
+    """What a workspace keeps, in its own terms. Every write is durable when it returns."""
+
+    def lock(self, timeout: float) -> contextlib.AbstractContextManager[None]:
+        """Hold the workspace for one process; wait up to `timeout` seconds, then `WorkspaceLockedError`."""
+        ...
+
+    def where(self, name: str) -> str:
+        """Where a person (or the agent, with its own tools) finds `name`: a path for a local folder."""
+        ...
+
+    # The state: the commit point of a session.
+    def read_state(self) -> bytes | None:
+        """The committed state, or None for a new workspace."""
+        ...
+
+    def commit_state(self, data: bytes) -> None:
+        """Replace the state atomically: readers see the old or the new, never a mix."""
+        ...
+
+    # The live log: one per generation, appended to between compactions.
+    def live_generations(self) -> list[int]:
+        """The generations that have a live log, oldest first."""
+        ...
+
+    def read_live(self, generation: int) -> bytes:
+        """The generation's live log (empty when it has none)."""
+        ...
+
+    def start_live(self, generation: int, data: bytes) -> None:
+        """Write a generation's live log whole."""
+        ...
+
+    def append_live(self, generation: int, data: bytes) -> None:
+        """Append lines to a generation's live log."""
+        ...
+
+    def cut_live(self, generation: int, size: int) -> None:
+        """Cut a live log back to `size` bytes (a line a crash left half-written)."""
+        ...
+
+    def drop_live(self, generation: int) -> None:
+        """Remove a generation's live log."""
+        ...
+
+    # The archive: the compacted messages, by file (``dialog/YYYY-MM-DD.jsonl``).
+    def archive_files(self) -> list[FileInfo]:
+        """The archive files with their sizes, oldest first."""
+        ...
+
+    def read_archive(self, name: str) -> bytes:
+        """An archive file's bytes (empty when it has none)."""
+        ...
+
+    def append_archive(self, name: str, data: bytes) -> int:
+        """Append to an archive file; its new size."""
+        ...
+
+    def cut_archive(self, name: str, size: int) -> None:
+        """Cut an archive file back to its committed `size` (0 removes it)."""
+        ...
+
+    # The originals of offloaded tool results (``tool_result/<uuid>.txt``).
+    def save_original(self, name: str, data: bytes) -> None:
+        """Keep an offloaded result's full text."""
+        ...
+
+    def originals(self) -> list[FileInfo]:
+        """The kept originals, with their sizes and ages."""
+        ...
+
+    def drop_original(self, name: str) -> None:
+        """Remove a kept original."""
+        ...
+
+    # What happened: the compaction records, refused summaries, the summary for people.
+    def append_record(self, data: bytes) -> None:
+        """Append a line to the compaction records."""
+        ...
+
+    def read_records(self) -> bytes:
+        """The compaction records (empty when none)."""
+        ...
+
+    def save_failure(self, name: str, data: bytes) -> None:
+        """Keep what a summarizer was asked and answered when its summary was refused."""
+        ...
+
+    def read_summary(self) -> bytes | None:
+        """The copy of the summary kept for people."""
+        ...
+
+    def write_summary(self, data: bytes) -> None:
+        """Replace the copy of the summary kept for people."""
+        ...
+
+
+def live_name(generation: int) -> str:
+    """The live log of a generation in a folder."""
+    return f"{LIVE_DIR}/{generation:08d}.jsonl"
+
+
+class FileStore:
+    """A `Store` over the nine file operations of a `Folder`: what `LocalFolder` and `MemoryFolder` are built on."""
+
+    def where(self: Folder, name: str) -> str:
+        return self.location(name)
+
+    def read_state(self: Folder) -> bytes | None:
+        return self.read(STATE)
+
+    def commit_state(self: Folder, data: bytes) -> None:
+        self.write(STATE, data)
+
+    def live_generations(self: Folder) -> list[int]:
+        gens = []
+        for info in self.list(f"{LIVE_DIR}/"):
+            stem = info.name[len(LIVE_DIR) + 1 :].removesuffix(".jsonl")
+            if stem.isdigit():
+                gens.append(int(stem))
+        return sorted(gens)
+
+    def read_live(self: Folder, generation: int) -> bytes:
+        return self.read(live_name(generation)) or b""
+
+    def start_live(self: Folder, generation: int, data: bytes) -> None:
+        self.write(live_name(generation), data)
+
+    def append_live(self: Folder, generation: int, data: bytes) -> None:
+        self.append(live_name(generation), data)
+
+    def cut_live(self: Folder, generation: int, size: int) -> None:
+        self.truncate(live_name(generation), size)
+
+    def drop_live(self: Folder, generation: int) -> None:
+        self.remove(live_name(generation))
+
+    def archive_files(self: Folder) -> list[FileInfo]:
+        return self.list(f"{DIALOG_DIR}/")
+
+    def read_archive(self: Folder, name: str) -> bytes:
+        return self.read(name) or b""
+
+    def append_archive(self: Folder, name: str, data: bytes) -> int:
+        return self.append(name, data)
+
+    def cut_archive(self: Folder, name: str, size: int) -> None:
+        if size == 0:
+            self.remove(name)
+        else:
+            self.truncate(name, size)
+
+    def save_original(self: Folder, name: str, data: bytes) -> None:
+        self.write(name, data)
+
+    def originals(self: Folder) -> list[FileInfo]:
+        return self.list(f"{TOOL_RESULT_DIR}/")
+
+    def drop_original(self: Folder, name: str) -> None:
+        self.remove(name)
+
+    def append_record(self: Folder, data: bytes) -> None:
+        self.append(RECORDS, data)
+
+    def read_records(self: Folder) -> bytes:
+        return self.read(RECORDS) or b""
+
+    def save_failure(self: Folder, name: str, data: bytes) -> None:
+        self.write(f"{FAILED_DIR}/{name}", data)
+
+    def read_summary(self: Folder) -> bytes | None:
+        return self.read(SUMMARY)
+
+    def write_summary(self: Folder, data: bytes) -> None:
+        self.write(SUMMARY, data)
