@@ -100,7 +100,7 @@ def split(
 
     `counts[i]` is the token count of ``messages[i]``. `pinned` holds ids of messages never to
     compact (ids not in `messages` are ignored). Whether to compact at all (total over the
-    threshold) is the caller's decision; this only says where. See the module docstring for how
+    threshold) is the caller's decision; this only says where. See docs/engine.md for how
     pairs, pins and the newest message are protected.
     """
     n = len(messages)

@@ -213,7 +213,7 @@ class TokenCounter:
     """Counts tokens of texts and messages with one tokenizer and one set of `CountSettings`.
 
     A message counts ``tokens_per_message`` + its role word + its rendered text + its images
-    (see the package docstring for exactly what is rendered). Message counts are cached by
+    (docs/tokens.md says exactly what is rendered). Message counts are cached by
     content, so recounting an unchanged history is nearly free. Safe to share between threads.
 
     The cache relies on messages being immutable. `Message.extra` is frozen one level deep only: a

@@ -19,7 +19,7 @@ from ctxkeep.formats.source import RECORD_ERRORS, Source, describe, parse_timest
 from ctxkeep.messages import Block, ToolCall, ToolResult
 
 _CONVERSATION = frozenset({"user", "assistant"})
-# Entry types that carry no conversation; left out without a note (see the package docstring).
+# Entry types that carry no conversation; left out without a note (see docs/formats.md, Claude Code).
 _METADATA = frozenset(
     {
         "summary",
