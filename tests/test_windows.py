@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from tests.conftest import ROOT
@@ -67,3 +68,11 @@ def test_every_step_over_the_window_says_so() -> None:
             step = session.prepare(system, now=NOW)
             assert step.context.tokens > 1_000
             assert sum(OVER in w for w in step.warnings) == 1, step.warnings
+
+
+def test_a_session_opened_for_a_window_takes_its_sizes(tmp_path: Path) -> None:
+    with Session.open(tmp_path / "a", window=16_000) as session:
+        assert session.settings == EngineSettings.for_window(16_000)
+    mine = EngineSettings(compact=CompactSettings(max_input_length=9_000))
+    with Session.open(tmp_path / "b", window=16_000, settings=mine) as session:
+        assert session.settings is mine  # explicit settings win

@@ -190,8 +190,14 @@ class Session:
             raise
 
     @classmethod
-    def open(cls, path: str | Path, **kw: Any) -> Session:
-        """The session in folder `path` (created when missing). Keyword arguments as for `Session`."""
+    def open(cls, path: str | Path, *, window: int | None = None, **kw: Any) -> Session:
+        """The session in folder `path` (created when missing). Keyword arguments as for `Session`.
+
+        `window` (the model's context window, tokens) derives every size from it
+        (`EngineSettings.for_window`); explicit `settings` win over it.
+        """
+        if window is not None and kw.get("settings") is None:
+            kw["settings"] = EngineSettings.for_window(window)
         return cls(LocalFolder(path), **kw)
 
     def __enter__(self) -> Session:
