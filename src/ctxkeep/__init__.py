@@ -29,6 +29,7 @@ from ctxkeep.formats import Conversation, Transcript, load
 from ctxkeep.formats.agentscope import from_agentscope, to_agentscope
 from ctxkeep.formats.anthropic import from_anthropic, to_anthropic
 from ctxkeep.formats.openai import from_openai, to_openai
+from ctxkeep.inputs import to_messages
 from ctxkeep.messages import (
     Block,
     ImageBlock,
@@ -102,6 +103,7 @@ __all__ = [
     "repair",
     "to_agentscope",
     "to_anthropic",
+    "to_messages",
     "to_openai",
     "validate",
 ]

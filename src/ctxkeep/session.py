@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -31,13 +31,14 @@ from typing import Any
 import orjson
 
 from . import archive as archive_mod
-from . import engine
+from . import engine, inputs
 from . import live as live_mod
+from . import sync as sync_mod
 from .archive import Archive
 from .codec import dumps, ids_in, message_from_dict, message_to_dict, storable
 from .context import summary_tokens_of
 from .engine import Step
-from .errors import CtxkeepError, MessageError, WorkspaceError
+from .errors import CtxkeepError, WorkspaceError
 from .folder import LocalFolder
 from .live import Live
 from .messages import Message
@@ -249,15 +250,33 @@ class Session:
 
     # --- changing -------------------------------------------------------------------
 
-    def add(self, messages: Iterable[Message] | Message) -> None:
+    def add(self, messages: Iterable[object] | object) -> None:
         """Append messages to the live context, durably.
 
-        Raises `MessageError` before writing anything: for what is not a `Message`, an id already live
-        or archived, a result without its call (`ctxkeep.live.add` has the rules), or an `extra` value
-        JSON cannot hold. Lone UTF-16 surrogates (Node writes them; no UTF-8 file can hold them) are
-        replaced by U+FFFD and the message kept: losing a turn over one broken character would be worse.
+        Takes ctxkeep `Message`s, OpenAI chat dicts or the openai SDK's message objects, Anthropic message
+        dicts and Responses-API items (`ctxkeep.inputs`); those get ids from their content, past the ids
+        the workspace holds. Raises `MessageError` before writing anything: for what is none of these, an
+        id already live or archived, a result without its call (`ctxkeep.live.add` has the rules), or an
+        `extra` value JSON cannot hold. Lone UTF-16 surrogates (Node writes them; no UTF-8 file can hold
+        them) are replaced by U+FFFD and the message kept: losing a turn over one broken character would
+        be worse.
         """
-        batch = _batch_of(messages)
+        self._append(_batch_of(messages, sync_mod.Held(self._live)))
+
+    def sync(self, history: Iterable[object]) -> list[Message]:
+        """Add what is new in the host's whole `history` (any kinds `add` takes); returns what was added.
+
+        Idempotent: what the session holds, live or archived (or the system prompt and summary of a
+        context it returned), is recognised by content-derived ids and skipped, so syncing the same
+        history again, even after reopening, adds nothing. Raises `MessageError`, adding nothing, when
+        the history no longer holds what the session has (an earlier message edited or removed).
+        """
+        entries = inputs.convert(inputs.as_list(history, single=False))
+        batch = [e.message for e in sync_mod.new_entries(self._live, entries)]
+        self._append(batch)
+        return batch
+
+    def _append(self, batch: list[Message]) -> None:
         if not batch:
             return
         # One line per call: a crash mid-append leaves a torn last line, which reopening drops, so a
@@ -509,19 +528,12 @@ def _glued_record(line: bytes) -> int | None:
     return None
 
 
-def _batch_of(messages: object) -> list[Message]:
+def _batch_of(messages: object, taken: Container[str]) -> list[Message]:
     """What `Session.add` was given, as a list of messages; `MessageError` for anything else."""
     if isinstance(messages, Message):
         return [messages]
-    if not isinstance(messages, list | tuple) and (
-        isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable)
-    ):
-        raise MessageError(f"add takes a Message or an iterable of Message values; got {type(messages).__name__}")
-    batch = list(messages)
-    for i, msg in enumerate(batch):
-        if not isinstance(msg, Message):
-            raise MessageError(f"expected a Message at position {i}, got {type(msg).__name__}", index=i)
-    return batch
+    batch = inputs.convert(messages)
+    return [e.message for e in inputs.renumber(batch, taken)]
 
 
 def _line(batch: list[Message]) -> bytes:

@@ -1,0 +1,296 @@
+"""What a host hands over, as Messages: ctxkeep messages, OpenAI chat dicts and SDK objects, Anthropic
+message dicts, Responses-API items, mixed in one list.
+
+Ids come from content, not position: role, text, tool-call ids (a tool result: its call id) and the
+source's own id when it has one, plus an occurrence counter, so the second identical "ok" gets another
+id than the first and converting the same history twice gives the same ids. A `Message` keeps its id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ctxkeep.errors import MessageError
+from ctxkeep.formats import anthropic as anthropic_format
+from ctxkeep.formats.anthropic import from_anthropic
+from ctxkeep.formats.openai import from_openai
+from ctxkeep.messages import Block, ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
+
+_ANTHROPIC_BLOCKS = frozenset(
+    {"tool_use", "tool_result", "thinking", "redacted_thinking", "image", "document", "server_tool_use"}
+)
+_RESPONSES_PARTS = frozenset({"input_text", "output_text", "input_image", "input_file", "refusal"})
+_RESPONSES_ASSISTANT = frozenset({"function_call", "reasoning"})
+# Fields of an Anthropic response `Message` that a request's message must not carry.
+_ANTHROPIC_RESPONSE_ONLY = ("id", "type", "model", "stop_reason", "stop_sequence", "usage", "container")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One converted message: the item it came from, and what its id derives from (None: a given `Message`)."""
+
+    index: int
+    message: Message
+    key: str | None = None
+    occurrence: int = 0
+
+
+def to_messages(items: Iterable[object] | object, *, taken: Container[str] = frozenset()) -> list[Message]:
+    """Messages from a host's items; a single item is taken as a list of one.
+
+    An id in `taken` (the ids a workspace holds already) is not given again: the message takes the next
+    occurrence instead, as it would in the host's whole history. Raises `MessageError` naming the
+    position of an item that is none of the kinds above.
+    """
+    entries = convert(items)
+    return [e.message for e in renumber(entries, taken)]
+
+
+def convert(items: Iterable[object] | object) -> list[Entry]:
+    """The entries of `items`, ids numbered by occurrence within them."""
+    return _number(_entries(as_list(items)))
+
+
+def renumber(entries: Sequence[Entry], taken: Container[str]) -> list[Entry]:
+    """`entries` with each derived id moved past the ids in `taken` (and those given earlier here)."""
+    used: set[str] = set()
+    out: list[Entry] = []
+    for e in entries:
+        if e.key is None:
+            out.append(e)
+            continue
+        occurrence = e.occurrence
+        while (mid := _id(e.key, occurrence)) in taken or mid in used:
+            occurrence += 1
+        used.add(mid)
+        out.append(replace(e, message=_with_id(e.message, mid), occurrence=occurrence))
+    return out
+
+
+def as_list(items: object, *, single: bool = True) -> list[object]:
+    """`items` as a list; a single message or item as a list of one when `single`, else refused."""
+    if single and (isinstance(items, Message | Mapping) or _dumpable(items)):
+        return [items]
+    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+        raise MessageError(
+            "expected a message or a list of messages (ctxkeep Messages, OpenAI or Anthropic message dicts,"
+            f" SDK message objects, Responses-API items); got {type(items).__name__}"
+        )
+    return list(items)
+
+
+def _dumpable(item: object) -> bool:
+    return callable(getattr(item, "model_dump", None))
+
+
+def _entries(items: list[object]) -> list[Entry]:
+    out: list[Entry] = []
+    run: list[tuple[int, Mapping[str, Any]]] = []  # consecutive assistant-side Responses items: one message
+
+    def flush() -> None:
+        if run:
+            out.append(_responses_turn(run))
+            run.clear()
+
+    for i, item in enumerate(items):
+        try:
+            if isinstance(item, Message):
+                flush()
+                out.append(Entry(i, item))
+                continue
+            raw = _as_mapping(item)
+            kind = _kind(raw)
+            if kind == "responses-assistant" or (kind == "responses" and raw.get("role") == "assistant"):
+                run.append((i, raw))
+                continue
+            flush()
+            out.extend(_CONVERTERS[kind](i, raw))
+        except MessageError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise MessageError(f"item {i}: {exc}", index=i) from exc
+    flush()
+    return out
+
+
+def _as_mapping(item: object) -> Mapping[str, Any]:
+    if isinstance(item, Mapping):
+        return item
+    if _dumpable(item):
+        dumped = item.model_dump(exclude_none=True)  # type: ignore[attr-defined]
+        if isinstance(dumped, dict):
+            return _request_form(dumped)
+    raise TypeError(
+        f"expected a Message, a message dict or an SDK message object, got {type(item).__name__};"
+        " pass ctxkeep Messages, OpenAI chat or Anthropic message dicts, or Responses-API items"
+    )
+
+
+def _request_form(d: dict[str, Any]) -> dict[str, Any]:
+    """A response object's dump as the request would carry it: the SDK's `ChatCompletionMessage` has
+    `annotations`, and `audio` with fields a request refuses (only `audio.id` may be sent back)."""
+    if d.get("role") == "assistant" and "type" not in d:
+        d.pop("annotations", None)
+        if isinstance(d.get("audio"), dict):
+            d["audio"] = {"id": d["audio"].get("id")}
+    return d
+
+
+def _kind(raw: Mapping[str, Any]) -> str:
+    kind = raw.get("type")
+    if kind in _RESPONSES_ASSISTANT:
+        return "responses-assistant"
+    if kind == "function_call_output":
+        return "responses-output"
+    if kind not in (None, "message"):
+        raise ValueError(
+            f"unknown item type {kind!r}; expected a chat or Anthropic message, or a Responses 'message',"
+            " 'function_call', 'function_call_output' or 'reasoning' item"
+        )
+    if "role" not in raw:
+        raise ValueError(f"a message needs a 'role'; got the keys {sorted(raw)}")
+    content = raw.get("content")
+    types = {p.get("type") for p in content if isinstance(p, Mapping)} if isinstance(content, list) else set()
+    if types & _RESPONSES_PARTS:
+        return "responses"
+    if types & _ANTHROPIC_BLOCKS and not raw.get("tool_calls") and raw.get("role") in ("user", "assistant"):
+        return "anthropic"
+    if kind == "message" and isinstance(content, list) and "model" in raw:  # an Anthropic response, text only
+        return "anthropic"
+    return "openai" if kind is None else "responses"
+
+
+def _openai(i: int, raw: Mapping[str, Any]) -> list[Entry]:
+    if "content" not in raw and not raw.get("tool_calls"):
+        raise ValueError(f"a {raw['role']} message needs 'content' (text or a list of parts)")
+    msg = _one_or_error(from_openai, i, raw)
+    return [Entry(i, m, _key(m, raw.get("id"))) for m in msg]
+
+
+def _anthropic(i: int, raw: Mapping[str, Any]) -> list[Entry]:
+    source_id = raw.get("id")
+    clean = {k: v for k, v in raw.items() if k not in _ANTHROPIC_RESPONSE_ONLY}
+    pieces = _one_or_error(from_anthropic, i, clean)
+    # The pieces of one message are rejoined by their group; a positional group would join pieces
+    # of different messages converted in different calls, so it derives from the content too.
+    group = make_id("ctxkeep-group", *(_key(m, source_id) for m in pieces))
+    return [Entry(i, replace(m, extra={**m.extra, anthropic_format._GROUP: group}), _key(m, source_id)) for m in pieces]
+
+
+def _one_or_error(convert_one: Callable[..., list[Message]], i: int, raw: Mapping[str, Any]) -> list[Message]:
+    try:
+        return convert_one([raw])
+    except ValueError as exc:
+        detail = str(exc).removeprefix("message 0: ")
+        raise MessageError(f"item {i}: {detail}", index=i) from exc
+
+
+def _responses_message(i: int, raw: Mapping[str, Any]) -> list[Entry]:
+    role = raw["role"]
+    if role == "developer":
+        role = "system"
+    if role not in ("system", "user", "assistant"):
+        raise ValueError(f"unknown role {role!r}")
+    msg = Message(role=role, content=tuple(_parts(raw["content"])))
+    return [Entry(i, msg, _key(msg, raw.get("id")))]
+
+
+def _responses_output(i: int, raw: Mapping[str, Any]) -> list[Entry]:
+    output = raw["output"]
+    content = output if isinstance(output, str) else tuple(p for p in _parts(output) if not isinstance(p, ToolCall))
+    msg = Message(role="tool", content=(ToolResult(call_id=raw["call_id"], content=content),))
+    return [Entry(i, msg, _key(msg, None))]
+
+
+def _responses_turn(run: list[tuple[int, Mapping[str, Any]]]) -> Entry:
+    """One assistant message for a run of assistant-side items (reasoning, text, parallel calls)."""
+    blocks: list[Block] = []
+    ids: list[str] = []
+    for i, raw in run:
+        try:
+            kind = raw.get("type")
+            if kind == "function_call":
+                blocks.append(ToolCall(id=raw["call_id"], name=raw["name"], arguments=raw.get("arguments", "")))
+            elif kind == "reasoning":
+                text = "\n".join(s.get("text", "") for s in raw.get("summary") or ())
+                blocks.append(ThinkingBlock(text=text))
+            else:
+                blocks.extend(_parts(raw["content"]))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise MessageError(f"item {i}: {exc}", index=i) from exc
+        if isinstance(raw.get("id"), str):
+            ids.append(raw["id"])
+    msg = Message(role="assistant", content=tuple(blocks))
+    return Entry(run[0][0], msg, _key(msg, " ".join(ids) or None))
+
+
+def _parts(content: object) -> list[TextBlock | ImageBlock]:
+    if isinstance(content, str):
+        return [TextBlock(text=content)]
+    if not isinstance(content, list):
+        raise TypeError(f"content must be text or a list of parts, got {type(content).__name__}")
+    out: list[TextBlock | ImageBlock] = []
+    for part in content:
+        kind = part.get("type")
+        if kind in ("input_text", "output_text", "text"):
+            out.append(TextBlock(text=part["text"]))
+        elif kind == "refusal":
+            out.append(TextBlock(text=part["refusal"]))
+        elif kind == "input_image" and isinstance(part.get("image_url"), str):
+            out.append(ImageBlock.from_url(part["image_url"]))
+        else:
+            out.append(TextBlock(text=f"[{kind}]", extra={"responses:part": dict(part)}))
+    return out
+
+
+_CONVERTERS: dict[str, Callable[[int, Mapping[str, Any]], list[Entry]]] = {
+    "openai": _openai,
+    "anthropic": _anthropic,
+    "responses": _responses_message,
+    "responses-output": _responses_output,
+}
+
+
+def key_of(msg: Message, source_id: object = None) -> str:
+    """What a message's derived id comes from: role, text, images and tool-call ids (a tool result: its
+    call id alone, so an offloaded result keeps its key), and the source's own id. Thinking is left out:
+    the chat format drops it on the way back."""
+    parts = [msg.role, source_id if isinstance(source_id, str) else ""]
+    if msg.role == "tool":
+        parts += [f"result:{b.call_id}" for b in msg.content if isinstance(b, ToolResult)]
+    else:
+        parts.append("text:" + msg.text)
+        for b in msg.content:
+            if isinstance(b, ImageBlock):
+                image = b.url or hashlib.sha256((b.data or "").encode()).hexdigest()
+                parts.append(f"image:{image}")
+            elif isinstance(b, ToolCall):
+                parts.append(f"call:{b.id}")
+    return "\x1f".join(parts)
+
+
+_key = key_of
+
+
+def _id(key: str, occurrence: int) -> str:
+    return make_id("ctxkeep-input", key, occurrence)
+
+
+def _number(entries: list[Entry]) -> list[Entry]:
+    seen: dict[str, int] = {}
+    out: list[Entry] = []
+    for e in entries:
+        if e.key is None:
+            out.append(e)
+            continue
+        n = seen.get(e.key, 0)
+        seen[e.key] = n + 1
+        out.append(replace(e, message=_with_id(e.message, _id(e.key, n)), occurrence=n))
+    return out
+
+
+def _with_id(msg: Message, mid: str) -> Message:
+    return msg if msg.id == mid else replace(msg, id=mid)

@@ -1,0 +1,149 @@
+"""Which messages of a host's whole history are new to a session: the history is what the session holds
+(live or archived; or the compacted view ctxkeep returned) followed by a new suffix, and only that suffix
+is added. A history that no longer holds what the session has is refused, never silently rewritten.
+
+    history:  [archived ...][live ...][new ...]      or   [ctxkeep-system][ctxkeep-summary][live ...][new ...]
+                                       ^ appended                                                   ^ appended
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Sequence
+
+from .context import SUMMARY_TAG
+from .errors import MessageError
+from .inputs import Entry, key_of, renumber
+from .live import Live
+from .messages import NO_RESULT_TEXT, Message, ToolResult
+
+# The ids `Context.as_messages` gives the system prompt and the summary it adds to the context.
+CTXKEEP_IDS = frozenset({"ctxkeep-system", "ctxkeep-summary"})
+
+
+class Held(Container[str]):
+    """The message ids a live context holds, live or archived, without copying the archived ones."""
+
+    def __init__(self, live: Live) -> None:
+        self._archived = live.archived
+        self._messages = live.messages
+        self._live: set[str] | None = None  # built on first use: `add` of ctxkeep messages never needs it
+
+    def __contains__(self, mid: object) -> bool:
+        if mid in self._archived:
+            return True
+        if self._live is None:
+            self._live = {m.id for m in self._messages}
+        return mid in self._live
+
+
+def new_entries(live: Live, history: Sequence[Entry]) -> list[Entry]:
+    """The entries of `history` that `live` does not hold, with ids that `live` has not used.
+
+    Raises `MessageError` when the history diverges from what `live` holds (an earlier message edited,
+    removed or inserted), naming the history item.
+    """
+    known = Held(live)
+    entries = [e for e in history if not _ctxkeep_own(e.message, live, known)]
+    held = live.messages
+    if not held:
+        start = _known_prefix(entries, known)
+    else:
+        at = _live_run(entries, held)
+        if at is None:
+            raise _diverged(entries, held)
+        for e in entries[:at]:
+            if e.message.id not in known:
+                raise MessageError(
+                    f"history item {e.index} ({_describe(e.message)}) is not one the session holds, yet it comes"
+                    " before the messages the session holds: an earlier message was edited or inserted, and"
+                    " ctxkeep does not rewrite what it holds. Sync the history as it was, or start a new workspace",
+                    index=e.index,
+                )
+        start = at + len(held)
+    return renumber(entries[start:], known)
+
+
+def _ctxkeep_own(msg: Message, live: Live, known: Held) -> bool:
+    """The system prompt, summary and placeholder results ctxkeep put in a context it returned."""
+    if msg.id in CTXKEEP_IDS:
+        return True
+    if msg.id in known:
+        return False
+    text = msg.text
+    if msg.role == "user" and text.startswith(f"<{SUMMARY_TAG}>\n") and text.endswith(f"\n</{SUMMARY_TAG}>"):
+        return True
+    if msg.role == "system" and live.system is not None and text == live.system:
+        return True
+    # A call that never got its result is sent with an explicit error result (see `context.of`).
+    return msg.role == "tool" and any(isinstance(b, ToolResult) and b.content == NO_RESULT_TEXT for b in msg.content)
+
+
+def _known_prefix(entries: Sequence[Entry], known: Held) -> int:
+    """How many leading entries the session holds (it holds no live messages); the rest must be new."""
+    start = 0
+    while start < len(entries) and entries[start].message.id in known:
+        start += 1
+    for e in entries[start:]:
+        if e.message.id in known:
+            raise MessageError(
+                f"history item {e.index} ({_describe(e.message)}) is one the session holds, yet an item it does"
+                " not hold comes before it: an earlier message was edited or inserted, and ctxkeep does not"
+                " rewrite what it holds",
+                index=e.index,
+            )
+    return start
+
+
+def _live_run(entries: Sequence[Entry], held: Sequence[Message]) -> int | None:
+    """Where the live messages sit in `entries`, in order and together: by id (the whole history), else by
+    content key (the compacted view, where an earlier duplicate's absence shifts the occurrence)."""
+    ids = [e.message.id for e in entries]
+    n = len(held)
+    with_ids = [m.id for m in held]
+    if held[-1].id in ids:
+        start = ids.index(held[-1].id) - n + 1
+        if start >= 0 and ids[start : start + n] == with_ids:
+            return start
+    keys = [key_of(e.message) for e in entries]
+    want = [key_of(m) for m in held]
+    for start in range(len(keys) - n + 1):
+        if keys[start : start + n] == want:
+            return start
+    return None
+
+
+def _diverged(entries: Sequence[Entry], held: Sequence[Message]) -> MessageError:
+    """What differs between the history and the live messages, for the error."""
+    first = held[0]
+    match = [i for i, e in enumerate(entries) if e.message.id == first.id or key_of(e.message) == key_of(first)]
+    if not match:
+        return MessageError(
+            f"the history does not hold the session's oldest live message ({_describe(first)}, id {first.id}):"
+            " it was edited or removed. ctxkeep does not rewrite what it holds; sync the history as it was"
+        )
+    at = match[0]
+    for k, msg in enumerate(held):
+        if at + k >= len(entries):
+            return MessageError(
+                f"the history ends before the session's live message {k} ({_describe(msg)}, id {msg.id}):"
+                " messages the session holds were removed from it"
+            )
+        e = entries[at + k]
+        if e.message.id != msg.id and key_of(e.message) != key_of(msg):
+            return MessageError(
+                f"history item {e.index} ({_describe(e.message)}) differs from the session's live message {k}"
+                f" ({_describe(msg)}, id {msg.id}): it was edited, or messages were inserted or removed."
+                " ctxkeep does not rewrite what it holds; sync the history as it was",
+                index=e.index,
+            )
+    return MessageError("the history does not hold the session's live messages in order; sync the history as it was")
+
+
+def _describe(msg: Message) -> str:
+    """A message named without its content (which may be private): role, size, call ids."""
+    calls = [c.id for c in msg.tool_calls]
+    results = [b.call_id for b in msg.content if isinstance(b, ToolResult)]
+    if results:
+        return f"the tool result for call {results[0]}"
+    what = f"a {msg.role} message of {len(msg.text)} characters"
+    return what + (f" with the tool calls {', '.join(calls)}" if calls else "")
