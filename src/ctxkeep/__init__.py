@@ -1,9 +1,9 @@
 """ctxkeep keeps an LLM agent's context window inside its budget without losing what it needs.
 
-    with Session.open("workspace") as session:
+    with Session.open("workspace", window=32_000) as session:
         session.add(messages)
         step = session.prepare(system_prompt)   # before every reasoning step
-        send(to_openai(step.context.as_messages()))
+        client.chat.completions.create(model=MODEL, messages=step.to_openai())
 
 The names below are the public contract. The submodules (`ctxkeep.engine`, `ctxkeep.live`,
 `ctxkeep.summarize.*`, ...) are internal: they may change in any release.

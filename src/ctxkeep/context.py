@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
+from .formats.anthropic import to_anthropic
+from .formats.openai import to_openai
 from .live import Live
 from .messages import Message, repair
 from .tokens import Counter
+
+if TYPE_CHECKING:  # the SDKs' parameter types, for type checkers only: no SDK is imported at run time
+    from anthropic.types import MessageParam
+    from openai.types.chat import ChatCompletionMessageParam
 
 SUMMARY_TAG = "context-summary"
 
@@ -29,6 +36,22 @@ class Context:
             out.append(_summary_message(self.summary))
         out.extend(self.messages)
         return out
+
+    def to_openai(self, *, system: bool = True) -> list[ChatCompletionMessageParam]:
+        """The context as the openai SDK's ``messages=``: no ``None`` fields, typed as the SDK's parameters.
+
+        `system=False` leaves the system prompt out, for a host that sends its own.
+        """
+        messages = self.as_messages()
+        if self.system and not system:
+            messages = messages[1:]
+        return cast("list[ChatCompletionMessageParam]", to_openai(messages))
+
+    def to_anthropic(self) -> tuple[str | None, list[MessageParam]]:
+        """The context as the anthropic SDK's ``system=`` and ``messages=``, typed as the SDK's parameters."""
+        messages = self.as_messages()[1:] if self.system else self.as_messages()
+        _, out = to_anthropic(messages)
+        return self.system or None, cast("list[MessageParam]", out)
 
 
 def summary_message_text(summary: str) -> str:

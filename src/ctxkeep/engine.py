@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import archive as archive_mod
 from .context import Context, summary_tokens_of, system_tokens_of
@@ -42,6 +42,10 @@ from .summarize import (
     why_rejected,
 )
 from .tokens import Counter, get_counter
+
+if TYPE_CHECKING:
+    from anthropic.types import MessageParam
+    from openai.types.chat import ChatCompletionMessageParam
 
 log = logging.getLogger("ctxkeep")
 
@@ -89,6 +93,14 @@ class Step:
     failure: Failure | None = None
     archived: tuple[Message, ...] = ()
     warnings: tuple[str, ...] = ()
+
+    def to_openai(self, *, system: bool = True) -> list[ChatCompletionMessageParam]:
+        """The context to send, as the openai SDK's ``messages=`` (see `Context.to_openai`)."""
+        return self.context.to_openai(system=system)
+
+    def to_anthropic(self) -> tuple[str | None, list[MessageParam]]:
+        """The context to send, as the anthropic SDK's ``system=`` and ``messages=``."""
+        return self.context.to_anthropic()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
