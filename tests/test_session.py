@@ -184,7 +184,7 @@ def test_a_pin_the_session_accepts_never_fails_a_later_compaction(tmp_path: Path
         s.add(Message.of("user", "start", id="u0"))
         assert s.prepare(system, now=NOW).compaction is None
         s.add(Message.of("assistant", "word " * 1_500, id="big"))
-        with pytest.raises(PinnedOverBudgetError, match="after the system prompt and summary"):
+        with pytest.raises(PinnedOverBudgetError, match="after the system prompt, tool schemas and summary"):
             s.pin("big")
         assert s.live.pinned == frozenset()
         s.add(Message.of("user", "go on", id="u1"))

@@ -76,3 +76,33 @@ def test_a_session_opened_for_a_window_takes_its_sizes(tmp_path: Path) -> None:
     mine = EngineSettings(compact=CompactSettings(max_input_length=9_000))
     with Session.open(tmp_path / "b", window=16_000, settings=mine) as session:
         assert session.settings is mine  # explicit settings win
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": f"tool_{i}",
+            "description": "Runs a command in the workspace and returns what it printed. " * 4,
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        },
+    }
+    for i in range(20)
+]
+
+
+def test_tool_schemas_count_against_the_window() -> None:
+    settings = EngineSettings(compact=CompactSettings(max_input_length=4_000))
+    with Session(MemoryFolder(), settings=settings, counter=COUNTER) as session:
+        session.add(Message.of("user", "word " * 1_500))
+        bare = session.prepare("be brief", now=NOW)
+        assert bare.compaction is None
+        with_tools = session.prepare("be brief", tools=TOOLS, now=NOW)
+        # The schemas are what the request carries beside the messages: they count, once per change.
+        assert with_tools.context.tokens > bare.context.tokens + 1_000
+        assert session.live.tools_tokens == with_tools.context.tokens - bare.context.tokens
+        session.add(Message.of("assistant", "done " * 600))
+        session.add(Message.of("user", "next"))
+        step = session.prepare("be brief", tools=TOOLS, now=NOW)
+        assert step.compaction is not None  # the tools pushed it over the threshold; without them it fits
+        assert step.context.tokens <= settings.compact.compact_threshold

@@ -208,11 +208,12 @@ def plan(
     threshold = settings.compact.compact_threshold
     if not force and (tokens <= threshold or not _retry_allowed(live, tokens, settings)):
         return Skip()
-    budget = threshold - live.system_tokens - live.summary_tokens
+    budget = threshold - live.fixed_tokens - live.summary_tokens
     if budget <= 0 and not force:
         return Skip(
-            warning=f"the system prompt ({live.system_tokens} tokens) and summary ({live.summary_tokens}) alone reach"
-            f" the compaction threshold ({threshold}); compaction skipped. Raise max_input_length or shorten them."
+            warning=f"the system prompt and tools ({live.fixed_tokens} tokens) and summary ({live.summary_tokens})"
+            f" alone reach the compaction threshold ({threshold}); compaction skipped. Raise max_input_length or"
+            " shorten them."
         )
     check_pins(live, live.pinned, threshold)
     reserve = settings.compact.reserve
@@ -228,7 +229,7 @@ def plan(
     # The summary shares the threshold with what stays: when the kept messages leave it less room than
     # its cap, it gets that room (never less than the sections need), so a huge newest message still fits.
     staying = {id(m) for m in cut.pinned + cut.to_keep}
-    kept = live.system_tokens + sum(n for m, n in zip(live.messages, live.counts, strict=True) if id(m) in staying)
+    kept = live.fixed_tokens + sum(n for m, n in zip(live.messages, live.counts, strict=True) if id(m) in staying)
     cap = min(settings.summary_max_chars, (threshold - kept) * CHARS_PER_TOKEN)
     # The cap covers the whole summary: leave room for the archive guide that will open it.
     # (Estimated in English, the longer of the two.)

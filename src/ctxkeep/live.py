@@ -14,6 +14,9 @@ import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import Any
+
+import orjson
 
 from .archive import Archive
 from .errors import MessageError, PinnedOverBudgetError
@@ -76,6 +79,9 @@ class Live:
     settled: int = 0
     system: str | None = None
     system_tokens: int = 0
+    # The tool schemas sent with each request (their JSON, what they were counted from) and their tokens.
+    tools: str = ""
+    tools_tokens: int = 0
     # Total tokens when the last compaction failed or freed nothing; no retry until the context grows.
     failed_at: int | None = None
     # Positions of the messages the last `prepare` offloaded (what a store must rewrite).
@@ -88,7 +94,12 @@ class Live:
     @property
     def tokens(self) -> int:
         """What the context costs: system prompt, summary and live messages."""
-        return self.system_tokens + self.summary_tokens + self.total
+        return self.fixed_tokens + self.summary_tokens + self.total
+
+    @property
+    def fixed_tokens(self) -> int:
+        """What every request carries whatever the pass does: the system prompt and the tool schemas."""
+        return self.system_tokens + self.tools_tokens
 
 
 def add(live: Live, messages: Sequence[Message], counter: Counter) -> Live:
@@ -191,6 +202,14 @@ def _unpaired(links: Sequence[Link], reused: Sequence[tuple[int, str]], start: i
     )
 
 
+def with_tools(live: Live, tools: Sequence[Mapping[str, Any]] | None, counter: Counter) -> Live:
+    """`live` with the tool schemas the next requests carry, counted when they change (as their JSON text)."""
+    text = orjson.dumps(list(tools)).decode() if tools else ""
+    if text == live.tools:
+        return live
+    return replace(live, tools=text, tools_tokens=counter.count_text(text) if text else 0)
+
+
 def rebuild(live: Live, kept: tuple[Message, ...], recent_n: int) -> Live:
     """A fresh `Live` holding `kept` (what a compaction left), counts carried over by identity: nothing is recounted.
 
@@ -216,6 +235,8 @@ def rebuild(live: Live, kept: tuple[Message, ...], recent_n: int) -> Live:
         settled=settled,
         system=live.system,
         system_tokens=live.system_tokens,
+        tools=live.tools,
+        tools_tokens=live.tools_tokens,
         archived=archived,
         ids=Ids(kept),
     )
@@ -297,12 +318,12 @@ def check_pins(live: Live, pinned: frozenset[str], threshold: int) -> None:
     """
     if not pinned:
         return
-    budget = threshold - live.system_tokens - live.summary_tokens
+    budget = threshold - live.fixed_tokens - live.summary_tokens
     tokens = sum(n for m, n in zip(live.messages, live.counts, strict=True) if m.id in pinned)
     if tokens > budget:
         raise PinnedOverBudgetError(
             f"pinned messages take {tokens} tokens, more than the {budget} the compaction budget leaves"
-            " after the system prompt and summary; unpin some or raise max_input_length",
+            " after the system prompt, tool schemas and summary; unpin some or raise max_input_length",
             pinned=tokens,
             budget=budget,
         )

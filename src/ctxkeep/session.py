@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -48,6 +48,8 @@ from .summarize import Summarizer
 from .tokens import Counter
 
 log = logging.getLogger("ctxkeep")
+
+_Tools = Sequence[Mapping[str, Any]] | None
 
 _STATE_MARK = "ctxkeep-session/1"
 _REPLACE_MARK = "ctxkeep-replace/1"
@@ -306,23 +308,39 @@ class Session:
         self._commit_state(replace(self._state, pinned=live.pinned))
         self._live = live
 
-    def prepare(self, system: str | None = None, *, now: datetime | None = None) -> Step:
+    def prepare(
+        self,
+        system: str | None = None,
+        *,
+        tools: _Tools = None,
+        now: datetime | None = None,
+    ) -> Step:
         """Run the pre-reasoning pass and keep its result. Returns the `Step` (its `.context` goes to the model).
 
-        `now` (default: the local time) names the day's archive file when a compaction happens.
+        `tools` are the tool schemas the request carries (OpenAI or Anthropic form): they count against
+        the window like the system prompt. `now` (default: the local time) names the day's archive file
+        when a compaction happens.
         """
-        return self._run(system, now, force=False, focus=None)
+        return self._run(system, tools, now, force=False, focus=None)
 
-    def compact(self, focus: str | None = None, *, system: str | None = None, now: datetime | None = None) -> Step:
+    def compact(
+        self,
+        focus: str | None = None,
+        *,
+        system: str | None = None,
+        tools: _Tools = None,
+        now: datetime | None = None,
+    ) -> Step:
         """Compact now, whatever the size; `focus` tells the summarizer what matters most."""
-        return self._run(system, now, force=True, focus=focus)
+        return self._run(system, tools, now, force=True, focus=focus)
 
     # --- internals --------------------------------------------------------------------
 
-    def _run(self, system: str | None, now: datetime | None, *, force: bool, focus: str | None) -> Step:
+    def _run(self, system: str | None, tools: _Tools, now: datetime | None, *, force: bool, focus: str | None) -> Step:
         at = now or datetime.now().astimezone()
         before = self._live
-        step = engine.prepare(before, self._setup, system=system, now=at, force=force, focus=focus)
+        live = live_mod.with_tools(before, tools, self.counter)
+        step = engine.prepare(live, self._setup, system=system, now=at, force=force, focus=focus)
         if step.compaction is not None:
             self._commit_compaction(step)
         else:
