@@ -9,6 +9,8 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -460,3 +462,33 @@ def test_temporaries_are_removed_only_once_the_lock_is_held(tmp_path: Path) -> N
         assert temp.exists()
     with other.lock(0.1):
         assert not temp.exists()
+
+
+def test_a_lock_taken_while_the_workspace_was_replaced_is_the_new_ones(tmp_path: Path) -> None:
+    # `compact --replace` swaps a new folder in; a process that was waiting on the old folder's lock file
+    # must end up holding the new one's, or two processes would both believe they hold the workspace.
+    ws = tmp_path / "ws"
+    holder = LocalFolder(ws).lock(5.0)
+    holder.__enter__()
+    got = threading.Event()
+    release = threading.Event()
+
+    def waiter() -> None:
+        with LocalFolder(ws).lock(60.0):
+            got.set()
+            release.wait(60.0)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    try:
+        time.sleep(0.3)  # the waiter is now blocked on the old lock file
+        ws.rename(tmp_path / "old")
+        ws.mkdir()
+        (ws / ".lock").touch()
+        holder.__exit__(None, None, None)
+        assert got.wait(60.0)
+        with pytest.raises(WorkspaceLockedError), LocalFolder(ws).lock(0.0):
+            pass
+    finally:
+        release.set()
+        thread.join(60.0)

@@ -343,23 +343,23 @@ class LocalFolder(FileStore):
     @contextlib.contextmanager
     def lock(self, timeout: float) -> Iterator[None]:
         path = self.root / ".lock"
-        with self._folder([], create=True) as d:
-            assert d is not None
-            fd, _ = self._create_file(d, ".lock", path, os.O_RDWR, "open the lock file")
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._folder([], create=True) as d:
+                assert d is not None
+                fd, _ = self._create_file(d, ".lock", path, os.O_RDWR, "open the lock file")
+            try:
+                self._wait_for(fd, deadline)
+            except BaseException:
+                os.close(fd)
+                raise
+            if _still_at(fd, path):
+                break
+            # The workspace was replaced while we waited (`compact --replace` swaps in a new folder): the
+            # lock we got is the old folder's, so take the new one's.
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
         try:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise WorkspaceLockedError(
-                            f"the workspace {self.root} is in use by another process; wait for it to finish"
-                            " or pass a longer lock timeout",
-                            path=str(self.root),
-                        ) from None
-                    time.sleep(0.05)
             try:
                 # Held now: no write of ours is in progress, so every temporary of ours is a killed one's.
                 self._remove_temporaries()
@@ -368,6 +368,20 @@ class LocalFolder(FileStore):
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+
+    def _wait_for(self, fd: int, deadline: float) -> None:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise WorkspaceLockedError(
+                        f"the workspace {self.root} is in use by another process; wait for it to finish"
+                        " or pass a longer lock timeout",
+                        path=str(self.root),
+                    ) from None
+                time.sleep(0.05)
 
     def _remove_temporaries(self) -> None:
         """Remove the temporary files a killed `write` left: only names ctxkeep gives them, only regular files."""
@@ -393,6 +407,16 @@ class LocalFolder(FileStore):
                 log.warning("cannot remove the temporary files a stopped process left in %s: %s", where, exc)
         if removed:
             log.info("removed %d temporary files a stopped process left in %s", removed, self.root)
+
+
+def _still_at(fd: int, path: Path) -> bool:
+    """True when `path` is still the file `fd` has open (not removed, nor replaced by another)."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _cut_back(fd: int, size: int, path: Path) -> None:
