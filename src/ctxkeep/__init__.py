@@ -9,6 +9,7 @@ The names below are the public contract. The submodules (`ctxkeep.engine`, `ctxk
 `ctxkeep.summarize.*`, ...) are internal: they may change in any release.
 """
 
+from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import Context
 from ctxkeep.engine import Compaction, Failure, Step
 from ctxkeep.errors import (
@@ -52,6 +53,7 @@ from ctxkeep.tokens import Counter, get_counter
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncSession",
     "Block",
     "CompactSettings",
     "Compaction",

@@ -1,0 +1,105 @@
+"""`AsyncSession`: a `Session` for an event loop, which never blocks it.
+
+Every call that may touch the disk (fsync), wait for the workspace's lock or call a summarizer (a
+model) runs in a worker thread; calls on one session are serialised, in the order they were made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .engine import Step
+from .live import Live
+from .messages import Message
+from .session import Session
+
+
+class AsyncSession:
+    """`Session`'s methods as coroutines. Open it with ``await AsyncSession.open(path)``; use ``async with``."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._turn = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, path: str | Path, **kw: Any) -> AsyncSession:
+        """The session in folder `path` (created when missing); keyword arguments as for `Session.open`."""
+        return cls(await asyncio.to_thread(Session.open, path, **kw))
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def session(self) -> Session:
+        """The synchronous session underneath (do not call it while a coroutine of this one runs)."""
+        return self._session
+
+    @property
+    def live(self) -> Live:
+        """The live context as committed."""
+        return self._session.live
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The live messages, oldest first."""
+        return self._session.messages
+
+    @property
+    def summary(self) -> str | None:
+        """The current summary, or None before the first compaction."""
+        return self._session.summary
+
+    async def add(self, messages: Iterable[object] | object) -> None:
+        """`Session.add`, off the event loop."""
+        async with self._turn:
+            await asyncio.to_thread(self._session.add, messages)
+
+    async def sync(self, history: Iterable[object]) -> list[Message]:
+        """`Session.sync`, off the event loop."""
+        async with self._turn:
+            return await asyncio.to_thread(self._session.sync, history)
+
+    async def prepare(
+        self,
+        system: str | None = None,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        now: datetime | None = None,
+    ) -> Step:
+        """`Session.prepare`, off the event loop: a compaction's summarizer never stalls the agent's other work."""
+        async with self._turn:
+            return await asyncio.to_thread(self._session.prepare, system, tools=tools, now=now)
+
+    async def compact(
+        self,
+        focus: str | None = None,
+        *,
+        system: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        now: datetime | None = None,
+    ) -> Step:
+        """`Session.compact`, off the event loop."""
+        async with self._turn:
+            return await asyncio.to_thread(self._session.compact, focus, system=system, tools=tools, now=now)
+
+    async def pin(self, message_id: str) -> None:
+        """`Session.pin`, off the event loop."""
+        async with self._turn:
+            await asyncio.to_thread(self._session.pin, message_id)
+
+    async def unpin(self, message_id: str) -> None:
+        """`Session.unpin`, off the event loop."""
+        async with self._turn:
+            await asyncio.to_thread(self._session.unpin, message_id)
+
+    async def close(self) -> None:
+        """Release the workspace's lock, once the calls already made have finished."""
+        async with self._turn:
+            self._session.close()
