@@ -7,13 +7,13 @@ model) runs in a worker thread; calls on one session are serialised, in the orde
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from .engine import Step
-from .live import Live
+from .live import Live, Tools
 from .messages import Message
 from .session import Session
 
@@ -70,7 +70,7 @@ class AsyncSession:
         self,
         system: str | None = None,
         *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        tools: Tools = None,
         now: datetime | None = None,
     ) -> Step:
         """`Session.prepare`, off the event loop: a compaction's summarizer never stalls the agent's other work."""
@@ -82,7 +82,7 @@ class AsyncSession:
         focus: str | None = None,
         *,
         system: str | None = None,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        tools: Tools = None,
         now: datetime | None = None,
     ) -> Step:
         """`Session.compact`, off the event loop."""

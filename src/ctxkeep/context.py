@@ -16,6 +16,9 @@ if TYPE_CHECKING:  # the SDKs' parameter types, for type checkers only: no SDK i
     from openai.types.chat import ChatCompletionMessageParam
 
 SUMMARY_TAG = "context-summary"
+# The ids of the system prompt and summary messages `Context.as_messages` adds (a host may send them back).
+SYSTEM_ID = "ctxkeep-system"
+SUMMARY_ID = "ctxkeep-summary"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -60,11 +63,11 @@ def summary_message_text(summary: str) -> str:
 
 
 def _system_message(system: str) -> Message:
-    return Message.of("system", system, id="ctxkeep-system")
+    return Message.of("system", system, id=SYSTEM_ID)
 
 
 def _summary_message(summary: str) -> Message:
-    return Message.of("user", summary_message_text(summary), id="ctxkeep-summary")
+    return Message.of("user", summary_message_text(summary), id=SUMMARY_ID)
 
 
 def system_tokens_of(system: str | None, counter: Counter) -> int:

@@ -14,7 +14,7 @@ import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeAlias
 
 import orjson
 
@@ -28,6 +28,9 @@ from .store import Store
 from .tokens import Counter
 
 _EMPTY_NAMES: Mapping[str, str] = MappingProxyType({})
+
+# The tool schemas a request carries (OpenAI or Anthropic form), or None.
+Tools: TypeAlias = Sequence[Mapping[str, Any]] | None
 
 
 class Ids:
@@ -202,7 +205,7 @@ def _unpaired(links: Sequence[Link], reused: Sequence[tuple[int, str]], start: i
     )
 
 
-def with_tools(live: Live, tools: Sequence[Mapping[str, Any]] | None, counter: Counter) -> Live:
+def with_tools(live: Live, tools: Tools, counter: Counter) -> Live:
     """`live` with the tool schemas the next requests carry, counted when they change (as their JSON text)."""
     text = orjson.dumps(list(tools)).decode() if tools else ""
     if text == live.tools:

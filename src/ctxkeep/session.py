@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -40,7 +40,7 @@ from .context import summary_tokens_of
 from .engine import Step
 from .errors import CtxkeepError, WorkspaceError
 from .folder import LocalFolder
-from .live import Live
+from .live import Live, Tools
 from .messages import Message
 from .settings import EngineSettings
 from .store import FAILED_DIR, STATE, Store, live_name
@@ -49,7 +49,6 @@ from .tokens import Counter
 
 log = logging.getLogger("ctxkeep")
 
-_Tools = Sequence[Mapping[str, Any]] | None
 
 _STATE_MARK = "ctxkeep-session/1"
 _REPLACE_MARK = "ctxkeep-replace/1"
@@ -312,7 +311,7 @@ class Session:
         self,
         system: str | None = None,
         *,
-        tools: _Tools = None,
+        tools: Tools = None,
         now: datetime | None = None,
     ) -> Step:
         """Run the pre-reasoning pass and keep its result. Returns the `Step` (its `.context` goes to the model).
@@ -328,7 +327,7 @@ class Session:
         focus: str | None = None,
         *,
         system: str | None = None,
-        tools: _Tools = None,
+        tools: Tools = None,
         now: datetime | None = None,
     ) -> Step:
         """Compact now, whatever the size; `focus` tells the summarizer what matters most."""
@@ -336,7 +335,7 @@ class Session:
 
     # --- internals --------------------------------------------------------------------
 
-    def _run(self, system: str | None, tools: _Tools, now: datetime | None, *, force: bool, focus: str | None) -> Step:
+    def _run(self, system: str | None, tools: Tools, now: datetime | None, *, force: bool, focus: str | None) -> Step:
         at = now or datetime.now().astimezone()
         before = self._live
         live = live_mod.with_tools(before, tools, self.counter)

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Container, Sequence
 
-from .context import SUMMARY_TAG
+from .context import SUMMARY_ID, SUMMARY_TAG, SYSTEM_ID
 from .errors import MessageError
 from .inputs import Entry, key_of, renumber
 from .live import Live
 from .messages import NO_RESULT_TEXT, Message, ToolResult
 
-# The ids `Context.as_messages` gives the system prompt and the summary it adds to the context.
-CTXKEEP_IDS = frozenset({"ctxkeep-system", "ctxkeep-summary"})
+CTXKEEP_IDS = frozenset({SYSTEM_ID, SUMMARY_ID})
 
 
 class Held(Container[str]):
