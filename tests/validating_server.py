@@ -185,18 +185,13 @@ def reply_to(body: dict[str, Any], tokens: int, serial: int) -> dict[str, Any]:
     """The scripted agent's turn: tool calls for a new task, a short answer once the results are in."""
     messages = body["messages"]
     last = messages[-1]
-    tools = [t["function"]["name"] for t in body.get("tools") or []]
+    tools = [t["function"] for t in body.get("tools") or []]
     message: dict[str, Any] = {"role": "assistant", "content": None}
     if last["role"] == "user" and tools:
         task = text_of(last)
         calls = 2 if int(hashlib.sha256(task.encode()).hexdigest(), 16) % 3 == 0 else 1
         message["tool_calls"] = [
-            {
-                "id": f"call_{serial}_{k}",
-                "type": "function",
-                "function": {"name": tools[k % len(tools)], "arguments": json.dumps({"query": f"{task[:40]} #{k}"})},
-            }
-            for k in range(calls)
+            call(tools[k % len(tools)], f"{task[:40]} #{k}", f"call_{serial}_{k}") for k in range(calls)
         ]
         finish = "tool_calls"
     else:
@@ -211,6 +206,14 @@ def reply_to(body: dict[str, Any], tokens: int, serial: int) -> dict[str, Any]:
         "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
         "usage": {"prompt_tokens": tokens, "completion_tokens": 12, "total_tokens": tokens + 12},
     }
+
+
+def call(tool: dict[str, Any], value: str, call_id: str) -> dict[str, Any]:
+    """A call of `tool` with `value` as its first required (else first) string parameter."""
+    params = tool.get("parameters") or {}
+    names = list(params.get("required") or []) + list(params.get("properties") or {})
+    arguments = {names[0] if names else "query": value}
+    return {"id": call_id, "type": "function", "function": {"name": tool["name"], "arguments": json.dumps(arguments)}}
 
 
 def text_of(msg: dict[str, Any]) -> str:

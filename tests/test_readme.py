@@ -1,0 +1,36 @@
+"""The README's first Python example runs as written, against a local OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from tests.conftest import ROOT
+from tests.validating_server import ValidatingServer
+
+from ctxkeep import Session
+
+
+def readme_block(heading: str) -> str:
+    """The first ```python block under `heading` in the README."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split(f"\n## {heading}\n", 1)[1]
+    found = re.search(r"```python\n(.*?)```", section, re.S)
+    assert found, f"no python block under {heading!r}"
+    return found.group(1)
+
+
+def test_the_agent_loop_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "settings.py").write_text("RETRY_LIMIT = 5\n")
+    monkeypatch.chdir(tmp_path)
+    with ValidatingServer(window=16_000) as api:
+        monkeypatch.setenv("OPENAI_BASE_URL", api.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-local")
+        exec(compile(readme_block("An agent loop in 15 lines"), "README.md", "exec"), {"__name__": "readme"})
+    assert api.refused == []
+    assert len(api.records) == 2  # the grep call, then the answer
+    with Session.open(tmp_path / "workspace") as session:
+        roles = [m.role for m in session.messages]  # the last answer is only in the host's history
+    assert roles[:2] == ["user", "assistant"]
+    assert set(roles[2:]) == {"tool"}
