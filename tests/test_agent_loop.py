@@ -41,24 +41,30 @@ def run_task(client: OpenAI, session: Session, history: list[Any], i: int) -> in
     raise AssertionError(f"task {i} did not finish")
 
 
-@pytest.mark.slow
-def test_150_tasks_at_16k_with_a_restart_halfway(tmp_path: Path) -> None:
+def run(workspace: Path, base_url: str, tasks: int, restart_at: int | None = None) -> None:
+    """The long run: `tasks` tasks through the README's loop, the session reopened before `restart_at`."""
+    client = OpenAI(base_url=base_url, api_key="sk-local", max_retries=0)
     history: list[Any] = []
-    with ValidatingServer(window=WINDOW) as api:
-        client = OpenAI(base_url=api.base_url, api_key="sk-local", max_retries=0)
-        session = Session.open(tmp_path / "ws", window=WINDOW)
-        for i in range(75):
-            run_task(client, session, history, i)
-        session.sync(history)  # the last answer too, so the reopened session has nothing new to take
-        session.close()
-        session = Session.open(tmp_path / "ws", window=WINDOW)  # a new process would see just this
-        assert session.sync(history) == []  # nothing new: all of it is recognised, live or archived
-        for i in range(75, 150):
+    session = Session.open(workspace, window=WINDOW)
+    try:
+        for i in range(tasks):
+            if i == restart_at:
+                session.sync(history)  # the last answer too, so the reopened session has nothing new to take
+                session.close()
+                session = Session.open(workspace, window=WINDOW)  # a new process would see just this
+                assert session.sync(history) == []  # all of it is recognised, live or archived
             run_task(client, session, history, i)
         session.sync(history)
         held = held_ids(session)
+    finally:
         session.close()
+    assert len(held) == len(set(held)) == len(history)
+
+
+@pytest.mark.slow
+def test_150_tasks_at_16k_with_a_restart_halfway(tmp_path: Path) -> None:
+    with ValidatingServer(window=WINDOW) as api:
+        run(tmp_path / "ws", api.base_url, 150, restart_at=75)
     assert api.refused == []
     assert api.peak_tokens <= WINDOW
     assert len(api.records) >= 300
-    assert len(held) == len(set(held)) == len(history)
