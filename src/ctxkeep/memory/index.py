@@ -1,0 +1,331 @@
+"""The memory index: SQLite full-text (FTS5) and vectors (sqlite-vec) over the memory files and the archive.
+
+    index/memory.sqlite   files (path, size, mtime, sha256), chunks (path, line range, text), their words
+                          in FTS5, their vectors in a vec0 table, and a cache of vectors by text and model
+
+`update` reads only files whose size or time changed, and re-embeds only chunks whose text is new (the cache),
+so keeping the index current after each write is cheap; `rebuild` starts over. The index is derived data: it
+can always be deleted. Search: `ctxkeep.memory.search`. Vectors need ``sqlite-vec``, which the stdlib
+``sqlite3`` here cannot load (`pysqlite3-binary` can; the ``memory`` extra installs it); without it, or
+without an embedder, the index holds full text only, and search still answers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import logging
+import os
+import stat
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from ctxkeep.errors import StorageError
+from ctxkeep.folder import LocalFolder
+from ctxkeep.store import DIALOG_DIR, FileInfo, Folder
+from ctxkeep.tokens import get_counter
+
+from .chunks import Chunk, dialog_chunks, markdown_chunks
+from .embed import Embedder
+from .files import DAILY_NAME, MEMORY_DIR, MEMORY_FILE
+from .terms import index_terms
+
+log = logging.getLogger("ctxkeep")
+
+INDEX_FILE = "index/memory.sqlite"
+SOURCES = ("memory", "dialog")
+_SCHEMA = 1
+
+
+def _sqlite() -> tuple[ModuleType, bool]:
+    """The SQLite module to use, and whether it can load sqlite-vec."""
+    try:
+        import pysqlite3.dbapi2 as sqlite
+
+        return sqlite, True
+    except ImportError:
+        import sqlite3
+
+        return sqlite3, hasattr(sqlite3.Connection, "enable_load_extension")
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """What one `update` changed: files (re)indexed and removed, chunks written, vectors computed."""
+
+    files: int
+    removed: int
+    chunks: int
+    embedded: int
+
+
+def source_of(name: str) -> str | None:
+    """Which part of the workspace a file belongs to for search: "memory", "dialog", or None (not indexed)."""
+    if name == MEMORY_FILE or DAILY_NAME.fullmatch(name):
+        return "memory"
+    if name.startswith(f"{DIALOG_DIR}/") and name.endswith(".jsonl"):
+        return "dialog"
+    return None
+
+
+class MemoryIndex:
+    """The search index of a workspace's memory files and archive. Close it (or use ``with``) when done."""
+
+    def __init__(self, folder: Folder, *, embedder: Embedder | None = None) -> None:
+        """Open (or create) the index of `folder`; `embedder` None keeps full text only."""
+        self.folder = folder
+        self.embedder = embedder
+        sqlite, loadable = _sqlite()
+        self._db: Any = sqlite.connect(_database(folder), timeout=60.0, isolation_level=None)
+        self._db.execute("PRAGMA busy_timeout = 60000")
+        if isinstance(folder, LocalFolder):
+            self._db.execute("PRAGMA journal_mode = WAL")
+        self.vectors = embedder is not None and loadable and _load_vec(self._db)
+        if embedder is not None and not self.vectors:
+            log.warning("sqlite-vec cannot be loaded here: memory search uses full text only (install ctxkeep[memory])")
+        self._counter = get_counter("o200k_base")
+        with self._write():
+            self._create()
+
+    def __enter__(self) -> MemoryIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the database."""
+        self._db.close()
+
+    @property
+    def db(self) -> Any:
+        """The SQLite connection (for search)."""
+        return self._db
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[None]:
+        # IMMEDIATE: two processes updating at once take turns instead of failing half-way.
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _create(self) -> None:
+        db = self._db
+        db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, source TEXT NOT NULL, size INTEGER NOT NULL,"
+            " mtime REAL NOT NULL, sha TEXT NOT NULL)"
+        )
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS chunks (id INTEGER PRIMARY KEY, path TEXT NOT NULL, source TEXT NOT NULL,"
+            " start_line INTEGER NOT NULL, end_line INTEGER NOT NULL, text TEXT NOT NULL, sha TEXT NOT NULL)"
+        )
+        db.execute("CREATE INDEX IF NOT EXISTS chunks_path ON chunks (path)")
+        db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(terms, tokenize='porter unicode61')")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS embeddings (sha TEXT NOT NULL, model TEXT NOT NULL, vector BLOB NOT NULL,"
+            " PRIMARY KEY (sha, model))"
+        )
+        db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(_SCHEMA),))
+        if not self.vectors:
+            return
+        assert self.embedder is not None
+        model = f"{self.embedder.name}/{self.embedder.dim}"
+        row = db.execute("SELECT value FROM meta WHERE key = 'vectors'").fetchone()
+        if row is None or row[0] != model:
+            # Another model's vectors never mix with this one's: start the vector table over.
+            db.execute("DROP TABLE IF EXISTS chunks_vec")
+            db.execute(
+                f"CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[{int(self.embedder.dim)}]"
+                " distance_metric=cosine, source text)"
+            )
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('vectors', ?)", (model,))
+            ids = [r[0] for r in db.execute("SELECT id FROM chunks")]
+            self._embed_chunks(ids)
+
+    # --- keeping it current ---------------------------------------------------------
+
+    def files(self) -> list[FileInfo]:
+        """The workspace files the index covers: MEMORY.md, the day logs, the archive."""
+        listed = [*self.folder.list(MEMORY_FILE), *self.folder.list(f"{MEMORY_DIR}/")]
+        listed += self.folder.list(f"{DIALOG_DIR}/")
+        return [f for f in listed if source_of(f.name) is not None]
+
+    def update(self) -> Update:
+        """Bring the index up to date with the files: new and changed ones re-indexed, removed ones dropped."""
+        present = {f.name: f for f in self.files()}
+        known = {row[0]: (row[1], row[2]) for row in self._db.execute("SELECT path, size, mtime FROM files")}
+        changed = [f for f in present.values() if known.get(f.name) != (f.size, f.mtime)]
+        gone = [name for name in known if name not in present]
+        chunks = embedded = 0
+        for info in changed:
+            data = self.folder.read(info.name)
+            if data is None:  # removed since the listing
+                gone.append(info.name)
+                continue
+            sha = hashlib.sha256(data).hexdigest()
+            with self._write():
+                row = self._db.execute("SELECT sha FROM files WHERE path = ?", (info.name,)).fetchone()
+                if row is not None and row[0] == sha:  # touched, not changed
+                    self._db.execute(
+                        "UPDATE files SET size = ?, mtime = ? WHERE path = ?", (info.size, info.mtime, info.name)
+                    )
+                    continue
+                self._drop(info.name)
+                pieces = self._chunk(info.name, data)
+                ids = self._insert(pieces)
+                embedded += self._embed_chunks(ids)
+                chunks += len(ids)
+                self._db.execute(
+                    "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)",
+                    (info.name, source_of(info.name), info.size, info.mtime, sha),
+                )
+        for name in gone:
+            with self._write():
+                self._drop(name)
+                self._db.execute("DELETE FROM files WHERE path = ?", (name,))
+        return Update(files=len(changed), removed=len(gone), chunks=chunks, embedded=embedded)
+
+    def rebuild(self) -> Update:
+        """Forget every file and index them all again (cached vectors are reused)."""
+        with self._write():
+            self._db.execute("DELETE FROM files")
+            self._db.execute("DELETE FROM chunks")
+            self._db.execute("DELETE FROM chunks_fts")
+            if self.vectors:
+                self._db.execute("DELETE FROM chunks_vec")
+        return self.update()
+
+    def add_chunks(self, chunks: Sequence[Chunk]) -> int:
+        """Index chunks that no file holds (benchmarks, tests); how many vectors were computed."""
+        with self._write():
+            return self._embed_chunks(self._insert(chunks))
+
+    def stats(self) -> dict[str, int]:
+        """How many files, chunks and vectors the index holds."""
+        count = {
+            "files": self._db.execute("SELECT count(*) FROM files").fetchone()[0],
+            "chunks": self._db.execute("SELECT count(*) FROM chunks").fetchone()[0],
+        }
+        count["vectors"] = self._db.execute("SELECT count(*) FROM chunks_vec").fetchone()[0] if self.vectors else 0
+        return count
+
+    def _chunk(self, name: str, data: bytes) -> list[Chunk]:
+        if source_of(name) == "dialog":
+            return dialog_chunks(name, data)
+        return markdown_chunks(name, data.decode("utf-8", errors="replace"), self._counter.count_texts)
+
+    def _drop(self, name: str) -> None:
+        ids = [row[0] for row in self._db.execute("SELECT id FROM chunks WHERE path = ?", (name,))]
+        self._db.executemany("DELETE FROM chunks_fts WHERE rowid = ?", [(i,) for i in ids])
+        if self.vectors:
+            self._db.executemany("DELETE FROM chunks_vec WHERE rowid = ?", [(i,) for i in ids])
+        self._db.execute("DELETE FROM chunks WHERE path = ?", (name,))
+
+    def _insert(self, chunks: Sequence[Chunk]) -> list[int]:
+        ids = []
+        for chunk in chunks:
+            sha = hashlib.sha256(chunk.text.encode()).hexdigest()
+            cursor = self._db.execute(
+                "INSERT INTO chunks (path, source, start_line, end_line, text, sha) VALUES (?, ?, ?, ?, ?, ?)",
+                (chunk.path, source_of(chunk.path) or "memory", chunk.start_line, chunk.end_line, chunk.text, sha),
+            )
+            ids.append(cursor.lastrowid)
+        self._db.executemany(
+            "INSERT INTO chunks_fts (rowid, terms) VALUES (?, ?)",
+            [(i, index_terms(c.text)) for i, c in zip(ids, chunks, strict=True)],
+        )
+        return ids
+
+    def _embed_chunks(self, ids: list[int]) -> int:
+        """Give chunks their vectors, from the cache or the embedder; how many the embedder computed."""
+        if not self.vectors or not ids:
+            return 0
+        assert self.embedder is not None
+        model = f"{self.embedder.name}/{self.embedder.dim}"
+        rows = []
+        for at in range(0, len(ids), 500):
+            part = ids[at : at + 500]
+            marks = ",".join("?" * len(part))
+            rows += self._db.execute(f"SELECT id, sha, text, source FROM chunks WHERE id IN ({marks})", part).fetchall()
+        cached = {}
+        for _, sha, _, _ in rows:
+            hit = self._db.execute("SELECT vector FROM embeddings WHERE sha = ? AND model = ?", (sha, model)).fetchone()
+            if hit is not None:
+                cached[sha] = hit[0]
+        missing = {sha: text for _, sha, text, _ in rows if sha not in cached}
+        if missing:
+            from array import array
+
+            shas = list(missing)
+            vectors = self.embedder.embed([missing[s] for s in shas])
+            for sha, vector in zip(shas, vectors, strict=True):
+                cached[sha] = array("f", vector).tobytes()
+            self._db.executemany(
+                "INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)", [(s, model, cached[s]) for s in shas]
+            )
+        self._db.executemany(
+            "INSERT INTO chunks_vec (rowid, embedding, source) VALUES (?, ?, ?)",
+            [(i, cached[sha], source) for i, sha, _, source in rows],
+        )
+        return len(missing)
+
+
+def _load_vec(db: Any) -> bool:
+    try:
+        import sqlite_vec
+
+        db.enable_load_extension(True)
+        try:
+            sqlite_vec.load(db)
+        finally:
+            db.enable_load_extension(False)
+        return True
+    except (ImportError, AttributeError, Exception) as exc:  # the module's own error types differ by build
+        log.debug("sqlite-vec not loaded: %s", exc)
+        return False
+
+
+def _database(folder: Folder) -> str:
+    """Where the index lives: ``index/memory.sqlite`` of a local folder (private, through no link), else in memory."""
+    if not isinstance(folder, LocalFolder):
+        return ":memory:"
+    where = folder.root / "index"
+    folder.append(f"{MEMORY_DIR}/.lock", b"")  # makes the workspace folder, privately, when missing
+    try:
+        os.mkdir(where, 0o700)
+        os.chmod(where, 0o700, follow_symlinks=False)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StorageError(f"cannot create {where}: {exc.strerror}", path=str(where), errno=exc.errno) from exc
+    if not stat.S_ISDIR(os.lstat(where).st_mode):
+        raise StorageError(
+            f"{where} is not a folder (a link?): ctxkeep never follows links inside a workspace; remove it",
+            path=str(where),
+            errno=errno.ELOOP,
+        )
+    path = folder.root / INDEX_FILE
+    for name in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISREG(os.lstat(name).st_mode):
+                raise StorageError(
+                    f"{name} is not a regular file (a link?): ctxkeep never follows links inside a workspace;"
+                    " remove it (the index is rebuilt)",
+                    path=str(name),
+                    errno=errno.ELOOP,
+                )
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        os.fchmod(fd, 0o600)
+        os.close(fd)
+    except OSError as exc:
+        raise StorageError(f"cannot create {path}: {exc.strerror}", path=str(path), errno=exc.errno) from exc
+    return str(path)
