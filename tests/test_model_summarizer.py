@@ -29,6 +29,7 @@ from ctxkeep.summarize.model.prompts import (
     system_prompt,
 )
 from ctxkeep.summarize.model.summarizer import unwrap
+from ctxkeep.summarize.verbatim import split_carried
 from ctxkeep.tokens import get_counter
 
 VALID = """\
@@ -322,7 +323,8 @@ def test_valid_reply_passes() -> None:
 )
 def test_wrapped_reply_is_unwrapped(reply: str) -> None:
     summary = ModelSummarizer(Scripted(reply)).summarize(SummaryRequest(messages=conversation()))
-    assert summary.startswith(VALID.rstrip("\n")) and "```" not in summary and "<think>" not in summary
+    own = split_carried(summary)[0]  # the user's messages are appended verbatim, fenced
+    assert own.startswith(VALID.rstrip("\n")) and "```" not in own and "<think>" not in summary
 
 
 def test_unwrap_keeps_code_blocks_inside_the_summary() -> None:
@@ -384,7 +386,8 @@ def test_previous_summary_reaches_the_update_prompt() -> None:
     summarizer.summarize(SummaryRequest(messages=later, previous=first))
     initial, update = (r.turns[0].text for r in model.requests)
     assert "<previous-summary>" not in initial
-    assert f"<previous-summary>\n{first.strip()}\n</previous-summary>" in update
+    # the model sees the previous summary without its verbatim parts, which are appended again after its text
+    assert f"<previous-summary>\n{split_carried(first)[0].strip()}\n</previous-summary>" in update
     assert "Now also update the changelog." in update and "[user]\nFix the failing test" not in update
 
 

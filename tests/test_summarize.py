@@ -43,6 +43,7 @@ from ctxkeep.summarize.sections.markdown import (
 from ctxkeep.summarize.sections.markdown import (
     headings as headings_of,
 )
+from ctxkeep.summarize.verbatim import split_carried
 
 SUMMARIZER = ExtractiveSummarizer()
 
@@ -120,9 +121,10 @@ CONVERSATION = FIRST_HALF + SECOND_HALF
 
 
 def headings(summary: str) -> list[str]:
-    """The ``##`` heading lines outside code fences."""
+    """The ``##`` heading lines outside code fences, of the summary's own sections (the verbatim parts
+    appended after them left out)."""
     out, fence = [], ""
-    for line in summary.splitlines():
+    for line in split_carried(summary)[0].splitlines():
         if fence:
             fence = "" if line.strip() and set(line.strip()) == {"`"} and len(line.strip()) >= len(fence) else fence
         elif line.startswith("```"):
@@ -667,7 +669,7 @@ def test_done_keeps_the_newest_items_when_long_commands_fill_critical_context() 
         assert len(done) - 1 >= 8 and done[1:] == all_done[-(len(done) - 1) :]  # the newest stay, in order
         sizes = section_sizes(s)
         assert sizes["Progress"] <= 0.4 * 16_000 and sizes["Critical Context"] <= 0.4 * 16_000  # both cut: balanced
-        assert "```" not in s  # the heredocs were shortened before anything was dropped whole
+        assert "```" not in split_carried(s)[0]  # the heredocs were shortened before anything was dropped whole
         commands = section(s, "Critical Context", "Commands run")
         for i in range(3, 80, 10):  # each failing command keeps its identifying part and its file
             head = f"cat > /srv/app/fixtures/service_{i:02}.json <<'EOF'"

@@ -23,6 +23,7 @@ from ctxkeep.summarize.facts.collect import (
     Facts,
     collect_facts,
     newest_first,
+    rules_in,
     unique,
     unique_keep_last,
 )
@@ -39,6 +40,7 @@ from ctxkeep.summarize.sections.markdown import (
     clip,
     code_span,
     is_placeholder,
+    missing_sections,
     omission_note,
     omitted_count,
     parse_sections,
@@ -46,6 +48,7 @@ from ctxkeep.summarize.sections.markdown import (
     render_sections,
     unquote,
 )
+from ctxkeep.summarize.verbatim import carried, host_summary, render_carried, split_carried
 
 # Caps before fitting to size: enough to be useful, few enough that one section cannot crowd out the rest.
 _MAX_ASKS = 12
@@ -96,8 +99,10 @@ class ExtractiveSummarizer:
         language = resolve_language(request)
         facts = collect_facts(request.messages)
         draft = _draft(facts, language)
-        if request.previous is not None and request.previous.strip():
-            draft = _merge(_parse_draft(request.previous), draft, facts, language)
+        appendix = render_carried(carried(request.messages, request.previous), max_chars=request.max_chars)
+        previous = split_carried(request.previous)[0] if request.previous else host_summary(request.messages)
+        if previous is not None and previous.strip():
+            draft = _merge(_parse_draft(previous), draft, facts, language)
         terms = _focus_terms(request.focus) if request.focus else ()
         sections, plan = _sections(draft, language, request.focus, terms)
 
@@ -106,9 +111,13 @@ class ExtractiveSummarizer:
             return any(t in low for t in terms)
 
         fitted = fit_sections(
-            sections, max_chars=request.max_chars, plan=plan, language=language, protect=protect if terms else None
+            sections,
+            max_chars=request.max_chars - len(appendix),
+            plan=plan,
+            language=language,
+            protect=protect if terms else None,
         )
-        return render_sections(fitted, language=language)
+        return render_sections(fitted, language=language) + appendix
 
 
 def _draft(facts: Facts, language: Language) -> _Draft:
@@ -265,6 +274,9 @@ def _parse_draft(previous: str) -> _Draft:
     for title, subs in parsed.items():
         if title and title not in _KNOWN_TITLES:
             draft.notes.extend(f"{title}: {i}" for i in _flat(subs))
+    if missing_sections(previous):  # a host's own summary: its opening text as notes, its rules as rules
+        draft.notes = [i for i in _flat(parsed.get("", {})) if not i.startswith("#")] + draft.notes
+        draft.constraints = unique([*draft.constraints, *(clip(r, ITEM_CHARS) for r in rules_in(previous))])
     return draft
 
 

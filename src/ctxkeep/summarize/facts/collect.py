@@ -365,6 +365,11 @@ def _candidates(text: str) -> list[str]:
     return [c for c in out if len(c) >= 4]
 
 
+def rules_in(text: str) -> list[str]:
+    """The rules `text` states: its list items and sentences that are constraints (see `collect_facts`)."""
+    return [c for c in _candidates(text) if _is_constraint(c)]
+
+
 def _is_constraint(candidate: str) -> bool:
     """True when `candidate` states a rule itself; a short lead-in to what follows ("Body, always:") does not."""
     if not _CONSTRAINT.search(candidate):

@@ -37,6 +37,7 @@ from ctxkeep.summarize.model.prompts import Prompt, merge_prompt, render_message
 from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
 from ctxkeep.summarize.sections import structured
 from ctxkeep.summarize.sections.markdown import missing_sections
+from ctxkeep.summarize.verbatim import carried, host_summary, render_carried, split_carried
 from ctxkeep.tokens import Counter, get_counter
 
 # Feedback from the audit goes into the prompt too: a few reasons, a few identifiers each.
@@ -97,8 +98,14 @@ class ModelSummarizer:
         a summary with every required section.
         """
         run = _Run()
+        # The user's messages and the standing instructions are appended verbatim, after the model's text
+        # and its augmentation, which share what is left of the cap; the model sees the previous summary
+        # without them (or the host's own summary, the first time).
+        appendix = render_carried(carried(request.messages, request.previous), max_chars=request.max_chars)
+        previous = split_carried(request.previous)[0] if request.previous else host_summary(request.messages)
+        inner = dataclasses.replace(request, previous=previous, max_chars=request.max_chars - len(appendix))
         try:
-            return self._summarize(request, run)
+            return self._summarize(inner, run) + appendix
         finally:
             self.last_run = run.frozen()
 

@@ -1,0 +1,241 @@
+"""What a summary carries word for word: the user's own messages and the instructions the agent must obey.
+
+    previous summary's parts ─┐
+    compacted messages ───────┴─► carried ─► Carried ─► render_carried(budgets) ─► appended after the sections
+
+Both summarizers append the same two parts after their sections, the way identifiers are appended
+after a model's text, so a model cannot paraphrase them away and the extractive summary does not
+clip them: "User messages (verbatim)" (the first message the user typed, always, and the newest
+ones within a budget) and "Standing instructions (verbatim)" (system and developer messages after
+the system prompt, AGENTS.md and CLAUDE.md blocks, skill and slash-command bodies, each kind once,
+its newest version). Each part has its own budget, a share of the summary's cap, so it follows the
+window; a text over its room keeps its head and tail around a note pointing to the archive. The
+rules: docs/summarize.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ctxkeep.messages import Message
+from ctxkeep.settings import MIN_SUMMARY_CHARS
+from ctxkeep.summarize.facts.collect import human_text
+from ctxkeep.summarize.facts.origin import HOST_SUMMARY_STARTS, origins
+from ctxkeep.summarize.sections.markdown import fence_state, headings
+
+# Shares of the summary's cap: the user's messages, then the standing instructions. The summary's
+# own sections get the rest, and never less than `SECTIONS_FLOOR` characters.
+USER_SHARE = 0.2
+INSTRUCTIONS_SHARE = 0.2
+SECTIONS_FLOOR = MIN_SUMMARY_CHARS
+USER_TITLE = "User messages (verbatim)"
+INSTRUCTIONS_TITLE = "Standing instructions (verbatim)"
+_FIRST = "First"
+_NEWEST = "Newest"
+_USER_NOTE = "What the user typed, word for word: the first message (the task) and the newest ones, oldest first."
+_INSTRUCTIONS_NOTE = "Instructions injected into the conversation; they still apply. The newest version of each."
+_CUT = "\n[… {n:,} characters omitted here; the whole text is in the archive …]\n"
+_MIN_PIECE = 160  # a cut text keeps at least this much of its head and tail together
+_TITLES = frozenset({USER_TITLE, INSTRUCTIONS_TITLE})
+_HOST_HEADER = re.compile(r"^\[Summary of [^\]\n]*\]\s*")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Carried:
+    """The texts a summary carries verbatim, before they are fitted to their budgets."""
+
+    first: str | None = None  # the first message the user typed in the session
+    newest: tuple[str, ...] = ()  # user-typed messages after it, oldest first
+    instructions: tuple[str, ...] = ()  # standing instruction blocks, oldest first, each kind once
+
+
+def typed_text(msg: Message) -> str | None:
+    """The text the user typed in `msg` (harness tags left out; a slash command as "/name args"), else None."""
+    text, _ = human_text(msg.text)
+    return text
+
+
+def host_summary(messages: Sequence[Message]) -> str | None:
+    """The newest compaction summary a host wrote into `messages` (Claude Code, pi, Codex), without the
+    header our importers put in front of it; None when there is none."""
+    kinds = origins(messages)
+    for msg, kind in zip(reversed(messages), reversed(kinds), strict=True):
+        if kind == "host_summary":
+            text = msg.text.strip()
+            return _HOST_HEADER.sub("", text, count=1) if text.startswith(HOST_SUMMARY_STARTS[1:]) else text
+    return None
+
+
+def carried(messages: Sequence[Message], previous: str | None) -> Carried:
+    """The verbatim texts of the previous summary's parts and of `messages` (oldest first), merged.
+
+    The previous summary's first message stays the first; the user's messages follow in order,
+    each once; an instruction block replaces an older one of the same kind (its first line). A
+    system message that opens the session's history is its system prompt, not one of them.
+    """
+    old = read_carried(previous) if previous else Carried()
+    first = old.first
+    newest = list(old.newest)
+    blocks = list(old.instructions)
+    for j, (msg, kind) in enumerate(zip(messages, origins(messages), strict=True)):
+        if j == 0 and msg.role == "system" and not previous:
+            continue  # the system prompt, when the history starts with it: a layer of its own, never compacted
+        if kind == "typed":
+            text = typed_text(msg)
+            if text is None:
+                continue
+            if first is None:
+                first = text
+            elif text != first:
+                newest = [t for t in newest if t != text] + [text]
+        elif kind == "instructions" and msg.text.strip():
+            text = msg.text.strip()
+            blocks = [b for b in blocks if _kind_of(b) != _kind_of(text) and b != text] + [text]
+    return Carried(first=first, newest=tuple(newest), instructions=tuple(blocks))
+
+
+def budgets(max_chars: int) -> tuple[int, int]:
+    """The characters the user's messages and the standing instructions may take of a `max_chars` summary.
+
+    Their shares (`USER_SHARE`, `INSTRUCTIONS_SHARE`) of the cap, less what the sections' floor needs.
+    """
+    user = int(max_chars * USER_SHARE)
+    instructions = int(max_chars * INSTRUCTIONS_SHARE)
+    over = user + instructions - max(0, max_chars - SECTIONS_FLOOR)
+    if over > 0:
+        user, instructions = max(0, user - over // 2), max(0, instructions - (over - over // 2))
+    return user, instructions
+
+
+def render_carried(parts: Carried, *, max_chars: int) -> str:
+    """The two parts as Markdown to append after a summary of at most `max_chars` characters; "" when empty.
+
+    Each part stays within its budget (`budgets`): the first user message always (head and tail
+    when it alone is over), then the newest messages, newest first, while they fit (the newest
+    one cut when not even it fits whole); instruction blocks share their room fairly, the small
+    ones whole.
+    """
+    user_room, instruction_room = budgets(max_chars)
+    return _user_part(parts, user_room) + _instructions_part(parts.instructions, instruction_room)
+
+
+def split_carried(summary: str) -> tuple[str, str]:
+    """`summary` without its verbatim parts, and those parts (as `render_carried` wrote them)."""
+    lines = summary.splitlines(keepends=True)
+    heads = [(j, title) for j, level, title in headings([line.rstrip("\n") for line in lines]) if level == 2]
+    keep: list[str] = []
+    parts: list[str] = []
+    for k, (at, title) in enumerate(heads):
+        end = heads[k + 1][0] if k + 1 < len(heads) else len(lines)
+        (parts if title in _TITLES else keep).append("".join(lines[at:end]))
+    if not parts:
+        return summary, ""
+    before = "".join(lines[: heads[0][0]])
+    return (before + "".join(keep)).rstrip("\n") + "\n", "".join(parts)
+
+
+def read_carried(summary: str) -> Carried:
+    """The verbatim texts of a summary's parts (the cut ones as they stand, with their notes)."""
+    _, text = split_carried(summary)
+    lines = text.splitlines()
+    section = sub = ""
+    first: str | None = None
+    newest: list[str] = []
+    blocks: list[str] = []
+    fence: str | None = None
+    body: list[str] = []
+    for line in lines:
+        if fence is not None:
+            fence, _ = fence_state(fence, line)
+            if fence is None:
+                block = "\n".join(body)
+                if section == USER_TITLE and sub == _FIRST and first is None:
+                    first = block
+                elif section == USER_TITLE:
+                    newest.append(block)
+                elif section == INSTRUCTIONS_TITLE:
+                    blocks.append(block)
+            else:
+                body.append(line)
+            continue
+        if line.startswith("## "):
+            section, sub = line[3:].strip(), ""
+        elif line.startswith("### "):
+            sub = line[4:].strip()
+        else:
+            fence, _ = fence_state(None, line)
+            body = []
+    return Carried(first=first, newest=tuple(newest), instructions=tuple(blocks))
+
+
+def _user_part(parts: Carried, room: int) -> str:
+    if parts.first is None:
+        return ""
+    head = f"\n## {USER_TITLE}\n{_USER_NOTE}\n\n### {_FIRST}\n"
+    first = _block(parts.first, room - len(head))
+    if first is None:  # no room even for a cut first message: the sections' floor needs it all
+        return ""
+    out = head + first
+    sub = f"\n### {_NEWEST}\n"
+    left = room - len(out) - len(sub)
+    chosen: list[str] = []
+    for j, text in enumerate(reversed(parts.newest)):
+        whole = _fenced(text)
+        if len(whole) <= left:
+            chosen.append(whole)
+            left -= len(whole)
+        elif j == 0 and (cut := _block(text, left)) is not None:
+            chosen.append(cut)  # the newest message, over the room alone: its head and tail
+            break
+        else:
+            break
+    return out + (sub + "".join(reversed(chosen)) if chosen else "")
+
+
+def _instructions_part(blocks: Sequence[str], room: int) -> str:
+    if not blocks:
+        return ""
+    head = f"\n## {INSTRUCTIONS_TITLE}\n{_INSTRUCTIONS_NOTE}\n\n"
+    left = room - len(head)
+    shown: dict[int, str] = {}
+    order = sorted(range(len(blocks)), key=lambda j: len(_fenced(blocks[j])))
+    for n, j in enumerate(order):
+        share = left // (len(order) - n)
+        piece = _block(blocks[j], share)
+        if piece is None:
+            continue  # too little room for even its head and tail
+        shown[j] = piece
+        left -= len(piece)
+    if not shown:
+        return ""
+    return head + "".join(shown[j] for j in sorted(shown))
+
+
+def _block(text: str, room: int) -> str | None:
+    """`text` fenced within `room` characters: whole, else its head and tail around a note; None if no room."""
+    whole = _fenced(text)
+    if len(whole) <= room:
+        return whole
+    overhead = len(_fenced("")) + len(_CUT.format(n=len(text)))
+    keep = room - overhead
+    if keep < _MIN_PIECE:
+        return None
+    head_chars = keep * 2 // 3
+    tail_chars = keep - head_chars
+    cut = text[:head_chars] + _CUT.format(n=len(text) - keep) + text[len(text) - tail_chars :]
+    block = _fenced(cut)
+    return block if len(block) <= room else None
+
+
+def _fenced(text: str) -> str:
+    """`text` in a code fence longer than any run of backticks in it, so it stays verbatim."""
+    longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text}\n{fence}\n"
+
+
+def _kind_of(block: str) -> str:
+    """What makes two instruction blocks versions of one another: their first line."""
+    return block.strip().split("\n", 1)[0].strip()
