@@ -119,3 +119,11 @@ def projected(archive: Archive, added: int, day: date) -> Archive:
     known = files.get(name, ArchiveFile(0, 0))
     files[name] = ArchiveFile(known.bytes, known.lines + added)
     return Archive(MappingProxyType(dict(sorted(files.items()))))
+
+
+def lines_added(before: Archive, after: Archive, day: date) -> tuple[int, int]:
+    """The first and last line (from 1) of the day's file that an append took `before` to `after`; (0, 0) if none."""
+    name = archive_name(day)
+    old = before.files.get(name, ArchiveFile(0, 0)).lines
+    new = after.files.get(name, ArchiveFile(0, 0)).lines
+    return (old + 1, new) if new > old else (0, 0)

@@ -30,6 +30,7 @@ from .errors import SummaryError
 from .live import Live, age_all, check_pins, offload_recent, rebuild
 from .messages import Message
 from .offload import cleanup
+from .records import Usage, usage_of
 from .settings import CHARS_PER_TOKEN, EngineSettings
 from .split import Split, pair_groups, split
 from .store import Store
@@ -66,6 +67,10 @@ class Compaction:
     summary_chars: int
     archive_file: str
     seconds: float
+    # The lines of `archive_file` the compacted messages went to: first and last, counted from 1.
+    archive_lines: tuple[int, int] = (0, 0)
+    # What the summarizer spent (model calls, tokens, retries, ...).
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -81,6 +86,7 @@ class Failure:
     tokens: int
     request: Mapping[str, Any] | None = None
     response: str | None = None
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -136,7 +142,7 @@ class Plan:
 
     cut: Split
     request: SummaryRequest
-    reason: str  # "threshold" or "manual"
+    reason: str  # "threshold", "overflow" (over the model's window) or "manual"
     tokens: int  # the context's tokens before
     at: datetime
 
@@ -183,11 +189,13 @@ def prepare(
     if isinstance(decision, Skip):
         step = _skipped(live, decision, now, counter)
     else:
+        began = time.perf_counter()
         summary = _summarize(setup.summarizer, decision.request)
+        usage = usage_of(setup.summarizer, seconds=time.perf_counter() - began)
         if isinstance(summary, Failure):
-            step = _not_applied(live, replace(summary, at=now, tokens=decision.tokens), counter)
+            step = _not_applied(live, replace(summary, at=now, tokens=decision.tokens, usage=usage), counter)
         else:
-            step = apply(live, decision, summary, setup=setup, started=started)
+            step = apply(live, decision, summary, setup=setup, started=started, usage=usage)
     return _warn_over_window(step, settings.compact.max_input_length)
 
 
@@ -242,12 +250,14 @@ def plan(
         language=settings.language,
         max_chars=max(MIN_SUMMARY_CHARS, cap - guide_chars),
     )
-    reason = "manual" if force else "threshold"
+    reason = "manual" if force else "overflow" if tokens > settings.compact.max_input_length else "threshold"
     return Plan(cut=cut, request=request, reason=reason, tokens=tokens, at=now)
 
 
-def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float) -> Step:
+def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float, usage: Usage | None = None) -> Step:
     """Make a planned compaction real with its `summary`: archive, guide, rebuild, second cut, record.
+
+    `usage` is what the summarizer spent, for the record.
 
     Raises `StorageError` when the archive cannot be written; the returned `Live` is then not made.
     """
@@ -281,6 +291,8 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float)
         summary_chars=len(text),
         archive_file=archive_mod.archive_name(now.date()),
         seconds=time.perf_counter() - started,
+        archive_lines=archive_mod.lines_added(live.archive, archive, now.date()),
+        usage=usage,
     )
     log.info("compacted %d -> %d tokens in %.2f s", plan.tokens, after.tokens, compaction.seconds)
     warnings: tuple[str, ...] = ()

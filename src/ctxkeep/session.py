@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from . import archive as archive_mod
-from . import engine, inputs
+from . import engine, inputs, records
 from . import live as live_mod
 from . import sync as sync_mod
 from .archive import Archive
@@ -183,6 +183,10 @@ class Session:
             )
         self._setup = engine.Setup.with_defaults(store, settings=settings, counter=counter, summarizer=summarizer)
         self._stack = contextlib.ExitStack()
+        # The tokens sent at each step since the last "steps" record, and when the first and last ran: written
+        # with the next compaction (or at close), never on their own, so a step costs no write.
+        self._steps: list[int] = []
+        self._steps_span: tuple[datetime, datetime] | None = None
         self._stack.enter_context(store.lock(lock_timeout))
         try:
             self._state, self._live = self._recover(now or datetime.now().astimezone())
@@ -209,8 +213,11 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        """Release the workspace's lock. Everything is already on disk."""
-        self._stack.close()
+        """Release the workspace's lock. Everything is already on disk (and the step counts are noted)."""
+        try:
+            self._note_steps()
+        finally:
+            self._stack.close()
 
     # --- reading ------------------------------------------------------------------
 
@@ -340,6 +347,8 @@ class Session:
         before = self._live
         live = live_mod.with_tools(before, tools, self.counter)
         step = engine.prepare(live, self._setup, system=system, now=at, force=force, focus=focus)
+        self._steps.append(step.context.tokens)
+        self._steps_span = (self._steps_span[0] if self._steps_span else at, at)
         if step.compaction is not None:
             self._commit_compaction(step)
         else:
@@ -365,7 +374,8 @@ class Session:
         }
         self.store.save_failure(name, orjson.dumps(detail, option=orjson.OPT_INDENT_2))
         record = {"kind": "failed", "at": failure.at.isoformat(), "reason": failure.reason, "tokens": failure.tokens}
-        self._append_record({**record, "saved": f"{FAILED_DIR}/{name}"})
+        usage = asdict(failure.usage) if failure.usage is not None else None
+        self._append_record({**record, "saved": f"{FAILED_DIR}/{name}", "usage": usage})
 
     def _save_offloads(self, after: Live) -> None:
         lines = [
@@ -379,7 +389,7 @@ class Session:
         assert step.compaction is not None
         old = self._state
         live = step.live
-        record = {"kind": "compaction", "generation": old.generation + 1, **_jsonable(asdict(step.compaction))}
+        record = records.compaction_record(step, generation=old.generation + 1)
         new = replace(
             old,
             generation=old.generation + 1,
@@ -402,7 +412,21 @@ class Session:
             raise
         self._state = new
         self._live = live
+        self._note_steps()  # before the compaction's record: the steps up to and including this one
         self._after_commit(old.generation, step.compaction.at)
+
+    def _note_steps(self) -> None:
+        """Append the steps since the last note to the records. Only a count for `ctxkeep report`: a disk that
+        refuses it loses the note, with a warning, and nothing else."""
+        if not self._steps or self._steps_span is None:
+            return
+        first, last = self._steps_span
+        note = records.steps_record(self._steps, first=first, last=last)
+        self._steps, self._steps_span = [], None
+        try:
+            self._append_record(note)
+        except CtxkeepError as exc:
+            log.warning("the token counts of %d steps were not noted in the records: %s", len(note["tokens"]), exc)
 
     def _after_commit(self, old_generation: int | None, now: datetime) -> None:
         """Tidy-up after a commit. A crash or a full disk may stop it half-way; `_recover` redoes it."""
@@ -568,7 +592,3 @@ def _archived_ids(store: Store, archive: Archive) -> frozenset[str]:
 
 def _batch_line(batch: list[Message]) -> bytes:
     return orjson.dumps({"v": _BATCH_MARK, "messages": [message_to_dict(m) for m in batch]}) + b"\n"
-
-
-def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in d.items()}

@@ -1,0 +1,169 @@
+"""The workspace's own account of what happened: one record per compaction, per refused summary, per run of steps.
+
+    compactions.jsonl   {"kind": "compaction", ...}   when, why, tokens before/after, duration, what the
+                                                      summarizer spent (`Usage`), the archived line range,
+                                                      the results offloaded, the summary it wrote
+                        {"kind": "failed", ...}       a compaction not applied, why, what it spent
+                        {"kind": "steps", ...}        the tokens sent at each step since the previous one
+                        {"kind": "repaired", ...}     a torn live-log line dropped at open
+
+`compaction_record` and `steps_record` build them (pure: the session writes them); `read` parses the
+file back, skipping what it cannot read, for `ctxkeep show` and `ctxkeep report`. Field by field:
+docs/report.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .messages import Message
+from .offload import record_of
+
+if TYPE_CHECKING:
+    from .engine import Step
+
+# A compaction record lists at most this many offloaded results (and says how many more): the record is
+# also kept in state.json until it is appended, and must stay small whatever a compaction moves.
+MAX_OFFLOADED_LISTED = 200
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Usage:
+    """What the summarizer spent on one compaction, as far as it says (`ModelSummarizer.last_run`).
+
+    None means not reported (a summarizer of your own without `last_run`); the extractive summarizer
+    calls no model, so its calls and tokens are 0.
+    """
+
+    summarizer: str  # the summarizer's class name
+    model: str | None = None  # the compaction model's name ("openai:gpt-4o-mini"), when there is one
+    seconds: float = 0.0  # how long the summarizer took
+    calls: int | None = None  # model calls, the provider's own retries not counted
+    input_tokens: int | None = None  # prompt tokens, as the server reported them (else counted)
+    output_tokens: int | None = None
+    retries: int | None = None  # calls the provider made again after a timeout, 429 or 5xx
+    attempts: int | None = None  # times the final summary was asked (audit re-asks included)
+    parts: int | None = None  # parts the history was cut into for the model
+    audit: tuple[str, ...] = ()  # audit checks the kept summary still fails
+    identifiers_checked: int | None = None  # identifiers of the compacted messages the summary was checked for
+    identifiers_restored: int | None = None  # of those, the ones the model left out and ctxkeep appended
+
+
+def usage_of(summarizer: object, *, seconds: float) -> Usage:
+    """What `summarizer` says its latest `summarize` spent: its `last_run` (calls, tokens, ...) when it has one."""
+    name = type(summarizer).__name__
+    model = getattr(getattr(summarizer, "model", None), "name", None)
+    model = model if isinstance(model, str) else None
+    run = getattr(summarizer, "last_run", None)
+    if run is None:
+        if name == "ExtractiveSummarizer":
+            return Usage(summarizer=name, seconds=seconds, calls=0, input_tokens=0, output_tokens=0, retries=0)
+        return Usage(summarizer=name, model=model, seconds=seconds)
+    audit = getattr(run, "audit", ())
+    return Usage(
+        summarizer=name,
+        model=model,
+        seconds=seconds,
+        calls=_count(run, "calls"),
+        input_tokens=_count(run, "input_tokens"),
+        output_tokens=_count(run, "output_tokens"),
+        retries=_count(run, "retries"),
+        attempts=_count(run, "attempts"),
+        parts=_count(run, "parts"),
+        audit=tuple(str(a) for a in audit) if isinstance(audit, Sequence) and not isinstance(audit, str) else (),
+        identifiers_checked=_count(run, "identifiers"),
+        identifiers_restored=_count(run, "restored"),
+    )
+
+
+def _count(run: object, name: str) -> int | None:
+    value = getattr(run, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def offloaded(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """The tool results among `messages` whose full text was saved to ``tool_result/``: which, where, how big."""
+    out: list[dict[str, Any]] = []
+    tools: dict[str, str] = {}
+    for msg in messages:
+        for call in msg.tool_calls:
+            tools[call.id] = call.name
+        result = msg.tool_result
+        if result is None:
+            continue
+        try:
+            rec = record_of(result)
+        except ValueError:  # a damaged record in an imported message: nothing ctxkeep saved
+            continue
+        if rec is None:
+            continue
+        out.append(
+            {
+                "id": msg.id,
+                "call_id": result.call_id,
+                "tool": tools.get(result.call_id, ""),
+                "file": rec.file,
+                "stage": rec.stage,
+                "original_bytes": rec.original_bytes,
+                "kept_bytes": rec.kept_bytes,
+            }
+        )
+    return out
+
+
+def compaction_record(step: Step, *, generation: int) -> dict[str, Any]:
+    """The record of the compaction `step` made, which opens `generation` (JSON-ready)."""
+    compaction = step.compaction
+    if compaction is None:
+        raise ValueError("the step made no compaction")
+    results = offloaded(step.archived)
+    fields = asdict(compaction)
+    fields["at"] = compaction.at.isoformat()
+    first, last = compaction.archive_lines
+    return {
+        "kind": "compaction",
+        "generation": generation,
+        **fields,
+        "archive_lines": {"file": compaction.archive_file, "first": first, "last": last},
+        "offloaded": {
+            "results": len(results),
+            "original_bytes": sum(r["original_bytes"] for r in results),
+            "kept_bytes": sum(r["kept_bytes"] for r in results),
+            "listed": results[:MAX_OFFLOADED_LISTED],
+        },
+        "summary": step.live.summary_body,
+    }
+
+
+def steps_record(tokens: Sequence[int], *, first: datetime, last: datetime) -> dict[str, Any]:
+    """The record of a run of steps: the tokens of the context sent at each, oldest first."""
+    return {
+        "kind": "steps",
+        "first": first.isoformat(),
+        "last": last.isoformat(),
+        "tokens": list(tokens),
+    }
+
+
+def read(raw: bytes) -> tuple[list[dict[str, Any]], int]:
+    """The records in the bytes of a ``compactions.jsonl`` and how many lines could not be read (skipped)."""
+    out: list[dict[str, Any]] = []
+    bad = 0
+    for line in raw.splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            bad += 1
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("kind"), str):
+            out.append(rec)
+        else:
+            bad += 1
+    return out, bad
