@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +16,10 @@ import pytest
 from ctxkeep import DeterministicModel, ModelSummarizer, ModelSummarySettings
 from ctxkeep.errors import StorageError
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
-from ctxkeep.providers import Completion
+from ctxkeep.providers import Completion, Turn
+from ctxkeep.providers.openai import OpenAIModel
+from ctxkeep.providers.retry import RetryPolicy
+from ctxkeep.providers.sdk import Connection
 from ctxkeep.records import offloaded, read, usage_of
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
@@ -148,7 +154,7 @@ def test_a_refused_summary_is_recorded_with_what_it_cost(tmp_path: Path) -> None
 def test_usage_of_a_summarizer_that_says_nothing_is_unknown_not_zero() -> None:
     class Mine:
         def summarize(self, request: object) -> str:
-            return fixed_summary(Completion(system="", turns=()))
+            return fixed_summary(Completion(system="", turns=(Turn(role="user", text="hello"),)))
 
     usage = usage_of(Mine(), seconds=0.5)
     assert usage.summarizer == "Mine" and usage.calls is None and usage.input_tokens is None and usage.seconds == 0.5
@@ -182,3 +188,74 @@ def test_a_disk_that_refuses_the_steps_note_loses_only_the_note(
     assert refused and b'"kind":"steps"' in refused[0] and "were not noted" in caplog.text
     with Session.open(tmp_path, settings=SETTINGS) as again:  # the lock was released all the same
         assert len(again.messages) == 8
+
+
+class Flaky(BaseHTTPRequestHandler):
+    """An OpenAI-compatible chat endpoint: every other request gets a 503, the rest a valid summary with usage."""
+
+    calls = 0
+    summary = fixed_summary(
+        Completion(system="", turns=(Turn(role="user", text="hello"),))
+    )  # all the sections, no identifier
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).calls += 1
+        if type(self).calls % 2 == 1:
+            self._send(503, {"error": {"message": "busy, try again"}})
+            return
+        self._send(
+            200,
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "flaky",
+                "choices": [
+                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": self.summary}}
+                ],
+                "usage": {"prompt_tokens": 1234, "completion_tokens": 56, "total_tokens": 1290},
+            },
+        )
+
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def flaky_server() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_real_server_s_usage_and_the_provider_s_retries_are_recorded(tmp_path: Path, flaky_server: str) -> None:
+    Flaky.calls = 0
+    model = OpenAIModel(
+        "flaky", Connection(base_url=flaky_server, timeout=30), retry=RetryPolicy(), sleep=lambda s: None
+    )
+    summarizer = ModelSummarizer(model, settings=ModelSummarySettings(window=16_000, audit=False))
+    with Session.open(tmp_path, settings=SETTINGS, summarizer=summarizer) as s:
+        play(s, range(12))
+    compactions = [r for r in records_of(tmp_path) if r["kind"] == "compaction"]
+    assert compactions
+    for rec in compactions:
+        usage = rec["usage"]
+        assert usage["model"] == "openai:flaky" and usage["calls"] == 1 and usage["retries"] == 1
+        assert usage["input_tokens"] == 1234 and usage["output_tokens"] == 56  # as the server reported them
+        # The reply named no identifier: every one the summary was checked for was appended by ctxkeep.
+        assert usage["identifiers_checked"] == usage["identifiers_restored"] > 0
+    assert Flaky.calls == 2 * len(compactions) and "/srv/app/log-0.txt" in compactions[0]["summary"]

@@ -55,7 +55,9 @@ log = logging.getLogger(__name__)
 class SummaryRun:
     """What one `ModelSummarizer.summarize` spent and left: calls made, tokens sent and received (as the
     server reported them, else our count), parts, messages sent truncated, the parts that failed, the
-    attempts at the final reply and the audit failures of the reply kept."""
+    attempts at the final reply and the audit failures of the reply kept; the provider's own retries (after
+    timeouts, 429, 5xx), and the identifiers the reply was checked for and those appended because it left
+    them out (the compaction record, ctxkeep.records, shows them)."""
 
     calls: int = 0
     input_tokens: int = 0
@@ -65,6 +67,9 @@ class SummaryRun:
     gaps: tuple[str, ...] = ()
     attempts: int = 0
     audit: tuple[str, ...] = ()
+    retries: int = 0
+    identifiers: int = 0
+    restored: int = 0
 
 
 class ModelSummarizer:
@@ -150,9 +155,12 @@ class ModelSummarizer:
             gaps = tuple(run.gaps)
             text = self._final(lambda fb: merge_prompt(partials, request, gaps=gaps, feedback=fb), facts, language, run)
         try:
-            return augment(text, request, agents_md=settings.agents_md, notes=tuple(run.gaps))
+            out = augment(text, request, agents_md=settings.agents_md, notes=tuple(run.gaps))
         except ValueError as exc:
             raise SummaryError(str(exc), request=run.request, response=run.response) from exc
+        run.identifiers = len(facts.identifiers)
+        run.restored = sum(1 for i in facts.identifiers if i not in text and i in out)
+        return out
 
     def _final(self, make: Callable[[Sequence[str]], Prompt], facts: Facts, language: Language, run: _Run) -> str:
         """The best valid reply to `make(feedback)`, asked again with the reasons while it fails."""
@@ -235,10 +243,12 @@ class ModelSummarizer:
         try:
             reply = self.model.complete(completion)
         except ProviderError as exc:
+            run.retries += exc.attempts - 1
             run.response = str(exc)
             run.error = exc
             run.input_tokens += self._tokens(prompt)
             return "", f"the compaction model {self.model.name} failed: {exc}"
+        run.retries += reply.attempts - 1
         run.response = reply.text
         run.input_tokens += reply.input_tokens if reply.input_tokens is not None else self._tokens(prompt)
         run.output_tokens += (
@@ -276,6 +286,7 @@ class _Run:
 
     def __init__(self) -> None:
         self.calls = self.input_tokens = self.output_tokens = self.shortened = self.attempts = 0
+        self.retries = self.identifiers = self.restored = 0
         self.parts = 1
         self.gaps: list[str] = []
         self.audit: tuple[str, ...] = ()
@@ -295,6 +306,9 @@ class _Run:
             gaps=tuple(self.gaps),
             attempts=self.attempts,
             audit=self.audit,
+            retries=self.retries,
+            identifiers=self.identifiers,
+            restored=self.restored,
         )
 
 
