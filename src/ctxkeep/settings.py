@@ -3,7 +3,8 @@
     CompactSettings   when to compact and how much recent history to keep (tokens)
     OffloadSettings   how big tool results are cut and saved to files (bytes)
     ToolPolicy        which tools get the browser or file-read treatment (name patterns)
-    EngineSettings    all of the pass: the two above, retry after a failure, language, summary size
+    EngineSettings    all of the pass: the two above, retry after a failure, language, summary size, memory
+    MemorySettings    the memory flush before compaction, and the AGENTS.md rules put back after one
     ModelSummarySettings  how the model summarizer asks its compaction model (window, reply size, retries)
 
 Every value is checked on construction; the error says what is wrong and what would be right.
@@ -161,6 +162,7 @@ class EngineSettings:
     retry_growth: float = 0.05
     language: str = "auto"
     summary_max_chars: int = 16_000
+    memory: MemorySettings = field(default_factory=lambda: MemorySettings())
 
     @classmethod
     def for_window(cls, window: int, **kw: Any) -> EngineSettings:
@@ -199,6 +201,33 @@ class EngineSettings:
             )
         if self.language not in LANGUAGES:
             raise ValueError(f"language must be one of {', '.join(map(repr, LANGUAGES))}; got {self.language!r}")
+        if not isinstance(self.memory, MemorySettings):
+            raise TypeError(f"EngineSettings.memory must be a MemorySettings; got {self.memory!r}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemorySettings:
+    """Long-term memory in the pass: the flush before a compaction, and the workspace rules after one."""
+
+    flush: bool = False  # before a compaction, write preferences and lessons to memory/YYYY-MM-DD.md
+    flush_margin: float = 0.1  # the flush runs once the context is within this share below the threshold
+    flush_steps: int = 3  # at most this many model calls per flush (with a model)
+    rules_sections: tuple[str, ...] = ("Session Startup", "Red Lines")  # of the workspace's AGENTS.md
+    rules_max_chars: int = 3_000  # of those sections, in the first context after a compaction
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.flush, bool):
+            raise TypeError(f"flush must be True or False; got {self.flush!r}")
+        if not isinstance(self.flush_margin, int | float) or isinstance(self.flush_margin, bool):
+            raise ValueError(f"flush_margin must be a number in [0, 1); got {self.flush_margin!r}")
+        if not 0 <= self.flush_margin < 1:
+            raise ValueError(f"flush_margin must be a number in [0, 1); got {self.flush_margin!r}")
+        _positive(self.flush_steps, "flush_steps")
+        if isinstance(self.rules_sections, str) or not all(
+            isinstance(t, str) and t.strip() for t in self.rules_sections
+        ):
+            raise ValueError(f"rules_sections must be a tuple of AGENTS.md section titles; got {self.rules_sections!r}")
+        _positive(self.rules_max_chars, "rules_max_chars", zero=True)
 
 
 # The budget of one request to the compaction model (ctxkeep.summarize.model.chunks). Our counter is not the

@@ -133,8 +133,8 @@ def fit_text(text: str, *, max_chars: int, language: Language) -> str:
     return render_sections(fitted, language=language)
 
 
-def agents_rules(agents_md: str) -> dict[str, str]:
-    """The bodies of the `RULE_SECTIONS` of an AGENTS.md text, verbatim, by section name.
+def agents_rules(agents_md: str, sections: Sequence[str] = RULE_SECTIONS) -> dict[str, str]:
+    """The bodies of the `sections` (default `RULE_SECTIONS`) of an AGENTS.md text, verbatim, by section name.
 
     A heading matches case-insensitively at any ``#`` level; its body runs to the next heading of
     the same or a higher level (``#`` lines inside code fences are not headings).
@@ -142,7 +142,7 @@ def agents_rules(agents_md: str) -> dict[str, str]:
     lines = agents_md.splitlines()
     found = [(j, level, title.lower()) for j, level, title in headings(lines, _MD_HEADING)]
     out: dict[str, str] = {}
-    for name in RULE_SECTIONS:
+    for name in sections:
         for k, (at, level, title) in enumerate(found):
             if title == name.lower():
                 end = next((j for j, lv, _ in found[k + 1 :] if lv <= level), len(lines))
