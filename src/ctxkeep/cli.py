@@ -7,6 +7,8 @@
                          [--progress|--no-progress]
                          [--model SPEC [--base-url URL] [--model-window N] [--reply-format markdown|json]
                           [--agents-md FILE]]
+    ctxkeep serve --upstream URL [--host 127.0.0.1] [--port 8787] [--window N] [--root DIR] [--model SPEC]
+                  [--timeout SECONDS] [--allow-remote --auth-token TOKEN]
 
 FILE is a regular file, or ``-`` for standard input; at most `--max-bytes` of it are read.
 `compact` summarizes with the built-in extractive summarizer (no model, no key) unless `--model`
@@ -109,7 +111,25 @@ def _parser() -> argparse.ArgumentParser:
     compact.add_argument("--reply-format", choices=["markdown", "json"], default="markdown", help="json: schema-held")
     compact.add_argument("--agents-md", help="an AGENTS.md whose Session Startup and Red Lines every summary carries")
     _progress_flags(compact)
+    _serve_parser(sub)
     return parser
+
+
+def _serve_parser(sub: Any) -> None:
+    serve = sub.add_parser("serve", help="an OpenAI- and Anthropic-compatible proxy that compacts before forwarding")
+    serve.add_argument("--upstream", required=True, help="the API's base URL with its version, e.g. .../v1")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8787, help="the port to listen on (default 8787)")
+    serve.add_argument("--window", type=int, default=128_000, help="the upstream model's context window in tokens")
+    serve.add_argument("--root", help="the folder of the conversations' workspaces (default ~/.ctxkeep/serve)")
+    serve.add_argument("--model", help="summarize with this model: openai:<model>, anthropic:<model>")
+    serve.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the upstream (504 after)")
+    serve.add_argument(
+        "--allow-remote", action="store_true", help="allow a --host other machines can reach (needs a token)"
+    )
+    serve.add_argument(
+        "--auth-token", help="the token clients must send in X-Ctxkeep-Token (or set CTXKEEP_AUTH_TOKEN)"
+    )
 
 
 def _max_bytes_flag(parser: argparse.ArgumentParser) -> None:
@@ -132,6 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     args = _parser().parse_args(argv)
     try:
+        if args.command == "serve":
+            return _serve(args)
         return _compact(args) if args.command == "compact" else _inspect(args)
     except CtxkeepError as exc:
         print(f"ctxkeep: error: {exc}", file=sys.stderr)
@@ -142,6 +164,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the reader (e.g. `| head`) went away: not an error; silence the flush at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """Run the proxy until interrupted; the server's modules are imported only here, so --help stays fast."""
+    from ctxkeep.serve import ServeSettings, is_loopback, run
+
+    token = args.auth_token or os.environ.get("CTXKEEP_AUTH_TOKEN") or None
+    if not is_loopback(args.host):
+        if not args.allow_remote:
+            raise CtxkeepError(f"--host {args.host} can be reached from other machines: add --allow-remote to mean it")
+        if token is None:
+            raise CtxkeepError(f"--host {args.host} needs --auth-token (or CTXKEEP_AUTH_TOKEN): clients must send it")
+    root = Path(args.root) if args.root else Path.home() / ".ctxkeep" / "serve"
+    try:
+        settings = ServeSettings(
+            upstream=args.upstream,
+            root=root,
+            window=args.window,
+            model=args.model,
+            timeout=args.timeout,
+            auth_token=token,
+        )
+        print(
+            f"ctxkeep serve: http://{args.host}:{args.port}/v1 -> the upstream; workspaces in {root}", file=sys.stderr
+        )
+        run(settings, host=args.host, port=args.port)
+    except ValueError as exc:
+        raise CtxkeepError(str(exc)) from None
+    return 0
 
 
 def _inspect(args: argparse.Namespace) -> int:

@@ -1,0 +1,48 @@
+"""`ctxkeep serve`: an OpenAI- and Anthropic-compatible proxy that keeps any agent's context inside its window.
+
+The client keeps sending its whole history to the proxy's base URL; the upstream model sees the compacted
+context. Design and choices: docs/serve.md. Modules: `settings` (what it runs with), `app` (the ASGI
+application and the request's path), `sessions` (a workspace per conversation, one request at a time in
+each), `forward` (the upstream), `chat` and `messages_api` (the two wire formats), `sse` (events read back).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+
+from ctxkeep.providers import get_model
+from ctxkeep.summarize import ModelSummarizer, Summarizer
+
+from .app import create_app
+from .settings import ServeSettings
+
+__all__ = ["ServeSettings", "create_app", "is_loopback", "run", "summarizers"]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is an address only this machine can reach (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run(settings: ServeSettings, *, host: str, port: int) -> None:
+    """Serve until interrupted. A host other than a loopback address needs `settings.auth_token`."""
+    import uvicorn
+
+    if not is_loopback(host) and settings.auth_token is None:
+        raise ValueError(f"binding {host} lets other machines in: give an auth token that clients must send")
+    app = create_app(settings, summarizer=summarizers(settings.model))
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, server_header=False)
+
+
+def summarizers(spec: str | None) -> Callable[[], Summarizer | None]:
+    """What makes each workspace's summarizer: the model `spec` names (checked now), or the extractive one."""
+    if spec is None:
+        return lambda: None
+    model = get_model(spec)  # raises ValueError for a bad spec, before the server starts
+    return lambda: ModelSummarizer(model)

@@ -1,0 +1,277 @@
+"""The proxy as an ASGI application (Starlette): routes, the request's path through ctxkeep, and its errors.
+
+client ──► POST /v1/chat/completions | /v1/messages
+             parse ─► conversation's turn (lock) ─► sync + prepare ─► upstream ─► relay ─► record reply
+           GET /v1/models and every other /v1 path: passed through unchanged
+           GET /healthz
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from ctxkeep.engine import Step
+from ctxkeep.errors import CtxkeepError, WorkspaceLockedError
+from ctxkeep.summarize import Summarizer
+
+from .chat import ChatCompletions
+from .dialect import BadRequest, Dialect
+from .forward import Upstream, UpstreamTimeout, UpstreamUnreachable, returned
+from .messages_api import AnthropicMessages
+from .sessions import HEADER, Lease, Sessions, conversation_key
+from .settings import ServeSettings
+from .sse import EventReader
+
+log = logging.getLogger("ctxkeep")
+
+TOKEN_HEADER = "x-ctxkeep-token"
+_CHAT = ChatCompletions()
+_MESSAGES = AnthropicMessages()
+
+
+def create_app(
+    settings: ServeSettings,
+    *,
+    summarizer: Callable[[], Summarizer | None] = lambda: None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Starlette:
+    """The proxy for `settings`. `summarizer` makes each workspace's summarizer (None: the extractive one);
+    `transport` replaces the network under the upstream client (for tests)."""
+    settings.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    proxy = Proxy(settings, Sessions(settings, summarizer), Upstream(settings, transport))
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await proxy.close()
+
+    routes = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/v1/chat/completions", proxy.chat, methods=["POST"]),
+        Route("/v1/messages", proxy.messages, methods=["POST"]),
+        Route("/v1/{rest:path}", proxy.passthrough, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+async def healthz(request: Request) -> Response:
+    """Alive: no upstream call, no token needed, nothing about the sessions."""
+    return JSONResponse({"status": "ok"})
+
+
+class Proxy:
+    """The request handlers, over the conversations' sessions and the upstream."""
+
+    def __init__(self, settings: ServeSettings, sessions: Sessions, upstream: Upstream) -> None:
+        self._settings = settings
+        self._sessions = sessions
+        self._upstream = upstream
+
+    async def close(self) -> None:
+        """Close the workspaces and the upstream's connections."""
+        try:
+            await self._sessions.close()
+        finally:
+            await self._upstream.aclose()
+
+    async def chat(self, request: Request) -> Response:
+        """``POST /v1/chat/completions`` (OpenAI)."""
+        return await self._converse(request, _CHAT, "/chat/completions")
+
+    async def messages(self, request: Request) -> Response:
+        """``POST /v1/messages`` (Anthropic)."""
+        return await self._converse(request, _MESSAGES, "/messages")
+
+    async def passthrough(self, request: Request) -> Response:
+        """Any other ``/v1`` request (``GET /v1/models``, ...), forwarded and answered unchanged."""
+        if (refused := self._refuse_unauthorized(request, _CHAT)) is not None:
+            return refused
+        path = "/" + request.path_params["rest"]
+        if request.url.query:
+            path += "?" + request.url.query
+        try:
+            answer = await self._upstream.open(request.method, path, request.headers.items(), await request.body())
+        except (UpstreamTimeout, UpstreamUnreachable) as exc:
+            return _upstream_failure(_CHAT, exc)
+        return _Relay(_relay(answer, None), answer, status_code=answer.status_code, headers=returned(answer.headers))
+
+    async def _converse(self, request: Request, dialect: Dialect, path: str) -> Response:
+        if (refused := self._refuse_unauthorized(request, dialect)) is not None:
+            return refused
+        try:
+            body = orjson.loads(await request.body())
+            if not isinstance(body, dict):
+                raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
+            turn = dialect.parse(body)
+            key = conversation_key(request.headers.get(HEADER), path, turn)
+        except orjson.JSONDecodeError as exc:
+            return _bad_request(dialect, f"the request body is not valid JSON: {exc}")
+        except BadRequest as exc:
+            return _bad_request(dialect, str(exc))
+        lease = await self._sessions.enter(key)
+        handed_over = False  # to a relay, which releases the lease when the stream ends, however it ends
+        try:
+            try:
+                step = await lease.step(turn)
+            except BadRequest as exc:
+                return _bad_request(dialect, str(exc))
+            except WorkspaceLockedError:
+                message = f"another process holds the workspace of conversation {key}; try again"
+                return JSONResponse(dialect.error("overloaded_error", message), status_code=503)
+            except CtxkeepError as exc:
+                log.error("conversation %s: the workspace could not be used: %s", key, exc)
+                message = f"ctxkeep could not use the workspace of conversation {key}: {exc}"
+                return JSONResponse(dialect.error("api_error", message), status_code=500)
+            for warning in step.warnings:
+                log.warning("conversation %s: %s", key, warning)
+            outgoing = orjson.dumps(dialect.outgoing(body, turn, step))
+            try:
+                answer = await self._upstream.open("POST", path, request.headers.items(), outgoing)
+            except (UpstreamTimeout, UpstreamUnreachable) as exc:
+                return _upstream_failure(dialect, exc)
+            headers = returned(answer.headers) | _ctxkeep_headers(lease, step)
+            streamed = turn.stream and answer.status_code == 200
+            if streamed and answer.headers.get("content-type", "").startswith("text/event-stream"):
+                relay = _relay(answer, _Recorder(dialect, lease, step))
+                response: Response = _Relay(relay, answer, status_code=200, headers=headers, on_close=lease.release)
+                handed_over = True
+                return response
+            try:
+                content = await answer.aread()
+            except (httpx.TimeoutException, httpx.TransportError) as exc:
+                return _upstream_failure(dialect, _failure_of(exc, self._settings))
+            finally:
+                await answer.aclose()
+            if answer.status_code == 200:
+                await _record_json(content, _Recorder(dialect, lease, step))
+            return Response(content, status_code=answer.status_code, headers=headers)
+        finally:
+            if not handed_over:
+                await lease.release()
+
+    def _refuse_unauthorized(self, request: Request, dialect: Dialect) -> Response | None:
+        token = self._settings.auth_token
+        if token is None:
+            return None
+        sent = request.headers.get(TOKEN_HEADER, "")
+        if hmac.compare_digest(sent.encode(), token.encode()):
+            return None
+        message = f"this ctxkeep proxy needs its token in the {TOKEN_HEADER} header"
+        return JSONResponse(dialect.error("authentication_error", message), status_code=401)
+
+
+class _Recorder:
+    """Records a conversation's reply once the upstream's answer is whole."""
+
+    def __init__(self, dialect: Dialect, lease: Lease, step: Step) -> None:
+        self.dialect = dialect
+        self._lease = lease
+        self._step = step
+
+    async def record(self, reply: Any) -> None:
+        if reply is None:
+            return
+        if reply.prompt_tokens is not None:
+            # The upstream's count beside ctxkeep's: the engine takes no anchor, so this is a record only.
+            log.debug(
+                "conversation %s: ctxkeep counted %d tokens, the upstream %d",
+                self._lease.key,
+                self._step.context.tokens,
+                reply.prompt_tokens,
+            )
+        with anyio.CancelScope(shield=True):  # a client that goes away must not leave a half-made record
+            await self._lease.record(reply)
+
+
+async def _record_json(content: bytes, recorder: _Recorder) -> None:
+    try:
+        answer = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        log.warning("conversation %s: the upstream's answer is not JSON; no reply recorded", recorder._lease.key)
+        return
+    await recorder.record(recorder.dialect.reply(answer))
+
+
+async def _relay(answer: httpx.Response, recorder: _Recorder | None) -> AsyncIterator[bytes]:
+    """The upstream's bytes as they arrive; with a recorder, the reply put together and recorded at the end."""
+    reader = EventReader()
+    assembler = recorder.dialect.reassembler() if recorder is not None else None
+    try:
+        async for chunk in answer.aiter_bytes():
+            yield chunk
+            if assembler is not None:
+                for event in reader.feed(chunk):
+                    assembler.feed(event)
+    except (httpx.TimeoutException, httpx.TransportError) as exc:
+        # The status line is long gone: the stream ends with an error event, which the SDKs raise.
+        if recorder is not None:
+            kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "upstream_error"
+            yield recorder.dialect.stream_error(kind, f"the upstream broke off the stream ({type(exc).__name__})")
+        return
+    if recorder is not None and assembler is not None:
+        await recorder.record(assembler.reply())
+
+
+class _Relay(StreamingResponse):
+    """A streamed answer that closes the upstream's answer, and runs `on_close`, however the stream ends
+    (finished, broken, or the client gone), even when it never started."""
+
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        answer: httpx.Response,
+        *,
+        status_code: int,
+        headers: dict[str, str],
+        on_close: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        super().__init__(content, status_code=status_code, headers=headers)
+        self._answer = answer
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self._answer.aclose()
+                finally:
+                    if self._on_close is not None:
+                        await self._on_close()
+
+
+def _ctxkeep_headers(lease: Lease, step: Step) -> dict[str, str]:
+    """Where the conversation is kept and what was sent, for the client's logs."""
+    return {HEADER: f"{lease.key}/{lease.branch}", "x-ctxkeep-context-tokens": str(step.context.tokens)}
+
+
+def _bad_request(dialect: Dialect, message: str) -> Response:
+    return JSONResponse(dialect.error("invalid_request_error", message), status_code=400)
+
+
+def _upstream_failure(dialect: Dialect, exc: Exception) -> Response:
+    if isinstance(exc, UpstreamTimeout):
+        return JSONResponse(dialect.error("timeout_error", str(exc)), status_code=504)
+    return JSONResponse(dialect.error("api_error", str(exc)), status_code=502)
+
+
+def _failure_of(exc: Exception, settings: ServeSettings) -> Exception:
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamTimeout(f"the upstream did not finish its answer within {settings.timeout:g} s")
+    return UpstreamUnreachable(f"the upstream broke off its answer ({type(exc).__name__})")

@@ -1,0 +1,132 @@
+"""What the proxy needs to know of an API's wire format: one `Dialect` per route.
+
+`ctxkeep.serve.chat` (OpenAI chat completions) and `ctxkeep.serve.messages_api` (Anthropic messages)
+implement it; the request handler in `ctxkeep.serve.app` is written once against this protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ctxkeep.engine import Step
+
+from .sse import Event
+
+
+class BadRequest(Exception):
+    """A request body the proxy cannot take: the client gets a 400 with this message; the upstream is not called."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """A request's conversation, as the proxy reads it."""
+
+    # The system prompt's text (for counting and for the conversation's key); None without one.
+    system: str | None
+    # The conversation after the leading system prompt, as the client sent it: what `Session.sync` takes.
+    history: Sequence[Any]
+    # The request's tool schemas (they count against the window).
+    tools: Sequence[Mapping[str, Any]] | None
+    # Whether the client asked for server-sent events.
+    stream: bool
+    # The leading system messages exactly as sent, passed on unchanged (OpenAI form; empty for Anthropic).
+    prefix: Sequence[Any] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The assistant's answer, as the client will send it back in its next request, and the upstream's count."""
+
+    message: dict[str, Any]
+    # The prompt's tokens as the upstream counted them (usage), when it said.
+    prompt_tokens: int | None = None
+
+
+class Reassembler(Protocol):
+    """Builds the reply of a streamed answer from its events."""
+
+    def feed(self, event: Event) -> None:
+        """Take the next event of the stream."""
+
+    def reply(self) -> Reply | None:
+        """The whole reply once the stream said it ended; None when it was cut short or refused."""
+
+
+class Dialect(Protocol):
+    """One API's request and answer shapes."""
+
+    def parse(self, body: dict[str, Any]) -> Turn:
+        """The request's conversation; `BadRequest` when the body is not one."""
+
+    def outgoing(self, body: dict[str, Any], turn: Turn, step: Step) -> dict[str, Any]:
+        """The body to send upstream: every field as the client sent it, the messages compacted."""
+
+    def reply(self, answer: Any) -> Reply | None:
+        """The reply in a JSON answer; None when the answer holds none."""
+
+    def reassembler(self) -> Reassembler:
+        """A fresh reassembler for one streamed answer."""
+
+    def error(self, kind: str, message: str) -> dict[str, Any]:
+        """An error body in this API's shape, which its SDK turns into an exception with `message`."""
+
+    def stream_error(self, kind: str, message: str) -> bytes:
+        """An error event to end a stream that broke after its first bytes were sent."""
+
+
+def text_of(content: Any) -> str:
+    """The text of a message's content: a string, or the text parts/blocks of a list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def check_messages(body: dict[str, Any], roles: frozenset[str]) -> list[Any]:
+    """`body["messages"]`, checked to be a non-empty list of objects whose role is one of `roles`."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' must be a non-empty array of message objects", param="messages")
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            raise BadRequest(f"messages[{i}] must be an object, got {type(msg).__name__}", param=f"messages[{i}]")
+        if msg.get("role") not in roles:
+            raise BadRequest(
+                f"messages[{i}].role must be one of {', '.join(sorted(roles))}; got {msg.get('role')!r}",
+                param=f"messages[{i}].role",
+            )
+    return messages
+
+
+def check_tools(body: dict[str, Any]) -> list[Any] | None:
+    """`body["tools"]`, checked to be a list of objects when present."""
+    tools = body.get("tools")
+    if tools is None:
+        return None
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise BadRequest("'tools' must be an array of tool objects", param="tools")
+    return tools
+
+
+def check_stream(body: dict[str, Any]) -> bool:
+    """`body["stream"]`, checked to be a boolean when present."""
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest(f"'stream' must be true or false; got {stream!r}", param="stream")
+    return stream
+
+
+def without_none(value: Any) -> Any:
+    """`value` with every None field of its objects left out, as a client sends a reply back."""
+    if isinstance(value, dict):
+        return {k: without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_none(v) for v in value]
+    return value

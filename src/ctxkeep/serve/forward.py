@@ -1,0 +1,88 @@
+"""The upstream, over one pooled `httpx.AsyncClient`: what is sent, what comes back, and its failures.
+
+Headers pass through both ways except those that describe one hop (connection, length, encoding) and
+ctxkeep's own; the client's credentials go upstream and nowhere else (never stored, never logged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import httpx
+
+from .settings import ServeSettings
+
+# Headers of one hop, recomputed by each side; and ctxkeep's own, which the upstream has no use for.
+_REQUEST_DROP = frozenset(
+    {
+        "host",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "upgrade",
+        "proxy-authorization",
+        "proxy-connection",
+        "accept-encoding",  # httpx asks for what it can decode, and the body is relayed decoded
+        "x-ctxkeep-session",
+        "x-ctxkeep-token",
+    }
+)
+_RESPONSE_DROP = frozenset(
+    {"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive", "date", "server"}
+)
+
+
+class UpstreamUnreachable(Exception):
+    """The upstream could not be reached or broke the connection (the client gets a 502)."""
+
+
+class UpstreamTimeout(Exception):
+    """The upstream did not answer in time (the client gets a 504)."""
+
+
+class Upstream:
+    """Sends requests to the upstream and opens its answers as streams."""
+
+    def __init__(self, settings: ServeSettings, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._settings = settings
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.timeout, connect=min(settings.timeout, 30.0)),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            transport=transport,
+            trust_env=False,  # the upstream is the one named, not whatever a proxy variable says
+        )
+
+    async def open(self, method: str, path: str, headers: Iterable[tuple[str, str]], body: bytes) -> httpx.Response:
+        """Send a request for `path` (the part after ``/v1``) and return the answer with its body not yet read.
+
+        Raises `UpstreamUnreachable` or `UpstreamTimeout`; the caller must close the answer (`aclose`).
+        """
+        request = self._client.build_request(
+            method, self._settings.upstream_url(path), headers=forwarded(headers), content=body or None
+        )
+        try:
+            return await self._client.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            raise UpstreamTimeout(_timeout_text(self._settings.timeout)) from exc
+        except httpx.TransportError as exc:
+            raise UpstreamUnreachable(f"the upstream could not be reached ({type(exc).__name__})") from exc
+
+    async def aclose(self) -> None:
+        """Close the pooled connections."""
+        await self._client.aclose()
+
+
+def forwarded(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The client's headers that go upstream: all but one hop's and ctxkeep's own."""
+    return [(k, v) for k, v in headers if k.lower() not in _REQUEST_DROP]
+
+
+def returned(headers: Mapping[str, str] | httpx.Headers) -> dict[str, str]:
+    """The upstream's headers that go back to the client (rate limits, request ids, content type, ...)."""
+    return {k: v for k, v in headers.items() if k.lower() not in _RESPONSE_DROP}
+
+
+def _timeout_text(seconds: float) -> str:
+    return f"the upstream did not answer within {seconds:g} s (ctxkeep serve --timeout)"

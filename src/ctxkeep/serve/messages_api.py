@@ -1,0 +1,140 @@
+"""Anthropic messages (``POST /v1/messages``) as the proxy reads and writes it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ctxkeep.engine import Step
+
+from .dialect import BadRequest, Reply, Turn, check_messages, check_stream, check_tools, text_of, without_none
+from .sse import Event
+
+ROLES = frozenset({"user", "assistant"})
+
+
+class AnthropicMessages:
+    """The `Dialect` of Anthropic's messages API."""
+
+    def parse(self, body: dict[str, Any]) -> Turn:
+        """The top-level ``system`` is the system prompt; ``messages`` the history."""
+        messages = check_messages(body, ROLES)
+        system = body.get("system")
+        if system is not None and not (
+            isinstance(system, str) or (isinstance(system, list) and all(isinstance(b, dict) for b in system))
+        ):
+            raise BadRequest("'system' must be a string or an array of text blocks", param="system")
+        text = text_of(system) if system is not None else None
+        return Turn(system=text or None, history=messages, tools=check_tools(body), stream=check_stream(body))
+
+    def outgoing(self, body: dict[str, Any], turn: Turn, step: Step) -> dict[str, Any]:
+        """The client's ``system`` as sent; the summary and the recent messages, roles alternating."""
+        _, messages = step.to_anthropic()
+        return {**body, "messages": alternate([dict(m) for m in messages])}
+
+    def reply(self, answer: Any) -> Reply | None:
+        """The answer's content blocks as the assistant message a client sends back."""
+        if not isinstance(answer, dict) or answer.get("type") != "message":
+            return None
+        if not isinstance(answer.get("content"), list):
+            return None
+        return Reply(_message(answer["content"]), _prompt_tokens(answer.get("usage")))
+
+    def reassembler(self) -> EventReassembler:
+        """A reassembler for the messages API's stream events."""
+        return EventReassembler()
+
+    def error(self, kind: str, message: str) -> dict[str, Any]:
+        """Anthropic's error shape."""
+        return {"type": "error", "error": {"type": kind, "message": message}}
+
+    def stream_error(self, kind: str, message: str) -> bytes:
+        """An ``error`` event, which the anthropic SDK raises as an `APIStatusError`."""
+        return b"event: error\ndata: " + orjson.dumps(self.error(kind, message)) + b"\n\n"
+
+
+def alternate(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive messages of one role joined into one (the summary, a user message, before a user message):
+    the API takes only alternating roles, and joins such runs itself where it accepts them."""
+    out: list[dict[str, Any]] = []
+    for msg in messages:
+        if out and out[-1]["role"] == msg["role"]:
+            out[-1] = {**out[-1], "content": _blocks(out[-1]["content"]) + _blocks(msg["content"])}
+        else:
+            out.append(msg)
+    return out
+
+
+def _blocks(content: Any) -> list[Any]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+
+
+class EventReassembler:
+    """The reply of a streamed message: its content blocks put back together from the deltas."""
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, list[str]] = {}
+        self._stopped = False
+        self._broken = False
+        self._prompt_tokens: int | None = None
+
+    def feed(self, event: Event) -> None:
+        """Take one event (``message_stop`` ends the stream; ``error`` breaks it)."""
+        try:
+            data = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            self._broken = True
+            return
+        kind = data.get("type") if isinstance(data, dict) else None
+        if kind == "message_start":
+            self._prompt_tokens = _prompt_tokens((data.get("message") or {}).get("usage"))
+        elif kind == "content_block_start":
+            self._blocks[int(data["index"])] = dict(data["content_block"])
+        elif kind == "content_block_delta":
+            self._delta(int(data["index"]), data.get("delta") or {})
+        elif kind == "message_stop":
+            self._stopped = True
+        elif kind == "error":
+            self._broken = True
+
+    def _delta(self, index: int, delta: dict[str, Any]) -> None:
+        block = self._blocks.setdefault(index, {"type": "text", "text": ""})
+        kind = delta.get("type")
+        if kind == "text_delta":
+            block["text"] = block.get("text", "") + delta.get("text", "")
+        elif kind == "input_json_delta":
+            self._json.setdefault(index, []).append(delta.get("partial_json", ""))
+        elif kind == "thinking_delta":
+            block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+        elif kind == "signature_delta":
+            block["signature"] = block.get("signature", "") + delta.get("signature", "")
+
+    def reply(self) -> Reply | None:
+        """The assistant message, once ``message_stop`` came and nothing broke."""
+        if not self._stopped or self._broken:
+            return None
+        blocks = []
+        for index, block in sorted(self._blocks.items()):
+            if index in self._json:
+                raw = "".join(self._json[index])
+                try:
+                    block = {**block, "input": orjson.loads(raw) if raw else {}}
+                except orjson.JSONDecodeError:
+                    return None
+            blocks.append(block)
+        return Reply(_message(blocks), self._prompt_tokens)
+
+
+def _message(blocks: list[Any]) -> dict[str, Any]:
+    """An assistant message of `blocks` as a client sends it back: no None fields."""
+    return {"role": "assistant", "content": without_none(blocks)}
+
+
+def _prompt_tokens(usage: Any) -> int | None:
+    if not isinstance(usage, dict):
+        return None
+    counts = [usage.get(k) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")]
+    whole = [n for n in counts if isinstance(n, int)]
+    return sum(whole) if whole else None

@@ -1,0 +1,52 @@
+"""What `ctxkeep serve` runs with: the upstream, the sessions' folder and sizes, the limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ServeSettings:
+    """The proxy's settings; validated on creation with a message that says what would be right."""
+
+    # The upstream's base URL up to and including its version, e.g. https://api.openai.com/v1 or
+    # https://api.anthropic.com/v1: a request for /v1/chat/completions goes to <upstream>/chat/completions.
+    upstream: str
+    # The folder that holds one workspace per conversation (created 0700 when missing).
+    root: Path
+    # The upstream model's context window, tokens: every session's sizes follow it.
+    window: int = 128_000
+    # The compaction model (`ctxkeep.get_model` spec); None: the built-in extractive summarizer.
+    model: str | None = None
+    # Seconds to wait for the upstream (to connect, and between two pieces of its answer) before a 504.
+    timeout: float = 600.0
+    # The token clients must send in `X-Ctxkeep-Token`; None: no check (only for a loopback address).
+    auth_token: str | None = None
+    # Sessions kept open in memory; the least recently used idle one is closed past this.
+    max_open: int = 256
+    # Seconds a request waits for another process holding the same workspace, before a 503.
+    lock_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.upstream)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                "upstream must be an http(s) base URL such as https://api.openai.com/v1 or"
+                " http://127.0.0.1:8080/v1 (the URL itself is not repeated here: it may hold a password)"
+            )
+        if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1024:
+            raise ValueError(f"window must be the model's context window in tokens, 1024 or more; got {self.window!r}")
+        if not self.timeout > 0:
+            raise ValueError(f"timeout must be a number of seconds above 0; got {self.timeout!r}")
+        if self.auth_token is not None and len(self.auth_token) < 16:
+            raise ValueError("the auth token must be at least 16 characters (a random one: `openssl rand -hex 16`)")
+        if self.max_open < 1:
+            raise ValueError(f"max_open must be 1 or more; got {self.max_open!r}")
+        if not self.lock_timeout >= 0:
+            raise ValueError(f"lock_timeout must be 0 seconds or more; got {self.lock_timeout!r}")
+
+    def upstream_url(self, path: str) -> str:
+        """The upstream URL for the part of a proxy path after ``/v1`` (``/chat/completions``, ``/models``)."""
+        return self.upstream.rstrip("/") + path

@@ -1,0 +1,50 @@
+"""Server-sent events read back from a stream that is passed through byte for byte.
+
+The proxy relays the upstream's bytes as they arrive; a copy goes through `EventReader` so the reply can
+be reassembled and recorded once the stream ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One event: its name (``message`` when the stream names none) and its data lines joined."""
+
+    name: str
+    data: str
+
+
+class EventReader:
+    """Feed it bytes in any pieces; it returns each event once its blank line has arrived."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._name = ""
+        self._data: list[str] = []
+
+    def feed(self, chunk: bytes) -> list[Event]:
+        """The events `chunk` completes, in order."""
+        self._buffer += chunk
+        events: list[Event] = []
+        while True:
+            end = self._buffer.find(b"\n")
+            if end < 0:
+                return events
+            line = self._buffer[:end].rstrip(b"\r").decode("utf-8", errors="replace")
+            self._buffer = self._buffer[end + 1 :]
+            if not line:
+                if self._data:
+                    events.append(Event(self._name or "message", "\n".join(self._data)))
+                self._name, self._data = "", []
+            elif line.startswith(":"):
+                continue  # a comment (keep-alive)
+            else:
+                field, _, value = line.partition(":")
+                value = value.removeprefix(" ")
+                if field == "event":
+                    self._name = value
+                elif field == "data":
+                    self._data.append(value)

@@ -1,0 +1,51 @@
+"""`ctxkeep serve` on a real socket for the tests: uvicorn in a thread, on 127.0.0.1 and a free port."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import uvicorn
+
+from ctxkeep.serve import ServeSettings, create_app
+from ctxkeep.summarize import Summarizer
+
+START_SECONDS = 60  # generous: a loaded 2-core machine may take long to start a thread and a server
+
+
+@contextmanager
+def running_proxy(
+    upstream: str,
+    root: Path,
+    *,
+    window: int = 16_000,
+    summarizer: Callable[[], Summarizer | None] = lambda: None,
+    **settings: object,
+) -> Iterator[str]:
+    """The proxy forwarding to `upstream`, for the duration; yields its base URL (``http://127.0.0.1:N``)."""
+    app = create_app(
+        ServeSettings(upstream=upstream, root=root, window=window, **settings),  # type: ignore[arg-type]
+        summarizer=summarizer,
+    )
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + START_SECONDS
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the proxy did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=START_SECONDS)
+        sock.close()
