@@ -89,10 +89,12 @@ from ctxkeep.summarize import Summarizer, SummaryRequest
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
 from ctxkeep.summarize.facts.collect import collect_facts
 from ctxkeep.summarize.facts.identifiers import extract_identifiers
+from ctxkeep.summarize.facts.origin import origins
 from ctxkeep.summarize.facts.runs import ToolRun, tool_run
 from ctxkeep.summarize.facts.shell import command_head
 from ctxkeep.summarize.model.summarizer import ModelSummarizer, SummaryRun
 from ctxkeep.summarize.sections.markdown import PHRASES, omitted_count, parse_sections, unquote
+from ctxkeep.summarize.verbatim import Carried, budgets, typed_text
 from ctxkeep.tokens import get_counter
 
 # the local model server's launcher (scripts/ is not a package; the repository root is its parent)
@@ -103,6 +105,13 @@ ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT.parent / "shared" / "data" / "transcripts" / "raw"
 COUNTER = get_counter("o200k_base")
 KINDS = ("files", "fails", "ids", "strict")
+# What the summary carries verbatim, counted per compaction: the session's first typed message (whole, or cut to
+# its head and tail because it alone is over its budget), the newest typed message, the typed messages that fit
+# the user budget newest first, and the standing-instruction blocks archived so far (whole, or head and tail).
+VERBATIM = (
+    "first", "first_whole", "first_cut", "newest", "newest_kept", "fit", "fit_kept",
+    "instr", "instr_whole", "instr_cut",
+)  # fmt: skip
 SUMMARIZERS = ("extractive", "deterministic", "smollm2")
 MODEL_WINDOW = 8_192  # the compaction model's window (llama-server's --context), not the session's
 MODEL_MAX_TOKENS = 1_024
@@ -125,6 +134,7 @@ class Call:
     reason: str = ""
     previous: str | None = None
     run: SummaryRun | None = None
+    max_chars: int = 0
 
 
 class TimedSummarizer:
@@ -152,6 +162,7 @@ class TimedSummarizer:
                     reason=reason,
                     previous=request.previous,
                     run=run if isinstance(run, SummaryRun) else None,
+                    max_chars=request.max_chars,
                 )
             )
         return text
@@ -171,6 +182,9 @@ class Tally:
     failed: int = 0  # the summarizer was called and gave no valid summary
     calls: list[Call] = field(default_factory=list)
     compaction_s: list[float] = field(default_factory=list)
+    verbatim: dict[str, int] = field(default_factory=lambda: dict.fromkeys(VERBATIM, 0))
+    sizes: list[int] = field(default_factory=list)  # characters of each summary right after its compaction
+    duplicated: int = 0  # characters of those summaries on lines that repeat an earlier line
 
     def add(self, other: Tally) -> None:
         for k in KINDS:
@@ -184,6 +198,10 @@ class Tally:
         self.failed += other.failed
         self.calls += other.calls
         self.compaction_s += other.compaction_s
+        for k in VERBATIM:
+            self.verbatim[k] += other.verbatim[k]
+        self.sizes += other.sizes
+        self.duplicated += other.duplicated
 
 
 def runs_of(archived: tuple[Message, ...]) -> list[ToolRun]:
@@ -254,6 +272,7 @@ def replay(
     tally = Tally()
     summarizer = TimedSummarizer(make())
     pending: list[Items] = []
+    so_far = Carried()
     with Session(MemoryFolder(), settings=settings, counter=COUNTER, summarizer=summarizer) as session:
         for group in turns(messages):
             session.add(group)
@@ -270,11 +289,79 @@ def replay(
             summary = session.summary or ""
             count(tally, items, summary, tally.now, "whole_now")
             tally.noted += noted(items[3], summarizer.calls[-1].previous, summary)
+            so_far = merged(so_far, step.archived)
+            count_verbatim(tally, so_far, summary, summarizer.calls[-1].max_chars)
         final = session.summary or ""
     for items in pending:
         count(tally, items, final, tally.end, "whole_end")
     tally.calls = summarizer.calls
     return tally
+
+
+def merged(so_far: Carried, archived: tuple[Message, ...]) -> Carried:
+    """The user's typed messages and the instruction blocks of the messages archived so far (the oracle's own
+    reading: origin and typed_text, each instruction kind once, its newest version)."""
+    first, newest, blocks = so_far.first, list(so_far.newest), list(so_far.instructions)
+    for msg, kind in zip(archived, origins(archived), strict=True):
+        if kind == "typed" and (text := typed_text(msg)) is not None:
+            if first is None:
+                first = text
+            else:
+                newest.append(text)
+        elif kind == "instructions" and msg.text.strip():
+            text = msg.text.strip()
+            head = text.split("\n", 1)[0]
+            blocks = [b for b in blocks if b.split("\n", 1)[0] != head and b != text] + [text]
+    return Carried(first=first, newest=tuple(newest), instructions=tuple(blocks))
+
+
+def kept_cut(text: str, summary: str) -> bool:
+    """True when `summary` has `text` cut to its head and tail: its first and last 60 characters around a cut note."""
+    return text[:60] in summary and text[-60:] in summary and "characters omitted here" in summary
+
+
+def count_verbatim(tally: Tally, so_far: Carried, summary: str, max_chars: int) -> None:
+    """Counts what the summary right after a compaction carries verbatim of all the messages archived so far."""
+    v = tally.verbatim
+    if so_far.first is not None:
+        v["first"] += 1
+        whole = so_far.first in summary
+        v["first_whole"] += whole
+        v["first_cut"] += not whole and kept_cut(so_far.first, summary)
+    later = [t for t in so_far.newest if t != so_far.first]
+    if later:
+        v["newest"] += 1
+        v["newest_kept"] += later[-1] in summary or kept_cut(later[-1], summary)
+    # the typed messages that fit the user budget beside the first message, newest first (fences counted)
+    room = budgets(max_chars)[0] - 300 - (min(len(so_far.first), budgets(max_chars)[0]) if so_far.first else 0)
+    for text in reversed(later):
+        room -= len(text) + 10
+        if room < 0:
+            break
+        v["fit"] += 1
+        v["fit_kept"] += text in summary
+    for block in so_far.instructions:
+        v["instr"] += 1
+        whole = block in summary
+        v["instr_whole"] += whole
+        v["instr_cut"] += not whole and kept_cut(block, summary)
+    tally.sizes.append(len(summary))
+    tally.duplicated += duplicated_chars(summary)
+
+
+def duplicated_chars(summary: str) -> int:
+    """Characters on lines of `summary` that repeat an earlier line word for word (headings, fences, "(none)"
+    and blank lines left out): the share of the summary spent saying one thing twice."""
+    seen: set[str] = set()
+    total = 0
+    for line in summary.splitlines():
+        bare = line.strip()
+        if not bare or bare.startswith("#") or set(bare) <= set("`~") or bare in ("- (none)", "- （无）"):
+            continue
+        if bare in seen:
+            total += len(line)
+        seen.add(bare)
+    return total
 
 
 def count(tally: Tally, items: Items, summary: str, kept: dict[str, int], whole: str) -> None:
@@ -388,6 +475,7 @@ def print_totals(window: int, t: Tally, label: str) -> None:
             f"  strict identifiers {s:,}: {pct(t.now['strict'], s)} verbatim, {pct(t.noted, s)} counted in the note,"
             f" {pct(lost(t), s)} lost ({lost(t):,}); end {pct(t.end['strict'], s)} verbatim"
         )
+        print_verbatim(t)
     runs = [c.run for c in t.calls if c.run is not None]
     if len(runs) < len(t.calls):  # the extractive summarizer: its time only
         s_ms = [c.seconds * 1000 for c in t.calls]
@@ -413,6 +501,27 @@ def print_totals(window: int, t: Tally, label: str) -> None:
     )
     for reason, n in Counter(c.reason for c in t.calls if not c.ok).most_common(3):
         print(f"    {n} × {reason[:200]}")
+
+
+def print_verbatim(t: Tally) -> None:
+    """What the summaries right after each compaction carried verbatim, their size and their repeated lines."""
+    v = t.verbatim
+    if not t.sizes:
+        return
+    print(
+        f"  verbatim, per compaction: first user message {v['first']}: whole {pct(v['first_whole'], v['first'])},"
+        f" head+tail {pct(v['first_cut'], v['first'])}; newest user message {v['newest']}:"
+        f" {pct(v['newest_kept'], v['newest'])}; user messages that fit the budget {v['fit']}:"
+        f" {pct(v['fit_kept'], v['fit'])}"
+    )
+    print(
+        f"  standing-instruction blocks {v['instr']}: whole {pct(v['instr_whole'], v['instr'])},"
+        f" head+tail {pct(v['instr_cut'], v['instr'])}"
+    )
+    print(
+        f"  summary size, characters: median {statistics.median(t.sizes):,.0f}, max {max(t.sizes):,};"
+        f" on repeated lines {100 * t.duplicated / max(1, sum(t.sizes)):.1f}%"
+    )
 
 
 def spread(values: Sequence[float], unit: str) -> str:

@@ -187,7 +187,9 @@ def test_english_conversation_items_land_in_their_sections() -> None:
     assert "app/" not in idents  # a directory names no file
     assert "tests/test_api.py" not in idents  # Files read has it as /repo/tests/test_api.py
     assert "#482" not in idents  # "issue #482" names it
-    assert "/etc/secret.conf" not in s  # the system prompt is not part of what is compacted
+    # a system message among the compacted ones is not summarized: it is carried whole, as a standing instruction
+    own, carried = split_carried(s)
+    assert "/etc/secret.conf" not in own and "Never mention /etc/secret.conf." in carried
     assert idents.index("localhost:8080") < idents.index("/v1/items")  # named by the user vs. in a result only
     assert idents[-1] == "/injected/reminder.py"  # in text no human typed: ranked with tool results
 

@@ -123,11 +123,10 @@ def test_instruction_blocks_over_their_room_share_it_and_keep_head_and_tail() ->
     assert kept[0] == small and kept[1].startswith("<permissions instructions>") and "omitted here" in kept[1]
 
 
-def test_a_leading_system_prompt_is_not_carried_but_a_later_system_message_is() -> None:
-    msgs = [Message.of("system", "You are a coding agent."), user("hi there, fix it")]
-    assert carried(msgs, None).instructions == ()
+def test_a_system_message_among_the_compacted_ones_is_an_instruction() -> None:
+    # the system prompt is a layer of its own and never compacted: any system message here came after it
     later = carried([user("fix it"), Message.of("system", "Tests run offline.")], None)
-    assert later.instructions == ("Tests run offline.",)
+    assert later.instructions == ("Tests run offline.",) and later.first == "fix it"
 
 
 def test_split_carried_gives_back_the_summary_and_read_carried_the_texts() -> None:
@@ -145,8 +144,9 @@ def test_budgets_follow_the_cap_and_leave_the_sections_their_floor() -> None:
     assert budgets(16_000) == (3_200, 3_200)
     assert budgets(4_000) == (800, 800)
     assert budgets(3_000) == (500, 500)  # the sections keep their floor of 2,000
-    assert budgets(2_000) == (0, 0)
-    assert render_carried(carried([user("a task")], None), max_chars=2_000) == ""
+    assert budgets(2_000) == (400, 0)  # but not at the user's first message's expense
+    squeezed = render_carried(carried([user("a task " * 200), user("more")], None), max_chars=2_000)
+    assert 0 < len(squeezed) <= 400 and read_carried(squeezed).first.startswith("a task a task")
 
 
 @pytest.mark.parametrize("make", SUMMARIZERS)

@@ -30,12 +30,13 @@ from ctxkeep.summarize.sections.markdown import fence_state, headings
 USER_SHARE = 0.2
 INSTRUCTIONS_SHARE = 0.2
 SECTIONS_FLOOR = MIN_SUMMARY_CHARS
+FIRST_FLOOR = 500  # the head and tail of the first message, when the cap leaves nothing else
 USER_TITLE = "User messages (verbatim)"
 INSTRUCTIONS_TITLE = "Standing instructions (verbatim)"
 _FIRST = "First"
 _NEWEST = "Newest"
-_USER_NOTE = "What the user typed, word for word: the first message (the task) and the newest ones, oldest first."
-_INSTRUCTIONS_NOTE = "Instructions injected into the conversation; they still apply. The newest version of each."
+_USER_NOTE = "What the user typed: the first message (the task), then the newest, oldest first."
+_INSTRUCTIONS_NOTE = "Injected instructions that still apply; the newest version of each."
 _CUT = "\n[… {n:,} characters omitted here; the whole text is in the archive …]\n"
 _MIN_PIECE = 160  # a cut text keeps at least this much of its head and tail together
 _TITLES = frozenset({USER_TITLE, INSTRUCTIONS_TITLE})
@@ -72,16 +73,15 @@ def carried(messages: Sequence[Message], previous: str | None) -> Carried:
     """The verbatim texts of the previous summary's parts and of `messages` (oldest first), merged.
 
     The previous summary's first message stays the first; the user's messages follow in order,
-    each once; an instruction block replaces an older one of the same kind (its first line). A
-    system message that opens the session's history is its system prompt, not one of them.
+    each once; an instruction block replaces an older one of the same kind (its first line). The
+    system prompt is a layer of its own, never compacted: a system message among `messages` came
+    after it (a developer message, a harness's reminder) and is one of the instructions.
     """
     old = read_carried(previous) if previous else Carried()
     first = old.first
     newest = list(old.newest)
     blocks = list(old.instructions)
-    for j, (msg, kind) in enumerate(zip(messages, origins(messages), strict=True)):
-        if j == 0 and msg.role == "system" and not previous:
-            continue  # the system prompt, when the history starts with it: a layer of its own, never compacted
+    for msg, kind in zip(messages, origins(messages), strict=True):
         if kind == "typed":
             text = typed_text(msg)
             if text is None:
@@ -99,13 +99,16 @@ def carried(messages: Sequence[Message], previous: str | None) -> Carried:
 def budgets(max_chars: int) -> tuple[int, int]:
     """The characters the user's messages and the standing instructions may take of a `max_chars` summary.
 
-    Their shares (`USER_SHARE`, `INSTRUCTIONS_SHARE`) of the cap, less what the sections' floor needs.
+    Their shares (`USER_SHARE`, `INSTRUCTIONS_SHARE`) of the cap, less what the sections' floor needs;
+    the user's messages keep at least `FIRST_FLOOR` (or their share, when less), taken from the floor.
     """
     user = int(max_chars * USER_SHARE)
     instructions = int(max_chars * INSTRUCTIONS_SHARE)
-    over = user + instructions - max(0, max_chars - SECTIONS_FLOOR)
-    if over > 0:
-        user, instructions = max(0, user - over // 2), max(0, instructions - (over - over // 2))
+    spare = max(0, max_chars - SECTIONS_FLOOR)
+    if user + instructions > spare:
+        # the first message keeps a floor even then: without it, every later summary would lose the task
+        user = max(min(FIRST_FLOOR, user), spare // 2)
+        instructions = max(0, spare - user)
     return user, instructions
 
 

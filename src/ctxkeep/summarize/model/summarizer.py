@@ -27,11 +27,11 @@ from typing import Any
 
 from ctxkeep.errors import ProviderError, SummaryError
 from ctxkeep.providers import Completion, Model, Turn
-from ctxkeep.settings import PROMPT_RESERVE, SAFETY_MARGIN, ModelSummarySettings
+from ctxkeep.settings import MIN_SUMMARY_CHARS, PROMPT_RESERVE, SAFETY_MARGIN, ModelSummarySettings
 from ctxkeep.split import safe_cuts
 from ctxkeep.summarize.facts.collect import Facts, collect_facts
 from ctxkeep.summarize.model.audit import audit
-from ctxkeep.summarize.model.augment import augment
+from ctxkeep.summarize.model.augment import augment, fit_text
 from ctxkeep.summarize.model.chunks import chunk_limit, plan_chunks
 from ctxkeep.summarize.model.prompts import Prompt, merge_prompt, render_messages, shorten, summary_prompt
 from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
@@ -108,9 +108,14 @@ class ModelSummarizer:
         # without them (or the host's own summary, the first time).
         appendix = render_carried(carried(request.messages, request.previous), max_chars=request.max_chars)
         previous = split_carried(request.previous)[0] if request.previous else host_summary(request.messages)
-        inner = dataclasses.replace(request, previous=previous, max_chars=request.max_chars - len(appendix))
+        room = request.max_chars - len(appendix)
+        inner = dataclasses.replace(request, previous=previous, max_chars=max(MIN_SUMMARY_CHARS, room))
         try:
-            return self._summarize(inner, run) + appendix
+            text = self._summarize(inner, run)
+            # a cap squeezed below the sections' minimum (the first user message keeps its floor anyway)
+            return (
+                text if len(text) <= room else fit_text(text, max_chars=room, language=resolve_language(inner))
+            ) + appendix
         finally:
             self.last_run = run.frozen()
 
