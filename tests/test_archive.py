@@ -109,6 +109,7 @@ def test_disk_full_gives_a_clear_error_and_keeps_the_old_file(tmp_path, monkeypa
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", full)
+    monkeypatch.setattr(os, "fdatasync", full, raising=False)
     with pytest.raises(StorageError, match="disk is full") as info:
         folder.write("x.txt", b"new")
     assert info.value.errno == errno.ENOSPC

@@ -2,7 +2,9 @@
 
 Both implement the `Store` seam through `FileStore` (`ctxkeep.store`). `LocalFolder` makes every
 write durable before it returns: `write` replaces a file atomically (temporary file, fsync, rename,
-fsync of the directory) and `append` fsyncs, or cuts a refused append back to where it started. Its
+fsync of the directory) and `append` fdatasyncs, or cuts a refused append back to where it started. One
+exception, for speed: an offloaded original becomes durable with the next `start_live` (see
+`LocalFolder.save_original`). Its
 files are private (0600, folders 0700) and nothing inside it is reached through a symbolic link. An
 `OSError` becomes a `StorageError` that names the file and says what to do (disk full, read-only,
 no permission, a link). `MemoryFolder` keeps files in a dict.
@@ -92,6 +94,14 @@ def _private(fd: int, mode: int) -> None:
         os.fchmod(fd, mode)
 
 
+def _datasync(fd: int) -> None:
+    """fdatasync where the system has it (Linux): it skips the inode times an fsync would also flush."""
+    if hasattr(os, "fdatasync"):
+        os.fdatasync(fd)
+    else:  # macOS
+        os.fsync(fd)
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -108,6 +118,7 @@ class LocalFolder(FileStore):
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).resolve()
+        self._unsynced: set[str] = set()  # originals saved but not yet fsynced (see `save_original`)
 
     def __repr__(self) -> str:
         return f"LocalFolder({str(self.root)!r})"
@@ -216,6 +227,47 @@ class LocalFolder(FileStore):
             raise _storage_error(exc, "read", path) from exc
 
     def write(self, name: str, data: bytes) -> None:
+        self._replace(name, data, durable=True)
+
+    def save_original(self, name: str, data: bytes) -> None:
+        """Keep an offloaded result's full text, atomically but durable only with the next `start_live`.
+
+        Until a compaction starts the next live log, the log still holds the full text (the result as
+        added), and a session reopening after a power loss rewrites an original it finds cut short; so a
+        step pays no fsync for it. `start_live` syncs the originals first, since the texts leave the log there.
+        """
+        self._replace(name, data, durable=False)
+        self._unsynced.add(name)
+
+    def start_live(self, generation: int, data: bytes) -> None:
+        self.sync_originals()
+        FileStore.start_live(self, generation, data)
+
+    def sync_originals(self) -> None:
+        """Make the originals saved since the last call durable (file data, then their folder)."""
+        if not self._unsynced:
+            return
+        with self._folder([TOOL_RESULT_DIR], create=False) as d:
+            if d is None:
+                return
+            for name in sorted(self._unsynced):
+                path = self.root / name
+                fd = self._open_file(d, name.rpartition("/")[2], path, os.O_RDONLY, "sync")
+                if fd is None:
+                    continue  # removed since (retention): nothing to make durable
+                try:
+                    _datasync(fd)
+                except OSError as exc:
+                    raise _storage_error(exc, "sync", path) from exc
+                finally:
+                    os.close(fd)
+            try:
+                os.fsync(d)
+            except OSError as exc:
+                raise _storage_error(exc, "sync", self.root / TOOL_RESULT_DIR) from exc
+        self._unsynced.clear()
+
+    def _replace(self, name: str, data: bytes, *, durable: bool) -> None:
         *folders, base = self._parts(name)
         path = self.root / name
         with self._folder(folders, create=True) as d:
@@ -230,11 +282,13 @@ class LocalFolder(FileStore):
                 try:
                     _private(fd, FILE_MODE)
                     _write_all(fd, data)
-                    os.fsync(fd)
+                    if durable:
+                        os.fsync(fd)
                 finally:
                     os.close(fd)
                 os.rename(tmp, base, src_dir_fd=d, dst_dir_fd=d)
-                os.fsync(d)
+                if durable:
+                    os.fsync(d)
             except OSError as exc:
                 if made:
                     with contextlib.suppress(OSError):
@@ -251,7 +305,7 @@ class LocalFolder(FileStore):
                 start = os.fstat(fd).st_size
                 try:
                     _write_all(fd, data)
-                    os.fsync(fd)
+                    _datasync(fd)  # the size is flushed too: what reading the data back needs
                     if made:
                         os.fsync(d)
                     return os.fstat(fd).st_size

@@ -105,10 +105,11 @@ class Live:
         return self.system_tokens + self.tools_tokens
 
 
-def add(live: Live, messages: Sequence[Message], counter: Counter) -> Live:
-    """`live` with `messages` appended, counted once. Raises `MessageError` (and changes nothing) when a
-    message's id is live or archived already (or repeated in the batch), a call's id is live already,
-    or a result answers no waiting call (its call is not live, or was answered already).
+def add(live: Live, messages: Sequence[Message], counter: Counter, *, counts: Sequence[int] | None = None) -> Live:
+    """`live` with `messages` appended, counted once (or given their saved `counts`). Raises `MessageError`
+    (and changes nothing) when a message's id is live or archived already (or repeated in the batch), a
+    call's id is live already, or a result answers no waiting call (its call is not live, or was answered
+    already).
 
     A result must follow its call (it may come in the same batch); anything else would be sent to
     the provider as an orphan and refused. Text a tokenizer cannot read because it holds lone UTF-16
@@ -126,13 +127,18 @@ def add(live: Live, messages: Sequence[Message], counter: Counter) -> Live:
     problems = [p for p in (_unpaired(walk.links, walk.reused, start), _known_id(messages, ids, live.archived)) if p]
     if problems:
         raise min(problems, key=lambda p: p.index or 0)  # the first in the batch; its pairing on a tie
-    try:
-        counts = counter.count_each(messages)
-    except UnicodeError:
-        clean = [without_surrogates(m) for m in messages]
-        if all(a is b for a, b in zip(clean, messages, strict=True)):
-            raise
-        return add(live, clean, counter)
+    if counts is not None:
+        if len(counts) != len(messages):
+            raise ValueError(f"{len(counts)} counts for {len(messages)} messages")
+        counts = list(counts)
+    else:
+        try:
+            counts = counter.count_each(messages)
+        except UnicodeError:
+            clean = [without_surrogates(m) for m in messages]
+            if all(a is b for a, b in zip(clean, messages, strict=True)):
+                raise
+            return add(live, clean, counter)
     names = dict(live.result_tools)
     names.update((link.call_id, link.name) for link in walk.links)
     ids.extend(messages)  # last: nothing above may fail once the index has grown

@@ -105,6 +105,27 @@ def original_file(result: ToolResult) -> str | None:
     return None if record is None else record.file
 
 
+def saved_texts(replaced: Iterable[tuple[Message, Message]]) -> dict[str, bytes]:
+    """What the first cuts among `replaced` (each message before and after an offload) saved: file -> bytes.
+
+    A message before its first cut holds the full text its original keeps, so the file can be written
+    again from it (a session does, when a power loss cut one short).
+    """
+    out: dict[str, bytes] = {}
+    for before, after in replaced:
+        old, new = before.tool_result, after.tool_result
+        if old is None or new is None or OFFLOAD_KEY in old.extra:
+            continue
+        try:
+            record = record_of(new)
+        except ValueError:
+            continue
+        data = _encode(old.text)
+        if record is not None and record.original_bytes == len(data):
+            out[record.file] = data
+    return out
+
+
 # --- offload -------------------------------------------------------------------------
 
 

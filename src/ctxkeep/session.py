@@ -1,17 +1,21 @@
 """A live context kept in a workspace folder, so one process can stop and another go on.
 
     state.json                 the commit point: generation, summary, archive index, pins (replaced atomically)
-    live/<generation>.jsonl    live messages: one line per `add` (a message or a batch), plus "replace"
-                               records for results offloaded since the generation began
+    live/<generation>.jsonl    live messages: one line per `add` (a message or a batch) with token counts,
+                               plus "replace" lines for results offloaded since (`ctxkeep.livelog`)
     summary.md                 a copy of the summary, for people
     compactions.jsonl          one record per compaction or failed attempt
     failed/<time>.json         what the summarizer was asked and answered when its summary was refused
     dialog/YYYY-MM-DD.jsonl    the archive of compacted messages
     tool_result/<uuid>.txt     full texts of offloaded tool results
 
-A compaction appends to the archive (fsync), writes the next generation's live file (fsync), then
-replaces state.json; only that rename makes it real. Killed at any point before, the workspace reopens
-with the old generation and the archive cut back to its committed size; after it, with the new one.
+A step makes one durable write: `add` appends its line (fdatasync) after the offloads of the steps
+before it (a crash loses only offloads, which the next `prepare` redoes the same way). An original in
+tool_result/ is fsynced at the next compaction: until then the live log holds its full text, and
+reopening rewrites an original a power loss cut short. A compaction appends to the archive (fsync),
+writes the next generation's live file (fsync), then replaces state.json; only that rename makes it
+real. Killed at any point before, the workspace reopens with the old generation and the archive cut
+back to its committed size; after it, with the new one.
 Either way every message is live or archived exactly once, and the summary is the old or the new.
 
 A `Session` holds the workspace's lock from `open` to `close`: a second process waits up to
@@ -31,28 +35,28 @@ from typing import Any
 import orjson
 
 from . import archive as archive_mod
-from . import engine, inputs, records
+from . import engine, inputs, livelog, records
 from . import live as live_mod
 from . import sync as sync_mod
 from .archive import Archive
-from .codec import dumps, ids_in, message_from_dict, message_to_dict, storable
+from .codec import ids_in, storable
 from .context import summary_tokens_of
 from .engine import Step
 from .errors import CtxkeepError, WorkspaceError
 from .folder import LocalFolder
 from .live import Live, Tools
+from .memory import flush as memory_flush
 from .messages import Message
+from .offload import saved_texts
 from .settings import EngineSettings
 from .store import FAILED_DIR, STATE, Store, live_name
 from .summarize import Summarizer
-from .tokens import Counter
+from .tokens import Counter, count_key
 
 log = logging.getLogger("ctxkeep")
 
 
 _STATE_MARK = "ctxkeep-session/1"
-_REPLACE_MARK = "ctxkeep-replace/1"
-_BATCH_MARK = "ctxkeep-batch/1"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -183,6 +187,12 @@ class Session:
             )
         self._setup = engine.Setup.with_defaults(store, settings=settings, counter=counter, summarizer=summarizer)
         self._stack = contextlib.ExitStack()
+        # Live-log lines of offloads not yet written: they go with the next append (one durable write per
+        # step). Lost in a crash, they cost nothing: the next `prepare` offloads the same results the same way.
+        self._pending: list[bytes] = []
+        self._key = count_key(self._setup.counter)  # whose counts the live log carries
+        # Replaced lines in the live log: the log is rewritten without them when the session closes.
+        self._replaced = 0
         # The tokens sent at each step since the last "steps" record, and when the first and last ran: written
         # with the next compaction (or at close), never on their own, so a step costs no write.
         self._steps: list[int] = []
@@ -215,6 +225,7 @@ class Session:
     def close(self) -> None:
         """Release the workspace's lock. Everything is already on disk (and the step counts are noted)."""
         try:
+            self._write_log()
             self._note_steps()
         finally:
             self._stack.close()
@@ -290,13 +301,16 @@ class Session:
         # One line per call: a crash mid-append leaves a torn last line, which reopening drops, so a
         # batch (a call and its results, say) is live entirely or not at all. Encoded first, so what
         # is kept in memory is exactly what the line holds.
+        live = live_mod.add(self._live, batch, self.counter)  # validates and counts
         try:
-            line = _line(batch)
+            line = livelog.batch_line(batch, live.counts[-len(batch) :])
         except orjson.JSONEncodeError:
             batch = storable(batch)  # surrogates replaced; MessageError for what JSON cannot hold
-            line = _line(batch)
-        live = live_mod.add(self._live, batch, self.counter)  # validates
-        self.store.append_live(self._state.generation, line)
+            live = live_mod.add(self._live, batch, self.counter)
+            line = livelog.batch_line(batch, live.counts[-len(batch) :])
+        # The offloads of the last steps go first, in the same append: one durable write for the step.
+        self.store.append_live(self._state.generation, b"".join(self._pending) + line)
+        self._pending.clear()
         self._live = live
 
     def pin(self, message_id: str) -> None:
@@ -346,6 +360,8 @@ class Session:
         at = now or datetime.now().astimezone()
         before = self._live
         live = live_mod.with_tools(before, tools, self.counter)
+        # Before a compaction, once per cycle: preferences and lessons to the day's log (off by default).
+        memory_flush.before_pass(self._setup, live, cycle=self._state.generation, now=at, force=force)
         step = engine.prepare(live, self._setup, system=system, now=at, force=force, focus=focus)
         self._steps.append(step.context.tokens)
         self._steps_span = (self._steps_span[0] if self._steps_span else at, at)
@@ -378,12 +394,23 @@ class Session:
         self._append_record({**record, "saved": f"{FAILED_DIR}/{name}", "usage": usage})
 
     def _save_offloads(self, after: Live) -> None:
-        lines = [
-            orjson.dumps({"v": _REPLACE_MARK, "at": i, "message": message_to_dict(after.messages[i])}) + b"\n"
-            for i in after.offloaded
-        ]
-        if lines:
-            self.store.append_live(self._state.generation, b"".join(lines))
+        """Note the results `prepare` offloaded, for the next append (their originals are saved already)."""
+        self._pending += [livelog.replace_line(i, after.messages[i], after.counts[i]) for i in after.offloaded]
+        self._replaced += len(after.offloaded)
+
+    def _write_log(self) -> None:
+        """Rewrite the live log as the messages are now, when offloads replaced lines in it (or are still to be
+        written): the next open reads each message once, with its count. A disk that refuses loses nothing."""
+        if not self._replaced:
+            return
+        live = self._live
+        try:
+            self.store.start_live(self._state.generation, livelog.snapshot(live.messages, live.counts, self._key))
+        except CtxkeepError as exc:
+            log.warning("live log not rewritten; the next open reads it as it is: %s", exc)
+            return
+        self._pending.clear()
+        self._replaced = 0
 
     def _commit_compaction(self, step: Step) -> None:
         assert step.compaction is not None
@@ -402,7 +429,7 @@ class Session:
             last_record=record,
         )
         try:
-            self.store.start_live(new.generation, b"".join(dumps(m) for m in live.messages))
+            self.store.start_live(new.generation, livelog.snapshot(live.messages, live.counts, self._key))
             self.store.commit_state(new.to_bytes())  # the commit point
         except CtxkeepError:
             # Nothing committed: undo the archive append and the next generation's file.
@@ -412,6 +439,8 @@ class Session:
             raise
         self._state = new
         self._live = live
+        self._pending.clear()  # the new generation's log holds the messages as they are now
+        self._replaced = 0
         self._note_steps()  # before the compaction's record: the steps up to and including this one
         self._after_commit(old.generation, step.compaction.at)
 
@@ -474,7 +503,7 @@ class Session:
                 )
             state = _NEW
             self.store.commit_state(state.to_bytes())
-            self.store.append_live(0, b"")
+            self.store.append_live(0, livelog.header(self._key))
         else:
             state = _State.from_bytes(raw, self.store.where(STATE))
         self._state = state
@@ -482,7 +511,10 @@ class Session:
         for generation in self.store.live_generations():
             if generation != state.generation:
                 self.store.drop_live(generation)
-        messages = self._read_live(state.generation, now)
+        read = self._read_live(state.generation, now)
+        messages = read.messages
+        trusted = self._key is not None and read.counter == self._key
+        counts = self._counts(read) if trusted else self.counter.count_each(messages)
         live = live_mod.add(
             Live(
                 summary=state.summary,
@@ -493,40 +525,63 @@ class Session:
             ),
             messages,
             self.counter,
+            counts=counts,
         )
         live = replace(live, pinned=frozenset(p for p in state.pinned if any(m.id == p for m in messages)))
         self._live = live
+        self._restore_originals(read.replaced)
+        # A log with replaced lines, or counts of another counter, is rewritten: the next open reads it fast.
+        self._replaced = len(read.replaced) + (0 if trusted or self._key is None else 1)
+        self._write_log()
         self._after_commit(None, now)
         return state, live
 
-    def _read_live(self, generation: int, now: datetime) -> list[Message]:
+    def _counts(self, read: livelog.Read) -> list[int]:
+        """The saved counts of the messages read, the missing ones counted now."""
+        missing = [m for m, n in zip(read.messages, read.counts, strict=True) if n is None]
+        fresh = iter(self.counter.count_each(missing))
+        return [next(fresh) if n is None else n for n in read.counts]
+
+    def _restore_originals(self, replaced: list[tuple[Message, Message]]) -> None:
+        """Rewrite the originals a power loss cut short (see `LocalFolder.save_original`), from the full texts
+        the live log still holds."""
+        texts = saved_texts(replaced)
+        if not texts:
+            return
+        sizes = {f.name: f.size for f in self.store.originals()}
+        for name, data in texts.items():
+            if sizes.get(name) != len(data):
+                log.warning("%s was cut short or lost (a power loss?); rewritten from the live log", name)
+                self.store.save_original(name, data)
+
+    def _read_live(self, generation: int, now: datetime) -> livelog.Read:
         raw = self.store.read_live(generation)
         end = raw.rfind(b"\n") + 1
         if end < len(raw):
             # A line cut short by a crash: its `add` never returned, so it was never part of the context.
             self.store.cut_live(generation, end)
             raw = raw[:end]
-        messages: list[Message] = []
+        read = livelog.Read()
         lines = raw.split(b"\n")[:-1]
         torn: list[tuple[int, int]] = []  # (line number, bytes dropped)
         for lineno, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                _apply(messages, line)
+                livelog.apply(read, line)
             except (orjson.JSONDecodeError, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
                 # A failed append that could not be cut back leaves the start of a line, and the next
                 # append goes on after it: that `add` raised, the record glued to it was acknowledged.
-                at = _glued_record(line)
+                at = livelog.glued_record(line)
                 if at is None:
                     where = f"{self.store.where(live_name(generation))}:{lineno}"
                     raise WorkspaceError(f"{where}: damaged live message ({exc})", path=where) from exc
-                _apply(messages, line[at:])
+                livelog.apply(read, line[at:])
                 lines[lineno - 1] = line[at:]
                 torn.append((lineno, at))
         if torn:
             self._repair_live(generation, b"".join(line + b"\n" for line in lines), torn, now)
-        return messages
+        return read
 
     def _repair_live(self, generation: int, data: bytes, torn: list[tuple[int, int]], now: datetime) -> None:
         """Rewrite a live log without the torn pieces found in it, and note each in the records."""
@@ -547,28 +602,6 @@ class Session:
             log.warning("live log repair postponed to the next open: %s", exc)
 
 
-def _apply(messages: list[Message], line: bytes) -> None:
-    """Apply one live-log line: a message, a batch, or the offloaded form of a live message."""
-    d = orjson.loads(line)
-    if d.get("v") == _REPLACE_MARK:
-        messages[int(d["at"])] = message_from_dict(d["message"])
-    elif d.get("v") == _BATCH_MARK:
-        messages.extend(message_from_dict(m) for m in d["messages"])
-    else:
-        messages.append(message_from_dict(d))
-
-
-def _glued_record(line: bytes) -> int | None:
-    """Where a whole record starts in a line that begins with a torn one; None when none does."""
-    at = line.find(b"{", 1)
-    while at > 0:
-        with contextlib.suppress(orjson.JSONDecodeError):
-            if isinstance(orjson.loads(line[at:]), dict):
-                return at
-        at = line.find(b"{", at + 1)
-    return None
-
-
 def _batch_of(messages: object, taken: Container[str]) -> list[Message]:
     """What `Session.add` was given, as a list of messages; `MessageError` for anything else."""
     if isinstance(messages, Message):
@@ -577,18 +610,9 @@ def _batch_of(messages: object, taken: Container[str]) -> list[Message]:
     return [e.message for e in inputs.renumber(batch, taken)]
 
 
-def _line(batch: list[Message]) -> bytes:
-    """The live-log line of a batch; `orjson.JSONEncodeError` when a message holds what JSON cannot."""
-    return orjson.dumps(message_to_dict(batch[0])) + b"\n" if len(batch) == 1 else _batch_line(batch)
-
-
 def _archived_ids(store: Store, archive: Archive) -> frozenset[str]:
     """The ids of the archived messages, read back from the archive files as committed."""
     ids: set[str] = set()
     for name, info in archive.files.items():
         ids.update(ids_in(store.read_archive(name)[: info.bytes]))
     return frozenset(ids)
-
-
-def _batch_line(batch: list[Message]) -> bytes:
-    return orjson.dumps({"v": _BATCH_MARK, "messages": [message_to_dict(m) for m in batch]}) + b"\n"

@@ -10,7 +10,7 @@ docs/tokens.md.
 
 from __future__ import annotations
 
-from ctxkeep.tokens.counter import Anchor, CacheInfo, Counter, CountSettings, TokenCounter, get_counter
+from ctxkeep.tokens.counter import Anchor, CacheInfo, Counter, CountSettings, TokenCounter, count_key, get_counter
 from ctxkeep.tokens.encodings import (
     ENCODINGS,
     HuggingFaceTokenizer,
@@ -40,6 +40,7 @@ __all__ = [
     "TokenCounter",
     "ToktokTokenizer",
     "anthropic_image_tokens",
+    "count_key",
     "get_counter",
     "image_size",
     "image_tokens",

@@ -12,7 +12,7 @@ from operator import is_, itemgetter
 from typing import Any, Protocol, runtime_checkable
 
 from ctxkeep.messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
-from ctxkeep.tokens.encodings import Backend, TextTokenizer, load_tokenizer
+from ctxkeep.tokens.encodings import ENCODINGS, Backend, TextTokenizer, load_tokenizer
 from ctxkeep.tokens.images import Detail, Provider, image_tokens
 
 _PROVIDERS = ("openai", "anthropic")
@@ -378,6 +378,16 @@ def _message_name(msg: Message) -> str | None:
 
 def _strip_period(text: str) -> str:
     return text[:-1] if text.endswith(".") else text
+
+
+def count_key(counter: Counter) -> str | None:
+    """What names the counts `counter` gives, so that counts saved on disk are reused only by a counter giving
+    the same ones: a named encoding (whatever the backend) and the per-message rules. None, never reuse, for any
+    other counter: a tokenizer.json may be edited in place, a custom counter may change under the same name."""
+    if not isinstance(counter, TokenCounter) or counter.name not in ENCODINGS:
+        return None
+    s = counter.settings
+    return f"{counter.name}/{s.provider}/{s.image_detail}/{s.tokens_per_message}/{s.tokens_per_name}"
 
 
 def get_counter(

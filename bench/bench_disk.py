@@ -1,0 +1,201 @@
+"""A `Session` on a real folder: time per step as the history grows, and the time to reopen it.
+
+Run: .venv/bin/python bench/bench_disk.py [--sizes 400,1000,2000,50000] [--window 128000] [--reopen 50000]
+
+1. For each size, a synthetic agent session of that many messages (generated here, deterministic:
+   user asks, half of them in Chinese; assistant turns with one to three tool calls, parallel ones
+   included; results from a few hundred bytes to 80 KB, browser pages among them) is replayed into
+   a new workspace on disk (every commit fsynced), turn by turn: `add` of the turn's messages, then
+   `prepare`, the way an agent runs. Printed: median and p95 ms per step (add + prepare), by
+   history length, over steps without a compaction, and the fsyncs per step. With `--window 0` no
+   compaction ever happens (a window of 10^9 tokens): every message stays live, which shows
+   whether a step costs the new messages or the whole history.
+2. `--reopen N`: a workspace holding N live messages (no compaction) is closed and opened again,
+   three times; the best and the median time of `Session.open`.
+
+Target (issue 15): per step at 50,000 messages within 1.5x of the step at 1,000; reopen of 50,000
+live messages < 0.5 s; about one durable commit (fsync) per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
+from ctxkeep.session import Session
+from ctxkeep.settings import CompactSettings, EngineSettings
+from ctxkeep.tokens import get_counter
+
+COUNTER = get_counter("o200k_base")
+BUCKETS = (100, 400, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000)
+_ZH = "请检查这个模块的测试结果并修复失败的用例，然后总结一下你做了哪些修改以及为什么这样做。"
+_TOOLS = ("bash", "read_file", "grep", "browser_navigate")
+
+
+def _body(rng: random.Random, size: int, turn: int) -> str:
+    lines = []
+    n = 0
+    i = 0
+    while n < size:
+        line = f"{turn}:{i} src/pkg/module_{rng.randrange(50)}.py:{rng.randrange(900)} value={rng.random():.6f} ok"
+        lines.append(line)
+        n += len(line) + 1
+        i += 1
+    return "\n".join(lines)
+
+
+def _result_size(rng: random.Random) -> int:
+    r = rng.random()
+    if r < 0.65:
+        return rng.randrange(100, 2_000)
+    if r < 0.92:
+        return rng.randrange(3_000, 15_000)
+    return rng.randrange(20_000, 80_000)
+
+
+def session_turns(n: int, seed: int = 15) -> Iterator[list[Message]]:
+    """Turns of a synthetic agent session, `n` messages in all (the last turn may be cut short)."""
+    rng = random.Random(seed)
+    made = 0
+    turn = 0
+    while made < n:
+        ask = _ZH if turn % 2 else "Please check the module's tests, fix the failures and summarize your changes."
+        batch = [Message.of("user", f"[{turn}] {ask}", id=f"u{turn}")]
+        calls = [
+            ToolCall(id=f"c{turn}_{k}", name=rng.choice(_TOOLS), arguments=f'{{"path": "src/pkg/m{turn}_{k}.py"}}')
+            for k in range(rng.choice((1, 1, 1, 2, 3)))
+        ]
+        batch.append(
+            Message(role="assistant", content=(TextBlock(text=f"Checking step {turn}."), *calls), id=f"a{turn}")
+        )
+        for call in calls:
+            body = _body(rng, _result_size(rng), turn)
+            batch.append(Message(role="tool", content=(ToolResult(call_id=call.id, content=body),), id=f"r{call.id}"))
+        batch.append(Message.of("assistant", f"Step {turn} done: {rng.randrange(10**6)} checked.", id=f"d{turn}"))
+        turn += 1
+        yield batch[: n - made]
+        made += len(batch)
+
+
+class _Fsyncs:
+    """Counts os.fsync and os.fdatasync calls while active."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._saved = (os.fsync, getattr(os, "fdatasync", None))
+
+    def __enter__(self) -> _Fsyncs:
+        fsync, fdatasync = self._saved
+
+        def counted(fn):  # type: ignore[no-untyped-def]
+            def call(fd: int) -> None:
+                self.count += 1
+                fn(fd)
+
+            return call
+
+        os.fsync = counted(fsync)
+        if fdatasync is not None:
+            os.fdatasync = counted(fdatasync)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.fsync, fdatasync = self._saved
+        if fdatasync is not None:
+            os.fdatasync = fdatasync
+
+
+def _settings(window: int) -> EngineSettings:
+    if window:
+        return EngineSettings.for_window(window)
+    return EngineSettings(compact=CompactSettings(max_input_length=10**9))
+
+
+def run(n: int, window: int, folder: Path) -> tuple[list[tuple[int, float]], int, int, int]:
+    """Per-step (history length, seconds) for steps without compaction; steps, compactions, fsyncs."""
+    times: list[tuple[int, float]] = []
+    steps = compactions = 0
+    added = 0
+    with Session.open(folder, settings=_settings(window), counter=COUNTER) as session, _Fsyncs() as fs:
+        for batch in session_turns(n):
+            t = time.perf_counter()
+            session.add(batch)
+            step = session.prepare("You are a careful coding agent.")
+            elapsed = time.perf_counter() - t
+            added += len(batch)
+            steps += 1
+            if step.compaction is None:
+                times.append((added, elapsed))
+            else:
+                compactions += 1
+        return times, steps, compactions, fs.count
+
+
+def _bucket(n: int) -> int:
+    return next((b for b in BUCKETS if n <= b), BUCKETS[-1])
+
+
+def _p95(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(0.95 * len(xs)))]
+
+
+def steps(sizes: list[int], window: int, tmp: Path) -> None:
+    label = f"window {window:,}" if window else "no compaction"
+    print(f"ms per step (add + prepare) on disk, {label}, steps without compaction, by history length")
+    print(f"{'session':>8} {'history <=':>10} {'steps':>6} {'median':>8} {'p95':>8}")
+    for n in sizes:
+        times, total, compactions, fsyncs = run(n, window, tmp / f"s{n}")
+        by: dict[int, list[float]] = {}
+        for added, seconds in times:
+            by.setdefault(_bucket(added), []).append(seconds * 1000)
+        for b in sorted(by):
+            xs = by[b]
+            print(f"{n:>8,} {b:>10,} {len(xs):>6,} {statistics.median(xs):>8.3f} {_p95(xs):>8.3f}")
+        every = [s * 1000 for _, s in times]
+        print(
+            f"{n:>8,} {'all':>10} {len(every):>6,} {statistics.median(every):>8.3f} {_p95(every):>8.3f}"
+            f"   ({total:,} steps, {compactions} compactions, {fsyncs / total:.2f} fsyncs per step)"
+        )
+
+
+def reopen(n: int, tmp: Path) -> None:
+    folder = tmp / f"reopen{n}"
+    with Session.open(folder, settings=_settings(0), counter=COUNTER) as session:
+        for batch in session_turns(n):
+            session.add(batch)
+            session.prepare("You are a careful coding agent.")
+    size = sum(p.stat().st_size for p in (folder / "live").iterdir())
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        with Session.open(folder, settings=_settings(0), counter=COUNTER) as session:
+            held = len(session.messages)
+        times.append(time.perf_counter() - t)
+    print(
+        f"\nreopen of {held:,} live messages (live log {size / 1e6:.1f} MB): best {min(times):.3f} s,"
+        f" median {statistics.median(times):.3f} s"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="400,1000,2000,50000")
+    parser.add_argument("--window", type=int, default=0, help="the model's window; 0: no compaction (default)")
+    parser.add_argument("--reopen", type=int, default=50_000, help="live messages to reopen; 0 skips it")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
+        steps([int(s) for s in args.sizes.split(",")], args.window, Path(tmp))
+        if args.reopen:
+            reopen(args.reopen, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

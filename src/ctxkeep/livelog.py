@@ -1,0 +1,108 @@
+"""The live log (``live/<generation>.jsonl``): its lines, how they are written and read back.
+
+    {"v": "ctxkeep-live/1", "counter": KEY}                 first line: whose token counts the lines carry
+    {"v": "ctxkeep/1", "id": ..., ..., "n": 412}            one message `add`ed alone, with its token count
+    {"v": "ctxkeep-batch/1", "messages": [...], "counts": [...]}   a batch, added (or lost) as one line
+    {"v": "ctxkeep-replace/1", "at": 17, "message": {...}, "n": 96}  the offloaded form of live message 17
+
+The counts let a session reopen without recounting the history, when the counter that wrote them is
+the one reading (`ctxkeep.tokens.count_key`); lines without one, or under another counter's header,
+are counted again. A `snapshot` is the log rewritten as the messages are now (no replaced lines), what
+a session writes after a compaction and when it closes or opens a log holding replaced lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import orjson
+
+from .codec import message_from_dict, message_to_dict
+from .messages import Message
+
+LIVE_MARK = "ctxkeep-live/1"
+REPLACE_MARK = "ctxkeep-replace/1"
+BATCH_MARK = "ctxkeep-batch/1"
+
+
+def header(counter: str | None) -> bytes:
+    """The first line of a log whose counts `counter` (a `count_key`, or None: counts not to be reused) gave."""
+    return orjson.dumps({"v": LIVE_MARK, "counter": counter}) + b"\n"
+
+
+def batch_line(batch: Sequence[Message], counts: Sequence[int]) -> bytes:
+    """The line of one `add`; `orjson.JSONEncodeError` when a message holds what JSON cannot."""
+    if len(batch) == 1:
+        return orjson.dumps({**message_to_dict(batch[0]), "n": counts[0]}) + b"\n"
+    d = {"v": BATCH_MARK, "messages": [message_to_dict(m) for m in batch], "counts": list(counts)}
+    return orjson.dumps(d) + b"\n"
+
+
+def replace_line(at: int, message: Message, count: int) -> bytes:
+    """The line that gives live message `at` its offloaded form."""
+    return orjson.dumps({"v": REPLACE_MARK, "at": at, "message": message_to_dict(message), "n": count}) + b"\n"
+
+
+def snapshot(messages: Sequence[Message], counts: Sequence[int], counter: str | None) -> bytes:
+    """A whole log holding `messages` as they are, with their counts."""
+    parts = [header(counter)]
+    parts += [orjson.dumps({**message_to_dict(m), "n": n}) + b"\n" for m, n in zip(messages, counts, strict=True)]
+    return b"".join(parts)
+
+
+@dataclass(slots=True)
+class Read:
+    """A log read so far: the messages, their saved counts (None where a line had none), what was replaced."""
+
+    messages: list[Message] = field(default_factory=list)
+    counts: list[int | None] = field(default_factory=list)
+    # Each offloaded form applied, with the form it replaced (which may hold the full text).
+    replaced: list[tuple[Message, Message]] = field(default_factory=list)
+    counter: str | None = None  # the header's counter key
+    header: bool = False
+
+
+def apply(read: Read, line: bytes) -> None:
+    """Apply one line to `read`; on a malformed line raise (orjson, Value, Type, Key, Index or Attribute
+    error) and leave `read` as it was."""
+    d = orjson.loads(line)
+    mark = d.get("v")
+    if mark == REPLACE_MARK:
+        at = int(d["at"])
+        if at < 0:
+            raise IndexError(f"position {at}")
+        before = read.messages[at]
+        after = message_from_dict(d["message"])
+        read.messages[at] = after
+        read.counts[at] = _count(d.get("n"))
+        read.replaced.append((before, after))
+    elif mark == BATCH_MARK:
+        batch = [message_from_dict(m) for m in d["messages"]]
+        counts = d.get("counts")
+        ok = isinstance(counts, list) and len(counts) == len(batch)
+        read.messages += batch
+        read.counts += [_count(n) for n in counts] if ok else [None] * len(batch)
+    elif mark == LIVE_MARK:
+        counter = d.get("counter")
+        read.counter = counter if isinstance(counter, str) else None
+        read.header = True
+    else:
+        read.messages.append(message_from_dict(d))
+        read.counts.append(_count(d.get("n")))
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def glued_record(line: bytes) -> int | None:
+    """Where a whole record starts in a line that begins with a torn one; None when none does."""
+    at = line.find(b"{", 1)
+    while at > 0:
+        with contextlib.suppress(orjson.JSONDecodeError):
+            if isinstance(orjson.loads(line[at:]), dict):
+                return at
+        at = line.find(b"{", at + 1)
+    return None
