@@ -1,0 +1,148 @@
+"""AgentScope 2.x: ctxkeep as an agent middleware, in one line.
+
+    agent = Agent(..., middlewares=[ContextMiddleware("workspace", window=16_000)])
+
+Before every model call (`on_model_call`) the middleware converts the agent's whole context (its
+``Msg`` list, which it hands over in full every time) to ctxkeep messages, `AsyncSession.sync`\\ s it,
+runs `AsyncSession.prepare` with the system prompt and the call's tool schemas, and passes the model
+the compacted context as ``Msg``\\ s. The agent keeps its full history; ctxkeep holds the workspace
+(live context, summary, archive, offloaded results). AgentScope's own compression (`on_compress_context`)
+is left out, since it would replace the history with its own summary; an explicit request for it
+(the agent's ``CompressContext`` tool, or a call with instructions) runs ctxkeep's manual compaction.
+
+The 1.x ``pre_reasoning`` hook is in `ctxkeep.adapters.agentscope_v1` (1.x cannot be imported beside 2.x).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentscope.message import Msg
+from agentscope.middleware import MiddlewareBase
+
+from ctxkeep.async_session import AsyncSession
+from ctxkeep.context import SYSTEM_ID, Context
+from ctxkeep.formats.agentscope2 import msg_pieces, to_agentscope2
+from ctxkeep.messages import Message
+from ctxkeep.session import Session
+
+__all__ = ["ContextMiddleware", "context_msgs", "history_messages"]
+
+
+class ContextMiddleware(MiddlewareBase):
+    """Runs ctxkeep before every model call of an AgentScope 2.x agent; give it to ``Agent(middlewares=[...])``.
+
+    `workspace` is a folder (opened on the first call, with `settings` passed to `Session.open`, e.g.
+    ``window=16_000``) or a `Session`/`AsyncSession` already open. Close it with `close` (or ``async with``)
+    when the agent is done, to release the workspace's lock.
+    """
+
+    def __init__(self, workspace: str | Path | Session | AsyncSession, **settings: Any) -> None:
+        if isinstance(workspace, Session | AsyncSession) and settings:
+            raise TypeError(f"settings {sorted(settings)} apply when opening a workspace, not to an open session")
+        self._workspace = workspace
+        self._settings = settings
+        self._session: AsyncSession | None = None
+        self._pieces = PieceCache()
+
+    async def session(self) -> AsyncSession:
+        """The session, opened on first use."""
+        if self._session is None:
+            workspace = self._workspace
+            if isinstance(workspace, AsyncSession):
+                self._session = workspace
+            elif isinstance(workspace, Session):
+                self._session = AsyncSession(workspace)
+            else:
+                self._session = await AsyncSession.open(workspace, **self._settings)
+        return self._session
+
+    async def close(self) -> None:
+        """Release the workspace (when this middleware opened it)."""
+        if self._session is not None and not isinstance(self._workspace, Session | AsyncSession):
+            await self._session.close()
+        self._session = None
+
+    async def __aenter__(self) -> ContextMiddleware:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def on_model_call(
+        self,
+        agent: Any,
+        input_kwargs: dict[str, Any],
+        next_handler: Callable[..., Awaitable[Any]],
+    ) -> Any:
+        """Send the model ctxkeep's context instead of the whole history: sync, prepare, convert back."""
+        head, history = split_head(input_kwargs["messages"], agent)
+        session = await self.session()
+        await session.sync(self._pieces.messages(history))
+        system = "\n\n".join(m.get_text_content() or "" for m in head) or None
+        step = await session.prepare(system, tools=input_kwargs.get("tools") or None)
+        return await next_handler(messages=[*head, *context_msgs(step.context)])
+
+    async def on_compress_context(
+        self,
+        agent: Any,
+        input_kwargs: dict[str, Any],
+        next_handler: Callable[..., Awaitable[None]],
+    ) -> None:
+        """Keep AgentScope from replacing its history; an explicit request compacts the workspace now."""
+        instructions = input_kwargs.get("instructions")
+        if input_kwargs.get("context_config") is None and instructions is None:
+            return  # the automatic check before each reasoning: ctxkeep's own runs in `on_model_call`
+        session = await self.session()
+        await session.sync(self._pieces.messages(agent.state.context))
+        focus = getattr(instructions, "hint", None)
+        await session.compact(focus if isinstance(focus, str) else None)
+
+
+def split_head(messages: Sequence[Msg], agent: Any) -> tuple[list[Msg], list[Msg]]:
+    """The system prompt (and a summary AgentScope wrote itself, before ctxkeep) apart from the history.
+
+    AgentScope builds both anew for every call, with new ids, so they are sent as they are and only
+    counted, never synced.
+    """
+    head = list(messages[:1]) if messages and messages[0].role == "system" else []
+    rest = list(messages[len(head) :])
+    if getattr(agent.state, "summary", None) and rest and rest[0].role == "user":
+        head.append(rest.pop(0))
+    return head, rest
+
+
+def history_messages(history: Sequence[Msg]) -> list[Message]:
+    """The ctxkeep messages of an AgentScope 2.x history (see `ctxkeep.formats.agentscope2`)."""
+    return [m for msg in history for m in msg_pieces(msg.model_dump(mode="json"))]
+
+
+def context_msgs(context: Context) -> list[Msg]:
+    """ctxkeep's context (summary and recent messages, not the system prompt) as AgentScope 2.x ``Msg``\\ s."""
+    messages = [m for m in context.as_messages() if m.id != SYSTEM_ID]
+    return [Msg.model_validate(d) for d in to_agentscope2(messages)]
+
+
+class PieceCache:
+    """Each Msg's pieces, converted once: a Msg only grows (blocks are appended), so it is converted
+    again only when its block count changed, and the history's conversion costs the new blocks."""
+
+    def __init__(self) -> None:
+        self._pieces: dict[str, tuple[int, list[Message]]] = {}
+
+    def messages(self, history: Sequence[Msg]) -> list[Message]:
+        """The ctxkeep messages of `history`, oldest first."""
+        out: list[Message] = []
+        seen: set[str] = set()
+        for msg in history:
+            seen.add(msg.id)
+            cached = self._pieces.get(msg.id)
+            if cached is None or cached[0] != len(msg.content):
+                cached = (len(msg.content), msg_pieces(msg.model_dump(mode="json")))
+                self._pieces[msg.id] = cached
+            out.extend(cached[1])
+        for gone in self._pieces.keys() - seen:
+            del self._pieces[gone]
+        return out
