@@ -28,6 +28,7 @@ from .context import Context, summary_tokens_of, system_tokens_of
 from .context import of as context_of
 from .errors import SummaryError
 from .live import Live, age_all, check_pins, offload_recent, rebuild
+from .memory.rules import after_compaction
 from .messages import Message
 from .offload import cleanup
 from .records import Usage, usage_of
@@ -196,6 +197,9 @@ def prepare(
             step = _not_applied(live, replace(summary, at=now, tokens=decision.tokens, usage=usage), counter)
         else:
             step = apply(live, decision, summary, setup=setup, started=started, usage=usage)
+            # The first context after a compaction carries the workspace's AGENTS.md rules again, once.
+            rules = after_compaction(step.context, setup.store, settings.memory, now.date(), counter)
+            step = replace(step, context=rules)
     return _warn_over_window(step, settings.compact.max_input_length)
 
 

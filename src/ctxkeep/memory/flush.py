@@ -1,0 +1,224 @@
+"""The memory flush: before a compaction, what matters in the messages about to go is written to the day's log.
+
+`before_pass` is called once per pre-reasoning pass (from `Session._run`). When the context has reached a
+soft line below the compaction threshold (`MemorySettings.flush_margin` of it) and this compaction cycle
+(the session's generation) has not been flushed, it takes the messages a compaction would cut now and
+writes their preferences and try-error lessons to ``memory/YYYY-MM-DD.md``: with the session's compaction
+model when it has one (a few tool-using steps: search memory to avoid repeats, write, done), else by rule
+(`ctxkeep.memory.extract`). The cycle is recorded in ``memory/flush.json`` before anything else, so a
+flush never runs twice for one cycle, even after a crash or a failed compaction; it changes no message,
+so it can never make a compaction loop. Nothing found, nothing written.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ctxkeep.errors import CtxkeepError
+from ctxkeep.messages import Message
+from ctxkeep.providers import Completion, Model, Turn
+from ctxkeep.split import split
+from ctxkeep.store import FileStore, Folder
+
+from .extract import Note, extract
+from .files import MEMORY_DIR, append_entries
+
+if TYPE_CHECKING:
+    from ctxkeep.engine import Setup
+    from ctxkeep.live import Live
+
+log = logging.getLogger("ctxkeep")
+
+STATE_FILE = f"{MEMORY_DIR}/flush.json"
+KINDS = ("preference", "lesson", "fact")
+# Of the messages about to be compacted, what the model reads: the newest part when they are many.
+PROMPT_CHARS = 24_000
+REPLY_TOKENS = 1_024
+
+_SYSTEM = (
+    "You keep an agent's long-term memory. The conversation below is about to be removed from the agent's"
+    " context. Save what the agent must still know in later sessions: the user's preferences and habits"
+    " (stated or shown), and lessons from trial and error (what failed, why, and what fixed it). Facts about"
+    " the task itself are kept elsewhere; do not save them unless they will matter in another session."
+    " Each entry is one self-contained sentence with exact names, commands and paths.\n"
+    'Answer with one JSON object per turn: {"action": "search", "query": ...} to look in memory for what'
+    ' is already saved; {"action": "write", "entries": [{"kind": "preference"|"lesson"|"fact",'
+    ' "text": ...}]} to save; {"action": "done"} when nothing (more) is worth saving.'
+)
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "action": {"type": "string", "enum": ["search", "write", "done"]},
+        "query": {"type": "string"},
+        "entries": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"kind": {"type": "string", "enum": list(KINDS)}, "text": {"type": "string"}},
+                "required": ["kind", "text"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "required": ["action", "query", "entries"],
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FlushRun:
+    """What one flush did: the entries written, how (model or rule), the model calls, and its time."""
+
+    cycle: int  # the session generation it ran for (-1: called directly)
+    notes: tuple[Note, ...]
+    written_to: str | None
+    by: str  # "model" or "rule"
+    calls: int = 0
+    seconds: float = 0.0
+    errors: tuple[str, ...] = field(default=())
+
+
+def flushed_cycle(folder: Folder) -> int | None:
+    """The compaction cycle the last flush ran for, or None."""
+    raw = folder.read(STATE_FILE)
+    if raw is None:
+        return None
+    try:
+        value = orjson.loads(raw).get("cycle")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return value if isinstance(value, int) else None
+
+
+def before_pass(setup: Setup, live: Live, *, cycle: int, now: datetime, force: bool = False) -> FlushRun | None:
+    """Flush memory if this pass nears (or passes, or `force`s) a compaction and this `cycle` was not flushed.
+
+    Never raises for a failure of its own (a full disk, a failing model): it logs it, and the pass goes on.
+    """
+    settings = setup.settings.memory
+    store = setup.store
+    if not settings.flush or not isinstance(store, FileStore):
+        return None
+    threshold = setup.settings.compact.compact_threshold
+    if not force and live.tokens < threshold * (1 - settings.flush_margin):
+        return None
+    folder: Any = store
+    try:
+        if flushed_cycle(folder) == cycle:
+            return None
+        cut = split(live.messages, live.counts, reserve=setup.settings.compact.reserve, pinned=live.pinned)
+        if not cut.to_compact:
+            return None
+        # Recorded first: whatever happens next, this cycle is not flushed again.
+        folder.write(STATE_FILE, orjson.dumps({"cycle": cycle, "at": now.isoformat()}))
+        model = getattr(setup.summarizer, "model", None)
+        chosen = model if isinstance(model, Model) else None
+        run = flush(folder, cut.to_compact, now=now, model=chosen, steps=settings.flush_steps)
+        run = replace(run, cycle=cycle)
+    except CtxkeepError as exc:
+        log.warning("memory flush skipped: %s", exc)
+        return None
+    log.info("memory flush: %d entries by %s in %.2f s", len(run.notes), run.by, run.seconds)
+    return run
+
+
+def flush(
+    folder: Folder, messages: Sequence[Message], *, now: datetime, model: Model | None = None, steps: int = 3
+) -> FlushRun:
+    """Write the preferences and lessons of `messages` to the day's log of `now`; by `model` when given.
+
+    A model that fails or answers nonsense falls back to the rule, so a flush always keeps what the rule finds.
+    """
+    started = time.perf_counter()
+    errors: list[str] = []
+    calls = 0
+    notes: list[Note] = []
+    by = "rule"
+    if model is not None:
+        try:
+            notes, calls = _model_notes(model, messages, steps=steps, search=lambda q: _search(folder, q))
+            by = "model"
+        except (CtxkeepError, ValueError) as exc:
+            errors.append(f"the model flush failed ({exc}); the rule's notes are kept instead")
+            log.warning("%s", errors[-1])
+            notes = []
+    if by == "rule":
+        notes = extract(messages)
+    written = None
+    if notes:
+        for kind in KINDS:
+            texts = [n.text for n in notes if n.kind == kind]
+            if texts:
+                written = append_entries(folder, texts, at=now, tag=kind)
+    return FlushRun(
+        cycle=-1,
+        notes=tuple(notes),
+        written_to=written,
+        by=by,
+        calls=calls,
+        seconds=time.perf_counter() - started,
+        errors=tuple(errors),
+    )
+
+
+def _search(folder: Folder, query: str) -> str:
+    """What memory already holds about `query` (full text only: the flush must stay cheap)."""
+    from .index import MemoryIndex
+    from .search import search
+
+    with MemoryIndex(folder) as index:
+        index.update()
+        hits = search(index, query, k=5, source="memory")
+    return "\n".join(f"- {h.text[:300]}" for h in hits) or "(nothing saved about this)"
+
+
+def _model_notes(
+    model: Model, messages: Sequence[Message], *, steps: int, search: Callable[[str], str]
+) -> tuple[list[Note], int]:
+    """The notes the model writes in at most `steps` calls, and the calls made. Raises on a reply that is no action."""
+    from ctxkeep.summarize.model.prompts import render_conversation
+
+    conversation = render_conversation(messages)
+    if len(conversation) > PROMPT_CHARS:
+        conversation = "[… earlier part left out …]\n" + conversation[-PROMPT_CHARS:]
+    turns = [Turn(role="user", text=f"<conversation>\n{conversation}\n</conversation>\n\nWhat should be saved?")]
+    notes: list[Note] = []
+    for call in range(1, steps + 1):
+        reply = model.complete(Completion(system=_SYSTEM, turns=tuple(turns), max_tokens=REPLY_TOKENS, schema=SCHEMA))
+        action = _action(reply.text)
+        turns.append(Turn(role="assistant", text=reply.text))
+        if action["action"] == "done":
+            return notes, call
+        if action["action"] == "search":
+            observation = search(str(action.get("query") or ""))
+        else:
+            written = [Note(e["kind"], " ".join(e["text"].split())) for e in action.get("entries") or ()]
+            notes.extend(n for n in written if n.text)
+            observation = f"saved {len(written)} entries"
+        turns.append(Turn(role="user", text=observation + "\nNext action?"))
+    return notes, steps
+
+
+def _action(text: str) -> dict[str, Any]:
+    """The action of a reply, checked; `ValueError` when the reply is none."""
+    start, end = text.find("{"), text.rfind("}")
+    try:
+        value = orjson.loads(text[start : end + 1]) if start >= 0 else None
+    except orjson.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict) or value.get("action") not in ("search", "write", "done"):
+        raise ValueError(f"the reply is not an action: {text[:200]!r}")
+    entries = value.get("entries") or []
+    if value["action"] == "write" and (
+        not isinstance(entries, list)
+        or not all(isinstance(e, dict) and e.get("kind") in KINDS and isinstance(e.get("text"), str) for e in entries)
+    ):
+        raise ValueError(f"the entries of a write are not [{{kind, text}}]: {text[:200]!r}")
+    return value

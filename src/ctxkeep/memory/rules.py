@@ -1,0 +1,58 @@
+"""Rules after compaction: the first context after a compaction carries the workspace's standing rules again.
+
+The sections of the workspace's ``AGENTS.md`` named in `MemorySettings.rules_sections` (``Session Startup``
+and ``Red Lines`` by default) are re-read from disk at every compaction, ``YYYY-MM-DD`` replaced by the
+day, cut to `rules_max_chars`, and added to the summary message of that one context, so the agent does
+not lose its red lines with the messages that stated them. Later contexts do not repeat them (the prefix
+stays the same between compactions, for the prompt cache). Standing instructions found in the messages
+themselves are the summarizer's; these come from the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import date
+from typing import Any
+
+from ctxkeep.context import Context, summary_tokens_of
+from ctxkeep.settings import MemorySettings
+from ctxkeep.store import FileStore, Store
+from ctxkeep.summarize.model.augment import agents_rules
+from ctxkeep.tokens import Counter
+
+AGENTS_FILE = "AGENTS.md"
+RULES_TAG = "workspace-rules"
+_CUT = "\n[… the rest is in AGENTS.md]"
+
+
+def rules_text(agents_md: str, settings: MemorySettings, day: date) -> str | None:
+    """The rule sections of `agents_md` as they are put back, or None when it has none of them."""
+    found = agents_rules(agents_md, settings.rules_sections)
+    if not found or settings.rules_max_chars == 0:
+        return None
+    body = "\n\n".join(f"## {name}\n{text}" for name, text in found.items()).replace("YYYY-MM-DD", day.isoformat())
+    if len(body) > settings.rules_max_chars:
+        room = settings.rules_max_chars - len(_CUT)
+        cut = body.rfind("\n", 0, room)
+        body = body[: cut if cut > room // 2 else max(0, room)] + _CUT
+    return f"<{RULES_TAG} source={AGENTS_FILE}>\n{body}\n</{RULES_TAG}>"
+
+
+def read_agents_md(store: Store) -> str | None:
+    """The workspace's AGENTS.md, read now; None when it has none (or the store keeps no such files)."""
+    if not isinstance(store, FileStore):
+        return None
+    reader: Any = store
+    raw = reader.read(AGENTS_FILE)
+    return None if raw is None else raw.decode("utf-8", errors="replace")
+
+
+def after_compaction(context: Context, store: Store, settings: MemorySettings, day: date, counter: Counter) -> Context:
+    """`context` (the first after a compaction) with the AGENTS.md rules added to its summary message."""
+    agents_md = read_agents_md(store)
+    rules = None if agents_md is None else rules_text(agents_md, settings, day)
+    if rules is None or context.summary is None:
+        return context
+    summary = f"{context.summary}\n\n{rules}"
+    tokens = context.tokens - summary_tokens_of(context.summary, counter) + summary_tokens_of(summary, counter)
+    return replace(context, summary=summary, tokens=tokens)

@@ -1,0 +1,218 @@
+"""The agent's memory tools as plain data: a name, a Python callable and JSON schemas for OpenAI and Anthropic.
+
+    memory_write    append to the day's log, or to a section of MEMORY.md
+    memory_read     read lines of MEMORY.md, a day log or an archive file (dialog/*.jsonl)
+    memory_search   search MEMORY.md and the day logs (full text and vectors)
+    dialog_search   search the archived dialog: what compaction moved out of the context
+
+`memory_tools(workspace)` gives the four; an adapter registers each with its framework from `name`,
+`description`, `parameters` and `function` (or `openai()` / `anthropic()`), and calls `invoke` with the
+model's arguments, which answers a bad call with an error text the model can act on instead of raising.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ctxkeep.folder import LocalFolder
+from ctxkeep.store import Folder
+
+from .embed import Embedder, default_embedder
+from .files import MEMORY_FILE, append_daily, append_to_section, read_lines
+from .index import MemoryIndex
+from .search import Hit, search
+
+# Of each hit, what a tool shows the model: enough to judge it; the file and lines say where the rest is.
+HIT_CHARS = 700
+MAX_K = 20
+MAX_READ_LINES = 500
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryTool:
+    """One tool: its `name`, what it does (`description`), its arguments' JSON schema and the callable."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    function: Callable[..., str]
+
+    def openai(self) -> dict[str, Any]:
+        """The tool for OpenAI function calling (``tools=[...]`` of chat completions)."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": dict(self.parameters)},
+        }
+
+    def anthropic(self) -> dict[str, Any]:
+        """The tool for Anthropic tool use (``tools=[...]`` of the Messages API)."""
+        return {"name": self.name, "description": self.description, "input_schema": dict(self.parameters)}
+
+    def invoke(self, arguments: str | Mapping[str, Any]) -> str:
+        """Run the tool with the model's arguments (JSON text or a dict); a bad call gives an error text."""
+        try:
+            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+            if not isinstance(args, dict):
+                raise ValueError("the arguments must be a JSON object")
+            allowed = set(self.parameters["properties"])
+            unknown = sorted(set(args) - allowed)
+            if unknown:
+                raise ValueError(f"unknown argument {unknown[0]!r}; {self.name} takes {', '.join(sorted(allowed))}")
+            return self.function(**args)
+        except (ValueError, TypeError, FileNotFoundError) as exc:
+            return f"error: {exc}"
+
+
+class _Memory:
+    """What the tools share: the workspace, the clock and one embedder, loaded on the first search."""
+
+    def __init__(self, folder: Folder, embedder: Embedder | str | None, now: Callable[[], datetime]) -> None:
+        self.folder = folder
+        self.now = now
+        self._embedder = embedder
+        self._lock = threading.Lock()
+
+    def embedder(self) -> Embedder | None:
+        with self._lock:
+            if self._embedder == "default":
+                self._embedder = default_embedder()
+            assert not isinstance(self._embedder, str)
+            return self._embedder
+
+    def write(self, text: str, target: str = "daily", section: str | None = None) -> str:
+        _text(text, "text")
+        if target == "daily":
+            if section is not None:
+                raise ValueError("section is for target 'memory' (MEMORY.md); the day's log has none")
+            name = append_daily(self.folder, text, at=self.now())
+        elif target == "memory":
+            name = append_to_section(self.folder, text, section=section or "Notes")
+        else:
+            raise ValueError(f"target is 'daily' (today's log) or 'memory' (MEMORY.md); got {target!r}")
+        return f"saved to {name}"
+
+    def read(self, path: str = MEMORY_FILE, start_line: int = 1, lines: int = 200) -> str:
+        _whole(start_line, "start_line")
+        _whole(lines, "lines")
+        try:
+            text, total = read_lines(self.folder, path, start=start_line, count=min(lines, MAX_READ_LINES))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path} does not exist yet") from None
+        if not text:
+            return f"{path} has {total} lines; nothing from line {start_line}"
+        last = min(total, start_line + min(lines, MAX_READ_LINES) - 1)
+        return f"{path}, lines {start_line}-{last} of {total}:\n{text}"
+
+    def search(self, query: str, k: int = 5, *, source: str) -> str:
+        _text(query, "query")
+        _whole(k, "k")
+        with MemoryIndex(self.folder, embedder=self.embedder()) as index:
+            index.update()
+            hits = search(index, query, k=min(k, MAX_K), source=source)
+        if not hits:
+            return "no results"
+        return "\n\n".join(_show(hit) for hit in hits)
+
+
+def _show(hit: Hit) -> str:
+    lines = str(hit.start_line) if hit.start_line == hit.end_line else f"{hit.start_line}-{hit.end_line}"
+    where = f"{hit.path} line{'s' if '-' in lines else ''} {lines}"
+    text = hit.text if len(hit.text) <= HIT_CHARS else hit.text[:HIT_CHARS] + " …"
+    return f"[{where}, score {hit.score:.4f}] (memory_read path={hit.path} start_line={hit.start_line})\n{text}"
+
+
+def _text(value: object, name: str) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{name} must be some text; got {value!r}")
+
+
+def _whole(value: object, name: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a whole number, 1 or more; got {value!r}")
+
+
+def memory_tools(
+    workspace: str | os.PathLike[str] | Folder,
+    *,
+    embedder: Embedder | str | None = "default",
+    now: Callable[[], datetime] | None = None,
+) -> list[MemoryTool]:
+    """The memory tools of `workspace` (a folder path or a `Folder`). `embedder` "default" loads MiniLM when
+    installed; None searches full text only. `now` (default: local time) dates the day's log."""
+    folder = LocalFolder(workspace) if isinstance(workspace, str | Path | os.PathLike) else workspace
+    memory = _Memory(folder, embedder, now or (lambda: datetime.now().astimezone()))
+    k_schema = {"type": "integer", "minimum": 1, "maximum": MAX_K, "description": "how many results (default 5)"}
+    return [
+        MemoryTool(
+            name="memory_write",
+            description=(
+                "Save something worth remembering across sessions: a user's preference or habit, a decision, a"
+                " lesson (what failed and what fixed it). target 'daily' (default) appends to today's log;"
+                " 'memory' adds it to a section of MEMORY.md, the long-term memory."
+            ),
+            parameters={
+                "type": "object",
+                "properties": {
+                    "text": {"type": "string", "description": "what to remember, self-contained"},
+                    "target": {"type": "string", "enum": ["daily", "memory"], "description": "default 'daily'"},
+                    "section": {"type": "string", "description": "the MEMORY.md section (target 'memory')"},
+                },
+                "required": ["text"],
+                "additionalProperties": False,
+            },
+            function=memory.write,
+        ),
+        MemoryTool(
+            name="memory_read",
+            description=(
+                "Read lines of MEMORY.md, a day log (memory/YYYY-MM-DD.md) or an archived dialog file"
+                " (dialog/YYYY-MM-DD.jsonl, one message per line), numbered."
+            ),
+            parameters={
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "default MEMORY.md"},
+                    "start_line": {"type": "integer", "minimum": 1, "description": "first line, 1-based"},
+                    "lines": {"type": "integer", "minimum": 1, "maximum": MAX_READ_LINES, "description": "how many"},
+                },
+                "required": [],
+                "additionalProperties": False,
+            },
+            function=memory.read,
+        ),
+        MemoryTool(
+            name="memory_search",
+            description=(
+                "Search long-term memory (MEMORY.md and the day logs) by meaning and by words, in any language."
+                " Results name the file and lines; read more with memory_read."
+            ),
+            parameters={
+                "type": "object",
+                "properties": {"query": {"type": "string"}, "k": k_schema},
+                "required": ["query"],
+                "additionalProperties": False,
+            },
+            function=lambda query, k=5: memory.search(query, k, source="memory"),
+        ),
+        MemoryTool(
+            name="dialog_search",
+            description=(
+                "Search the earlier conversation that was compacted out of the context (dialog/*.jsonl):"
+                " exact commands, paths, errors, what was said. Each result names the file and line to read."
+            ),
+            parameters={
+                "type": "object",
+                "properties": {"query": {"type": "string"}, "k": k_schema},
+                "required": ["query"],
+                "additionalProperties": False,
+            },
+            function=lambda query, k=5: memory.search(query, k, source="dialog"),
+        ),
+    ]

@@ -1,0 +1,171 @@
+"""The memory index and search: chunks with line ranges, Chinese and English words, incremental updates,
+vectors from the bundled MiniLM, hybrid ranking, the archive, and full text alone with no embedder."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import stat
+from collections.abc import Sequence
+from datetime import UTC, date, datetime
+
+import pytest
+
+from ctxkeep.archive import Archive
+from ctxkeep.archive import append as archive_append
+from ctxkeep.errors import StorageError
+from ctxkeep.folder import LocalFolder, MemoryFolder
+from ctxkeep.memory.chunks import markdown_chunks
+from ctxkeep.memory.embed import MiniLMEmbedder, default_embedder
+from ctxkeep.memory.files import append_daily, append_to_section
+from ctxkeep.memory.index import INDEX_FILE, MemoryIndex
+from ctxkeep.memory.search import search
+from ctxkeep.memory.terms import index_terms, match_query
+from ctxkeep.messages import Message, ToolCall, ToolResult
+from ctxkeep.tokens import get_counter
+
+NOW = datetime(2026, 3, 14, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def minilm() -> MiniLMEmbedder:
+    embedder = default_embedder()
+    assert isinstance(embedder, MiniLMEmbedder), "the memory extra (scripts/test installs it) brings MiniLM"
+    return embedder
+
+
+def test_chinese_is_cut_into_pairs_and_english_kept_as_words() -> None:
+    assert index_terms("用户喜欢深色 theme, Port 8080") == "用户 户喜 喜欢 欢深 深色 theme port 8080"
+    assert match_query('深色 "x" OR') == '"深色" OR "x" OR "or"'
+    assert match_query("猫") == '"猫"*'
+    assert match_query("  ...  ") is None
+
+
+def test_chunks_stay_under_the_size_overlap_and_cover_every_line() -> None:
+    counter = get_counter("o200k_base")
+    text = "\n".join(f"line {i}: " + "word " * 30 for i in range(60))
+    chunks = markdown_chunks("MEMORY.md", text, counter.count_texts, size=200, overlap=40)
+    assert len(chunks) > 3
+    for chunk in chunks:
+        assert counter.count_text(chunk.text + "\n") <= 200 + 2 * len(chunk.text.splitlines())
+        assert chunk.text == "\n".join(text.splitlines()[chunk.start_line - 1 : chunk.end_line])
+    for a, b in itertools.pairwise(chunks):
+        assert a.start_line < b.start_line <= a.end_line  # overlapping, moving forward
+    assert chunks[0].start_line == 1 and chunks[-1].end_line == 60
+
+
+def _memory(folder: MemoryFolder | LocalFolder) -> None:
+    append_daily(folder, "The user prefers dark mode in every editor", at=NOW, tag="preference")
+    append_daily(folder, "pytest failed with ModuleNotFoundError; `pip install -e .` fixed it", at=NOW, tag="lesson")
+    append_to_section(folder, "用户喜欢深色主题，不喜欢亮色", section="Preferences")
+    append_to_section(folder, "部署到生产环境之前必须先跑完整的测试", section="Rules")
+
+
+def test_full_text_alone_answers_english_and_chinese_with_file_and_lines() -> None:
+    folder = MemoryFolder()
+    _memory(folder)
+    with MemoryIndex(folder, embedder=None) as index:
+        assert not index.vectors
+        index.update()
+        hits = search(index, "ModuleNotFoundError", k=3)
+        assert [(h.path, h.start_line, h.end_line) for h in hits] == [("memory/2026-03-14.md", 1, 4)]
+        assert "pip install -e ." in hits[0].text
+        assert search(index, "深色", k=3)[0].path == "MEMORY.md"
+        assert search(index, "生产环境", k=3)[0].path == "MEMORY.md"
+        assert search(index, "quantum chromodynamics", k=3) == []
+
+
+def test_the_index_follows_changes_and_removals_and_rebuilds(tmp_path: os.PathLike[str]) -> None:
+    folder = LocalFolder(tmp_path)
+    _memory(folder)
+    with MemoryIndex(folder) as index:
+        first = index.update()
+        assert (first.files, first.removed) == (2, 0)
+        assert index.update().files == 0  # nothing changed: nothing read
+        append_daily(folder, "The deploy key lives in vault path secret/deploy", at=NOW)
+        again = index.update()
+        assert again.files == 1
+        assert search(index, "vault", k=1)[0].path == "memory/2026-03-14.md"
+        folder.remove("memory/2026-03-14.md")
+        assert index.update().removed == 1
+        assert search(index, "vault", k=1) == []
+        assert index.rebuild().files == 1
+        assert index.stats()["files"] == 1
+    mode = stat.S_IMODE(os.stat(os.path.join(os.fspath(tmp_path), INDEX_FILE)).st_mode)
+    assert mode == 0o600
+
+
+def test_a_link_where_the_index_belongs_is_refused(tmp_path: os.PathLike[str]) -> None:
+    root = os.fspath(tmp_path)
+    os.makedirs(os.path.join(root, "index"), mode=0o700)
+    target = os.path.join(root, "..", "elsewhere.sqlite")
+    os.symlink(target, os.path.join(root, INDEX_FILE))
+    with pytest.raises(StorageError, match="link"):
+        MemoryIndex(LocalFolder(root))
+    assert not os.path.exists(target)
+
+
+def test_vectors_answer_a_query_that_shares_no_word_and_hybrid_keeps_both(minilm: MiniLMEmbedder) -> None:
+    folder = MemoryFolder()
+    _memory(folder)
+    for i, topic in enumerate(
+        [
+            "invoices are due on the first Monday",
+            "shipping labels print on the Zebra printer",
+            "the staging database is restored nightly",
+            "lunch orders go in the team sheet",
+        ]
+    ):
+        append_daily(folder, topic, at=NOW.replace(day=i + 1))
+    with MemoryIndex(folder, embedder=minilm) as index:
+        assert index.vectors
+        index.update()
+        assert index.stats()["vectors"] == index.stats()["chunks"]
+        query = "what repairs an absent python package when testing"
+        assert search(index, query, k=1, mode="fts") == []  # no word in common
+        assert search(index, query, k=1, mode="vector")[0].path == "memory/2026-03-14.md"
+        hybrid = search(index, query, k=2)
+        assert hybrid[0].path == "memory/2026-03-14.md"
+        assert hybrid[0].vector_rank == 1 and hybrid[0].fts_rank is None
+        exact = search(index, "Zebra", k=1)  # a name the words find first, whatever the vectors say
+        assert exact[0].path == "memory/2026-03-02.md" and exact[0].fts_rank == 1
+
+
+def test_a_changed_model_starts_the_vectors_over(minilm: MiniLMEmbedder, tmp_path: os.PathLike[str]) -> None:
+    class Halves:
+        name = "halves"
+        dim = 2
+
+        def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            return [[0.6, 0.8] for _ in texts]
+
+    folder = LocalFolder(tmp_path)
+    _memory(folder)
+    with MemoryIndex(folder, embedder=minilm) as index:
+        index.update()
+    with MemoryIndex(folder, embedder=Halves()) as index:
+        assert index.stats()["vectors"] == index.stats()["chunks"] > 0
+        assert search(index, "anything", k=1, mode="vector")
+
+
+def test_the_archive_is_searched_by_message_line() -> None:
+    folder = MemoryFolder()
+    messages = [
+        Message.of("user", "please open the billing report"),
+        Message(
+            role="assistant",
+            content=(ToolCall(id="c1", name="bash", arguments='{"command": "cat /srv/reports/billing-2026.csv"}'),),
+        ),
+        Message(role="tool", content=(ToolResult(call_id="c1", content="No such file", is_error=True),)),
+        Message.of("assistant", "The report is missing; I will regenerate it."),
+    ]
+    archive_append(folder, Archive(), messages, date(2026, 3, 13))
+    _memory(folder)
+    with MemoryIndex(folder) as index:
+        index.update()
+        hits = search(index, "billing-2026.csv", k=3, source="dialog")
+        assert (hits[0].path, hits[0].start_line) == ("dialog/2026-03-13.jsonl", 2)
+        assert search(index, "billing", k=5, source="memory") == []
+        assert {h.source for h in search(index, "billing dark", k=5, source=None)} == {"dialog", "memory"}
+    with pytest.raises(ValueError, match="source"):
+        search(MemoryIndex(folder), "x", source="elsewhere")
