@@ -30,7 +30,7 @@ def rules_text(agents_md: str, settings: MemorySettings, day: date) -> str | Non
     found = agents_rules(agents_md, settings.rules_sections)
     if not found or settings.rules_max_chars == 0:
         return None
-    body = "\n\n".join(f"## {name}\n{text}" for name, text in found.items()).replace("YYYY-MM-DD", day.isoformat())
+    body = "\n\n".join(f"## {name}\n\n{text}" for name, text in found.items()).replace("YYYY-MM-DD", day.isoformat())
     if len(body) > settings.rules_max_chars:
         room = settings.rules_max_chars - len(_CUT)
         cut = body.rfind("\n", 0, room)

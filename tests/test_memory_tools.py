@@ -1,0 +1,102 @@
+"""The memory tools as plain data, sent through the real openai and anthropic SDKs' types, and run."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime
+from typing import TYPE_CHECKING
+
+import pytest
+
+from ctxkeep.archive import Archive
+from ctxkeep.archive import append as archive_append
+from ctxkeep.folder import MemoryFolder
+from ctxkeep.memory.tools import MemoryTool, memory_tools
+from ctxkeep.messages import Message
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+NOW = datetime(2026, 7, 1, 8, 15, tzinfo=UTC)
+
+
+def _tools(folder: MemoryFolder) -> dict[str, MemoryTool]:
+    return {t.name: t for t in memory_tools(folder, embedder=None, now=lambda: NOW)}
+
+
+def test_every_tool_has_schemas_both_sdks_accept() -> None:
+    from anthropic.types import ToolParam
+    from openai.types.chat import ChatCompletionToolParam
+    from pydantic import TypeAdapter
+
+    tools = memory_tools(MemoryFolder(), embedder=None)
+    assert [t.name for t in tools] == ["memory_write", "memory_read", "memory_search", "dialog_search"]
+    for tool in tools:
+        TypeAdapter(ChatCompletionToolParam).validate_python(tool.openai())
+        TypeAdapter(ToolParam).validate_python(tool.anthropic())
+        assert tool.openai()["function"]["parameters"]["type"] == "object"
+        assert set(tool.parameters["required"]) <= set(tool.parameters["properties"])
+        assert callable(tool.function) and tool.description
+
+
+def test_write_read_and_search_memory() -> None:
+    folder = MemoryFolder()
+    tools = _tools(folder)
+    saved = tools["memory_write"].invoke({"text": "Ana reviews every PR touching billing/"})
+    assert saved == "saved to memory/2026-07-01.md"
+    saved = tools["memory_write"].function(text="会议改到周四下午三点", target="memory", section="日程")
+    assert saved == "saved to MEMORY.md"
+    read = tools["memory_read"].invoke('{"path": "memory/2026-07-01.md"}')
+    assert read == (
+        "memory/2026-07-01.md, lines 1-3 of 3:\n1: # 2026-07-01\n2: \n3: - 08:15 Ana reviews every PR touching billing/"
+    )
+    found = tools["memory_search"].invoke({"query": "who reviews billing"})
+    assert found.startswith("[memory/2026-07-01.md lines 1-3, score ")
+    assert "memory_read path=memory/2026-07-01.md start_line=1" in found
+    assert "MEMORY.md" in tools["memory_search"].invoke({"query": "周四的会议"})
+    assert tools["memory_search"].invoke({"query": "kubernetes"}) == "no results"
+
+
+def test_dialog_search_names_the_archive_line_to_read() -> None:
+    folder = MemoryFolder()
+    archive_append(
+        folder,
+        Archive(),
+        [Message.of("user", "hello"), Message.of("assistant", "The migration id is 7f3a2c and it ran at 02:00.")],
+        date(2026, 6, 30),
+    )
+    tools = _tools(folder)
+    found = tools["dialog_search"].invoke({"query": "7f3a2c", "k": 2})
+    assert found.startswith("[dialog/2026-06-30.jsonl line 2, score")
+    assert tools["memory_search"].invoke({"query": "7f3a2c"}) == "no results"
+    line = tools["memory_read"].invoke({"path": "dialog/2026-06-30.jsonl", "start_line": 2, "lines": 1})
+    assert "7f3a2c" in line
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "error"),
+    [
+        ("memory_write", {"text": "  "}, "text must be some text"),
+        ("memory_write", {"text": "x", "target": "disk"}, "target is 'daily'"),
+        ("memory_write", {"text": "x", "section": "A"}, "section is for target 'memory'"),
+        ("memory_write", {"text": "x", "colour": "red"}, "unknown argument 'colour'"),
+        ("memory_read", {"path": "state.json"}, "can be read"),
+        ("memory_read", {"path": "MEMORY.md"}, "does not exist yet"),
+        ("memory_read", {"start_line": 0}, "start_line must be"),
+        ("memory_search", {"query": "x", "k": "five"}, "k must be"),
+        ("memory_search", {}, "query"),
+        ("dialog_search", "not json", "error: "),
+    ],
+)
+def test_a_bad_call_gives_the_model_an_error_it_can_act_on(name: str, arguments: object, error: str) -> None:
+    folder = MemoryFolder()
+    answer = _tools(folder)[name].invoke(arguments)  # type: ignore[arg-type]
+    assert answer.startswith("error: ") and error in answer
+    assert "MEMORY.md" not in folder.files
+
+
+def test_a_path_gives_a_local_folder(tmp_path: Path) -> None:
+    tools = {t.name: t for t in memory_tools(tmp_path, embedder=None, now=lambda: NOW)}
+    tools["memory_write"].invoke({"text": "x"})
+    assert (tmp_path / "memory" / "2026-07-01.md").read_text().endswith("- 08:15 x\n")
+    assert json.loads(json.dumps(tools["memory_search"].openai()))["function"]["name"] == "memory_search"
