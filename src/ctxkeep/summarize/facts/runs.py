@@ -17,7 +17,7 @@ from typing import Any
 
 from ctxkeep.messages import ToolCall, ToolResult
 from ctxkeep.summarize.facts.identifiers import find_identifiers
-from ctxkeep.summarize.facts.shell import command_paths, command_targets
+from ctxkeep.summarize.facts.shell import command_head, command_paths, command_targets
 from ctxkeep.summarize.request import Language
 from ctxkeep.summarize.sections.markdown import ITEM_CHARS, clip, code_span, phrase
 
@@ -38,6 +38,7 @@ _MODIFY_TOOL = re.compile(r"(?i)edit|write|str_replace|replace|create|insert|pat
 _EDITOR_VIEW = frozenset({"view"})
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$|^\*\*\* Move to: (.+)$", re.MULTILINE)
 _SKIPPED_FAILURES = ("Sibling tool call errored",)  # Claude Code: the call never ran
+_ERROR_CHARS = 120  # the least room a failure item gives its error line, however long its command
 
 # The line that says what went wrong, by how much it says, strongest first: a test runner's summary
 # line, an exception ("KeyError: 'x'", pytest's "E   AssertionError: ..."), a tool's error line
@@ -62,6 +63,18 @@ _NOISE_LINE = re.compile(
 )
 # a stack frame or source line quoted in a traceback: where, not what
 _FRAME_LINE = re.compile(r"^(?:\s|>|File \"|\S+:\d+: in \S+$|at \S+ \()")
+# How an unflagged result is judged from its end (`judged`): an exit-code line, else a failure line.
+_TAIL_LINES = 5
+_EXIT_LINE = re.compile(
+    r"(?i)^(?:\[?the command completed with )?(?:exit(?:ed)?(?: with)?(?: code| status)?|process exited with code"
+    r"|return(?:ed)? code|exit_code)[:=]?\s*(-?\d+)\.?\]?$"
+)
+_FAILED_LINE = re.compile(
+    r"^Traceback \(most recent call last\)|^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception):\s|^FAILED\b"
+    r"|^=+ .*\b\d+ (?:failed|errors?)\b.* =+$|(?i:^(?:error|fatal)(?:\[[\w-]+\])?:\s)|^npm ERR!|^make: \*\*\*"
+)
+_OWN_NOTICE = re.compile(r"\n?\[ctxkeep: [^\n]*\]\s*$")  # the notice ctxkeep.offload puts after a kept head
+_TRUNCATED_NOTICE = re.compile(r"\[ctxkeep: output (?:truncated|offloaded)")
 # what an assistant says after a failure it meant to see (a probe: "port 8081 is free")
 _EXPECTED = re.compile(
     r"(?i)\b(?:as expected|expected(?:ly)?|is free|not (?:running|listening|in use)"
@@ -133,6 +146,8 @@ def tool_run(call: ToolCall, result: ToolResult | None, index: int) -> ToolRun:
     if result is not None:
         exit_code = result.exit_code
         failed = result.is_error or (exit_code is not None and exit_code != 0)
+        if not failed and exit_code is None:  # no flag (OpenAI chat, many harnesses): judged from its last lines
+            exit_code, failed = judged(result.text)
         if failed:
             error = error_line(result.text)
     return ToolRun(
@@ -192,6 +207,26 @@ def todo_items(arguments: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
                     out.append((status, text))
             return tuple(out)
     return ()
+
+
+def judged(text: str) -> tuple[int | None, bool]:
+    """The exit code and whether a result that carries no error flag failed, from the end of its text.
+
+    An exit-code line among the last lines ("exit code: 1", "Process exited with code 2", Codex's
+    "Exit code: 0") decides; else a ``Traceback``, an exception, a ``FAILED`` line or an ``error:``
+    line among the last `_TAIL_LINES` lines says it failed. The kept head of an offloaded output
+    is not judged: its end is in the saved original.
+    """
+    body = _OWN_NOTICE.sub("", text).rstrip()
+    if len(body) < len(text.rstrip()) and _TRUNCATED_NOTICE.search(text):
+        return None, False  # only the head is here: its end, where errors are, is in the saved file
+    lines = [TAG.sub("", line).strip() for line in body.splitlines() if line.strip()][-_TAIL_LINES:]
+    for line in reversed(lines):
+        m = _EXIT_LINE.search(line)
+        if m:
+            code = int(m.group(1))
+            return code, code != 0
+    return None, any(_FAILED_LINE.search(line) for line in lines)
 
 
 def error_line(text: str) -> str:
@@ -331,10 +366,21 @@ def call_text(run: ToolRun) -> str:
 
 
 def failure_item(run: ToolRun, resolved: bool, language: Language) -> str:
-    """The list item of a failed `run`: tool, outcome, command or file, and its error line (240 characters)."""
-    target = run.key if run.command is not None or run.paths_read or run.paths_modified else call_text(run)
-    head = f"{run.tool} ({outcome(run, language)}): {code_span(clip(' '.join(target.split()), 100))}"
+    """The list item of a failed `run`: tool, outcome, command or file, and its error line.
+
+    A command is kept whole when it is one line of at most `COMMAND_HEAD_CHARS` characters, else as
+    its `command_head` (the documented short form) with how many characters the archive has
+    beyond it; the error line gets what is left of `ITEM_CHARS` (at least `_ERROR_CHARS`).
+    """
+    if run.command is not None:
+        head_text = command_head(run.command)
+        more = len(run.command.strip()) - len(head_text)
+        shown = code_span(head_text) + (f" … {phrase('truncated', language, n=more)}" if more > 0 else "")
+    else:
+        target = run.key if run.paths_read or run.paths_modified else call_text(run)
+        shown = code_span(clip(" ".join(target.split()), 100))
+    head = f"{run.tool} ({outcome(run, language)}): {shown}"
     tail = f" {phrase('resolved', language)}" if resolved else ""
-    room = ITEM_CHARS - len(head) - len(tail) - 3
-    error = f" — {clip(run.error_line, room)}" if run.error_line and room > 10 else ""
+    room = max(_ERROR_CHARS, ITEM_CHARS - len(head) - len(tail) - 3)
+    error = f" — {clip(run.error_line, room)}" if run.error_line else ""
     return head + error + tail

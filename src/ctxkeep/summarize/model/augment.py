@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ctxkeep.summarize.facts.collect import collect_facts, unique
+from ctxkeep.summarize.facts.collect import Facts, collect_facts, unique
 
 # the same failure items (tool, outcome, command, error line; 240 characters) and cap as the extractive summary
 from ctxkeep.summarize.facts.runs import MAX_FAILURES, failure_item
@@ -48,6 +48,7 @@ _MORE_NOTE = re.compile(
     r"^\(\d+ more (?:identifiers|files) in the archive\)$|^（另有 \d+ 个(?:标识符|文件)，详见归档）$"
 )
 _FAILURES = {"en": "Tool failures", "zh": "工具调用失败"}
+_MORE_FAILURES = {"en": "({n} more failed calls in the archive)", "zh": "（另有 {n} 个失败的调用，详见归档）"}
 _NOTES = {"en": "Not summarized", "zh": "未能摘要"}
 _RULES_TITLE = "Workspace rules (AGENTS.md)"
 _MD_HEADING = re.compile(r"^(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
@@ -93,7 +94,7 @@ def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None,
     read = [p for p in unique([*facts.files_read, *old["files_read"]]) if p not in set(modified)]
     uncut = _Uncut(
         notes=tuple(notes),
-        failures=tuple(failure_item(r, facts.resolved(r), language) for r in facts.failures)[:MAX_FAILURES],
+        failures=_failure_items(facts, language, room=request.max_chars // 5),
         rules=agents_rules(agents_md) if agents_md is not None else {},
     )
     whole = uncut.text()  # what these name needs no listing
@@ -117,6 +118,22 @@ def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None,
         if len(out) <= request.max_chars:
             return out
         slack += len(out) - request.max_chars
+
+
+def _failure_items(facts: Facts, language: Language, *, room: int) -> tuple[str, ...]:
+    """Every failed call: the first `MAX_FAILURES` (newest, unresolved first) with their error lines, the
+    others as their command or file alone, while they fit `room` characters; a note counts the rest."""
+    failures = facts.failures
+    items = [failure_item(r, facts.resolved(r), language) for r in failures[:MAX_FAILURES]]
+    used = sum(len(i) + 3 for i in items)
+    for k, run in enumerate(failures[MAX_FAILURES:]):
+        item = failure_item(replace(run, error_line=""), facts.resolved(run), language)
+        if used + len(item) + 3 > room:
+            items.append(_MORE_FAILURES[language].format(n=len(failures) - MAX_FAILURES - k))
+            break
+        items.append(item)
+        used += len(item) + 3
+    return tuple(items)
 
 
 def fit_text(text: str, *, max_chars: int, language: Language) -> str:

@@ -1,0 +1,85 @@
+"""Failures told right: unflagged results judged from their end, failing commands kept whole or as their head."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
+from ctxkeep.providers.deterministic import DeterministicModel
+from ctxkeep.settings import ModelSummarySettings
+from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, SummaryRequest
+from ctxkeep.summarize.facts.runs import MAX_FAILURES, failure_item, judged, tool_run
+from ctxkeep.summarize.facts.shell import command_head
+
+
+def bash(cid: str, command: str) -> ToolCall:
+    return ToolCall.from_input(id=cid, name="bash", input={"command": command})
+
+
+def result(cid: str, text: str, **kw: object) -> ToolResult:
+    return ToolResult(call_id=cid, content=text, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("collected 3 items\n\nexit code: 1", (1, True)),
+        ("Process exited with code 2", (2, True)),
+        ("[The command completed with exit code 1.]", (1, True)),
+        ("lots of output\nerror: something earlier\nexit code: 0", (0, False)),  # the exit line decides
+        ("Traceback (most recent call last):\n  File \"a.py\", line 1\nKeyError: 'x'", (None, True)),
+        (
+            "tests/test_a.py F.\nFAILED tests/test_a.py::test_b - assert 1 == 2\n=== 1 failed, 1 passed in 0.1s ===",
+            (None, True),
+        ),
+        ("error: could not compile `app` due to 2 previous errors", (None, True)),
+        ("npm ERR! code ELIFECYCLE", (None, True)),
+        # not failures: a search that names errors, a passing run, and an error far above the end
+        ("src/a.py:3: raise ValueError('bad')\nsrc/b.py:9: # error: handled", (None, False)),
+        ("3 passed in 0.2s", (None, False)),
+        ("error: at the top\n" + "\n".join(f"ok {n}" for n in range(10)), (None, False)),
+        # the kept head of an offloaded output: its end, where the error is, is in the saved file
+        (
+            "test_ok PASSED\n[ctxkeep: output truncated, showing 15 of 90,000 bytes (line 1 of 2,000); the full"
+            " output is in tool_result/a.txt, read from line 2]",
+            (None, False),
+        ),
+    ],
+)
+def test_an_unflagged_result_is_judged_from_its_last_lines(text: str, expected: tuple[int | None, bool]) -> None:
+    assert judged(text) == expected
+
+
+def test_an_openai_chat_result_that_failed_is_a_failure_with_its_error_line() -> None:
+    run = tool_run(bash("c1", "pytest -q"), result("c1", "F\nFAILED tests/t.py::x - KeyError: 1\nexit code: 1"), 0)
+    assert run.failed and run.exit_code == 1 and run.error_line.startswith("FAILED tests/t.py::x")
+    ok = tool_run(bash("c2", "pytest -q"), result("c2", "1 passed"), 0)
+    assert not ok.failed and ok.exit_code is None
+    flagged = tool_run(bash("c3", "ls"), result("c3", "exit code: 1", exit_code=0), 0)
+    assert not flagged.failed  # a source's own exit code wins over the text
+
+
+def test_a_failing_command_is_kept_whole_or_as_its_head_never_clipped() -> None:
+    long_one = "cd /repo && python -m pytest tests/integration/test_pay.py -k 'refund and not slow' -x -q -vv --tb=line"
+    assert 100 < len(long_one) <= 200
+    run = tool_run(bash("c1", long_one), result("c1", "x", exit_code=1), 0)
+    item = failure_item(run, False, "en")
+    assert f"`{long_one}`" in item
+    heredoc = "git commit -F - <<'EOF'\nFix the refund path\n\nLong body " + "x" * 400 + "\nEOF"
+    run = tool_run(bash("c2", heredoc), result("c2", "error: nothing to commit", exit_code=1), 0)
+    item = failure_item(run, False, "en")
+    assert f"`{command_head(heredoc)}`" in item and "more characters; see the archive" in item
+    assert item.endswith("error: nothing to commit")
+
+
+def test_every_failing_command_survives_the_model_path_beyond_the_first_eight() -> None:
+    msgs: list[Message] = [Message.of("user", "Make the build pass.")]
+    commands = [f"make target_{n} VERBOSE=1 && ./scripts/check_{n}.sh --strict" for n in range(MAX_FAILURES + 6)]
+    for n, command in enumerate(commands):
+        msgs.append(Message(role="assistant", content=(bash(f"c{n}", command),)))
+        msgs.append(Message(role="tool", content=(result(f"c{n}", f"make: *** [target_{n}] Error 2"),)))
+    msgs.append(Message(role="assistant", content=(TextBlock(text="Still failing."),)))
+    model = ModelSummarizer(DeterministicModel(), settings=ModelSummarySettings(window=8_192, max_tokens=1_024))
+    for summarizer in (ExtractiveSummarizer(), model):
+        summary = summarizer.summarize(SummaryRequest(messages=tuple(msgs), max_chars=12_000))
+        assert all(c in summary for c in commands), type(summarizer).__name__
