@@ -7,6 +7,8 @@
                          [--progress|--no-progress]
                          [--model SPEC [--base-url URL] [--model-window N] [--reply-format markdown|json]
                           [--agents-md FILE]]
+    ctxkeep show WORKSPACE [--compaction N]
+    ctxkeep report WORKSPACE -o report.html
     ctxkeep serve --upstream URL [--host 127.0.0.1] [--port 8787] [--window N] [--root DIR] [--model SPEC]
                   [--timeout SECONDS] [--allow-remote --auth-token TOKEN]
 
@@ -112,7 +114,17 @@ def _parser() -> argparse.ArgumentParser:
     compact.add_argument("--agents-md", help="an AGENTS.md whose Session Startup and Red Lines every summary carries")
     _progress_flags(compact)
     _serve_parser(sub)
+    _workspace_parsers(sub)
     return parser
+
+
+def _workspace_parsers(sub: Any) -> None:
+    show = sub.add_parser("show", help="a workspace's steps and compactions, in the terminal")
+    show.add_argument("workspace", help="a folder a ctxkeep session wrote")
+    show.add_argument("--compaction", type=int, metavar="N", help="also what compaction N archived and changed")
+    report = sub.add_parser("report", help="a workspace as one self-contained HTML page")
+    report.add_argument("workspace", help="a folder a ctxkeep session wrote")
+    report.add_argument("-o", "--output", required=True, help="the HTML file to write (- for standard output)")
 
 
 def _serve_parser(sub: Any) -> None:
@@ -154,6 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command in ("show", "report"):
+            return _show(args) if args.command == "show" else _report(args)
         return _compact(args) if args.command == "compact" else _inspect(args)
     except CtxkeepError as exc:
         print(f"ctxkeep: error: {exc}", file=sys.stderr)
@@ -164,6 +178,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the reader (e.g. `| head`) went away: not an error; silence the flush at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from ctxkeep import workspace_view  # here, so --help stays fast
+
+    view = workspace_view.read(LocalFolder(args.workspace), name=args.workspace)
+    print(workspace_view.render_text(view, width=max(20, shutil.get_terminal_size().columns - 12)))
+    if args.compaction is not None:
+        print()
+        print(workspace_view.render_compaction(view, args.compaction))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from ctxkeep import html_report, workspace_view  # here, so --help stays fast
+
+    page = html_report.render(workspace_view.read(LocalFolder(args.workspace), name=args.workspace)).encode()
+    if args.output == "-":
+        sys.stdout.buffer.write(page)
+        return 0
+    out = Path(args.output)
+    if out.is_dir():
+        raise CtxkeepError(f"-o {out} is a folder; give the path of the HTML file to write")
+    # Private (the page holds the conversation) and whole: a temporary file beside it, then one rename.
+    try:
+        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(page)
+            os.replace(tmp, out)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise StorageError(f"cannot write {out}: {exc.strerror or exc}", path=str(out), errno=exc.errno) from None
+    print(f"wrote {out} ({len(page):,} bytes)")
+    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:

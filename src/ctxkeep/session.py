@@ -391,7 +391,8 @@ class Session:
         self.store.save_failure(name, orjson.dumps(detail, option=orjson.OPT_INDENT_2))
         record = {"kind": "failed", "at": failure.at.isoformat(), "reason": failure.reason, "tokens": failure.tokens}
         usage = asdict(failure.usage) if failure.usage is not None else None
-        self._append_record({**record, "saved": f"{FAILED_DIR}/{name}", "usage": usage})
+        # `step`: this step's place among those not yet noted (the next "steps" record), for the report's chart.
+        self._append_record({**record, "saved": f"{FAILED_DIR}/{name}", "usage": usage, "step": len(self._steps)})
 
     def _save_offloads(self, after: Live) -> None:
         """Note the results `prepare` offloaded, for the next append (their originals are saved already)."""

@@ -1,0 +1,227 @@
+"""`ctxkeep report` and `ctxkeep show`: a workspace's steps and compactions, as one HTML page checked in a real
+headless browser (Debian's chromium), and in the terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import struct
+import subprocess
+import threading
+import zlib
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from ctxkeep.cli import main
+from ctxkeep.folder import LocalFolder
+from ctxkeep.html_report import render
+from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
+from ctxkeep.session import Session
+from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
+from ctxkeep.summarize import ExtractiveSummarizer, SummaryRequest
+from ctxkeep.workspace_view import Limits, read
+
+NOW = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
+SETTINGS = EngineSettings(
+    compact=CompactSettings(max_input_length=3_000, compact_ratio=0.7, reserve_ratio=0.2),
+    offload=OffloadSettings(recent_n=2, recent_max_bytes=1_500, old_max_bytes=300),
+)
+# Text a transcript may well hold: markup, a script, an image that reports back, a stylesheet to fetch.
+PAYLOAD = (
+    "<script>document.title='pwned'</script><img src=x onerror=\"document.body.dataset.pwned='1'\">"
+    "</pre></td></tr></table><b>bold?</b>"
+)
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+
+
+class FailsOnce:
+    """The extractive summarizer, but the first summary it writes has no sections (so it is refused)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.inner = ExtractiveSummarizer()
+
+    def summarize(self, request: SummaryRequest) -> str:
+        self.calls += 1
+        return "no sections" if self.calls == 1 else self.inner.summarize(request)
+
+
+def turn(i: int, url: str) -> list[Message]:
+    call = ToolCall(id=f"c{i}", name="web_fetch", arguments=json.dumps({"url": f"{url}/page/{i}"}))
+    page = f"<html><link rel=stylesheet href='{url}/style-{i}.css'><img src='{url}/pixel-{i}.png'>{PAYLOAD}\n"
+    return [
+        Message.of("user", f"ask {i}: {PAYLOAD} fetch {url}/page/{i} " + "please " * 20, id=f"u{i}"),
+        Message(role="assistant", content=(TextBlock(text=f"fetching page {i}"), call), id=f"a{i}"),
+        Message(role="tool", content=(ToolResult(call_id=f"c{i}", content=page * 30),), id=f"r{i}"),
+        Message.of("assistant", f"page {i} read: {PAYLOAD}", id=f"d{i}"),
+    ]
+
+
+def build(path: Path, url: str, turns: int = 24) -> int:
+    """A workspace where a refused summary and then compactions happened; the number of steps."""
+    steps = 0
+    with Session.open(path, settings=SETTINGS, summarizer=FailsOnce()) as s:
+        for i in range(turns):
+            t = turn(i, url)
+            s.add(t[:1])
+            s.prepare("be brief", now=NOW)
+            steps += 1
+            s.add(t[1:])
+    return steps
+
+
+class Counting(BaseHTTPRequestHandler):
+    """Counts every request a page makes to it: a self-contained page makes none."""
+
+    requests: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        type(self).requests.append(self.path)
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def watcher() -> Iterator[str]:
+    Counting.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Counting)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        if os.environ.get("CTXKEEP_REQUIRE_BROWSER") == "1":
+            pytest.fail("chromium is not installed (.ci/run installs Debian's chromium); the report needs a browser")
+        pytest.skip("no chromium here: apt-get install chromium (CI sets CTXKEEP_REQUIRE_BROWSER=1 and fails instead)")
+    return found
+
+
+def browse(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args, page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    )
+
+
+def png_size_and_colours(data: bytes) -> tuple[int, int, int]:
+    """Width, height and the number of distinct byte values of the pixel data of a PNG."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    width, height = struct.unpack(">II", data[16:24])
+    pos, idat = 8, b""
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind = data[pos + 4 : pos + 8]
+        if kind == b"IDAT":
+            idat += data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+    return width, height, len(set(zlib.decompress(idat)))
+
+
+def test_the_report_shows_steps_compactions_and_messages_in_a_real_browser_safely(tmp_path: Path, watcher: str) -> None:
+    ws, page = tmp_path / "ws", tmp_path / "report.html"
+    steps = build(ws, watcher)
+    assert main(["report", str(ws), "-o", str(page)]) == 0
+    assert stat.S_IMODE(page.stat().st_mode) == 0o600  # the page holds the conversation
+    records = [json.loads(x) for x in (ws / "compactions.jsonl").read_text().splitlines()]
+    compactions = [r for r in records if r["kind"] == "compaction"]
+    assert len(compactions) >= 2 and any(r["kind"] == "failed" for r in records)
+
+    dom = browse(page, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000").stdout
+    # The page's own script ran (under its CSP hash): it made the filter box. No script of a message ran.
+    assert '<input id="filter"' in dom
+    assert "<title>ctxkeep report: " in dom and "pwned" not in dom.split("</title>")[0]
+    assert "data-pwned" not in dom and "<b>bold?</b>" not in dom and dom.count("<script>") == 1
+    assert "&lt;script&gt;document.title='pwned'&lt;/script&gt;" in dom  # shown as text
+    assert Counting.requests == [], "the page fetched something"
+    # Tokens per step: one point per step, one marker per compaction linking to its section, a cross per refusal.
+    points = re.search(r'<polyline class="tokens" points="([^"]+)"', dom)
+    assert points is not None and len(points.group(1).split()) == steps
+    assert len(re.findall(r'<a href="#c\d+" class="marker">', dom)) == len(compactions)
+    assert dom.count('<g class="failure">') == 1
+    sections = re.findall(r'<section class="compaction" id="c(\d+)">', dom)
+    assert sections == [str(n) for n in range(1, len(compactions) + 1)]
+    # Each compaction's archived messages are listed with their dialog lines, first to last.
+    first = compactions[0]["archive_lines"]
+    body = dom.split('id="c1"')[1].split('id="c2"')[0]
+    lines = [int(n.replace(",", "")) for n in re.findall(r'<td class="line">([\d,]+)</td>', body)]
+    assert lines == list(range(first["first"], first["last"] + 1))
+    assert "Offloaded results (" in body and "web_fetch" in body and "+## Goal" in body
+
+    shot = tmp_path / "report.png"
+    browse(page, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,1600", "--hide-scrollbars")
+    width, height, colours = png_size_and_colours(shot.read_bytes())
+    assert (width, height) == (1280, 1600) and colours > 20, "the screenshot is blank"
+    assert Counting.requests == []
+
+
+def test_a_big_workspace_is_cut_to_the_limits_and_the_page_says_what_was_left_out(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    build(ws, "http://127.0.0.1:9", turns=40)
+    limits = Limits(compactions=1, messages=4, message_chars=50, total_chars=120, diff_lines=3, chart_points=10)
+    view = read(LocalFolder(ws), name="ws", limits=limits)
+    page = render(view, limits=limits)
+    detailed = [c for c in view.compactions if c.detailed]
+    assert len(detailed) == 1 and detailed[0].number == len(view.compactions)
+    assert sum(len(m.text) for m in detailed[0].messages) <= 120 and all(
+        len(m.text) <= 50 for m in detailed[0].messages
+    )
+    assert page.count('<section class="compaction"') == 1 and page.count('<tr class="message">') <= 4
+    assert "Left out of this page" in page and "oldest compaction(s) shown by their record only" in page
+    assert "archived message(s) not shown" in page and "line(s) of the summary diff not shown" in page
+    assert "points, the largest of each bin" in page and len(view.steps) == 40
+    # Nothing to fetch: no attribute points anywhere but inside the page (the SVG namespace is a name, not a load).
+    external = re.findall(r'(?:src|href|action)="(?!#)[^"]*"', page)
+    assert external == []
+
+
+def test_show_prints_the_steps_and_compactions_and_one_compaction_in_full(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = tmp_path / "ws"
+    build(ws, "http://127.0.0.1:9")
+    assert main(["show", str(ws), "--compaction", "1"]) == 0
+    out = capsys.readouterr().out
+    compactions = [json.loads(x) for x in (ws / "compactions.jsonl").read_text().splitlines() if '"compaction"' in x]
+    assert "steps       24 noted" in out and f"compactions {len(compactions)} (1 not applied)" in out
+    marks = [line for line in out.splitlines() if "▲" in line][1]  # under the bars, one column a step here
+    assert marks.count("▲") == len(compactions) and marks.count("✗") == 1
+    first = compactions[0]["archive_lines"]
+    assert f"archived: dialog/2026-12-03.jsonl lines {first['first']}-{first['last']}" in out
+    assert f"{first['first']:>6} user: ask 0:" in out and "summary:" in out and "+## Goal" in out
+
+
+def test_show_and_report_refuse_what_is_not_a_workspace_and_create_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nothing-here"
+    assert main(["show", str(missing)]) == 2
+    assert "not a ctxkeep workspace" in capsys.readouterr().err and not missing.exists()
+    assert main(["report", str(missing), "-o", str(tmp_path / "r.html")]) == 2
+    assert not missing.exists() and not (tmp_path / "r.html").exists()
+    ws = tmp_path / "ws"
+    build(ws, "http://127.0.0.1:9", turns=14)
+    assert main(["report", str(ws), "-o", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    assert main(["show", str(ws), "--compaction", "99"]) == 2
+    assert "there is no compaction 99" in capsys.readouterr().err
