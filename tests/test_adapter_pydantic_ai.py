@@ -56,6 +56,7 @@ from ctxkeep import (
     Session,
     ToolCall,
     ToolResult,
+    WorkspaceError,
     get_model,
 )
 from ctxkeep.adapters.pydantic_ai import CtxkeepCapability, from_pydantic_ai, to_pydantic_ai
@@ -200,9 +201,9 @@ def test_a_sync_session_passed_in_stays_open_and_settings_go_with_a_path(tmp_pat
         capability = CtxkeepCapability(session)
         capability.close()
         session.sync([Message.of("user", "still open")])
-        with pytest.raises(TypeError, match="settings"):
+        with pytest.raises(WorkspaceError, match="settings"):
             CtxkeepCapability(session, window=WINDOW)
-    with pytest.raises(TypeError, match="folder path"):
+    with pytest.raises(WorkspaceError, match="workspace path"):
         CtxkeepCapability(16_000)  # type: ignore[arg-type]
 
 

@@ -5,7 +5,9 @@ pre-reasoning pass and sends the model the compacted context: the standing syste
 summary as a `CompactionPart` (pydantic-ai's own place for a summary another model wrote; every
 provider model sends it as user-voice text) and the recent messages, big tool results cut. Only the
 request changes: the run keeps its full history, so ``result.all_messages()`` is the whole conversation
-and the host can hand it back as ``message_history=`` (after a restart too).
+and the host can hand it back as ``message_history=`` (after a restart too). That is why this is a
+capability of its own and not a `ProcessHistory` processor: `ProcessHistory` writes its output into the
+run's history (``ctx.messages``), which would leave the host holding ctxkeep's compacted view.
 
 `from_pydantic_ai` and `to_pydantic_ai` convert between pydantic-ai's `ModelMessage`s and ctxkeep
 messages. Each ctxkeep block keeps the part it came from (without its text, which the block holds) in
@@ -18,7 +20,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -45,12 +46,12 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
 from pydantic_ai.tools import RunContext
 
+from ctxkeep.adapters._core import SessionSource, Workspace
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import Context
 from ctxkeep.errors import MessageError
 from ctxkeep.inputs import Entry, key_of, renumber
 from ctxkeep.messages import Block, ImageBlock, Message, Role, TextBlock, ThinkingBlock, ToolCall, ToolResult
-from ctxkeep.session import Session
 
 __all__ = ["Converted", "CtxkeepCapability", "from_pydantic_ai", "to_pydantic_ai", "tool_schemas"]
 
@@ -396,36 +397,15 @@ class CtxkeepCapability(AbstractCapability[Any]):
     releases the workspace; a session passed in stays the caller's to close.
     """
 
-    def __init__(self, workspace: str | Path | Session | AsyncSession, **settings: Any) -> None:
-        if isinstance(workspace, Session | AsyncSession) and settings:
-            raise TypeError(
-                f"settings {sorted(settings)} apply when ctxkeep opens the workspace; a session passed in is"
-                " already open with its own: pass a path instead, or open the session with them"
-            )
-        if not isinstance(workspace, str | Path | Session | AsyncSession):
-            raise TypeError(
-                f"workspace must be a folder path, a ctxkeep Session or an AsyncSession; got {type(workspace).__name__}"
-            )
-        self._workspace = workspace
-        self._settings = settings
-        self._session: AsyncSession | None = (
-            (AsyncSession(workspace) if isinstance(workspace, Session) else workspace)
-            if isinstance(workspace, Session | AsyncSession)
-            else None
-        )
-        self._owned = self._session is None
-        self._opening: asyncio.Lock | None = None
+    # Tools for the agent (ctxkeep's memory tools) belong in `get_toolset`, pydantic-ai's hook through
+    # which a capability gives its agent tools: one method here, nothing else changes.
+
+    def __init__(self, workspace: Workspace, **settings: Any) -> None:
+        self._source = SessionSource(workspace, settings)
 
     async def session(self) -> AsyncSession:
-        """The workspace's session, opened on first use."""
-        if self._session is None:
-            if self._opening is None:
-                self._opening = asyncio.Lock()
-            async with self._opening:
-                if self._session is None:
-                    assert isinstance(self._workspace, str | Path)
-                    self._session = await AsyncSession.open(self._workspace, **self._settings)
-        return self._session
+        """The workspace's session, opened on first use (in a worker thread)."""
+        return await self._source.asession()
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
@@ -444,16 +424,12 @@ class CtxkeepCapability(AbstractCapability[Any]):
         return request_context
 
     async def aclose(self) -> None:
-        """Release the workspace (a session passed in is left open)."""
-        if self._owned and self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        """Release the workspace, once the calls already made have finished (a session passed in stays open)."""
+        await self._source.aclose()
 
     def close(self) -> None:
         """`aclose` for code outside an event loop (after ``agent.run_sync``)."""
-        if self._owned and self._session is not None:
-            session, self._session = self._session, None
-            session.session.close()
+        self._source.close()
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
