@@ -47,6 +47,7 @@ from ctxkeep.formats import Transcript, format_names, load, parse
 from ctxkeep.formats.anthropic import to_anthropic
 from ctxkeep.formats.openai import to_openai
 from ctxkeep.formats.source import MAX_BYTES, Source, read_file
+from ctxkeep.memory import cli as memory_cli
 from ctxkeep.messages import Message
 from ctxkeep.offload import OFFLOAD_KEY
 from ctxkeep.providers import get_model
@@ -115,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     _progress_flags(compact)
     _serve_parser(sub)
     _workspace_parsers(sub)
+    memory_cli.add_parser(sub)
     return parser
 
 
@@ -166,6 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "memory":
+            return memory_cli.run(args)
         if args.command in ("show", "report"):
             return _show(args) if args.command == "show" else _report(args)
         return _compact(args) if args.command == "compact" else _inspect(args)

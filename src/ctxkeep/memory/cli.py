@@ -1,0 +1,209 @@
+"""``ctxkeep memory ...``: search, write, index, consolidate and schedule from the command line.
+
+    ctxkeep memory search QUERY --workspace DIR [-k N] [--dialog | --all] [--mode hybrid|fts|vector] [--json]
+                                [--no-vectors | --embeddings-url URL --embeddings-model NAME --embeddings-dim N]
+    ctxkeep memory write TEXT --workspace DIR [--section TITLE]
+    ctxkeep memory index --workspace DIR [--rebuild]
+    ctxkeep memory consolidate --workspace DIR [--model SPEC [--base-url URL]]
+    ctxkeep memory schedule --workspace DIR [--at HH:MM] [--cron]
+
+Only argparse is imported here: the handlers import what they need, so ``ctxkeep --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ctxkeep.store import Folder
+
+    from .embed import Embedder
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``memory`` and its commands to the `ctxkeep` subparsers `sub`."""
+    memory = sub.add_parser("memory", help="long-term memory: search, write, index, consolidate, schedule")
+    commands = memory.add_subparsers(dest="memory_command", required=True)
+
+    search = commands.add_parser("search", help="search MEMORY.md and the day logs (or the archived dialog)")
+    search.add_argument("query")
+    _workspace(search)
+    search.add_argument("-k", type=int, default=5, help="how many results (default 5)")
+    where = search.add_mutually_exclusive_group()
+    where.add_argument("--dialog", action="store_true", help="search the archived dialog (dialog/*.jsonl)")
+    where.add_argument("--all", action="store_true", help="search memory and the archived dialog")
+    search.add_argument("--mode", choices=("hybrid", "fts", "vector"), default="hybrid")
+    search.add_argument("--json", action="store_true", help="one JSON object per result")
+    _embedder_options(search)
+
+    write = commands.add_parser("write", help="append an entry to today's log, or to a section of MEMORY.md")
+    write.add_argument("text")
+    _workspace(write)
+    write.add_argument("--section", help="add to this section of MEMORY.md instead of today's log")
+
+    index = commands.add_parser("index", help="bring the search index up to date (or --rebuild it)")
+    _workspace(index)
+    index.add_argument("--rebuild", action="store_true")
+    _embedder_options(index)
+
+    consolidate = commands.add_parser("consolidate", help="merge the day logs written since last time into MEMORY.md")
+    _workspace(consolidate)
+    consolidate.add_argument("--model", help="a model that also merges and supersedes entries (openai:<name>, ...)")
+    consolidate.add_argument("--base-url", help="the model's OpenAI- or Anthropic-compatible server")
+
+    schedule = commands.add_parser("schedule", help="consolidate every day at --at (runs until stopped), or --cron")
+    _workspace(schedule)
+    schedule.add_argument("--at", default="00:00", help="local time of day, HH:MM (default 00:00)")
+    schedule.add_argument("--cron", action="store_true", help="print the crontab line instead of running")
+
+
+def _workspace(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workspace", "-w", required=True, help="the workspace folder")
+
+
+def _embedder_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-vectors", action="store_true", help="full text only (no embedding model)")
+    parser.add_argument("--embeddings-url", help="an OpenAI-compatible embeddings endpoint instead of local MiniLM")
+    parser.add_argument("--embeddings-model", help="the endpoint's model name")
+    parser.add_argument("--embeddings-dim", type=int, help="the endpoint's vector size")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a ``ctxkeep memory`` command; the exit code."""
+    from ctxkeep.folder import LocalFolder
+
+    handlers = {
+        "search": _search,
+        "write": _write,
+        "index": _index,
+        "consolidate": _consolidate,
+        "schedule": _schedule,
+    }
+    try:
+        return handlers[args.memory_command](LocalFolder(args.workspace), args)
+    except ValueError as exc:  # a bad argument: the same one-line error as the rest of the CLI
+        print(f"ctxkeep: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _embedder(args: argparse.Namespace) -> Embedder | None:
+    from .embed import OpenAIEmbedder, default_embedder
+
+    if args.no_vectors:
+        return None
+    if args.embeddings_url or args.embeddings_model:
+        if not (args.embeddings_url and args.embeddings_model and args.embeddings_dim):
+            raise ValueError("--embeddings-url needs --embeddings-model and --embeddings-dim too")
+        return OpenAIEmbedder(args.embeddings_model, dim=args.embeddings_dim, base_url=args.embeddings_url)
+    return default_embedder()
+
+
+def _search(folder: Folder, args: argparse.Namespace) -> int:
+    from .index import MemoryIndex
+    from .search import search
+
+    if args.k < 1:
+        raise ValueError(f"-k must be 1 or more; got {args.k}")
+    source = "dialog" if args.dialog else None if args.all else "memory"
+    with MemoryIndex(folder, embedder=_embedder(args)) as index:
+        index.update()
+        hits = search(index, args.query, k=args.k, source=source, mode=args.mode)
+    for hit in hits:
+        if args.json:
+            print(json.dumps(hit.to_dict(), ensure_ascii=False))
+        else:
+            print(f"{hit.path}:{hit.start_line}-{hit.end_line}  score {hit.score:.4f}")
+            print("    " + "\n    ".join(hit.text.splitlines()[:6]))
+    if not hits and not args.json:
+        print("no results", file=sys.stderr)
+    return 0
+
+
+def _write(folder: Folder, args: argparse.Namespace) -> int:
+    from .files import append_daily, append_to_section
+
+    if args.section:
+        name = append_to_section(folder, args.text, section=args.section)
+    else:
+        name = append_daily(folder, args.text, at=datetime.now().astimezone())
+    print(f"saved to {name}")
+    return 0
+
+
+def _index(folder: Folder, args: argparse.Namespace) -> int:
+    from .index import MemoryIndex
+
+    with MemoryIndex(folder, embedder=_embedder(args)) as index:
+        started = time.perf_counter()
+        done = index.rebuild() if args.rebuild else index.update()
+        stats = index.stats()
+    print(
+        f"{done.files} files indexed, {done.removed} removed, {done.chunks} chunks, {done.embedded} embedded"
+        f" in {time.perf_counter() - started:.1f} s; the index holds {stats['files']} files, {stats['chunks']}"
+        f" chunks, {stats['vectors']} vectors"
+    )
+    return 0
+
+
+def _consolidate(folder: Folder, args: argparse.Namespace) -> int:
+    from ctxkeep.providers import get_model
+
+    from .consolidate import consolidate
+
+    model = get_model(args.model, base_url=args.base_url) if args.model else None
+    done = consolidate(folder, now=datetime.now().astimezone(), model=model)
+    if not done.logs:
+        print("nothing to consolidate: no day log changed since the last time")
+        return 0
+    print(
+        f"merged {len(done.logs)} logs ({', '.join(done.logs)}) into MEMORY.md by {done.by}: {done.added} added,"
+        f" {done.repeated} already there, {done.superseded} superseded; the old MEMORY.md is in {done.backup}"
+    )
+    return 0
+
+
+def _schedule(folder: Folder, args: argparse.Namespace) -> int:
+    from .consolidate import cron_line, next_run
+
+    next_run(datetime.now(), args.at)  # checks --at
+    if args.cron:
+        print(cron_line(args.workspace, args.at))
+        return 0
+    print(f"consolidating {args.workspace} every day at {args.at} (local time); Ctrl-C stops", file=sys.stderr)
+    schedule(folder, args.at, clock=lambda: datetime.now().astimezone(), sleep=time.sleep)
+    return 0
+
+
+def schedule(
+    folder: Folder,
+    at: str,
+    *,
+    clock: Callable[[], datetime],
+    sleep: Callable[[float], object],
+    runs: int | None = None,
+) -> int:
+    """Consolidate now if a day log is pending (a missed midnight), then every day at `at`; `runs` stops it.
+
+    Sleeps at most a minute at a time and reads the clock again, so a suspended machine or a clock change
+    is caught up at once. Returns how many consolidations ran.
+    """
+    from .consolidate import consolidate, next_run, pending_logs
+
+    done = 0
+    if pending_logs(folder):
+        consolidate(folder, now=clock())
+        done += 1
+    while runs is None or done < runs:
+        due = next_run(clock(), at)
+        while (now := clock()) < due:
+            sleep(min(60.0, (due - now).total_seconds()))
+        result = consolidate(folder, now=clock())
+        print(f"{clock().isoformat(timespec='seconds')}: merged {len(result.logs)} logs", file=sys.stderr)
+        done += 1
+    return done

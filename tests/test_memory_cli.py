@@ -1,0 +1,90 @@
+"""``ctxkeep memory ...`` end to end, and the scheduler's loop on an injected clock."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from ctxkeep.cli import main
+from ctxkeep.folder import LocalFolder
+from ctxkeep.memory.cli import schedule
+from ctxkeep.memory.files import append_daily
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_write_index_search_and_consolidate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ws = str(tmp_path / "ws")
+    assert run(capsys, "memory", "write", "Backups run at 02:00 from cron on db-1", "-w", ws)[0] == 0
+    code, out, _ = run(capsys, "memory", "write", "用户更喜欢中文回答", "-w", ws, "--section", "Preferences")
+    assert (code, out) == (0, "saved to MEMORY.md\n")
+    code, out, _ = run(capsys, "memory", "index", "-w", ws, "--no-vectors")
+    assert code == 0 and out.startswith("2 files indexed, 0 removed, 2 chunks, 0 embedded")
+    code, out, _ = run(capsys, "memory", "search", "db-1 backups", "-w", ws, "--json", "--no-vectors")
+    hit = json.loads(out.splitlines()[0])
+    assert code == 0 and hit["path"].startswith("memory/") and hit["start_line"] == 1 and "02:00" in hit["text"]
+    code, out, _ = run(capsys, "memory", "search", "中文", "-w", ws, "--no-vectors")
+    assert code == 0 and out.startswith("MEMORY.md:1-5  score ")
+    code, _, err = run(capsys, "memory", "search", "zzzz", "-w", ws, "--dialog", "--no-vectors")
+    assert (code, err) == (0, "no results\n")
+    code, out, _ = run(capsys, "memory", "consolidate", "-w", ws)
+    assert code == 0 and "1 added, 0 already there, 0 superseded" in out
+    assert "Backups run at 02:00 from cron on db-1" in (Path(ws) / "MEMORY.md").read_text()
+    assert run(capsys, "memory", "consolidate", "-w", ws)[1].startswith("nothing to consolidate")
+
+
+def test_bad_arguments_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ws = str(tmp_path)
+    code, _, err = run(capsys, "memory", "search", "x", "-w", ws, "-k", "0")
+    assert (code, err) == (2, "ctxkeep: error: -k must be 1 or more; got 0\n")
+    code, _, err = run(capsys, "memory", "schedule", "-w", ws, "--at", "25:00")
+    assert code == 2 and "HH:MM" in err
+    code, _, err = run(capsys, "memory", "search", "x", "-w", ws, "--embeddings-url", "http://127.0.0.1:9/v1")
+    assert code == 2 and "--embeddings-model" in err
+    code, _, err = run(capsys, "memory", "write", "  ", "-w", ws)
+    assert code == 2 and "some text" in err
+
+
+def test_schedule_prints_a_cron_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "memory", "schedule", "-w", str(tmp_path), "--cron", "--at", "00:05")
+    assert (code, out) == (0, f"5 0 * * * ctxkeep memory consolidate --workspace '{tmp_path}'\n")
+
+
+def test_the_scheduler_catches_up_then_runs_at_the_time(tmp_path: Path) -> None:
+    folder = LocalFolder(tmp_path)
+    clock = [datetime(2026, 4, 2, 22, 0).astimezone()]
+    append_daily(folder, "missed yesterday", at=clock[0] - timedelta(days=1))
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += timedelta(seconds=seconds)
+        if len(slept) == 3:  # something written during the evening
+            append_daily(folder, "written at night", at=clock[0])
+
+    runs = schedule(folder, "00:00", clock=lambda: clock[0], sleep=sleep, runs=2)
+    assert runs == 2  # the catch-up at start, then midnight
+    assert clock[0] == datetime(2026, 4, 3, 0, 0).astimezone()
+    assert max(slept) <= 60
+    memory = (tmp_path / "MEMORY.md").read_text()
+    assert "missed yesterday (2026-04-01)" in memory and "written at night (2026-04-02)" in memory
+
+
+def test_help_lists_memory_and_imports_no_model(tmp_path: Path) -> None:
+    code = (
+        "import sys; from ctxkeep.cli import _parser; _parser();"
+        " heavy = [m for m in ('onnxruntime', 'pysqlite3', 'sqlite_vec', 'numpy') if m in sys.modules];"
+        " print(heavy)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
