@@ -249,3 +249,16 @@ def test_no_identifier_of_a_real_transcript_is_lost_uncounted(path: Path | None,
     lost = [i for i in facts.identifiers if i not in summary and i not in files]
     assert sum(map(int, MORE_IDS.findall(summary))) == len(lost)
     assert sum(map(int, MORE_FILES.findall(summary))) == len(lost_files)
+
+
+def test_a_file_the_appended_lists_name_is_not_listed_twice() -> None:
+    call = ToolCall.from_input(id="c1", name="Read", input={"file_path": "/repo/src/app.py"})
+    msgs = (
+        Message.of("user", "Read the app."),
+        Message(role="assistant", content=(call,)),
+        Message(role="tool", content=(ToolResult(call_id="c1", content="print(1)"),)),
+    )
+    reply = SKELETON + "### Exact identifiers\n- `/repo/src/app.py`\n- `PORT=8080`\n"
+    out = augment(reply, SummaryRequest(messages=msgs))
+    assert out.count("- `/repo/src/app.py`") == 1 and "- `PORT=8080`" in out
+    assert parse_sections(out)["Critical Context"][PHRASES["files_read"]["en"]] == ["`/repo/src/app.py`"]

@@ -101,6 +101,7 @@ def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None,
     listed = set(read) | set(modified)
     ranked = [i for i in unique([*facts.identifiers, *old["identifiers"]]) if i not in listed and i not in whole]
 
+    text = _without_lines(text, {render_item(_listed(p)) for p in listed})  # the file lists below name them
     missing = [i for i in ranked if i not in text]
     slack = 0  # what moving the model's sections around added beyond the estimate
     while True:
@@ -316,6 +317,14 @@ def _insert_identifiers(text: str, items: str, language: Language) -> str:
     section = _trimmed([line for j, line in enumerate(lines[a:b], start=a) if j not in moved])
     rest = _trimmed([*_trimmed(before), "", *after]) if before and after else _trimmed(before or after)
     return "\n".join([*rest, "", *section, *subsection] if rest else [*section, *subsection]) + "\n"
+
+
+def _without_lines(text: str, drop: set[str]) -> str:
+    """`text` without its lines (outside code fences) that are one of `drop`, exactly, once stripped."""
+    lines = text.splitlines()
+    outside = set(unfenced(lines))
+    kept = [line for j, line in enumerate(lines) if j not in outside or line.strip() not in drop]
+    return "\n".join(kept) + ("\n" if text.endswith("\n") else "") if len(kept) < len(lines) else text
 
 
 def _without_placeholders(lines: Sequence[str]) -> list[str]:
