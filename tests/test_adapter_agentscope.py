@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -346,3 +348,51 @@ def test_a_short_run_with_the_local_model_as_summarizer(llama_url: str, tmp_path
     assert api.refused == []
     assert api.peak_tokens <= window
     assert len(outcome.held) == len(set(outcome.held)) == outcome.history
+
+
+# --- AgentScope 1.x, in a venv of its own ------------------------------------------------------
+
+V1_VENV = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ctxkeep-tests" / "agentscope1"
+# 1.0.21 needs mcp<2 and greenlet to import, and imports tqdm without requiring it
+V1_PACKAGES = ["agentscope==1.0.21", "mcp<2", "greenlet", "tqdm"]
+
+
+def v1_python() -> Path:
+    """The 1.x venv's Python, built once (pip's cache makes a rebuild fast); ctxkeep installed from this repo."""
+    python = V1_VENV / "bin" / "python"
+    marker = V1_VENV / "ctxkeep-ready.json"
+    want = json.dumps({"packages": V1_PACKAGES, "repo": str(REPO)})
+    if marker.exists() and marker.read_text() == want and python.exists():
+        return python
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(V1_VENV)], check=True, timeout=600)
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, *V1_PACKAGES], check=True, timeout=1800)
+    subprocess.run([*pip, "-e", str(REPO)], check=True, timeout=1800)  # ctxkeep from this checkout
+    marker.write_text(want)
+    return python
+
+
+@pytest.mark.slow
+def test_agentscope_1x_pre_reasoning_hook_150_tasks_with_a_restart(tmp_path: Path) -> None:
+    python = v1_python()
+    with ValidatingServer(window=WINDOW) as api:
+        done = subprocess.run(
+            [
+                str(python),
+                str(REPO / "tests" / "agentscope_v1_run.py"),
+                str(tmp_path / "ws"),
+                api.base_url,
+                "150",
+                "75",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            cwd=REPO,
+        )
+    assert done.returncode == 0, done.stderr[-4000:]
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert api.refused == []
+    assert api.peak_tokens <= WINDOW
+    assert outcome["compactions"] >= 1
+    assert outcome["held"] == outcome["unique"] == outcome["history"]
