@@ -1,0 +1,398 @@
+"""`ctxkeep serve` when things go wrong: upstream errors, down, slow or cut off mid-stream; bad requests;
+edited histories; many requests at once; a proxy that needs a token.
+
+The upstream here is scripted (`ScriptedUpstream`): each request gets the next planned behaviour, else a
+plain valid answer, and every request is recorded with its headers and body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+from anthropic import Anthropic
+from openai import OpenAI
+from tests.proxy_harness import running_proxy
+from tests.validating_server import SEARCH_TOOL, ValidatingServer, held_ids, tool_output
+
+from ctxkeep import Session, to_messages
+from ctxkeep.cli import main
+from ctxkeep.serve import ServeSettings
+
+WINDOW = 16_000
+SYSTEM = {"role": "system", "content": "You are terse."}
+Behaviour = Callable[["Handler"], None]
+
+
+def chat_answer(text: str = "ok") -> dict[str, Any]:
+    message = {"role": "assistant", "content": text}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "scripted",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11},
+    }
+
+
+class Handler(BaseHTTPRequestHandler):
+    upstream: ScriptedUpstream
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self.upstream.record(self, b"")
+        self.send_json(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]}, {"x-request-id": "r1"})
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = self.upstream.record(self, raw)
+        tag = first_user_text(body)
+        with self.upstream.lock:
+            self.upstream.active[tag] += 1
+            self.upstream.peak[tag] = max(self.upstream.peak[tag], self.upstream.active[tag])
+        try:
+            behaviour = self.upstream.next_behaviour()
+            if behaviour is None:
+                self.send_json(200, chat_answer(f"ok: {tag}"))
+            else:
+                behaviour(self)
+        finally:
+            with self.upstream.lock:
+                self.upstream.active[tag] -= 1
+
+
+def first_user_text(body: Any) -> str:
+    for msg in body.get("messages", []) if isinstance(body, dict) else []:
+        if msg.get("role") == "user" and isinstance(msg.get("content"), str):
+            return str(msg["content"])
+    return ""
+
+
+class ScriptedUpstream:
+    """`with ScriptedUpstream() as up:` plan behaviours with `up.plan.append(...)`; read `up.calls`."""
+
+    def __init__(self) -> None:
+        self.plan: list[Behaviour] = []
+        self.calls: list[tuple[dict[str, str], Any]] = []
+        self.lock = threading.Lock()
+        self.active: Counter[str] = Counter()
+        self.peak: Counter[str] = Counter()
+        handler = type("BoundHandler", (Handler,), {"upstream": self})
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self) -> ScriptedUpstream:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+    def record(self, handler: BaseHTTPRequestHandler, raw: bytes) -> Any:
+        body = json.loads(raw) if raw else None
+        with self.lock:
+            self.calls.append(({k.lower(): v for k, v in handler.headers.items()}, body))
+        return body
+
+    def next_behaviour(self) -> Behaviour | None:
+        with self.lock:
+            return self.plan.pop(0) if self.plan else None
+
+
+def history(n: int) -> list[dict[str, Any]]:
+    """A conversation of `n` user/assistant exchanges, ending with a new user message."""
+    out: list[dict[str, Any]] = [SYSTEM]
+    for i in range(n):
+        out += [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}]
+    return [*out, {"role": "user", "content": f"question {n}"}]
+
+
+def post(url: str, body: Any, **headers: str) -> httpx.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    hdrs = {"content-type": "application/json", "authorization": "Bearer sk-test", **headers}
+    return httpx.post(url + "/v1/chat/completions", content=content, headers=hdrs, timeout=120)
+
+
+def workspace_ids(root: Path, name: str) -> list[str]:
+    with Session.open(root / name) as session:
+        return held_ids(session)
+
+
+def test_upstream_429_and_500_pass_through_unchanged(tmp_path: Path) -> None:
+    limited = {"error": {"message": "Rate limit reached for requests", "type": "requests", "code": "rate_limit"}}
+    broken = {"error": {"message": "The server had an error", "type": "server_error", "code": None}}
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
+        up.plan.append(lambda h: h.send_json(429, limited, {"retry-after": "7", "x-ratelimit-remaining-requests": "0"}))
+        up.plan.append(lambda h: h.send_json(500, broken))
+        first = post(url, {"model": "m", "messages": history(1)}, **{"x-ctxkeep-session": "s"})
+        assert (first.status_code, first.json()) == (429, limited)
+        assert first.headers["retry-after"] == "7"
+        assert first.headers["x-ratelimit-remaining-requests"] == "0"
+        client = OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0)
+        with pytest.raises(openai.InternalServerError) as raised:
+            client.chat.completions.create(model="m", messages=history(1), extra_headers={"x-ctxkeep-session": "s"})
+        assert raised.value.status_code == 500
+        assert raised.value.body == broken["error"]
+        done = client.chat.completions.create(model="m", messages=history(1), extra_headers={"x-ctxkeep-session": "s"})
+        assert done.choices[0].message.content == "ok: question 0"
+    assert len(up.calls) == 3
+    assert all(h["authorization"] == "Bearer sk-test" for h, _ in up.calls)  # credentials forwarded
+    assert all("x-ctxkeep-session" not in h for h, _ in up.calls)
+    ids = workspace_ids(tmp_path / "s", "0")
+    assert len(ids) == len(set(ids)) == 4  # the history's 3 messages once, and the recorded answer
+
+
+def test_upstream_down_gives_502_json_and_keeps_the_history(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed when the block ends: nothing listens there
+    with running_proxy(f"http://127.0.0.1:{port}/v1", tmp_path) as url:
+        answer = post(url, {"model": "m", "messages": history(2)}, **{"x-ctxkeep-session": "s"})
+    assert answer.status_code == 502
+    assert "could not be reached" in answer.json()["error"]["message"]
+    assert len(workspace_ids(tmp_path / "s", "0")) == 5
+
+
+def test_slow_upstream_gives_504_json(tmp_path: Path) -> None:
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path, timeout=1.0) as url:
+        up.plan.append(lambda h: time.sleep(20))
+        answer = post(url, {"model": "m", "messages": history(1)})
+    assert answer.status_code == 504
+    assert "did not answer within 1 s" in answer.json()["error"]["message"]
+
+
+def die_mid_stream(handler: Handler) -> None:
+    """A 200 event stream that stops after its first chunk: the connection is cut (the upstream was killed)."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream")
+    handler.send_header("Content-Length", "100000")  # promised, never sent: the client sees a cut connection
+    handler.end_headers()
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    delta = {"index": 0, "delta": {"role": "assistant", "content": "par"}, "finish_reason": None}
+    handler.wfile.write(f"data: {json.dumps(chunk | {'choices': [delta]})}\n\n".encode())
+    handler.wfile.flush()
+    handler.connection.shutdown(socket.SHUT_RDWR)
+    handler.close_connection = True
+
+
+def test_upstream_killed_mid_stream(tmp_path: Path) -> None:
+    """The client gets the first chunk, then an error its SDK raises; the partial reply is not recorded,
+    and the retry goes on in the same workspace."""
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
+        up.plan.append(die_mid_stream)
+        client = OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0)
+        kw: dict[str, Any] = {"model": "m", "messages": history(1), "extra_headers": {"x-ctxkeep-session": "s"}}
+        stream = client.chat.completions.create(stream=True, **kw)
+        got = []
+        with pytest.raises(openai.APIError, match="broke off the stream"):
+            for chunk in stream:
+                got.append(chunk.choices[0].delta.content)
+        assert got == ["par"]
+        retry = client.chat.completions.with_raw_response.create(**kw)
+        assert retry.headers["x-ctxkeep-session"] == "s/0"
+        assert retry.parse().choices[0].message.content == "ok: question 0"
+    assert len(workspace_ids(tmp_path / "s", "0")) == 4  # the history's 3 messages and the whole answer only
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "says"),
+    [
+        (b"{not json", {}, "not valid JSON"),
+        (b"[1, 2]", {}, "must be a JSON object"),
+        ({"model": "m"}, {}, "'messages' must be a non-empty array"),
+        ({"model": "m", "messages": ["hi"]}, {}, "messages[0] must be an object"),
+        ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, {}, "messages[0].role must be one of"),
+        ({"model": "m", "messages": history(0), "stream": "yes"}, {}, "'stream' must be true or false"),
+        ({"model": "m", "messages": history(0), "tools": {"a": 1}}, {}, "'tools' must be an array"),
+        ({"model": "m", "messages": history(0)}, {"x-ctxkeep-session": "../etc"}, "x-ctxkeep-session header must"),
+        (
+            {"model": "m", "messages": [{"role": "tool", "tool_call_id": "c1", "content": "orphan"}]},
+            {},
+            "the messages cannot be taken",
+        ),
+    ],
+)
+def test_malformed_request_gets_400_and_the_upstream_is_not_called(
+    tmp_path: Path, body: Any, headers: dict[str, str], says: str
+) -> None:
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path / "root") as url:
+        answer = post(url, body, **headers)
+    assert answer.status_code == 400
+    assert says in answer.json()["error"]["message"]
+    assert answer.json()["error"]["type"] == "invalid_request_error"
+    assert up.calls == []
+    assert [p for p in (tmp_path / "root").rglob("*") if p.is_file()] == []  # no workspace left behind
+
+
+def test_anthropic_route_gives_errors_in_anthropic_shape(tmp_path: Path) -> None:
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
+        client = Anthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+        with pytest.raises(
+            anthropic.BadRequestError, match=r"messages\[0\]\.role must be one of assistant, user"
+        ) as raised:
+            client.messages.create(model="m", max_tokens=5, messages=[{"role": "system", "content": "x"}])  # type: ignore[typeddict-item]
+    assert raised.value.body == {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "messages[0].role must be one of assistant, user; got 'system'",
+        },
+    }
+    assert up.calls == []
+
+
+def test_a_client_that_resends_an_edited_history(tmp_path: Path) -> None:
+    """An earlier message edited: the upstream still gets a valid request, of the edited history; the
+    original conversation stays whole in its workspace and the edited one gets a branch of its own."""
+    root = tmp_path / "root"
+    with ValidatingServer(window=WINDOW) as api, running_proxy(api.base_url, root) as url:
+        client = OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0)
+        messages: list[Any] = [SYSTEM, {"role": "user", "content": "Task: look at the flaky login test."}]
+        for _ in range(5):
+            reply = client.chat.completions.create(model="v", messages=messages, tools=[SEARCH_TOOL]).choices[0].message
+            messages.append(reply.model_dump(exclude_none=True))
+            for call in reply.tool_calls or []:
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": tool_output(call.id)})
+            if not reply.tool_calls:
+                messages.append({"role": "user", "content": "And the build time?"})
+        at = [i for i, m in enumerate(messages) if m["role"] == "user"][1]  # the second request, long answered
+        assert at < len(messages) - 3
+        edited = [*messages[:at], {**messages[at], "content": "And the test time?"}, *messages[at + 1 :]]
+        raw = client.chat.completions.with_raw_response.create(model="v", messages=edited, tools=[SEARCH_TOOL])
+        key, branch = raw.headers["x-ctxkeep-session"].split("/")
+        assert branch == "1"
+        edited.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+        edited.append({"role": "user", "content": "Thanks."})
+        again = client.chat.completions.with_raw_response.create(model="v", messages=edited, tools=[SEARCH_TOOL])
+        assert again.headers["x-ctxkeep-session"] == f"{key}/1"  # the edited branch goes on where it is
+        edited.append(again.parse().choices[0].message.model_dump(exclude_none=True))
+        original = client.chat.completions.with_raw_response.create(model="v", messages=messages, tools=[SEARCH_TOOL])
+        assert original.headers["x-ctxkeep-session"] == f"{key}/0"  # and so does the original
+        messages.append(original.parse().choices[0].message.model_dump(exclude_none=True))
+        client.close()
+    assert api.refused == []
+    assert api.peak_tokens <= WINDOW
+    for branch_name, sent in (("0", messages), ("1", edited)):
+        with Session.open(root / key / branch_name) as session:
+            assert session.sync(sent[1:]) == []  # all it was sent, and the answers, recognised
+            held = held_ids(session)
+        assert len(held) == len(set(held)) == len(to_messages(sent[1:]))
+
+
+def test_concurrent_requests_on_one_session_are_serialised_and_sessions_run_in_parallel(tmp_path: Path) -> None:
+    barrier = threading.Barrier(2, timeout=60)
+
+    def meet(handler: Handler) -> None:
+        barrier.wait()  # two sessions' requests must be at the upstream at once, or this times out
+        time.sleep(0.2)
+        handler.send_json(200, chat_answer())
+
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
+        up.plan += [meet, meet, *[lambda h: (time.sleep(0.2), h.send_json(200, chat_answer()))] * 4]
+
+        async def many() -> list[httpx.Response]:
+            async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+
+                async def one(session: str, text: str) -> httpx.Response:
+                    body = {"model": "m", "messages": [SYSTEM, {"role": "user", "content": text}]}
+                    return await client.post("/v1/chat/completions", json=body, headers={"x-ctxkeep-session": session})
+
+                return await asyncio.gather(*(one(f"s{i % 2}", f"from s{i % 2}") for i in range(6)))
+
+        answers = asyncio.run(many())
+    assert [a.status_code for a in answers] == [200] * 6
+    assert up.peak["from s0"] == up.peak["from s1"] == 1  # one request at a time per session
+
+
+def test_a_hundred_concurrent_requests(tmp_path: Path) -> None:
+    """100 requests at once over 20 conversations: every one answered, every upstream request valid."""
+    with ValidatingServer(window=WINDOW) as api, running_proxy(api.base_url, tmp_path) as url:
+
+        async def many() -> list[httpx.Response]:
+            limits = httpx.Limits(max_connections=100)
+            async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
+
+                async def one(i: int) -> httpx.Response:
+                    body = {"model": "v", "messages": [SYSTEM, {"role": "user", "content": f"conversation {i % 20}"}]}
+                    return await client.post("/v1/chat/completions", json=body)
+
+                return await asyncio.gather(*(one(i) for i in range(100)))
+
+        answers = asyncio.run(many())
+    assert [a.status_code for a in answers] == [200] * 100
+    assert api.refused == []
+    assert len(api.records) == 100
+    # Five identical requests per conversation: the first reply recorded makes the others' history a
+    # retry of it, which the proxy keeps apart in a branch (docs/serve.md); 20 conversations all the same.
+    assert len({a.headers["x-ctxkeep-session"].split("/")[0] for a in answers}) == 20
+
+
+def test_models_and_other_paths_pass_through(tmp_path: Path) -> None:
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
+        models = OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0).models.with_raw_response.list()
+        health = httpx.get(url + "/healthz")
+    assert [m.id for m in models.parse().data] == ["scripted"]
+    assert models.headers["x-request-id"] == "r1"
+    assert health.json() == {"status": "ok"}
+    assert up.calls[0][0]["authorization"] == "Bearer sk-test"
+
+
+def test_a_proxy_with_a_token_refuses_clients_without_it(tmp_path: Path) -> None:
+    token = "t0k3n-" + "x" * 20
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path, auth_token=token) as url:
+        refused = post(url, {"model": "m", "messages": history(0)})
+        wrong = post(url, {"model": "m", "messages": history(0)}, **{"x-ctxkeep-token": "nope"})
+        models = httpx.get(url + "/v1/models")
+        ok = post(url, {"model": "m", "messages": history(0)}, **{"x-ctxkeep-token": token})
+    assert (refused.status_code, wrong.status_code, models.status_code, ok.status_code) == (401, 401, 401, 200)
+    assert (
+        "X-Ctxkeep-Token" in refused.json()["error"]["message"]
+        or "x-ctxkeep-token" in refused.json()["error"]["message"]
+    )
+    assert len(up.calls) == 1
+    assert "x-ctxkeep-token" not in up.calls[0][0]  # the proxy's token is not the upstream's business
+
+
+def test_serve_binds_elsewhere_only_with_a_flag_and_a_token(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    base = ["serve", "--upstream", "http://127.0.0.1:9/v1", "--root", str(tmp_path)]
+    assert main([*base, "--host", "0.0.0.0"]) == 2
+    assert "--allow-remote" in capsys.readouterr().err
+    assert main([*base, "--host", "0.0.0.0", "--allow-remote"]) == 2
+    assert "--auth-token" in capsys.readouterr().err
+    assert main([*base, "--host", "0.0.0.0", "--allow-remote", "--auth-token", "short"]) == 2
+    assert "at least 16 characters" in capsys.readouterr().err
+
+
+def test_settings_refuse_a_bad_upstream_without_echoing_it() -> None:
+    with pytest.raises(ValueError, match="http\\(s\\) base URL") as raised:
+        ServeSettings(upstream="user:secret@example.com", root=Path("x"))
+    assert "secret" not in str(raised.value)
