@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.test_readme import readme_block
 from tests.validating_server import ValidatingServer, held_ids, task, tool_output
 
 if os.environ.get("CTXKEEP_REQUIRE_ADAPTERS") == "1":
@@ -205,6 +206,19 @@ def test_a_sync_session_passed_in_stays_open_and_settings_go_with_a_path(tmp_pat
             CtxkeepCapability(session, window=WINDOW)
     with pytest.raises(WorkspaceError, match="workspace path"):
         CtxkeepCapability(16_000)  # type: ignore[arg-type]
+
+
+def test_the_readme_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "settings.py").write_text("RETRY_LIMIT = 5\n")
+    monkeypatch.chdir(tmp_path)
+    with ValidatingServer(window=WINDOW) as api:
+        monkeypatch.setenv("OPENAI_BASE_URL", api.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-local")
+        readme: dict[str, Any] = {"__name__": "readme"}
+        exec(compile(readme_block("Use it with pydantic-ai"), "README.md", "exec"), readme)
+    assert api.refused == []
+    assert len(api.records) == 4  # per question: the grep call(s), then the answer
+    check_held(tmp_path / "workspace", readme["result"].all_messages())
 
 
 # --- the converters ---------------------------------------------------------------------
