@@ -351,9 +351,12 @@ def test_a_hundred_concurrent_requests(tmp_path: Path) -> None:
     assert [a.status_code for a in answers] == [200] * 100
     assert api.refused == []
     assert len(api.records) == 100
-    # Five identical requests per conversation: the first reply recorded makes the others' history a
-    # retry of it, which the proxy keeps apart in a branch (docs/serve.md); 20 conversations all the same.
-    assert len({a.headers["x-ctxkeep-session"].split("/")[0] for a in answers}) == 20
+    # Five identical requests per conversation (retries, as it were): each one workspace, no branch.
+    sessions = {a.headers["x-ctxkeep-session"] for a in answers}
+    assert len(sessions) == 20
+    assert all(s.endswith("/0") for s in sessions)
+    for name in sessions:
+        assert len(workspace_ids(tmp_path, name)) == 2  # the user message, and one reply (the last)
 
 
 def test_models_and_other_paths_pass_through(tmp_path: Path) -> None:
@@ -396,3 +399,20 @@ def test_settings_refuse_a_bad_upstream_without_echoing_it() -> None:
     with pytest.raises(ValueError, match="http\\(s\\) base URL") as raised:
         ServeSettings(upstream="user:secret@example.com", root=Path("x"))
     assert "secret" not in str(raised.value)
+
+
+def test_the_reply_is_recorded_and_recognised_after_a_restart(tmp_path: Path) -> None:
+    """The reply a proxy gave is in the workspace once it stops; a new proxy recognises it when the client
+    sends it back."""
+    first = history(1)
+    with ScriptedUpstream() as up:
+        with running_proxy(up.base_url, tmp_path) as url:
+            answer = post(url, {"model": "m", "messages": first}, **{"x-ctxkeep-session": "s"}).json()
+        with Session.open(tmp_path / "s" / "0") as session:
+            assert session.messages[-1].text == "ok: question 0"  # recorded when the proxy stopped
+        with running_proxy(up.base_url, tmp_path) as url:
+            went_on = [*first, answer["choices"][0]["message"], {"role": "user", "content": "next"}]
+            later = post(url, {"model": "m", "messages": went_on}, **{"x-ctxkeep-session": "s"})
+            assert later.headers["x-ctxkeep-session"] == "s/0"
+    ids = workspace_ids(tmp_path / "s", "0")
+    assert len(ids) == len(set(ids)) == 6  # 3 sent, the kept reply, "next", and the last reply

@@ -12,7 +12,6 @@ import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
 import anyio
 import httpx
@@ -28,7 +27,7 @@ from ctxkeep.errors import CtxkeepError, WorkspaceLockedError
 from ctxkeep.summarize import Summarizer
 
 from .chat import ChatCompletions
-from .dialect import BadRequest, Dialect
+from .dialect import BadRequest, Dialect, Reply
 from .forward import Upstream, UpstreamTimeout, UpstreamUnreachable, returned
 from .messages_api import AnthropicMessages
 from .sessions import HEADER, Lease, Sessions, conversation_key
@@ -158,7 +157,7 @@ class Proxy:
             finally:
                 await answer.aclose()
             if answer.status_code == 200:
-                await _record_json(content, _Recorder(dialect, lease, step))
+                _record_json(content, _Recorder(dialect, lease, step))
             return Response(content, status_code=answer.status_code, headers=headers)
         finally:
             if not handed_over:
@@ -180,10 +179,12 @@ class _Recorder:
 
     def __init__(self, dialect: Dialect, lease: Lease, step: Step) -> None:
         self.dialect = dialect
+        self.key = lease.key
         self._lease = lease
         self._step = step
 
-    async def record(self, reply: Any) -> None:
+    def record(self, reply: Reply | None) -> None:
+        """Keep a whole reply for the conversation (`Lease.record`); note the upstream's count beside ctxkeep's."""
         if reply is None:
             return
         if reply.prompt_tokens is not None:
@@ -194,17 +195,16 @@ class _Recorder:
                 self._step.context.tokens,
                 reply.prompt_tokens,
             )
-        with anyio.CancelScope(shield=True):  # a client that goes away must not leave a half-made record
-            await self._lease.record(reply)
+        self._lease.record(reply)
 
 
-async def _record_json(content: bytes, recorder: _Recorder) -> None:
+def _record_json(content: bytes, recorder: _Recorder) -> None:
     try:
         answer = orjson.loads(content)
     except orjson.JSONDecodeError:
-        log.warning("conversation %s: the upstream's answer is not JSON; no reply recorded", recorder._lease.key)
+        log.warning("conversation %s: the upstream's answer is not JSON; no reply recorded", recorder.key)
         return
-    await recorder.record(recorder.dialect.reply(answer))
+    recorder.record(recorder.dialect.reply(answer))
 
 
 async def _relay(answer: httpx.Response, recorder: _Recorder | None) -> AsyncIterator[bytes]:
@@ -224,7 +224,7 @@ async def _relay(answer: httpx.Response, recorder: _Recorder | None) -> AsyncIte
             yield recorder.dialect.stream_error(kind, f"the upstream broke off the stream ({type(exc).__name__})")
         return
     if recorder is not None and assembler is not None:
-        await recorder.record(assembler.reply())
+        recorder.record(assembler.reply())
 
 
 class _Relay(StreamingResponse):

@@ -5,15 +5,19 @@
 A conversation is named by the client's ``X-Ctxkeep-Session`` header, else by a hash of how it begins
 (the route, the system prompt, the first message). Each request syncs the client's whole history into
 the conversation's current branch. A history that no longer extends what a branch holds (the client
-edited or removed a message, retried an answer the proxy recorded, or is another conversation that
-begins the same way) goes to the first other branch it extends, else to a new branch that takes it
-whole: nothing a branch holds is rewritten or lost, and the upstream always gets a valid context.
+edited or removed a message, or is another conversation that begins the same way) goes to the first
+other branch it extends, else to a new branch that takes it whole: nothing a branch holds is rewritten
+or lost, and the upstream always gets a valid context.
+
+The upstream's reply is recorded as the branch's pending reply: the next request that extends the
+branch carries it back as the client kept it, and sync adds it from there; a retry or a regenerate
+(the same history again) simply replaces it. A pending reply is added to the workspace when the
+workspace is closed, so it is recognised after a restart too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import re
@@ -26,7 +30,7 @@ import orjson
 
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.engine import Step
-from ctxkeep.errors import MessageError
+from ctxkeep.errors import CtxkeepError, MessageError
 from ctxkeep.session import Session
 from ctxkeep.summarize import Summarizer
 
@@ -62,6 +66,7 @@ class Sessions:
         self._locks: dict[str, asyncio.Lock] = {}
         self._open: OrderedDict[tuple[str, int], AsyncSession] = OrderedDict()
         self._branches: dict[str, list[int]] = {}  # most recently used first
+        self._pending: dict[tuple[str, int], Reply] = {}  # the last reply of each branch, until the next request
 
     async def enter(self, key: str) -> Lease:
         """Wait for the conversation's turn; the `Lease` must be released (`Lease.release`) when done."""
@@ -70,9 +75,24 @@ class Sessions:
         return Lease(self, key, lock)
 
     async def close(self) -> None:
-        """Close every open workspace (their locks are released)."""
+        """Close every open workspace, with its pending reply added (their locks are released)."""
         while self._open:
-            _, session = self._open.popitem(last=False)
+            where, session = self._open.popitem(last=False)
+            await self._close(where, session)
+
+    def hold(self, key: str, branch: int, reply: Reply) -> None:
+        """Keep `reply` as the branch's pending reply (see the module's docstring)."""
+        self._pending[(key, branch)] = reply
+
+    async def _close(self, where: tuple[str, int], session: AsyncSession) -> None:
+        reply = self._pending.pop(where, None)
+        try:
+            if reply is not None:
+                await session.add(reply.message)
+        except MessageError as exc:
+            # The client has the reply all the same: it comes back with the next request and is synced then.
+            log.warning("conversation %s: the upstream's last reply was not recorded: %s", where[0], exc)
+        finally:
             await session.close()
 
     async def step(self, key: str, turn: Turn) -> tuple[Step, AsyncSession, int]:
@@ -83,6 +103,7 @@ class Sessions:
                 await session.sync(turn.history)
             except MessageError:
                 continue
+            self._pending.pop((key, branch), None)  # carried back and synced, or dropped by a retry
             self._use(key, branch)
             return await session.prepare(turn.system, tools=turn.tools), session, branch
         branch = max(self._branch_order(key), default=-1) + 1
@@ -132,10 +153,10 @@ class Sessions:
         """Close and remove a branch this request created and could not fill (it holds nothing)."""
         session = self._open.pop((key, branch), None)
         if session is not None:
-            await session.close()
+            await self._close((key, branch), session)
         await asyncio.to_thread(shutil.rmtree, self._path(key, branch), ignore_errors=True)
 
-    async def _evict(self) -> None:
+    async def evict(self) -> None:
         """Close the least recently used workspaces past `max_open` whose conversation is idle."""
         for key, branch in list(self._open):
             if len(self._open) <= self._settings.max_open:
@@ -144,9 +165,10 @@ class Sessions:
             if lock is not None and lock.locked():
                 continue
             session = self._open.pop((key, branch))
-            await session.close()
+            await self._close((key, branch), session)
             if not any(k == key for k, _ in self._open):
                 self._locks.pop(key, None)
+                self._branches.pop(key, None)
 
 
 class Lease:
@@ -164,22 +186,19 @@ class Lease:
         step, self.session, self.branch = await self._sessions.step(self.key, turn)
         return step
 
-    async def record(self, reply: Reply) -> None:
-        """Keep the upstream's reply, so the next request (which carries it back) extends what is held."""
-        if self.session is None:
-            return
-        try:
-            await self.session.add(reply.message)
-        except MessageError as exc:
-            # The answer is the client's all the same: it comes back with the next request and is synced then.
-            log.warning("conversation %s: the upstream's reply was not recorded: %s", self.key, exc)
+    def record(self, reply: Reply) -> None:
+        """Keep the upstream's whole reply as the branch's pending reply (see the module's docstring)."""
+        if self.session is not None:
+            self._sessions.hold(self.key, self.branch, reply)
 
     async def release(self) -> None:
         """Let the conversation's next request in, and close idle workspaces past the limit."""
         if self._lock.locked():
             self._lock.release()
-            with contextlib.suppress(Exception):
-                await self._sessions._evict()
+            try:
+                await self._sessions.evict()
+            except CtxkeepError as exc:
+                log.warning("closing idle workspaces failed: %s", exc)
 
 
 def _private_folder(folder: Path) -> None:
