@@ -44,6 +44,7 @@ from ctxkeep.messages import (
 )
 from ctxkeep.providers import Completion, Model, Reply, get_model
 from ctxkeep.providers.deterministic import DeterministicModel
+from ctxkeep.records import Usage
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, ModelSummarySettings, OffloadSettings, ToolPolicy
 from ctxkeep.store import Store
@@ -94,6 +95,7 @@ __all__ = [
     "ToolResult",
     "Transcript",
     "UnknownFormatError",
+    "Usage",
     "WorkspaceError",
     "WorkspaceLockedError",
     "from_agentscope",
