@@ -29,13 +29,18 @@ else:
 
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
+    AgentInstructionSource,
     BinaryContent,
     CompactionPart,
     ImageUrl,
+    InstructionDeltaPart,
+    InstructionId,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    RetryFeedbackPart,
+    RetryInfo,
     SystemPromptPart,
     TextContent,
     TextPart,
@@ -354,6 +359,26 @@ def test_a_later_system_prompt_and_a_foreign_compaction_are_conversation() -> No
     assert as_json(to_pydantic_ai(converted.messages)) == as_json(
         [messages[0], messages[1], ModelRequest(parts=[*messages[2].parts, *messages[3].parts])]
     )
+
+
+def test_retry_feedback_and_an_instruction_change_go_back_as_they_were() -> None:
+    messages = [
+        ModelRequest(parts=[UserPromptPart("give me JSON", timestamp=T0)]),
+        ModelResponse(parts=[TextPart("sure")]),
+        ModelRequest(
+            parts=[
+                RetryFeedbackPart("not JSON: try again", retry=RetryInfo(cause="model_retry", attempt=1)),
+                InstructionDeltaPart(id=InstructionId(AgentInstructionSource()), content="Answer in French."),
+            ],
+            timestamp=T0,
+        ),
+    ]
+    converted = from_pydantic_ai(messages).messages
+    assert [(m.role, m.text) for m in converted[2:]] == [
+        ("user", "not JSON: try again"),  # user-voice on the wire: not a standing instruction
+        ("system", "Answer in French."),
+    ]
+    assert as_json(to_pydantic_ai(converted)) == as_json(messages)
 
 
 def test_a_structured_tool_return_is_held_as_the_json_text_the_model_is_sent() -> None:

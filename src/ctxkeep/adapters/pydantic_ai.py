@@ -18,6 +18,7 @@ provider fields included; a tool result's text is the one ctxkeep holds (offload
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -166,16 +167,16 @@ def _request_part(part: ModelRequestPart, shell: dict[str, Any]) -> Message | No
     if isinstance(part, CompactionPart) and part.metadata == SUMMARY_MARK:
         return None  # ctxkeep's own summary, sent back: the session holds it already
     if isinstance(part, SystemPromptPart | CompactionPart):
-        role: Role = "system" if isinstance(part, SystemPromptPart) else "user"
+        voice: Role = "system" if isinstance(part, SystemPromptPart) else "user"
         block = TextBlock(text=part.content or "", extra={KEY: _kept(_REQUEST_PART, part, without="content")})
-        return Message(role=role, content=(block,), extra=extra)
-    # Retry feedback and the records of instruction, tool and setting changes: kept whole, in place, as
-    # system text for the summary; sent back exactly as they were while they are live.
-    said = getattr(part, "content", None)
-    readable = said if isinstance(said, str) else f"[{kind}]"
-    return Message(
-        role="system", content=(TextBlock(text=readable, extra={KEY: _kept(_REQUEST_PART, part)}),), extra=extra
-    )
+        return Message(role=voice, content=(block,), extra=extra)
+    # Retry feedback (user-voice on the wire) and the records of instruction, tool and setting changes (the
+    # system's): kept whole, in place, their text for the summary; sent back exactly as they were while live.
+    kept = _kept(_REQUEST_PART, part)
+    said = kept.get("content")
+    readable = said if isinstance(said, str) else json.dumps(said) if said is not None else f"[{kind}]"
+    role: Role = "user" if kind in ("retry-feedback", "retry-prompt") else "system"
+    return Message(role=role, content=(TextBlock(text=readable, extra={KEY: kept}),), extra=extra)
 
 
 def _without_content(part: UserPromptPart) -> dict[str, Any]:
