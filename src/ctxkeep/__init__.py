@@ -31,6 +31,7 @@ from ctxkeep.formats.agentscope import from_agentscope, to_agentscope
 from ctxkeep.formats.anthropic import from_anthropic, to_anthropic
 from ctxkeep.formats.openai import from_openai, to_openai
 from ctxkeep.inputs import to_messages
+from ctxkeep.memory.tools import MemoryTool, memory_tools
 from ctxkeep.messages import (
     Block,
     ImageBlock,
@@ -46,7 +47,14 @@ from ctxkeep.providers import Completion, Model, Reply, get_model
 from ctxkeep.providers.deterministic import DeterministicModel
 from ctxkeep.records import Usage
 from ctxkeep.session import Session
-from ctxkeep.settings import CompactSettings, EngineSettings, ModelSummarySettings, OffloadSettings, ToolPolicy
+from ctxkeep.settings import (
+    CompactSettings,
+    EngineSettings,
+    MemorySettings,
+    ModelSummarySettings,
+    OffloadSettings,
+    ToolPolicy,
+)
 from ctxkeep.store import Store
 from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, Summarizer, SummaryRequest
 from ctxkeep.tokens import Counter, get_counter
@@ -71,6 +79,8 @@ __all__ = [
     "ImageBlock",
     "LocalFolder",
     "MemoryFolder",
+    "MemorySettings",
+    "MemoryTool",
     "Message",
     "MessageError",
     "Model",
@@ -104,6 +114,7 @@ __all__ = [
     "get_counter",
     "get_model",
     "load",
+    "memory_tools",
     "repair",
     "to_agentscope",
     "to_anthropic",
