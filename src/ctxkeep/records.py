@@ -23,6 +23,7 @@ import orjson
 
 from .messages import Message
 from .offload import record_of
+from .summarize.extractive import ExtractiveSummarizer
 
 if TYPE_CHECKING:
     from .engine import Step
@@ -61,7 +62,7 @@ def usage_of(summarizer: object, *, seconds: float) -> Usage:
     model = model if isinstance(model, str) else None
     run = getattr(summarizer, "last_run", None)
     if run is None:
-        if name == "ExtractiveSummarizer":
+        if isinstance(summarizer, ExtractiveSummarizer):
             return Usage(summarizer=name, seconds=seconds, calls=0, input_tokens=0, output_tokens=0, retries=0)
         return Usage(summarizer=name, model=model, seconds=seconds)
     audit = getattr(run, "audit", ())
