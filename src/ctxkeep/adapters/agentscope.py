@@ -16,17 +16,16 @@ The 1.x ``pre_reasoning`` hook is in `ctxkeep.adapters.agentscope_v1` (1.x canno
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from agentscope.message import Msg
 from agentscope.middleware import MiddlewareBase
 
+from ctxkeep.adapters._core import SessionSource, Workspace
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import SYSTEM_ID, Context
 from ctxkeep.formats.agentscope2 import msg_pieces, to_agentscope2
 from ctxkeep.messages import Message
-from ctxkeep.session import Session
 
 __all__ = ["ContextMiddleware", "context_msgs", "history_messages"]
 
@@ -39,31 +38,17 @@ class ContextMiddleware(MiddlewareBase):
     when the agent is done, to release the workspace's lock.
     """
 
-    def __init__(self, workspace: str | Path | Session | AsyncSession, **settings: Any) -> None:
-        if isinstance(workspace, Session | AsyncSession) and settings:
-            raise TypeError(f"settings {sorted(settings)} apply when opening a workspace, not to an open session")
-        self._workspace = workspace
-        self._settings = settings
-        self._session: AsyncSession | None = None
+    def __init__(self, workspace: Workspace, **settings: Any) -> None:
+        self._source = SessionSource(workspace, settings)
         self._pieces = PieceCache()
 
     async def session(self) -> AsyncSession:
-        """The session, opened on first use."""
-        if self._session is None:
-            workspace = self._workspace
-            if isinstance(workspace, AsyncSession):
-                self._session = workspace
-            elif isinstance(workspace, Session):
-                self._session = AsyncSession(workspace)
-            else:
-                self._session = await AsyncSession.open(workspace, **self._settings)
-        return self._session
+        """The session, opened on first use (off the event loop)."""
+        return await self._source.asession()
 
     async def close(self) -> None:
         """Release the workspace (when this middleware opened it)."""
-        if self._session is not None and not isinstance(self._workspace, Session | AsyncSession):
-            await self._session.close()
-        self._session = None
+        await self._source.aclose()
 
     async def __aenter__(self) -> ContextMiddleware:
         return self

@@ -18,13 +18,12 @@ so leave the agent's own ``compression_config`` off.
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from typing import Any
 
+from ctxkeep.adapters._core import SessionSource, Workspace
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import Context, summary_message_text
 from ctxkeep.formats.agentscope import from_agentscope, to_agentscope
-from ctxkeep.session import Session
 
 __all__ = ["PreReasoningHook", "attach"]
 
@@ -43,7 +42,7 @@ def _msg_class() -> Any:
     return importlib.import_module("agentscope.message").Msg
 
 
-def attach(agent: Any, workspace: str | Path | Session | AsyncSession, **settings: Any) -> PreReasoningHook:
+def attach(agent: Any, workspace: Workspace, **settings: Any) -> PreReasoningHook:
     """Register ctxkeep as `agent`'s ``pre_reasoning`` hook; `settings` go to `Session.open` (e.g. ``window=``).
 
     Returns the hook; ``await hook.close()`` releases the workspace when the agent is done.
@@ -57,31 +56,17 @@ def attach(agent: Any, workspace: str | Path | Session | AsyncSession, **setting
 class PreReasoningHook:
     """The hook: before each reasoning step, the memory synced, prepared, and replaced by the context."""
 
-    def __init__(self, workspace: str | Path | Session | AsyncSession, **settings: Any) -> None:
-        if isinstance(workspace, Session | AsyncSession) and settings:
-            raise TypeError(f"settings {sorted(settings)} apply when opening a workspace, not to an open session")
+    def __init__(self, workspace: Workspace, **settings: Any) -> None:
         self._msg = _msg_class()
-        self._workspace = workspace
-        self._settings = settings
-        self._session: AsyncSession | None = None
+        self._source = SessionSource(workspace, settings)
 
     async def session(self) -> AsyncSession:
-        """The session, opened on first use."""
-        if self._session is None:
-            workspace = self._workspace
-            if isinstance(workspace, AsyncSession):
-                self._session = workspace
-            elif isinstance(workspace, Session):
-                self._session = AsyncSession(workspace)
-            else:
-                self._session = await AsyncSession.open(workspace, **self._settings)
-        return self._session
+        """The session, opened on first use (off the event loop)."""
+        return await self._source.asession()
 
     async def close(self) -> None:
         """Release the workspace (when this hook opened it)."""
-        if self._session is not None and not isinstance(self._workspace, Session | AsyncSession):
-            await self._session.close()
-        self._session = None
+        await self._source.aclose()
 
     async def sync(self, agent: Any) -> None:
         """Add what is new in `agent`'s memory to the workspace (the hook does it before each step; call it
