@@ -6,6 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxkeep.messages import Message, ToolCall, ToolResult
+from ctxkeep.summarize.facts.collect import collect_facts
 from ctxkeep.summarize.facts.identifiers import (
     Identifier,
     extract_identifiers,
@@ -46,10 +48,30 @@ def found(text: str) -> list[tuple[str, str]]:
         ("order 1234567 of 12345", [("1234567", "number")]),
         ("Order ID: 20240517993 and invoice no. 4471920", [("20240517993", "number"), ("4471920", "number")]),
         ("answer 422 with COUPON_EXPIRED", [("COUPON_EXPIRED", "name")]),
+        # ${db_url} is a template's placeholder, filled in elsewhere: not an identifier
         (
             "set GITHUB_TOKEN, $HOME and ${db_url}; got ENOENT",
-            [("GITHUB_TOKEN", "name"), ("$HOME", "name"), ("${db_url}", "name"), ("ENOENT", "name")],
+            [("GITHUB_TOKEN", "name"), ("$HOME", "name"), ("ENOENT", "name")],
         ),
+        ("due 2026-01-15, ran at 2026-01-15T10:20:30Z", [("2026-01-15", "date"), ("2026-01-15T10:20:30Z", "date")]),
+        (
+            "Never exceed $500 (or €1,250.50, 300 USD).",
+            [("$500", "money"), ("€1,250.50", "money"), ("300 USD", "money")],
+        ),
+        (
+            "on Python 3.11 with v1.2.3 and 3.11.4-rc1",
+            [("Python 3.11", "version"), ("v1.2.3", "version"), ("3.11.4-rc1", "version")],
+        ),
+        (
+            "deploy to us-east-1, europe-west4-a, cn-hangzhou",
+            [("us-east-1", "region"), ("europe-west4-a", "region"), ("cn-hangzhou", "region")],
+        ),
+        ("flights HAT136 and 3RK2T9; E501", [("HAT136", "code"), ("3RK2T9", "code"), ("E501", "code")]),
+        (
+            "AgentSession and parseArgs call parse_args()",
+            [("AgentSession", "symbol"), ("parseArgs", "symbol"), ("parse_args()", "symbol")],
+        ),
+        ("we are on branch refactor now", [("refactor", "branch")]),
         ("git checkout -b fix/coupon-expiry", [("fix/coupon-expiry", "branch")]),
         ("git push --set-upstream origin spotter-dov 2>&1", [("spotter-dov", "branch")]),
         ("The current branch spotter-dov has no upstream branch.", [("spotter-dov", "branch")]),
@@ -65,7 +87,7 @@ def test_kinds(text: str, expected: list[tuple[str, str]]) -> None:
     [
         "and/or input/output",  # words with a slash
         "run /clear first",  # a slash command
-        "e.g. i.e. version 0.3.1",  # dotted words and versions
+        "e.g. i.e. v. 3 or 1.2",  # dotted words, a bare x.y
         "on 2024/05/20, 1/2 of it",  # dates and fractions
         "deadbeef cafebabe",  # hex words without a digit
         "UTF-8 and SHA-1",  # short keys
@@ -79,8 +101,13 @@ def test_kinds(text: str, expected: list[tuple[str, str]]) -> None:
         "took 1710403200 ms, 3000000 rows",  # timestamps and counts
         "rid=53cb0f4b cart 6c1e9a0f42b7, x-request-id: 91aa04c3e5d8",  # hex words outside git
         "see #1 and #2",  # list numbers
-        "GET / HTTP/1.1 from client=ShopApp/3.7.2",  # protocol and client versions
-        "r.json() and data.json()",  # method calls
+        "GET / HTTP/1.1 from client=Shop/3",  # a protocol version
+        "r.json() and foo()",  # a one-letter receiver and a bare short call
+        "color: #a1b2c3; background #FFF; fill=#00ff00",  # CSS colours
+        "Chunk ID: 3f2a1b9c4d",  # a chunk id of a tool's output
+        "UTF8, HTTP2 and MP4; JavaScript on GitHub",  # standards and products
+        "the branch is protected; a new branch and the branch name",  # words after "branch"
+        "2026-13-45 and 12026-01-01",  # not dates
         "cat x > /dev/null",  # a device
         "the branch is green; git checkout -- .; git rebase -i HEAD~3",  # no branch names
         "MAX and A_B and X_1",  # short capitals
@@ -182,9 +209,10 @@ def test_value_identifiers_take_opaque_ids_whole() -> None:
     }
     pairs = [(i.text, i.kind, short) for i, short in value_identifiers(args)]
     assert pairs == [
-        ("JG7FMM", "value", True),
+        ("JG7FMM", "code", True),
         ("mia_li_3668", "value", True),
-        ("HAT136", "value", True),
+        ("HAT136", "code", True),
+        ("2024-05-20", "date", True),
         ("1234567", "number", True),
         ("7654321", "number", True),
         ("/tmp/a.log", "path", True),
@@ -271,3 +299,23 @@ def test_identifiers_are_verbatim_ordered_and_disjoint(text: str) -> None:
         assert ident.start >= end
         end = ident.start + len(ident.text)
     assert find_identifiers(text) == idents
+
+
+def test_hex_dates_and_symbols_of_tool_output_count_only_when_named_elsewhere() -> None:
+    log = "2026-01-15T10:20:30Z worker commit 9f8e7d6c5b started; AgentSession ready"
+
+    def conv(command: str, said: str) -> list[Message]:
+        call = ToolCall.from_input(id="c1", name="Bash", input={"command": command})
+        return [
+            Message.of("user", "Check the worker."),
+            Message(role="assistant", content=(call,)),
+            Message(role="tool", content=(ToolResult(call_id="c1", content=log),)),
+            Message.of("assistant", said),
+        ]
+
+    quiet = collect_facts(conv("tail worker.log", "It started.")).identifiers
+    assert not {"9f8e7d6c5b", "2026-01-15T10:20:30Z", "AgentSession"} & set(quiet)
+    named = collect_facts(conv("tail worker.log", "Commit 9f8e7d6c5b runs AgentSession.")).identifiers
+    assert {"9f8e7d6c5b", "AgentSession"} <= set(named)
+    git = collect_facts(conv("git log -1", "It started.")).identifiers
+    assert "9f8e7d6c5b" in git  # git printed it: a commit

@@ -191,7 +191,8 @@ def test_english_conversation_items_land_in_their_sections() -> None:
     own, carried = split_carried(s)
     assert "/etc/secret.conf" not in own and "Never mention /etc/secret.conf." in carried
     assert idents.index("localhost:8080") < idents.index("/v1/items")  # named by the user vs. in a result only
-    assert idents[-1] == "/injected/reminder.py"  # in text no human typed: ranked with tool results
+    # in text no human typed: ranked with tool results, last
+    assert set(idents[-2:]) == {"/injected/reminder.py", "2026-01-01"}
 
 
 def test_chinese_conversation_keeps_identifiers_glued_to_text() -> None:

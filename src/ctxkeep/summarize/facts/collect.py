@@ -46,6 +46,7 @@ _LINE_SUFFIX = re.compile(r"(?::\d+)+$")
 _EPHEMERAL_PORT = re.compile(r":(?:3[2-9]\d{3}|[4-6]\d{4})$")
 _OWN_NOTICE = re.compile(r"^\[ctxkeep: .*$", re.MULTILINE)  # see ctxkeep.offload
 _GIT_COMMAND = re.compile(r"(?:^|[\s;&|(])git\s")
+_RESULT_NOISE = frozenset({"date", "version", "symbol"})
 
 # Claude Code's handles of background shells: what a later call reads from, not an identifier
 _HANDLE_TOOL = re.compile(r"(?i)^(?:bash_?output|kill_?(?:bash|shell)|task_?output|task_?stop)$")
@@ -315,8 +316,11 @@ def _scan_text(text: str, weight: float, found: list[tuple[Identifier, float]]) 
 def _scan_result(text: str, git: bool, found: list[tuple[Identifier, float]]) -> None:
     """Identifiers of a tool result: a file once per line it is named on, without the line number
     (grep, tracebacks and linters name ``a.py:12``, ``a.py:40``, ...); installed packages, the
-    client ports of a log and the files our own offload notices point to are left out."""
+    client ports of a log and the files our own offload notices point to are left out, and so are the
+    dates, versions and code symbols of an output, and its hex words unless git printed them."""
     for ident in find_identifiers(_OWN_NOTICE.sub("", text), git=git):
+        if ident.kind in _RESULT_NOISE or (ident.kind == "hash" and not git):
+            continue  # log timestamps, code symbols and hex of a tool's output; named elsewhere, they count there
         if ident.kind == "path":
             if _VENDORED.search(ident.text):
                 continue

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 IdentifierKind: TypeAlias = Literal[
-    "url", "branch", "uuid", "path", "host_port", "ticket", "hash", "number", "name", "value"
-]
+    "url", "branch", "uuid", "path", "host_port", "ticket", "hash", "number", "name", "value",
+    "date", "money", "version", "region", "code", "symbol",
+]  # fmt: skip
 Weighted: TypeAlias = tuple[str, float]
 
 # Names a dot file has (".env"): alone they are files, while ".py" alone is only an extension.
@@ -90,6 +91,40 @@ _NAME = re.compile(
     rf"|E(?<![A-Za-z0-9_$]{_X})(?:{_ERRNO}|HOSTUNREACH|NOTFOUND)(?![A-Za-z0-9_])"
     r"|\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Z_][A-Z0-9_]+(?![A-Za-z0-9_]))"
 )
+# ISO dates and times: 2026-01-15, 2026-01-15T10:20:30Z, 2026-01-15 10:20
+_DATE = re.compile(
+    r"[12](?<![A-Za-z0-9_.:/-][12])\d{3}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])"
+    r"(?:[T ](?:[01]\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?(?![A-Za-z0-9_-])"
+)
+# money: $500, $1,250.00, €20, ¥300, 500 USD, 300 元
+_MONEY = re.compile(
+    r"[$€£¥](?<![A-Za-z0-9_$€£¥][$€£¥])\s?\d[\d,]*(?:\.\d+)?(?:\s?(?:k|K|M|bn|million|billion)\b)?"
+    r"|\d(?<![A-Za-z0-9_.,]\d)[\d,]*(?:\.\d+)?\s?(?:USD|EUR|GBP|CNY|RMB|JPY|dollars|euros|元|美元|人民币)(?![A-Za-z])"
+)
+# versions: "Python 3.11", "node 20.1", "v1.2.3", "1.2.3", "3.11.4-rc1"
+_VERSION = re.compile(
+    r"(?:Python|python|Node(?:\.js)?|node|Go|Rust|rustc|Java|JDK|Ruby|PHP|Django|Flask|React|Vue|Angular|Postgres(?:QL)?"
+    r"|MySQL|Redis|Ubuntu|Debian|Alpine|Elixir|Erlang/OTP|OTP|Phoenix|Rails|Kubernetes|k8s|Terraform|npm|pip|uv"
+    r"|version|Version|ver\.?)\s?v?\d+(?:\.\d+)+(?:[-+][0-9A-Za-z.]+)?(?![0-9A-Za-z])"
+    r"|v(?<![A-Za-z0-9_.]v)\d+(?:\.\d+){1,3}(?:[-+][0-9A-Za-z.]+)?(?![0-9A-Za-z.])"
+    r"|\d(?<![A-Za-z0-9_.]\d)\d*\.\d+\.\d+(?:[-+][0-9A-Za-z.]+)?(?![0-9A-Za-z.])"
+)
+# cloud regions: us-east-1 (AWS), europe-west4 and us-central1-a (GCP), cn-hangzhou (Alibaba)
+_REGION = re.compile(
+    r"(?<![A-Za-z0-9_.-])(?:(?:us|eu|ap|sa|ca|me|af|il|mx)(?:-gov)?-(?:north|south|east|west|central"
+    r"|northeast|northwest|southeast|southwest)-\d"
+    r"|(?:us|europe|asia|australia|northamerica|southamerica|africa|me)-(?:north|south|east|west|central"
+    r"|northeast|northwest|southeast|southwest)\d(?:-[a-f])?"
+    r"|cn-(?:hangzhou|shanghai|beijing|shenzhen|qingdao|zhangjiakou|hongkong|chengdu))(?![A-Za-z0-9_-])"
+)
+# codes with digits: HAT136, XEWRD9, 3RK2T9, E501 (letters and digits, upper case, both kinds)
+_CODE = re.compile(r"[A-Z0-9](?<![A-Za-z0-9_.$/-][A-Z0-9])[A-Z0-9]{3,11}(?![A-Za-z0-9_])(?!-\d)")
+# symbols of code: CamelCase (AgentSession), lower camel (parseArgs), and calls (parse_args(), os.path.join())
+_SYMBOL = re.compile(
+    r"[A-Z](?<![A-Za-z0-9_$][A-Z])[a-z0-9]+(?:[A-Z][a-z0-9]+)+(?![A-Za-z0-9_])"
+    r"|[a-z](?<![A-Za-z0-9_$.][a-z])[a-z0-9]+(?:[A-Z][a-z0-9]+)+(?![A-Za-z0-9_(])"
+    r"|[A-Za-z_](?<![A-Za-z0-9_$.][A-Za-z_])(?:\w*_\w*|[a-z]+[A-Z]\w*|\w{2,}(?:\.[A-Za-z_]\w*)+)\(\)"
+)
 _BRANCH_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._/-]*[A-Za-z0-9])?"
 _BRANCH_END = r"(?![A-Za-z0-9_/~^:-]|\.[A-Za-z0-9])"  # a full stop may end the sentence
 _BRANCH_GIT = re.compile(
@@ -101,6 +136,14 @@ _BRANCH_WORD = re.compile(
     rf"(?:\b[Bb]ranch(?:es)?|分支)[:：]?\s*(?:(`|'|\")({_BRANCH_NAME})(?=\1)|({_BRANCH_NAME}){_BRANCH_END})"
 )
 _NOT_BRANCHES = frozenset({"HEAD", "FETCH_HEAD", "ORIG_HEAD", "origin", "upstream"})
+# fmt: off
+_NOT_BRANCH_WORDS = frozenset({
+    "and", "are", "but", "can", "for", "from", "has", "have", "into", "is", "its", "name", "names", "not", "off",
+    "out", "that", "the", "then", "this", "to", "was", "which", "will", "with", "you", "protection", "protections",
+    "rules", "list", "per", "instead", "first", "there", "here", "now", "yet", "again", "also", "only", "locally",
+    "remotely", "should", "must", "would", "could", "when", "where", "while", "after", "before",
+})
+# fmt: on
 _ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _WORD_CHARS = _ASCII_LETTERS | frozenset("0123456789_")
 
@@ -117,6 +160,15 @@ _ID_WORDS = re.compile(
     r"|(?:订单|单号|编号|工单|账号|号|号码)[\s:：]*$"
 )
 _CONTEXT_CHARS = 60
+_CHUNK = re.compile(r"(?i)\bchunk[ _-]?id\b")
+# fmt: off
+# Upper-case words with digits that are names of standards, not codes; CamelCase words that are products.
+_NOT_CODES = frozenset({"UTF8", "UTF16", "UTF32", "HTTP2", "HTTP3", "MP3", "MP4", "IPV4", "IPV6", "X509", "SHA1",
+                        "SHA256", "SHA512", "MD5", "BASE64", "H264", "OAUTH2", "ES2015", "ES2020", "ES2022", "WIN32"})
+_NOT_SYMBOLS = frozenset({"JavaScript", "TypeScript", "GitHub", "GitLab", "PostgreSQL", "MySQL", "MongoDB",
+                          "YouTube", "LinkedIn", "PowerShell", "iPhone", "macOS", "WebSocket", "OpenAI", "ChatGPT",
+                          "DeepSeek", "LangChain", "LangGraph", "FastAPI", "NumPy", "PyTorch", "VSCode", "README"})
+# fmt: on
 
 Finder: TypeAlias = Callable[[str], Iterator[tuple[int, str]]]
 
@@ -143,8 +195,17 @@ def _branches(text: str) -> Iterator[tuple[int, str]]:
         for m in _BRANCH_WORD.finditer(text):
             if m.group(2):
                 yield m.start(2), m.group(2)
-            elif re.search(r"[0-9_/-]", m.group(3)) and re.search(r"[A-Za-z]", m.group(3)):
+            elif re.search(r"[A-Za-z]", m.group(3)) and (
+                re.search(r"[0-9_/-]", m.group(3)) or _named_branch(text, m.start(), m.group(3))
+            ):
                 yield m.start(3), m.group(3)
+
+
+def _named_branch(text: str, at: int, word: str) -> bool:
+    """True when a plain `word` after "branch" at `at` is a branch's name ("on branch refactor", "the
+    refactor branch" is not looked at): the word is not one of the sentence's own words."""
+    before = text[max(0, at - 12) : at].lower()
+    return word.lower() not in _NOT_BRANCH_WORDS and len(word) >= 3 and not before.rstrip().endswith(("a", "new"))
 
 
 def _host_ports(text: str) -> Iterator[tuple[int, str]]:
@@ -194,10 +255,19 @@ _PASSES: tuple[tuple[IdentifierKind, Finder], ...] = (
     ("ticket", _matches(_TICKET_WORD, _ASCII_LETTERS)),
     ("ticket", _matches(_TICKET_HASH)),
     ("ticket", _matches(_TICKET_KEY)),
+    ("date", _matches(_DATE)),
+    ("region", _matches(_REGION)),
+    ("version", _matches(_VERSION)),
+    ("money", _matches(_MONEY)),
     ("hash", _matches(_HASH)),
     ("number", _matches(_NUMBER)),
     ("name", _matches(_NAME)),
+    ("code", _matches(_CODE)),
+    ("symbol", _matches(_SYMBOL)),
 )
+# A colour of CSS or a theme (#fff, #a1b2c3), not a ticket or a commit.
+_COLOUR = re.compile(r"#(?:[0-9a-fA-F]{3,4}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})$")
+_COLOUR_WORDS = re.compile(r"(?i)colou?r|background|fill|stroke|border|theme|style|css|rgb|hex|[:=]\s*$")
 # A whole argument value that is an opaque id: letters and digits mixed, no spaces.
 _VALUE_ID = re.compile(r"(?=[^\s]*[0-9])(?=[^\s]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9_.:@#/+-]{2,99}")
 _SHORT_VALUE = 200  # argument values longer than this are content (file text, patches), ranked lower
@@ -266,14 +336,27 @@ def _accept(kind: str, value: str, text: str, start: int, git: bool) -> bool:
         host = value.rsplit(":", 1)[0]
         # "main.py:12" is a file and line, left for the path pass
         return "." not in host or host.rsplit(".", 1)[-1].lower() not in KNOWN_EXTENSIONS or host[0].isdigit()
+    if kind == "ticket" and value.startswith("#") and _COLOUR.match(value):
+        return not _COLOUR_WORDS.search(_line_before(text, start))
     if kind == "hash":
         if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
             return False
-        return git or len(value) == 40 or bool(_GIT_WORDS.search(_line_before(text, start)))
+        if start and text[start - 1] == "#" and _COLOUR.match("#" + value):
+            return False  # a colour, #a1b2c3d
+        before = _line_before(text, start)
+        if _CHUNK.search(before):
+            return False  # a chunk id of a tool's output
+        return git or len(value) == 40 or bool(_GIT_WORDS.search(before))
+    if kind == "code":
+        letters = sum(c.isalpha() for c in value)
+        glued = start and text[start - 1] == "#"  # a colour (#A1B2C3) or a ticket
+        return 1 <= letters < len(value) and value not in _NOT_CODES and not glued
+    if kind == "symbol":
+        return len(value) >= 6 and value not in _NOT_SYMBOLS
     if kind == "number":
         return bool(_ID_WORDS.search(_line_before(text, start)))
-    if kind == "name":
-        return len(value) >= 4 and sum(c.isalpha() for c in value) >= 3
+    if kind == "name":  # ${...} is a template's placeholder, filled in elsewhere
+        return len(value) >= 4 and sum(c.isalpha() for c in value) >= 3 and not value.startswith("${")
     if kind == "url":
         return len(value) > value.find("//") + 3 if "//" in value else True
     return True
