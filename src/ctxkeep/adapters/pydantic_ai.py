@@ -58,6 +58,7 @@ __all__ = ["Converted", "CtxkeepCapability", "from_pydantic_ai", "to_pydantic_ai
 
 KEY = "pydantic_ai"  # where a block or message keeps the pydantic-ai fields ctxkeep does not model
 SUMMARY_MARK = {"ctxkeep": "summary"}  # CompactionPart.metadata of the summary ctxkeep sends
+WHOLE = "ctxkeep_whole"  # marks a response part kept whole: its block's text is only for the summary
 
 _MESSAGE: TypeAdapter[ModelMessage] = TypeAdapter(ModelMessage)
 _REQUEST_PART: TypeAdapter[ModelRequestPart] = TypeAdapter(ModelRequestPart)
@@ -238,7 +239,7 @@ def _response(message: ModelResponse) -> Message:
         else:  # native tool calls and returns, files, a provider's compaction: sent back as they were
             text = getattr(part, "content", None)
             readable = text if isinstance(text, str) else f"[{part.part_kind}]"
-            blocks.append(TextBlock(text=readable, extra={KEY: _kept(_RESPONSE_PART, part)}))
+            blocks.append(TextBlock(text=readable, extra={KEY: _kept(_RESPONSE_PART, part) | {WHOLE: True}}))
     return Message(role="assistant", content=tuple(blocks), extra={KEY: {"response": _shell(message)}})
 
 
@@ -299,9 +300,10 @@ def _response_of(msg: Message) -> ModelResponse:
             parts[-1]["args"] = args
         elif isinstance(block, ThinkingBlock):
             parts.append({"part_kind": "thinking", "signature": block.signature} | kept | {"content": block.text})
+        elif isinstance(block, TextBlock) and kept.pop(WHOLE, False):
+            parts.append(kept)
         elif isinstance(block, TextBlock):
-            parts.append(kept if "part_kind" in kept and "content" in kept else {"part_kind": "text"} | kept)
-            parts[-1].setdefault("content", block.text)
+            parts.append({"part_kind": "text"} | kept | {"content": block.text})
         # An image in an assistant message has no pydantic-ai response part: ctxkeep never makes one from pydantic-ai.
     shell = dict(msg.extra.get(KEY, {}).get("response", {}))
     response = _MESSAGE.validate_python({**shell, "kind": "response", "parts": parts})
