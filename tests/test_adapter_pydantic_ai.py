@@ -125,6 +125,26 @@ def run(
     return history
 
 
+async def arun(
+    workspace: Path, base_url: str, tasks: int, restart_at: int | None = None, **settings: Any
+) -> list[ModelMessage]:
+    """`run` on the event loop: ``await agent.run(...)``, the capability closed with ``await aclose()``."""
+    settings = settings or {"window": WINDOW}
+    capability = CtxkeepCapability(workspace, **settings)
+    agent = make_agent(capability, base_url)
+    history: list[ModelMessage] = []
+    try:
+        for i in range(tasks):
+            if i == restart_at:
+                await capability.aclose()
+                capability = CtxkeepCapability(workspace, **settings)
+                agent = make_agent(capability, base_url)
+            history = (await agent.run(task(i), message_history=history)).all_messages()
+    finally:
+        await capability.aclose()
+    return history
+
+
 def check_held(workspace: Path, history: list[ModelMessage]) -> None:
     """Every message of the host's history held once, live or archived, and nothing else.
 
@@ -187,6 +207,15 @@ def test_a_short_run_compacts_sends_the_summary_and_keeps_the_hosts_history(tmp_
     sent = [m["content"] for m in last if m["role"] == "user" and "<pyai:conversation_summary>" in m["content"]]
     assert len(sent) == 1 and summary.strip() in sent[0]
     assert sum(m["role"] == "user" and m["content"].startswith("Task ") for m in last) < 6
+
+
+def test_the_async_run_with_a_restart(tmp_path: Path) -> None:
+    with ValidatingServer(window=WINDOW) as api:
+        history = asyncio.run(arun(tmp_path / "ws", api.base_url, tasks=6, restart_at=3))
+    assert api.refused == [] and api.peak_tokens <= WINDOW
+    assert compactions(tmp_path / "ws") >= 1
+    check_whole(history, 6)
+    check_held(tmp_path / "ws", history)
 
 
 def test_the_async_run_with_an_async_session_passed_in(tmp_path: Path) -> None:
