@@ -164,11 +164,15 @@ class OpenAIEmbedder:
             except openai.OpenAIError as exc:
                 # Raised outside the `except`: the SDK's exception may quote the key.
                 failure = f"{type(exc).__name__}"
+                status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
             else:
-                failure = ""
+                failure, status = "", None
             if failure:
                 raise ProviderError(
-                    f"the embeddings endpoint failed ({failure}); check the base URL and model", provider="openai"
+                    f"the embeddings endpoint failed ({failure}{f', HTTP {status}' if status else ''});"
+                    " check the base URL, the model and the key",
+                    provider="openai",
+                    status_code=status,
                 )
             rows = sorted(response.data, key=lambda d: d.index)
             matrix = np.array([row.embedding for row in rows], dtype=np.float32)
