@@ -6,7 +6,7 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -18,7 +18,7 @@ from ctxkeep.memory.files import append_daily
 from ctxkeep.memory.index import MemoryIndex
 from ctxkeep.memory.search import search
 
-NOW = datetime(2026, 2, 2, 9, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 2, 2, 9, 0, tzinfo=UTC)
 
 
 class _Server(ThreadingHTTPServer):
