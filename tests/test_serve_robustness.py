@@ -336,6 +336,7 @@ def test_concurrent_requests_on_one_session_are_serialised_and_sessions_run_in_p
 def test_a_hundred_concurrent_requests(tmp_path: Path) -> None:
     """100 requests at once over 20 conversations: every one answered, every upstream request valid."""
     with ValidatingServer(window=WINDOW) as api, running_proxy(api.base_url, tmp_path) as url:
+        api._server.socket.listen(128)  # http.server queues 5 connections; a real API server takes 100 at once
 
         async def many() -> list[httpx.Response]:
             limits = httpx.Limits(max_connections=100)
@@ -348,7 +349,7 @@ def test_a_hundred_concurrent_requests(tmp_path: Path) -> None:
                 return await asyncio.gather(*(one(i) for i in range(100)))
 
         answers = asyncio.run(many())
-    assert [a.status_code for a in answers] == [200] * 100
+    assert [a.status_code for a in answers] == [200] * 100, [a.text for a in answers if a.status_code != 200][:3]
     assert api.refused == []
     assert len(api.records) == 100
     # Five identical requests per conversation (retries, as it were): each one workspace, no branch.

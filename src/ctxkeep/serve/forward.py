@@ -66,8 +66,10 @@ class Upstream:
             return await self._client.send(request, stream=True)
         except httpx.TimeoutException as exc:
             raise UpstreamTimeout(_timeout_text(self._settings.timeout)) from exc
-        except httpx.TransportError as exc:
+        except httpx.ConnectError as exc:
             raise UpstreamUnreachable(f"the upstream could not be reached ({type(exc).__name__})") from exc
+        except httpx.TransportError as exc:
+            raise UpstreamUnreachable(f"the upstream broke off the connection ({type(exc).__name__})") from exc
 
     async def aclose(self) -> None:
         """Close the pooled connections."""

@@ -23,8 +23,9 @@ import logging
 import re
 import shutil
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -67,6 +68,7 @@ class Sessions:
         self._open: OrderedDict[tuple[str, int], AsyncSession] = OrderedDict()
         self._branches: dict[str, list[int]] = {}  # most recently used first
         self._pending: dict[tuple[str, int], Reply] = {}  # the last reply of each branch, until the next request
+        self._seen: dict[tuple[str, int], list[bytes]] = {}  # digests of the history items each branch took last
 
     async def enter(self, key: str) -> Lease:
         """Wait for the conversation's turn; the `Lease` must be released (`Lease.release`) when done."""
@@ -85,6 +87,7 @@ class Sessions:
         self._pending[(key, branch)] = reply
 
     async def _close(self, where: tuple[str, int], session: AsyncSession) -> None:
+        self._seen.pop(where, None)
         reply = self._pending.pop(where, None)
         try:
             if reply is not None:
@@ -97,13 +100,11 @@ class Sessions:
 
     async def step(self, key: str, turn: Turn) -> tuple[Step, AsyncSession, int]:
         """Sync the turn's history into the branch it extends (a new one when none does) and prepare."""
+        digests = _digests(turn.history)
         for branch in self._branch_order(key):
             session = await self._session(key, branch)
-            try:
-                await session.sync(turn.history)
-            except MessageError:
+            if not await self._extend(session, (key, branch), turn.history, digests):
                 continue
-            self._pending.pop((key, branch), None)  # carried back and synced, or dropped by a retry
             self._use(key, branch)
             return await session.prepare(turn.system, tools=turn.tools), session, branch
         branch = max(self._branch_order(key), default=-1) + 1
@@ -113,10 +114,32 @@ class Sessions:
         except MessageError as exc:
             await self._discard(key, branch)
             raise BadRequest(f"the messages cannot be taken: {exc}", param="messages") from None
+        self._seen[(key, branch)] = digests
         if branch:
             log.warning("conversation %s: the history diverged from what it held; branch %d started", key, branch)
         self._use(key, branch)
         return await session.prepare(turn.system, tools=turn.tools), session, branch
+
+    async def _extend(
+        self, session: AsyncSession, where: tuple[str, int], history: Sequence[Any], digests: list[bytes]
+    ) -> bool:
+        """Take what is new in `history` into the branch; False when the history does not extend it.
+
+        The fast path: when the history begins with exactly the items this branch took last time (same
+        JSON, by digest), only the items after them are added, so a request does not convert and match a
+        long history again. Otherwise (a restart, an edit, a different client) `Session.sync` decides.
+        """
+        seen = self._seen.get(where)
+        try:
+            if seen is not None and digests[: len(seen)] == seen:
+                await session.add(list(history[len(seen) :]))
+            else:
+                await session.sync(history)
+        except MessageError:
+            return False
+        self._pending.pop(where, None)  # carried back and taken, or dropped by a retry
+        self._seen[where] = digests
+        return True
 
     def _branch_order(self, key: str) -> list[int]:
         if key not in self._branches:
@@ -199,6 +222,11 @@ class Lease:
                 await self._sessions.evict()
             except CtxkeepError as exc:
                 log.warning("closing idle workspaces failed: %s", exc)
+
+
+def _digests(history: Sequence[Any]) -> list[bytes]:
+    """A short digest of each history item's JSON, to see that a history begins as the last one did."""
+    return [hashlib.blake2b(orjson.dumps(item), digest_size=16).digest() for item in history]
 
 
 def _private_folder(folder: Path) -> None:
