@@ -169,3 +169,20 @@ def test_the_archive_is_searched_by_message_line() -> None:
         assert {h.source for h in search(index, "billing dark", k=5, source=None)} == {"dialog", "memory"}
     with pytest.raises(ValueError, match="source"):
         search(MemoryIndex(folder), "x", source="elsewhere")
+
+
+def test_the_archive_gets_vectors_only_when_asked(minilm: MiniLMEmbedder) -> None:
+    folder = MemoryFolder()
+    archive_append(
+        folder, Archive(), [Message.of("user", f"message {i} about the build") for i in range(5)], date(2026, 3, 1)
+    )
+    append_daily(folder, "one memory entry", at=NOW)
+    with MemoryIndex(folder, embedder=minilm) as index:
+        index.update()
+        assert (index.stats()["chunks"], index.stats()["vectors"]) == (6, 1)
+        assert search(index, "build", k=2, source="dialog")[0].vector_rank is None
+    with MemoryIndex(MemoryFolder(), embedder=minilm, embed_dialog=True) as index:
+        archive_append(index.folder, Archive(), [Message.of("user", "compiling the project")], date(2026, 3, 1))
+        index.update()
+        assert index.stats()["vectors"] == 1
+        assert search(index, "build", k=1, source="dialog")[0].vector_rank == 1

@@ -74,10 +74,15 @@ def source_of(name: str) -> str | None:
 class MemoryIndex:
     """The search index of a workspace's memory files and archive. Close it (or use ``with``) when done."""
 
-    def __init__(self, folder: Folder, *, embedder: Embedder | None = None) -> None:
-        """Open (or create) the index of `folder`; `embedder` None keeps full text only."""
+    def __init__(self, folder: Folder, *, embedder: Embedder | None = None, embed_dialog: bool = False) -> None:
+        """Open (or create) the index of `folder`; `embedder` None keeps full text only.
+
+        The archive gets vectors only with `embed_dialog`: a long session archives thousands of messages, and
+        what an agent looks for there (a command, a path, an error) is found by its words.
+        """
         self.folder = folder
         self.embedder = embedder
+        self.embed_dialog = embed_dialog
         sqlite, loadable = _sqlite()
         self._db: Any = sqlite.connect(_database(folder), timeout=60.0, isolation_level=None)
         self._db.execute("PRAGMA busy_timeout = 60000")
@@ -255,6 +260,8 @@ class MemoryIndex:
             part = ids[at : at + 500]
             marks = ",".join("?" * len(part))
             rows += self._db.execute(f"SELECT id, sha, text, source FROM chunks WHERE id IN ({marks})", part).fetchall()
+        if not self.embed_dialog:
+            rows = [row for row in rows if row[3] != "dialog"]
         cached = {}
         for _, sha, _, _ in rows:
             hit = self._db.execute("SELECT vector FROM embeddings WHERE sha = ? AND model = ?", (sha, model)).fetchone()
