@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, date, datetime
+from pathlib import Path
 
 import pytest
 
@@ -168,3 +169,22 @@ def test_the_first_context_after_a_compaction_carries_the_rules_once_read_from_d
     assert not any(s[1] for s in seen if not s[0])  # and no other
     assert compacted[-1][2] and not compacted[0][2]  # re-read from disk each time
     assert "<workspace-rules" not in (session.summary or "")  # never stored in the summary itself
+
+
+def test_an_agents_md_link_leaves_the_rules_out_and_the_compaction_stands(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "AGENTS.md").write_text(AGENTS_MD)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "AGENTS.md").symlink_to(repo / "AGENTS.md")
+    settings = EngineSettings(compact=CompactSettings(max_input_length=4_000, reserve_cap=400), summary_max_chars=2_500)
+    with Session.open(workspace, settings=settings) as session:
+        session.add([Message.of("user", "words " * 3_000)])
+        session.add([Message.of("assistant", "ok")])
+        step = session.compact(now=MIDNIGHT)
+    assert step.compaction is not None
+    assert "<workspace-rules" not in (step.context.summary or "")
+    assert "left out of this context" in caplog.text

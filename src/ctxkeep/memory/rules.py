@@ -10,15 +10,19 @@ themselves are the summarizer's; these come from the file.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from datetime import date
 from typing import Any
 
 from ctxkeep.context import Context, summary_tokens_of
+from ctxkeep.errors import CtxkeepError
 from ctxkeep.settings import MemorySettings
 from ctxkeep.store import FileStore, Store
 from ctxkeep.summarize.model.augment import agents_rules
 from ctxkeep.tokens import Counter
+
+log = logging.getLogger("ctxkeep")
 
 AGENTS_FILE = "AGENTS.md"
 RULES_TAG = "workspace-rules"
@@ -43,7 +47,13 @@ def read_agents_md(store: Store) -> str | None:
     if not isinstance(store, FileStore):
         return None
     reader: Any = store
-    raw = reader.read(AGENTS_FILE)
+    try:
+        raw = reader.read(AGENTS_FILE)
+    except CtxkeepError as exc:
+        # A link (AGENTS.md is often linked from a repository) or an unreadable file must not fail the
+        # compaction that is being applied: the rules are left out, and the log says why.
+        log.warning("the rules of %s are left out of this context: %s", AGENTS_FILE, exc)
+        return None
     return None if raw is None else raw.decode("utf-8", errors="replace")
 
 
