@@ -456,7 +456,9 @@ def test_what_is_not_a_pydantic_ai_message_is_refused_with_its_position() -> Non
 # nothing for the conversation (parts of 2,048 tokens at most: several calls, replies cut). At 16,384 each
 # compaction is one call, and prompt plus reply stay within the 8,192 tokens the model knows.
 LLAMA_CONTEXT = 16_384
-LLAMA_SECONDS = 600  # per model call: a limit for a hung server, 8 times what a call takes on 2 cores
+# Per model call, only to stop a hung server: a reply of ~2,000 tokens takes 20-40 s on 2 idle cores, and took
+# over 10 minutes on the same cores with two other llama-servers busy (4 tokens/s).
+LLAMA_SECONDS = 1_800
 
 
 @pytest.fixture(scope="module")
