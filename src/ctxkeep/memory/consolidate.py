@@ -98,7 +98,7 @@ def consolidate(folder: Folder, *, now: datetime, model: Model | None = None) ->
         superseded, by = 0, "rule"
         if model is not None and added:
             try:
-                document, superseded = merge_by_model(model, old, document)
+                document, superseded = merge_by_model(model, document)
                 by = "model"
             except ValueError as exc:
                 log.warning("the model could not consolidate memory (%s); merged by rule", exc)
@@ -165,7 +165,7 @@ _MODEL_SCHEMA: dict[str, Any] = {
 }
 
 
-def merge_by_model(model: Model, old: str, merged: str) -> tuple[str, int]:
+def merge_by_model(model: Model, merged: str) -> tuple[str, int]:
     """The model's tidy of `merged`, with every entry of it the model dropped unnamed put back; superseded count.
 
     Raises `ValueError` when the reply is not the JSON asked for (the caller keeps the rule's merge).
