@@ -9,7 +9,11 @@ a real process in front of it, then prints:
 2. throughput with 8 concurrent sessions (threads, one conversation each, ~20,000-token histories);
 3. memory per session: the proxy's resident memory after the sessions of (2) and of (1), per session.
 
-    .venv/bin/python bench/bench_serve.py [--requests 40] [--tokens 100000] [--sessions 8]
+    .venv/bin/python bench/bench_serve.py [--requests 40] [--tokens 100000] [--sessions 8] [--dir PATH]
+
+Every request's new messages are appended to the workspace with an fdatasync before it is forwarded
+(the session's durability), so the figures include the disk: `--dir /dev/shm` (tmpfs) shows the proxy
+without it.
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ class Fast(BaseHTTPRequestHandler):
     """Reads the whole body and answers at once: what remains is the transport, on both paths alike."""
 
     protocol_version = "HTTP/1.1"
+    # As real servers do: without it the answer's head and body wait on each other (Nagle and delayed ACKs,
+    # 40 ms a request on Linux), on both paths, and drown what is measured.
+    disable_nagle_algorithm = True
 
     def log_message(self, *args: object) -> None:
         pass
@@ -98,6 +105,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_for(url: str) -> None:
+    """Until `url` answers at all (a 404 will do): the server is up."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            httpx.get(url)
+            return
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -105,12 +125,14 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-def post(client: httpx.Client, url: str, body: bytes, session: str | None = None) -> float:
+def post(
+    client: httpx.Client, url: str, body: bytes, session: str | None = None, path: str = "/chat/completions"
+) -> float:
     headers = {"content-type": "application/json", "authorization": "Bearer none"}
     if session:
         headers["x-ctxkeep-session"] = session
     started = time.perf_counter()
-    answer = client.post(url + "/chat/completions", content=body, headers=headers)
+    answer = client.post(url + path, content=body, headers=headers)
     took = time.perf_counter() - started
     if answer.status_code != 200:
         raise RuntimeError(f"{answer.status_code}: {answer.text[:300]}")
@@ -130,6 +152,23 @@ def latency(client: httpx.Client, proxy: str, upstream: str, tokens: int, reques
         direct = post(client, upstream, body)
         added.append(via - direct)
     return added
+
+
+def relay(client: httpx.Client, proxy: str, upstream: str, tokens: int, requests: int) -> list[float]:
+    """Per request: the proxy's time minus the direct time for a body it passes through untouched."""
+    body = json.dumps({"model": "fast", "messages": history_of(tokens, "relay"), "tools": [TOOL]}).encode()
+    added = []
+    for _ in range(requests):
+        via = post(client, proxy.removesuffix("/v1") + "/v1/relay", body, path="")
+        direct = post(client, upstream + "/relay", body, path="")
+        added.append(via - direct)
+    return added
+
+
+def figures(seconds: list[float]) -> str:
+    ms = sorted(1000 * s for s in seconds)
+    p95 = ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))]
+    return f"median {statistics.median(ms):.1f} ms, p95 {p95:.1f} ms"
 
 
 def throughput(proxy: str, sessions: int, tokens: int, requests: int) -> float:
@@ -159,35 +198,38 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--tokens", type=int, default=100_000)
     parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--dir", help="where the workspaces go (default: the system's temporary folder)")
+    parser.add_argument("--upstream-only", type=int, help=argparse.SUPPRESS)  # the upstream's own process
     args = parser.parse_args()
+    if args.upstream_only:
+        ThreadingHTTPServer(("127.0.0.1", args.upstream_only), Fast).serve_forever()
+        return
 
-    upstream_server = ThreadingHTTPServer(("127.0.0.1", 0), Fast)
-    upstream_server.daemon_threads = True
-    threading.Thread(target=upstream_server.serve_forever, daemon=True).start()
-    upstream = f"http://127.0.0.1:{upstream_server.server_address[1]}/v1"
+    # Three processes, as in use: this client, the proxy and the upstream (threads of one process would
+    # take turns at one interpreter lock and add its switching to every figure).
+    upstream_port = free_port()
+    upstream_process = subprocess.Popen([sys.executable, __file__, "--upstream-only", str(upstream_port)])
+    upstream = f"http://127.0.0.1:{upstream_port}/v1"
     port = free_port()
-    with tempfile.TemporaryDirectory() as root:
+    with tempfile.TemporaryDirectory(dir=args.dir) as root:
         command = [sys.executable, "-m", "ctxkeep.cli", "serve", "--upstream", upstream, "--port", str(port)]
         command += ["--root", root, "--window", str(4 * args.tokens)]  # a window no request comes near
         proxy_process = subprocess.Popen(command, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONWARNINGS": ""})
         proxy = f"http://127.0.0.1:{port}/v1"
         try:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    httpx.get(f"http://127.0.0.1:{port}/healthz").raise_for_status()
-                    break
-                except httpx.TransportError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
+            wait_for(f"http://127.0.0.1:{port}/healthz")
+            wait_for(f"{upstream}/models")
             idle = rss_kib(proxy_process.pid)
             with httpx.Client(timeout=600) as client:
                 added = latency(client, proxy, upstream, args.tokens, args.requests)
-            ms = sorted(1000 * a for a in added)
-            p95 = ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))]
-            print(f"added latency per request, {args.tokens:,}-token history, {len(ms)} requests outside compaction:")
-            print(f"  median {statistics.median(ms):.1f} ms, p95 {p95:.1f} ms (target < 5 ms)")
+                relayed = relay(client, proxy, upstream, args.tokens, args.requests)
+            print(
+                f"added latency per request, {args.tokens:,}-token history, {len(added)} requests outside compaction:"
+            )
+            print(f"  {figures(added)} (target < 5 ms)")
+            print(
+                f"  of which the HTTP hop alone (the same body on a path passed through unchanged): {figures(relayed)}"
+            )
             after_one = rss_kib(proxy_process.pid)
             rate = throughput(proxy, args.sessions, 20_000, 10)
             print(f"throughput, {args.sessions} concurrent sessions, 20,000-token histories: {rate:.1f} requests/s")
@@ -199,7 +241,8 @@ def main() -> None:
         finally:
             proxy_process.terminate()
             proxy_process.wait(timeout=60)
-    upstream_server.shutdown()
+            upstream_process.terminate()
+            upstream_process.wait(timeout=60)
 
 
 if __name__ == "__main__":
