@@ -22,6 +22,7 @@ from ctxkeep.summarize.facts.collect import (
     MAX_NEXT,
     Facts,
     collect_facts,
+    mark_superseded,
     newest_first,
     rules_in,
     unique,
@@ -322,7 +323,7 @@ def _merge(old: _Draft, new: _Draft, facts: Facts, language: Language) -> _Draft
     """One draft from the previous summary's and the new messages' (the rules: docs/summarize.md)."""
     goal = _merge_goal(old.goal, new.goal)
     merged = _Draft(goal=goal, has_latest=sum(omitted_count(g) is None for g in goal) > 1)
-    merged.constraints = unique(old.constraints + new.constraints)
+    merged.constraints = mark_superseded(unique_keep_last(old.constraints + new.constraints))
     moved = old.in_progress if new.in_progress else []
     merged.done = unique_keep_last(old.done + moved + new.done)
     merged.in_progress = new.in_progress or old.in_progress

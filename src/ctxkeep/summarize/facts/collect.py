@@ -60,8 +60,22 @@ _CONSTRAINT = re.compile(
     r"|(?:^|[,;:(]\s*|\b(?:please|use|run|touch|change|edit|modify|read|write|commit)\s+)only\s+(?=[\w`])"
     r"|(?:^|[;:(]\s*)no\s+(?=[\w`])"
     r"|,\s*not\s+(?!sure|yet|really|quite|just|only|even|that|so|too|very)\w"
+    r"|\b(?:want|would like|would rather|important (?:not )?to)\b"
+    # "instead of" rules when it says what to do ("use ruff instead of flake8"), not in a bug report
+    r"|\b(?:use|prefer|choose|pick|go with|keep|call|write|run)\b[^.;\n]{0,80}\binstead of\b"
     r"|必须|不要|不能|不得|禁止|务必|只(?!是)|仅|一定要|请(?:使用|用|勿|务必|保持|确保|不要|只|一定|别)|应该|尽量|避免|优先|别(?!的|人)"
+    r"|希望|想要|最好|重要的是|而不是|宁可"
 )
+# A question asks, it does not rule; a pasted log line is data.
+_QUESTION = re.compile(r"[?？]\s*$")
+_LOG_LINE = re.compile(
+    r"^\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}|^\[?\d{2}:\d{2}:\d{2}|^(?:ERROR|WARN(?:ING)?|INFO|DEBUG|TRACE)\b"
+    r"|Traceback \(most recent|^\s*at [\w.$<>]+\(|^\s*File \"[^\"]+\", line \d+"
+)
+# A rule that points back ("Never exceed it") takes the sentence before it when that one holds the value.
+_POINTS_BACK = re.compile(r"(?i)\b(?:it|this|that|these|those|them|the same)\b|这个|那个|它")
+_VALUE = re.compile(r"\d|`")
+SUPERSEDED = "(superseded by a later rule)"
 # a rule introducing what follows ("Body, always:") says nothing alone unless it has this many words
 _LEAD_IN_WORDS = 5
 _DECISION_STRONG = re.compile(
@@ -205,7 +219,7 @@ def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None =
             _scan_text(msg.text, _FROM_USER if text is not None else _FROM_RESULT, found)
             if text is None:
                 continue
-            constraints.extend(c for c in _candidates(text) if _is_constraint(c))
+            constraints.extend(rules_in(text))
             if not _is_ack(text) and not is_placeholder(text):
                 asks.append((i, _shorten(text, GOAL_CHARS)))
         elif msg.role == "assistant":
@@ -243,7 +257,7 @@ def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None =
     return Facts(
         asks=tuple(unique_keep_last(a for _, a in asks)),
         answered=bool(asks) and last_answer > asks[-1][0],
-        constraints=tuple(unique(clip(c, ITEM_CHARS) for c in constraints)),
+        constraints=tuple(mark_superseded(unique_keep_last(clip(c, ITEM_CHARS) for c in constraints))),
         decisions=tuple(_pick_decisions(decisions)),
         intents=tuple(clip(s, ITEM_CHARS) for s in intents),
         plans=tuple(clip(p, ITEM_CHARS) for p in plans),
@@ -370,8 +384,56 @@ def _candidates(text: str) -> list[str]:
 
 
 def rules_in(text: str) -> list[str]:
-    """The rules `text` states: its list items and sentences that are constraints (see `collect_facts`)."""
-    return [c for c in _candidates(text) if _is_constraint(c)]
+    """The rules `text` states: its list items and sentences that are constraints (see `collect_facts`).
+
+    A rule is taken whole, with its value: one that points back ("Never exceed it.") and names no
+    value itself is joined to the sentence before it when that one names one ("The budget cap is
+    $500."). Questions and pasted log lines are not rules.
+    """
+    out: list[str] = []
+    previous = ""
+    for candidate in _candidates(text):
+        if _is_constraint(candidate) and not _QUESTION.search(candidate) and not _LOG_LINE.search(candidate):
+            if not _VALUE.search(candidate) and _POINTS_BACK.search(candidate) and _VALUE.search(previous):
+                candidate = f"{previous} {candidate}"
+            out.append(candidate)
+        previous = candidate
+    return out
+
+
+def mark_superseded(rules: Sequence[str]) -> list[str]:
+    """`rules` (oldest first), each that a later one restates with another value marked `SUPERSEDED`.
+
+    Two rules are statements of one rule when their words (values left out) mostly agree and their
+    values (numbers, code spans, identifiers) differ: "Budget cap is $500" and then "Budget cap is
+    $800". The newest value wins; the older stays, marked, so the change is not lost.
+    """
+    keys = [_rule_key(r) for r in rules]
+    out = []
+    for j, rule in enumerate(rules):
+        words, values = keys[j]
+        later = any(
+            values and other_values and values != other_values and _overlap(words, other_words) >= 0.6
+            for other_words, other_values in keys[j + 1 :]
+        )
+        out.append(f"{rule} {SUPERSEDED}" if later and not rule.endswith(SUPERSEDED) else rule)
+    return out
+
+
+def _rule_key(rule: str) -> tuple[frozenset[str], frozenset[str]]:
+    values = frozenset(i.text for i in find_identifiers(rule)) | frozenset(re.findall(r"\d[\d,.]*", rule))
+    bare = rule.removesuffix(SUPERSEDED)
+    for value in values:
+        bare = bare.replace(value, " ")
+    words = frozenset(w for w in re.findall(r"[a-z]{3,}|[\u4e00-\u9fff]", bare.lower()) if w not in _RULE_STOPWORDS)
+    return words, values
+
+
+def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a and b else 0.0
+
+
+_RULE_STOPWORDS = frozenset({"the", "and", "for", "with", "than", "that", "this", "are", "is", "now", "actually"})
 
 
 def _is_constraint(candidate: str) -> bool:

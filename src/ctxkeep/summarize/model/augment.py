@@ -48,6 +48,7 @@ _MORE_NOTE = re.compile(
     r"^\(\d+ more (?:identifiers|files) in the archive\)$|^（另有 \d+ 个(?:标识符|文件)，详见归档）$"
 )
 _FAILURES = {"en": "Tool failures", "zh": "工具调用失败"}
+_STATED = {"en": "Rules the user stated", "zh": "用户提出的规则"}
 _MORE_FAILURES = {"en": "({n} more failed calls in the archive)", "zh": "（另有 {n} 个失败的调用，详见归档）"}
 _NOTES = {"en": "Not summarized", "zh": "未能摘要"}
 _RULES_TITLE = "Workspace rules (AGENTS.md)"
@@ -68,9 +69,10 @@ class _Uncut:
     notes: tuple[str, ...]
     failures: tuple[str, ...]
     rules: Mapping[str, str]
+    stated: tuple[str, ...] = ()  # the user's rules the model's text does not carry verbatim
 
     def text(self) -> str:
-        return "\n".join([*self.notes, *self.failures, *self.rules.values()])
+        return "\n".join([*self.notes, *self.failures, *self.stated, *self.rules.values()])
 
 
 def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None, notes: Sequence[str] = ()) -> str:
@@ -96,6 +98,7 @@ def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None,
         notes=tuple(notes),
         failures=_failure_items(facts, language, room=request.max_chars // 5),
         rules=agents_rules(agents_md) if agents_md is not None else {},
+        stated=_stated(facts.constraints, text, room=request.max_chars // 10),
     )
     whole = uncut.text()  # what these name needs no listing
     listed = set(read) | set(modified)
@@ -119,6 +122,16 @@ def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None,
         if len(out) <= request.max_chars:
             return out
         slack += len(out) - request.max_chars
+
+
+def _stated(rules: Sequence[str], text: str, *, room: int) -> tuple[str, ...]:
+    """The user's rules `text` lacks verbatim, newest first while they fit `room`, in the order stated."""
+    kept: list[str] = []
+    for rule in reversed([r for r in rules if r not in text]):
+        if sum(len(r) + 3 for r in kept) + len(rule) + 3 > room:
+            break
+        kept.append(rule)
+    return tuple(reversed(kept))
 
 
 def _failure_items(facts: Facts, language: Language, *, room: int) -> tuple[str, ...]:
@@ -251,6 +264,7 @@ def _appendix(
     blocks: list[str] = []
     for title, items, dropped in (
         (_NOTES[language], list(uncut.notes), 0),
+        (_STATED[language], list(uncut.stated), 0),
         (_FAILURES[language], list(uncut.failures), 0),
         (PHRASES["files_read"][language], [_listed(p) for p in read], omitted[0]),
         (PHRASES["files_modified"][language], [_listed(p) for p in modified], omitted[1]),

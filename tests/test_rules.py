@@ -1,0 +1,68 @@
+"""Rules whole, newest value wins: what the user requires, as stated, in both summarizers."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctxkeep.messages import Message
+from ctxkeep.providers.deterministic import DeterministicModel
+from ctxkeep.settings import ModelSummarySettings
+from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, SummaryRequest
+from ctxkeep.summarize.facts.collect import SUPERSEDED, mark_superseded, rules_in
+from ctxkeep.summarize.sections.markdown import parse_sections
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("The budget cap is $500. Never exceed it.", ["The budget cap is $500. Never exceed it."]),
+        ("I would like the public API to stay as it is.", ["I would like the public API to stay as it is."]),
+        ("It is important not to add dependencies.", ["It is important not to add dependencies."]),
+        ("Use ruff instead of flake8 for linting.", ["Use ruff instead of flake8 for linting."]),
+        ("I prefer small commits.", ["I prefer small commits."]),
+        ("希望保持接口不变。", ["希望保持接口不变。"]),
+        # not rules: questions, pasted logs, "instead of" in a bug report, a rule with its own value
+        ("Should we always use tox?", []),
+        ("2026-01-01T10:00:00 ERROR value must not be null", []),
+        ("Checkout answers 500 instead of COUPON_EXPIRED.", []),
+        ("Port is 8080. Never change port 9090.", ["Never change port 9090."]),
+    ],
+)
+def test_rules_are_taken_whole_with_their_values(text: str, expected: list[str]) -> None:
+    assert rules_in(text) == expected
+
+
+def test_a_later_value_of_the_same_rule_supersedes_the_earlier() -> None:
+    rules = ["Budget cap is $500, never exceed it.", "Use pytest -q.", "Budget cap is $800, never exceed it."]
+    assert mark_superseded(rules) == [f"{rules[0]} {SUPERSEDED}", rules[1], rules[2]]
+    # different rules with different values, and the same words with no value, are left alone
+    assert mark_superseded(["Keep the timeout at 30 s.", "Retry at most 3 times."])[0].endswith("30 s.")
+    assert mark_superseded(["Always run the linter.", "Always run the linter first."])[0] == "Always run the linter."
+
+
+def conversation() -> list[Message]:
+    return [
+        Message.of("user", "Book the flights. The budget cap is $500. Never exceed it."),
+        Message.of("assistant", "Searching flights now."),
+        Message.of("user", "Change of plan: the budget cap is $800. Never exceed it."),
+        Message.of("assistant", "Understood."),
+    ]
+
+
+def test_the_extractive_summary_marks_the_superseded_value() -> None:
+    summary = ExtractiveSummarizer().summarize(SummaryRequest(messages=tuple(conversation())))
+    rules = parse_sections(summary)["Constraints & Preferences"][""]
+    assert rules[-1].endswith("the budget cap is $800. Never exceed it.")
+    assert any("$500" in r and r.endswith(SUPERSEDED) for r in rules)
+
+
+def test_the_model_summary_gets_the_rules_it_left_out_appended_verbatim() -> None:
+    model = DeterministicModel()
+    model.enqueue(
+        "".join(f"## {t}\n- (none)\n\n" for t in ("Goal", "Constraints & Preferences", "Progress"))
+        + "".join(f"## {t}\n- (none)\n\n" for t in ("Key Decisions", "Next Steps", "Critical Context"))
+    )
+    settings = ModelSummarySettings(window=8_192, max_tokens=1_024, audit=False, retries=0)
+    summary = ModelSummarizer(model, settings=settings).summarize(SummaryRequest(messages=tuple(conversation())))
+    assert "the budget cap is $800. Never exceed it." in summary
+    assert f"The budget cap is $500. Never exceed it. {SUPERSEDED}" in summary
