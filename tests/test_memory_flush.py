@@ -7,6 +7,8 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from ctxkeep import DeterministicModel, EngineSettings, ModelSummarizer, Session
 from ctxkeep.errors import ProviderError
 from ctxkeep.folder import MemoryFolder
@@ -187,3 +189,15 @@ def test_the_compaction_model_is_the_flush_model() -> None:
         session.prepare("system", now=NOW)  # over the soft line, under the threshold: the flush only
     assert len(model.requests) == 1 and "long-term memory" in model.requests[0].system
     assert flushed_cycle(store) == 0 and "memory/2026-05-02.md" not in store.files
+
+
+def test_the_model_flush_keeps_to_its_time_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ctxkeep.memory import flush as flush_mod
+
+    model = DeterministicModel(default=lambda _: '{"action": "done", "query": "", "entries": []}')
+    flush(MemoryFolder(), CONVERSATION, now=NOW, model=model)
+    assert 0 < model.requests[0].timeout <= flush_mod.BUDGET_SECONDS  # each call gets only what is left
+    monkeypatch.setattr(flush_mod, "BUDGET_SECONDS", 0.0)
+    late = DeterministicModel(default=lambda _: '{"action": "done", "query": "", "entries": []}')
+    run = flush(MemoryFolder(), CONVERSATION, now=NOW, model=late)
+    assert late.requests == [] and run.by == "rule" and len(run.notes) == 4

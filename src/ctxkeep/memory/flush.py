@@ -41,6 +41,9 @@ KINDS = ("preference", "lesson", "fact")
 # Of the messages about to be compacted, what the model reads: the newest part when they are many.
 PROMPT_CHARS = 24_000
 REPLY_TOKENS = 1_024
+# The whole model flush, all its calls: the agent waits for it, so it gets no more than one summary call's
+# usual time; a call still running then times out and the rule's notes are written instead.
+BUDGET_SECONDS = 60.0
 
 _SYSTEM = (
     "You keep an agent's long-term memory. The conversation below is about to be removed from the agent's"
@@ -144,7 +147,7 @@ def flush(
     if model is not None:
         try:
             notes, calls = _model_notes(model, messages, steps=steps, search=lambda q: _search(folder, q))
-            by = "model"
+            by = "model" if calls else "rule"  # no time left for even one call: the rule's notes
         except (CtxkeepError, ValueError) as exc:
             errors.append(f"the model flush failed ({exc}); the rule's notes are kept instead")
             log.warning("%s", errors[-1])
@@ -190,8 +193,15 @@ def _model_notes(
         conversation = "[… earlier part left out …]\n" + conversation[-PROMPT_CHARS:]
     turns = [Turn(role="user", text=f"<conversation>\n{conversation}\n</conversation>\n\nWhat should be saved?")]
     notes: list[Note] = []
+    deadline = time.monotonic() + BUDGET_SECONDS
     for call in range(1, steps + 1):
-        reply = model.complete(Completion(system=_SYSTEM, turns=tuple(turns), max_tokens=REPLY_TOKENS, schema=SCHEMA))
+        left = deadline - time.monotonic()
+        if left <= 0:  # the agent waits for this: what was written so far is kept, the rest is not asked
+            return notes, call - 1
+        request = Completion(
+            system=_SYSTEM, turns=tuple(turns), max_tokens=REPLY_TOKENS, schema=SCHEMA, timeout=max(1.0, left)
+        )
+        reply = model.complete(request)
         action = _action(reply.text)
         turns.append(Turn(role="assistant", text=reply.text))
         if action["action"] == "done":
