@@ -102,6 +102,11 @@ def make_agent(capability: CtxkeepCapability, base_url: str) -> Agent[None, str]
     return agent
 
 
+def reloaded(history: list[ModelMessage]) -> list[ModelMessage]:
+    """The history as a host saves it and a new process loads it: through pydantic-ai's JSON."""
+    return ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(history))
+
+
 def run(
     workspace: Path, base_url: str, tasks: int, restart_at: int | None = None, **settings: Any
 ) -> list[ModelMessage]:
@@ -116,7 +121,8 @@ def run(
     try:
         for i in range(tasks):
             if i == restart_at:
-                capability.close()  # a new process would see just the workspace and the host's history
+                capability.close()  # a new process would see just the workspace and the history the host saved
+                history = reloaded(history)
                 capability = CtxkeepCapability(workspace, **settings)
                 agent = make_agent(capability, base_url)
             history = agent.run_sync(task(i), message_history=history).all_messages()
@@ -137,6 +143,7 @@ async def arun(
         for i in range(tasks):
             if i == restart_at:
                 await capability.aclose()
+                history = reloaded(history)
                 capability = CtxkeepCapability(workspace, **settings)
                 agent = make_agent(capability, base_url)
             history = (await agent.run(task(i), message_history=history)).all_messages()
@@ -234,7 +241,7 @@ def test_the_async_run_with_an_async_session_passed_in(tmp_path: Path) -> None:
     check_held(tmp_path / "ws", history)
 
 
-def test_a_sync_session_passed_in_stays_open_and_settings_go_with_a_path(tmp_path: Path) -> None:
+def test_a_session_passed_in_stays_open_and_settings_need_a_path(tmp_path: Path) -> None:
     with Session.open(tmp_path / "ws", window=WINDOW) as session:
         capability = CtxkeepCapability(session)
         capability.close()
