@@ -99,6 +99,7 @@ class ScriptedUpstream:
     def __init__(self) -> None:
         self.plan: list[Behaviour] = []
         self.calls: list[tuple[dict[str, str], Any]] = []
+        self.paths: list[str] = []
         self.lock = threading.Lock()
         self.active: Counter[str] = Counter()
         self.peak: Counter[str] = Counter()
@@ -120,6 +121,7 @@ class ScriptedUpstream:
     def record(self, handler: BaseHTTPRequestHandler, raw: bytes) -> Any:
         body = json.loads(raw) if raw else None
         with self.lock:
+            self.paths.append(handler.path)
             self.calls.append(({k.lower(): v for k, v in handler.headers.items()}, body))
         return body
 
@@ -136,10 +138,10 @@ def history(n: int) -> list[dict[str, Any]]:
     return [*out, {"role": "user", "content": f"question {n}"}]
 
 
-def post(url: str, body: Any, **headers: str) -> httpx.Response:
+def post(url: str, body: Any, path: str = "/v1/chat/completions", **headers: str) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     hdrs = {"content-type": "application/json", "authorization": "Bearer sk-test", **headers}
-    return httpx.post(url + "/v1/chat/completions", content=content, headers=hdrs, timeout=120)
+    return httpx.post(url + path, content=content, headers=hdrs, timeout=120)
 
 
 def workspace_ids(root: Path, name: str) -> list[str]:
@@ -364,10 +366,12 @@ def test_models_and_other_paths_pass_through(tmp_path: Path) -> None:
     with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
         models = OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0).models.with_raw_response.list()
         health = httpx.get(url + "/healthz")
+        post(url, {"model": "m", "messages": history(0)}, path="/v1/chat/completions?beta=true")
     assert [m.id for m in models.parse().data] == ["scripted"]
     assert models.headers["x-request-id"] == "r1"
     assert health.json() == {"status": "ok"}
     assert up.calls[0][0]["authorization"] == "Bearer sk-test"
+    assert up.paths == ["/v1/models", "/v1/chat/completions?beta=true"]  # the query string goes along
 
 
 def test_a_proxy_with_a_token_refuses_clients_without_it(tmp_path: Path) -> None:

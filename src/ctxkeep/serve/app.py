@@ -139,8 +139,9 @@ class Proxy:
             for warning in step.warnings:
                 log.warning("conversation %s: %s", key, warning)
             outgoing = orjson.dumps(dialect.outgoing(body, turn, step))
+            target = f"{path}?{request.url.query}" if request.url.query else path  # e.g. ?beta=true
             try:
-                answer = await self._upstream.open("POST", path, request.headers.items(), outgoing)
+                answer = await self._upstream.open("POST", target, request.headers.items(), outgoing)
             except (UpstreamTimeout, UpstreamUnreachable) as exc:
                 return _upstream_failure(dialect, exc)
             headers = returned(answer.headers) | _ctxkeep_headers(lease, step)
