@@ -268,7 +268,7 @@ def test_the_readme_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.
 # --- the converters ---------------------------------------------------------------------
 
 
-def history() -> list[ModelMessage]:
+def sample_history() -> list[ModelMessage]:
     """A pydantic-ai history with each kind of part the converters map: multimodal prompts, thinking,
     parallel calls (arguments as a dict and as text), an error result, provider fields."""
     return [
@@ -319,17 +319,17 @@ def as_json(messages: list[ModelMessage]) -> Any:
 
 
 def test_a_history_converted_there_and_back_is_the_same() -> None:
-    converted = from_pydantic_ai(history())
+    converted = from_pydantic_ai(sample_history())
     assert [p.content for p in converted.head] == ["You are terse."] and converted.system == "You are terse."
     assert [m.role for m in converted.messages] == ["user", "user", "assistant", "tool", "tool", "assistant"]
     back = to_pydantic_ai(converted.messages, head=converted.head)
-    assert as_json(back) == as_json(history())
+    assert as_json(back) == as_json(sample_history())
     again = from_pydantic_ai(back).messages
     assert again == converted.messages
 
 
 def test_calls_stay_paired_with_their_results_ids_kept() -> None:
-    converted = from_pydantic_ai(history()).messages
+    converted = from_pydantic_ai(sample_history()).messages
     calls = converted[2].tool_calls
     assert [(c.id, c.name, c.input()) for c in calls] == [
         ("call_a", "search_logs", {"query": "login"}),
@@ -360,8 +360,8 @@ def test_calls_stay_paired_with_their_results_ids_kept() -> None:
 
 
 def test_ids_come_from_content_and_occurrence() -> None:
-    first = [m.id for m in from_pydantic_ai(history()).messages]
-    assert first == [m.id for m in from_pydantic_ai(history()).messages]
+    first = [m.id for m in from_pydantic_ai(sample_history()).messages]
+    assert first == [m.id for m in from_pydantic_ai(sample_history()).messages]
     later = [
         ModelRequest(parts=[UserPromptPart("ok", timestamp=T0)]),
         ModelResponse(parts=[TextPart("fine")]),
@@ -373,7 +373,7 @@ def test_ids_come_from_content_and_occurrence() -> None:
 
 
 def test_the_summary_is_a_compaction_part_after_the_standing_prompt_and_is_not_synced_back() -> None:
-    converted = from_pydantic_ai(history())
+    converted = from_pydantic_ai(sample_history())
     sent = to_pydantic_ai(converted.messages[3:], head=converted.head, summary="## Goal\n- fix the login test")
     first = sent[0]
     assert isinstance(first, ModelRequest)
