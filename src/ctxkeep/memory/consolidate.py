@@ -177,7 +177,8 @@ def merge_by_model(model: Model, merged: str) -> tuple[str, int]:
             Completion(
                 system=_MODEL_SYSTEM,
                 turns=(Turn(role="user", text=f"<memory>\n{merged}\n</memory>"),),
-                max_tokens=8_192,
+                # The tidy document is no longer than the merged one (2 characters a token, at least).
+                max_tokens=min(8_192, max(1_024, len(merged) // 2 + 512)),
                 schema=_MODEL_SCHEMA,
             )
         )
