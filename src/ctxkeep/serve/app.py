@@ -126,7 +126,10 @@ class Proxy:
         handed_over = False  # to a relay, which releases the lease when the stream ends, however it ends
         try:
             try:
-                step = await lease.step(turn)
+                # Shielded: the session's worker thread runs on whatever happens to this request, and the
+                # conversation's next request must not start before it is done.
+                with anyio.CancelScope(shield=True):
+                    step = await lease.step(turn)
             except BadRequest as exc:
                 return _bad_request(dialect, str(exc))
             except WorkspaceLockedError:
