@@ -28,6 +28,7 @@ from agents.run_config import CallModelData, ModelInputData
 from ctxkeep.adapters import _core
 from ctxkeep.adapters._core import Piece, SessionSource, Workspace
 from ctxkeep.async_session import AsyncSession
+from ctxkeep.context import SYSTEM_ID
 from ctxkeep.context import of as context_of
 from ctxkeep.engine import Step
 from ctxkeep.errors import WorkspaceError
@@ -89,8 +90,7 @@ class _SessionFilter(CtxkeepInputFilter):
         self, session: AsyncSession, items: list[Any], instructions: str | None, tools: Tools
     ) -> tuple[Step, list[Piece]]:
         step = await session.prepare(instructions, tools=tools)
-        entries = await asyncio.to_thread(convert, items)
-        return step, _core.pieces(step.context, entries, len(items))
+        return step, await asyncio.to_thread(lambda: _core.pieces(step.context, convert(items), len(items)))
 
 
 class CtxkeepSession:
@@ -114,8 +114,7 @@ class CtxkeepSession:
         """The summary (as a user message) and the live messages as Responses input items, the latest
         `limit` when given. Offloaded results are cut, with the path of their full text."""
         session = await self._source.asession()
-        context = await asyncio.to_thread(context_of, session.live, session.session.counter)
-        items = await asyncio.to_thread(to_responses, [m for m in context.as_messages() if m.role != "system"])
+        items = await asyncio.to_thread(_view, session.session)
         if limit is not None:
             items = items[-limit:] if limit > 0 else []
         return cast("list[TResponseInputItem]", items)
@@ -145,6 +144,12 @@ class CtxkeepSession:
     async def aclose(self) -> None:
         """Release the workspace if this session opened it."""
         await self._source.aclose()
+
+
+def _view(session: Session) -> list[dict[str, Any]]:
+    """The context of the live messages, without ctxkeep's system prompt (the agent has its instructions)."""
+    context = context_of(session.live, session.counter)
+    return to_responses([m for m in context.as_messages() if m.id != SYSTEM_ID])
 
 
 def handback(pieces: Sequence[Piece], items: Sequence[Any]) -> list[TResponseInputItem]:
