@@ -176,17 +176,27 @@ def test_the_summary_comes_first_as_langchains_summary_message(tmp_path: Path) -
     assert not validate(to_messages(as_chat_dicts(sent)))
 
 
-def test_pre_model_hook_of_langgraphs_prebuilt_agent(tmp_path: Path) -> None:
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
+def test_pre_model_hook_of_langgraphs_prebuilt_agent(tmp_path: Path, asynchronous: bool) -> None:
+    from langchain_core.runnables import RunnableLambda
     from langgraph.prebuilt import create_react_agent
     from langgraph.warnings import LangGraphDeprecationWarning
 
+    async def go(agent: Any, history: list[AnyMessage], i: int) -> Any:
+        return await agent.ainvoke({"messages": [*history, HumanMessage(task(i))]})
+
     with ValidatingServer(window=WINDOW) as api, CtxkeepMiddleware(tmp_path / "ws", window=WINDOW) as middleware:
         model = ChatOpenAI(model="validating", base_url=api.base_url, api_key="sk-local", max_retries=0)
+        hook = RunnableLambda(middleware.pre_model_hook, middleware.apre_model_hook)
         with pytest.warns(LangGraphDeprecationWarning):  # deprecated in favour of create_agent, still used
-            agent = create_react_agent(model, [search_logs], prompt=SYSTEM, pre_model_hook=middleware.pre_model_hook)
+            agent = create_react_agent(model, [search_logs], prompt=SYSTEM, pre_model_hook=hook)
         history: list[AnyMessage] = []
         for i in range(10):
-            history = agent.invoke({"messages": [*history, HumanMessage(task(i))]})["messages"]
+            if asynchronous:
+                history = asyncio.run(go(agent, history, i))["messages"]
+            else:
+                history = agent.invoke({"messages": [*history, HumanMessage(task(i))]})["messages"]
+        asyncio.run(middleware.aclose())
     check_requests(api, 10)
     check_held(tmp_path / "ws", history)
 
@@ -296,3 +306,4 @@ def test_a_short_run_summarized_by_the_local_model(
     check_held(tmp_path / "ws", history, window=window)
     records = [json.loads(line) for line in (tmp_path / "ws" / "compactions.jsonl").read_text().splitlines()]
     assert sum(1 for r in records if r.get("kind") == "compaction") >= 2
+    assert summarizer.asked >= 2  # the real model was asked each time (its summary used when accepted)
