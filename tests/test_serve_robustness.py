@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
+import stat
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -421,3 +425,35 @@ def test_the_reply_is_recorded_and_recognised_after_a_restart(tmp_path: Path) ->
             assert later.headers["x-ctxkeep-session"] == "s/0"
     ids = workspace_ids(tmp_path / "s", "0")
     assert len(ids) == len(set(ids)) == 6  # 3 sent, the kept reply, "next", and the last reply
+
+
+def test_the_command_serves_until_stopped(tmp_path: Path) -> None:
+    """`ctxkeep serve` as a process: it answers, keeps its workspaces private, and stops cleanly on SIGTERM."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    root = tmp_path / "root"
+    with ScriptedUpstream() as up:
+        command = [sys.executable, "-m", "ctxkeep.cli", "serve", "--upstream", up.base_url, "--port", str(port)]
+        process = subprocess.Popen([*command, "--root", str(root)], stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 120  # generous: a loaded machine starts Python slowly
+            while True:
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/healthz")
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline and process.poll() is None, "the proxy did not start"
+                    time.sleep(0.1)
+            answer = post(f"http://127.0.0.1:{port}", {"model": "m", "messages": history(0)})
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=120)
+    assert answer.json()["choices"][0]["message"]["content"] == "ok: question 0"
+    # uvicorn shuts down gracefully, then ends by the signal it caught, as an unhandled SIGTERM would.
+    assert process.returncode in (0, -signal.SIGTERM), err.decode()
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    state = next(p for p in root.rglob("state.json"))
+    assert stat.S_IMODE(state.stat().st_mode) == 0o600
+    with Session.open(state.parent) as session:  # the pending reply was added at the graceful shutdown
+        assert [m.text for m in session.messages] == ["question 0", "ok: question 0"]
