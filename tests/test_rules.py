@@ -8,7 +8,7 @@ from ctxkeep.messages import Message
 from ctxkeep.providers.deterministic import DeterministicModel
 from ctxkeep.settings import ModelSummarySettings
 from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, SummaryRequest
-from ctxkeep.summarize.facts.collect import SUPERSEDED, mark_superseded, rules_in
+from ctxkeep.summarize.facts.collect import REJECTED, SUPERSEDED, mark_superseded, rules_in
 from ctxkeep.summarize.sections.markdown import parse_sections
 
 
@@ -66,3 +66,18 @@ def test_the_model_summary_gets_the_rules_it_left_out_appended_verbatim() -> Non
     summary = ModelSummarizer(model, settings=settings).summarize(SummaryRequest(messages=tuple(conversation())))
     assert "the budget cap is $800. Never exceed it." in summary
     assert f"The budget cap is $500. Never exceed it. {SUPERSEDED}" in summary
+
+
+def test_a_decision_the_user_turned_down_is_marked_superseded() -> None:
+    messages = [
+        Message.of("user", "Speed up the cache."),
+        Message.of("assistant", "I decided to switch to Redis instead of the in-memory dict."),
+        Message.of("user", "No, keep it in memory; no new services."),
+        Message.of("assistant", "Understood, keeping the dict."),
+    ]
+    summary = ExtractiveSummarizer().summarize(SummaryRequest(messages=tuple(messages)))
+    [decision] = parse_sections(summary)["Key Decisions"][""]
+    assert decision == f"I decided to switch to Redis instead of the in-memory dict. {REJECTED}"
+    agreed = [messages[0], messages[1], Message.of("user", "Great, go ahead."), messages[3]]
+    summary = ExtractiveSummarizer().summarize(SummaryRequest(messages=tuple(agreed)))
+    assert not parse_sections(summary)["Key Decisions"][""][0].endswith(REJECTED)

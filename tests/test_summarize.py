@@ -157,7 +157,7 @@ def test_english_conversation_items_land_in_their_sections() -> None:
 
     done = section(s, "Progress", "Done")
     assert "Modified `/repo/app/routes.py`" in done
-    assert "Ran `cd /repo && pytest -q tests/test_api.py` (exit 0)" in done
+    assert not any("pytest" in d for d in done)  # commands are listed once, under Commands run
     assert "Fix the /items route" in done  # a completed todo
     assert section(s, "Progress", "In Progress") == [
         "Update the changelog",  # the todo in progress, then what the assistant said it was doing
@@ -529,7 +529,7 @@ def test_incremental_update_merges_into_one_summary() -> None:
     assert goal[-1].startswith("Latest ask: Now also update the changelog")
     assert sum(g.startswith("Latest ask:") for g in goal) == 1
     done = section(second, "Progress", "Done")
-    assert "Let me run the tests." in done  # the older In Progress item moved to Done ...
+    assert "Let me run the tests." not in done  # the older In Progress item was an intent, not done ...
     assert "Let me run the tests." not in section(second, "Progress", "In Progress")  # ... and was replaced
     assert section(second, "Progress", "In Progress")[-1] == "Now I'm going to update CHANGELOG.md."
     assert section(second, "Progress", "Blocked") == [blocked + " (resolved later)"]  # the same command passed later
@@ -549,7 +549,7 @@ def test_incremental_update_merges_into_one_summary() -> None:
     goal = section(third, "Goal")
     assert goal[-1] == "Latest ask: Now make the linter pass."
     assert LATEST in goal
-    assert "Now I'm going to update CHANGELOG.md." in section(third, "Progress", "Done")
+    assert "Now I'm going to update CHANGELOG.md." not in section(third, "Progress", "Done")
 
 
 def test_summarizing_nothing_new_keeps_the_summary_as_it_is() -> None:
@@ -661,17 +661,21 @@ def test_done_keeps_the_newest_items_when_long_commands_fill_critical_context() 
         return text
 
     unbounded = 1_000_000
-    assert len(section(summarize(messages, max_chars=unbounded), "Progress", "Done")) == 2 * (80 - 8)
+    assert len(section(summarize(messages, max_chars=unbounded), "Progress", "Done")) == 80 - 8  # files written
     for s, uncut in (
         (summarize(messages), summarize(messages, max_chars=unbounded)),
         (chained(16_000), chained(unbounded)),
     ):
         assert len(s) <= 16_000 and missing_sections(s) == []
         done, all_done = section(s, "Progress", "Done"), section(uncut, "Progress", "Done")
-        assert omitted_count(done[0]) == len(all_done) - (len(done) - 1)  # the oldest went, and it says how many
-        assert len(done) - 1 >= 8 and done[1:] == all_done[-(len(done) - 1) :]  # the newest stay, in order
+        if omitted_count(done[0]) is None:  # Done lists no commands (they are under Commands run): it may fit
+            assert done == all_done
+        else:
+            assert omitted_count(done[0]) == len(all_done) - (len(done) - 1)  # the oldest went, and it says how many
+            assert len(done) - 1 >= 8 and done[1:] == all_done[-(len(done) - 1) :]  # the newest stay, in order
         sizes = section_sizes(s)
-        assert sizes["Progress"] <= 0.4 * 16_000 and sizes["Critical Context"] <= 0.4 * 16_000  # both cut: balanced
+        if omitted_count(done[0]) is not None:  # both cut: balanced
+            assert sizes["Progress"] <= 0.4 * 16_000 and sizes["Critical Context"] <= 0.4 * 16_000
         assert "```" not in split_carried(s)[0]  # the heredocs were shortened before anything was dropped whole
         commands = section(s, "Critical Context", "Commands run")
         for i in range(3, 80, 10):  # each failing command keeps its identifying part and its file

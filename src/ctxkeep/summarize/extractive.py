@@ -22,6 +22,7 @@ from ctxkeep.summarize.facts.collect import (
     MAX_NEXT,
     Facts,
     collect_facts,
+    is_intent,
     mark_superseded,
     newest_first,
     rules_in,
@@ -155,9 +156,8 @@ def _done(runs: Sequence[ToolRun], language: Language) -> list[str]:
     for run in runs:
         if not run.has_result or run.failed:
             continue
-        if run.kind == "shell" and run.command is not None:
-            short = clip(" ".join(run.command.split()), 120)
-            items.append(f"{phrase('ran', language)} {code_span(short)} ({outcome(run, language)})")
+        if run.kind == "shell":
+            pass  # a command is listed once, under Commands run; what it changed is listed below
         elif run.kind == "modify":
             items.extend(f"{phrase('modified', language)} {code_span(p)}" for p in run.paths_modified)
         elif run.kind == "other":
@@ -324,7 +324,9 @@ def _merge(old: _Draft, new: _Draft, facts: Facts, language: Language) -> _Draft
     goal = _merge_goal(old.goal, new.goal)
     merged = _Draft(goal=goal, has_latest=sum(omitted_count(g) is None for g in goal) > 1)
     merged.constraints = mark_superseded(unique_keep_last(old.constraints + new.constraints))
-    moved = old.in_progress if new.in_progress else []
+    # an older In Progress item that only announced work ("Let me run the tests") is not something done: a newer
+    # one replaces it; a task in progress ("porting args") moves to Done
+    moved = [i for i in old.in_progress if not is_intent(i)] if new.in_progress else []
     merged.done = unique_keep_last(old.done + moved + new.done)
     merged.in_progress = new.in_progress or old.in_progress
     merged.blocked = _merge_blocked(old.blocked, new.blocked, facts, language)

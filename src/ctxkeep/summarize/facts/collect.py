@@ -76,6 +76,12 @@ _LOG_LINE = re.compile(
 _POINTS_BACK = re.compile(r"(?i)\b(?:it|this|that|these|those|them|the same)\b|这个|那个|它")
 _VALUE = re.compile(r"\d|`")
 SUPERSEDED = "(superseded by a later rule)"
+REJECTED = "(superseded: the user turned it down)"
+_REJECTS = re.compile(
+    r"(?i)^(?:no\b|nope\b|don't\b|do not\b|stop\b|wait\b|not that\b|that's (?:wrong|not)|revert\b|undo\b"
+    r"|i said\b|actually,? (?:no|don't)\b)|\b(?:don't do that|not what i (?:asked|want)|i don't want)\b"
+    r"|^(?:不要|不是|别这样|撤销|回滚|不对)"
+)
 # a rule introducing what follows ("Body, always:") says nothing alone unless it has this many words
 _LEAD_IN_WORDS = 5
 _DECISION_STRONG = re.compile(
@@ -201,7 +207,8 @@ def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None =
 
     asks: list[tuple[int, str]] = []
     constraints: list[str] = []
-    decisions: list[str] = []
+    decisions: list[tuple[int, str]] = []  # (index, sentence)
+    last_user = -1
     found: list[tuple[Identifier, float]] = []
     runs: list[ToolRun] = []
     commands: dict[str, str] = {}  # call id -> the shell command it ran
@@ -220,6 +227,9 @@ def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None =
             if text is None:
                 continue
             constraints.extend(rules_in(text))
+            if _REJECTS.search(text):  # the user turned down what the assistant decided since their last message
+                decisions = [(j, _rejected(d) if j > last_user else d) for j, d in decisions]
+            last_user = i
             if not _is_ack(text) and not is_placeholder(text):
                 asks.append((i, _shorten(text, GOAL_CHARS)))
         elif msg.role == "assistant":
@@ -230,7 +240,7 @@ def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None =
                 sentences = _sentences(text)
                 said.append((i, " ".join(sentences[:2])))  # enough to call a failure expected
                 last_text = text
-                decisions.extend(s for s in sentences if _DECISION_STRONG.search(s) or _DECISION_WEAK.search(s))
+                decisions.extend((i, s) for s in sentences if _DECISION_STRONG.search(s) or _DECISION_WEAK.search(s))
                 # a reply that only announces work ("I'll do X next") leaves the ask open
                 if not msg.tool_calls and not _announces(text):
                     last_answer = i
@@ -253,12 +263,12 @@ def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None =
     named = {ident.text for ident, weight in found if weight >= _FROM_ASSISTANT}
     intents = [s for s in _sentences(last_text) if _INTENT.search(s)][:1] or _sentences(last_text)[:1]
     plans = [p for p in _plans(last_text) if p not in intents]
-    decisions = [d for d in decisions if d not in intents and d not in plans]
+    chosen = [d for _, d in decisions if d not in intents and d not in plans]
     return Facts(
         asks=tuple(unique_keep_last(a for _, a in asks)),
         answered=bool(asks) and last_answer > asks[-1][0],
         constraints=tuple(mark_superseded(unique_keep_last(clip(c, ITEM_CHARS) for c in constraints))),
-        decisions=tuple(_pick_decisions(decisions)),
+        decisions=tuple(_pick_decisions(chosen)),
         intents=tuple(clip(s, ITEM_CHARS) for s in intents),
         plans=tuple(clip(p, ITEM_CHARS) for p in plans),
         todos=todos,
@@ -477,6 +487,15 @@ def _plans(text: str) -> list[str]:
             items.extend(_sentences(bare)[:1])
     items.extend(s for s in _sentences(text) if _PLAN.search(s) and s not in items)
     return unique(items)[:MAX_NEXT]
+
+
+def _rejected(decision: str) -> str:
+    return decision if decision.endswith(REJECTED) else f"{decision} {REJECTED}"
+
+
+def is_intent(text: str) -> bool:
+    """True when `text` announces work ("Let me run the tests.", "Now I'm going to update X"): not a result."""
+    return bool(_INTENT.search(text) or _PROCEDURAL.search(text))
 
 
 def _is_procedural(sentence: str) -> bool:
