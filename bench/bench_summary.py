@@ -53,6 +53,15 @@ before anything else in Critical Context; the figures show what the cap costs. M
 the model writes: augment appends what the model left out. Every compaction should be applied;
 one fails only when no reply of the model is a valid summary (nothing is archived then).
 
+What the summary right after each compaction carries verbatim of every message archived so far
+(read with the summarizers' own `origin` and `typed_text`): the session's first user-typed message
+(whole, or its head and tail around the cut note when it alone is over its budget), the newest
+user-typed message, the typed messages that fit the user budget newest first (`budgets`, less the
+first message and the headings), and each standing-instruction block (each kind once, its newest
+version; whole, or head and tail). Targets: 100% of each. Also the summary's size (median, max) and
+the share of its characters on lines that repeat an earlier line (headings, fences and "(none)" left
+out); target 0.
+
 Also: the median and max time of one call of the extractive summarizer, and of the whole compaction.
 For model summarizers, per summarize call (failed ones included): model calls, parts the history
 was split into, prompt (input) tokens, output tokens (as the server reports them, else counted),
