@@ -329,7 +329,7 @@ def test_a_record_that_no_longer_matches_the_text_is_left_alone(caplog: pytest.L
     edited = Message(
         role="tool",
         id=out[1].id,
-        content=(ToolResult(call_id="c1", content="rewritten by someone", extra=result(out[1]).extra),),
+        content=(ToolResult(call_id="c1", content="rewritten by someone\n" * 100, extra=result(out[1]).extra),),
     )
     with caplog.at_level(logging.WARNING, logger="ctxkeep"):
         aged = offload([out[0], edited, *turn("c2", "ok")], s, folder)
@@ -343,7 +343,7 @@ def test_a_record_that_no_longer_matches_the_text_is_left_alone(caplog: pytest.L
 def test_browser_page_saved_on_first_sight_then_only_the_reference() -> None:
     folder = MemoryFolder()
     s = OffloadSettings(recent_n=1, recent_max_bytes=5000, old_max_bytes=1000)
-    page = "<html>small page</html>"
+    page = "<html>" + "a page of some size " * 60 + "</html>"
     messages = turn("c1", page, tool="browser_navigate")
     out = offload(messages, s, folder)
     assert saved(folder, out[1]) == page
@@ -361,10 +361,24 @@ def test_browser_page_saved_on_first_sight_then_only_the_reference() -> None:
 def test_browser_page_first_seen_when_old_keeps_only_the_reference() -> None:
     folder = MemoryFolder()
     s = OffloadSettings(recent_n=0, recent_max_bytes=5000, old_max_bytes=1000)
-    messages = turn("c1", lines(30), tool="playwright_snapshot")
+    messages = turn("c1", lines(300), tool="playwright_snapshot")
     out = offload(messages, s, folder)
     check_cut(folder, messages[1], out[1], 1000)
     assert record(out[1]).kept_bytes == 0 and record(out[1]).stage == "old"
+
+
+def test_a_small_browser_page_is_left_as_it_is_once_old() -> None:
+    # A page within old_max_bytes costs little: rewriting it would cost every prompt cache more.
+    folder = MemoryFolder()
+    s = OffloadSettings(recent_n=1, recent_max_bytes=5000, old_max_bytes=1000)
+    page = "<html>small page</html>"
+    out = offload(turn("c1", page, tool="browser_navigate"), s, folder)
+    assert saved(folder, out[1]) == page
+    aged = offload([*out, *turn("c2", "ok")], s, folder)
+    assert aged[1] is out[1]
+    old = OffloadSettings(recent_n=0, recent_max_bytes=5000, old_max_bytes=1000)
+    first_seen_old = offload(turn("c3", page, tool="browser_navigate"), old, folder)
+    assert result(first_seen_old[1]).text == page
 
 
 def test_file_reads_are_left_alone_while_recent_and_cut_once_old() -> None:

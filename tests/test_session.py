@@ -156,7 +156,8 @@ def test_what_a_session_holds_is_read_only(tmp_path: Path) -> None:
 
 
 def test_offloaded_results_are_kept_across_reopening(tmp_path: Path) -> None:
-    big = EngineSettings(offload=OffloadSettings(recent_n=1, recent_max_bytes=200, old_max_bytes=100))
+    offload = OffloadSettings(recent_n=1, recent_max_bytes=200, old_max_bytes=100, age_batch_bytes=0)
+    big = EngineSettings(offload=offload)
     with Session.open(tmp_path, settings=big) as s:
         fill(s, range(3))
         s.prepare(now=NOW)

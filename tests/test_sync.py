@@ -323,7 +323,7 @@ def test_offloaded_results_in_the_view_are_still_recognised(tmp_path: Path) -> N
     items = [m for i in range(4) for m in chat_turn(i, size=200)]
     roomy = EngineSettings(
         compact=CompactSettings(max_input_length=50_000),
-        offload=OffloadSettings(recent_n=1, recent_max_bytes=1_500, old_max_bytes=300),
+        offload=OffloadSettings(recent_n=1, recent_max_bytes=1_500, old_max_bytes=300, age_batch_bytes=0),
     )
     with Session.open(tmp_path, settings=roomy) as s:
         s.sync(items)

@@ -13,6 +13,7 @@ append, so the guide's size is known before the summary is written.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
@@ -20,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .codec import dumps
+from .errors import CtxkeepError
 from .messages import Message
 from .store import DIALOG_DIR, Store
 
@@ -72,7 +74,13 @@ def append(store: Store, archive: Archive, messages: Sequence[Message], day: dat
     if sizes.get(name, 0) != known.bytes:
         # An earlier append was never committed: cut it off before adding ours after it.
         store.cut_archive(name, known.bytes)
-    size = store.append_archive(name, b"".join(dumps(m) for m in messages))
+    try:
+        size = store.append_archive(name, b"".join(dumps(m) for m in messages))
+    except CtxkeepError:
+        if not known.bytes:  # a file this append made: nothing of it was committed, so it goes again
+            with contextlib.suppress(CtxkeepError):
+                store.cut_archive(name, 0)
+        raise
     files = dict(archive.files)
     files[name] = ArchiveFile(size, known.lines + len(messages))
     return Archive(MappingProxyType(dict(sorted(files.items()))))

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from . import archive as archive_mod
 from .context import Context, summary_tokens_of, system_tokens_of
 from .context import of as context_of
-from .errors import SummaryError
+from .errors import CtxkeepError, SummaryError
 from .live import Live, age_all, check_pins, offload_recent, rebuild
 from .memory.rules import after_compaction
 from .messages import Message
@@ -186,6 +186,9 @@ def prepare(
     live = offload_recent(live, settings.offload, setup.store, counter)
     if system != live.system:
         live = replace(live, system=system, system_tokens=system_tokens_of(system, counter))
+    if live.waiting and live.tokens > settings.compact.compact_threshold:
+        # Over the threshold, the results waiting for their older cut get it now: it may spare a compaction.
+        live = offload_recent(live, settings.offload, setup.store, counter, age=True)
     decision = plan(live, settings, now=now, force=force, focus=focus)
     if isinstance(decision, Skip):
         step = _skipped(live, decision, now, counter)
@@ -267,11 +270,14 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
     """
     counter, settings = setup.counter, setup.settings
     cut, now = plan.cut, plan.at
+    # The prompt cache is lost here anyway: the kept results past `recent_n` get their older cut now
+    # (before the archive is written, so a disk that refuses an original leaves nothing to undo).
+    kept = offload_recent(rebuild(live, cut.pinned + cut.to_keep), settings.offload, setup.store, counter, age=True)
     # Archive first: the compacted messages are on disk before they leave the live context.
     archive = archive_mod.append(setup.store, live.archive, cut.to_compact, now.date())
     text = archive_mod.with_guide(summary, archive, resolve_language(plan.request))
     after = replace(
-        rebuild(live, cut.pinned + cut.to_keep, settings.offload.recent_n),
+        kept,
         summary=text,
         summary_body=summary,
         summary_tokens=summary_tokens_of(text, counter),
@@ -281,7 +287,11 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
     if after.tokens > threshold:
         # The kept tail is too big (a group of huge parallel results, say): age its results now rather than
         # send a context over the threshold. This is the same second cut they would get later, only earlier.
-        after = age_all(after, settings.offload, setup.store, counter)
+        try:
+            after = age_all(after, settings.offload, setup.store, counter)
+        except CtxkeepError:
+            archive_mod.restore(setup.store, live.archive)  # nothing may stay appended past the committed size
+            raise
     compaction = Compaction(
         at=now,
         reason=plan.reason,

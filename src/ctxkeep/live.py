@@ -10,7 +10,6 @@ live here too, with the one rule for how many tokens they may take.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -75,11 +74,16 @@ class Live:
     pinned: frozenset[str] = frozenset()
     # Calls of the newest assistant turn still waiting for their result, and calls that never got one.
     pairs: Pairs = field(default_factory=Pairs)
-    # Tool names of the results that may still be offloaded (at or after `settled`), by call id.
-    result_tools: Mapping[str, str] = field(default_factory=lambda: _EMPTY_NAMES)
+    # Positions of the results that may still change, oldest first: the `waiting` oldest passed `recent_n`
+    # and wait for their "old" cut, the others are the newest. Results that got it, or are too small to
+    # need it, are final and never looked at again. Their tool names, by call id, in `result_tools`.
     tool_positions: tuple[int, ...] = ()
-    # Results before this index were already offloaded as "old"; they are never looked at again.
-    settled: int = 0
+    result_tools: Mapping[str, str] = field(default_factory=lambda: _EMPTY_NAMES)
+    waiting: int = 0
+    # About what the "old" cut would free from the waiting results (bytes): when it is enough, they age.
+    waiting_bytes: int = 0
+    # Messages before this were offloaded as new results already (what `offload_recent` saw last).
+    checked: int = 0
     system: str | None = None
     system_tokens: int = 0
     # The tool schemas sent with each request (their JSON, what they were counted from) and their tokens.
@@ -219,7 +223,7 @@ def with_tools(live: Live, tools: Tools, counter: Counter) -> Live:
     return replace(live, tools=text, tools_tokens=counter.count_text(text) if text else 0)
 
 
-def rebuild(live: Live, kept: tuple[Message, ...], recent_n: int) -> Live:
+def rebuild(live: Live, kept: tuple[Message, ...]) -> Live:
     """A fresh `Live` holding `kept` (what a compaction left), counts carried over by identity: nothing is recounted.
 
     The messages of `live` not kept join the archived ids. Summary, archive and failure mark start
@@ -228,9 +232,6 @@ def rebuild(live: Live, kept: tuple[Message, ...], recent_n: int) -> Live:
     count_of = {id(m): n for m, n in zip(live.messages, live.counts, strict=True)}
     counts = tuple(count_of[id(m)] for m in kept)
     walk = pair_walk(kept)
-    positions = [link.index for link in walk.links]
-    settled = settled_from(positions, recent_n, len(kept), 0)
-    still = {link.call_id for link in walk.links if link.index >= settled}
     kept_ids = {m.id for m in kept}
     archived = live.archived.union(m.id for m in live.messages if m.id not in kept_ids)
     return Live(
@@ -239,9 +240,9 @@ def rebuild(live: Live, kept: tuple[Message, ...], recent_n: int) -> Live:
         total=sum(counts),
         pinned=frozenset(p for p in live.pinned if p in kept_ids),
         pairs=walk.pairs,
-        result_tools=MappingProxyType({link.call_id: link.name for link in walk.links if link.call_id in still}),
-        tool_positions=tuple(positions),
-        settled=settled,
+        # Every kept result may still change: the next `offload_recent` sorts out which.
+        result_tools=MappingProxyType({link.call_id: link.name for link in walk.links}),
+        tool_positions=tuple(link.index for link in walk.links),
         system=live.system,
         system_tokens=live.system_tokens,
         tools=live.tools,
@@ -251,40 +252,60 @@ def rebuild(live: Live, kept: tuple[Message, ...], recent_n: int) -> Live:
     )
 
 
-def settled_from(positions: Sequence[int], recent_n: int, length: int, current: int) -> int:
-    """Where the results that may still change start: results older than the `recent_n` newest are final."""
-    if recent_n == 0:
-        return length
-    if len(positions) >= recent_n:
-        return max(positions[-recent_n], current)
-    return current
+def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter: Counter, *, age: bool = False) -> Live:
+    """Offload the new results, and age the older ones a batch at a time, so the context grows at its end.
 
-
-def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter: Counter) -> Live:
-    """Offload only the results that can change: the new ones and the ones that just aged past `recent_n`.
-
-    The positions rewritten are in the returned `Live.offloaded`, for the caller to persist.
+    A new result gets its "recent" cut. A result past the `recent_n` newest waits for its "old" cut
+    (one at most `old_max_bytes` already never needs it, and is left alone); the waiting ones get it
+    together once that frees `settings.age_batch_bytes`, or now when `age` is set (at a compaction,
+    where the prompt cache is lost anyway, or over the threshold). The cost is the new messages, and
+    the waiting ones when they age. The positions rewritten are added to the returned `Live.offloaded`,
+    for the caller to persist.
     """
     positions = live.tool_positions
-    first = bisect.bisect_left(positions, live.settled)
-    if first == len(positions):
-        return live
-    start = positions[first]
+    length = len(live.messages)
+    if not positions:
+        return replace(live, checked=length) if live.checked != length else live
+    recent_n = settings.recent_n
+    passed = len(positions) - recent_n if recent_n else len(positions)
+    passed = max(passed, live.waiting)
+    waiting = list(positions[: live.waiting])
+    waiting_bytes = live.waiting_bytes
+    for p in positions[live.waiting : passed]:
+        excess = _excess(live.messages[p], settings.old_max_bytes)
+        if excess and live.messages[p].id not in live.pinned:
+            waiting.append(p)
+            waiting_bytes += excess
+    age = age or waiting_bytes >= settings.age_batch_bytes
+    if age:
+        start, run = positions[0], settings
+        still, waiting, waiting_bytes = list(positions[passed:]), [], 0
+    else:
+        # Only the new messages can change: each result among them is cut as a recent one.
+        start = max(live.checked, positions[0])
+        run = replace(settings, recent_n=max(1, len(positions)))
+        still = waiting + list(positions[passed:])
     part = live.messages[start:]
-    done = offload(part, settings, store, tool_names=live.result_tools)
+    done = offload(part, run, store, tool_names=live.result_tools)
     changed = [
         i
         for i, (a, b) in enumerate(zip(part, done, strict=True))
         if a is not b and a.id not in live.pinned  # pinned messages are never offloaded
     ]
-    settled = settled_from(positions, settings.recent_n, len(live.messages), live.settled)
     names = live.result_tools
-    if settled != live.settled:
-        # Results that just became final need no tool name any more: keep the map as small as the recent part.
-        still = positions[bisect.bisect_left(positions, settled) :]
+    if len(still) != len(positions):
+        # Results that became final need no tool name any more: the map stays as small as the results that may change.
         names = MappingProxyType({c: names[c] for p in still if (c := _call_id(live.messages[p])) in names})
+    after = replace(
+        live,
+        tool_positions=tuple(still),
+        result_tools=names,
+        waiting=len(waiting),
+        waiting_bytes=waiting_bytes,
+        checked=length,
+    )
     if not changed:
-        return replace(live, settled=settled, result_tools=names) if settled != live.settled else live
+        return after
     messages = list(live.messages)
     counts = list(live.counts)
     fresh = counter.count_each([done[i] for i in changed])
@@ -294,20 +315,29 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
         total += n - counts[start + i]
         counts[start + i] = n
     return replace(
-        live,
+        after,
         messages=tuple(messages),
         counts=tuple(counts),
         total=total,
-        settled=settled,
-        result_tools=names,
-        offloaded=tuple(start + i for i in changed),
+        offloaded=tuple(sorted({*live.offloaded, *(start + i for i in changed)})),
     )
+
+
+def _excess(message: Message, old_max_bytes: int) -> int:
+    """The bytes of a result past `old_max_bytes`: about what its "old" cut frees (0: it needs none)."""
+    result = message.tool_result
+    if result is None:
+        return 0
+    text = result.text
+    if len(text) * 4 <= old_max_bytes:  # a character takes at most 4 bytes
+        return 0
+    return max(0, len(text.encode("utf-8", "surrogatepass")) - old_max_bytes)
 
 
 def age_all(live: Live, settings: OffloadSettings, store: Store, counter: Counter) -> Live:
     """Give every live result its "old" cut now (the second cut they would get later, only earlier)."""
-    aged = offload_recent(replace(live, settled=0), replace(settings, recent_n=0), store, counter)
-    return replace(aged, settled=len(aged.messages), result_tools=_EMPTY_NAMES, offloaded=())
+    aged = offload_recent(live, replace(settings, recent_n=0), store, counter, age=True)
+    return replace(aged, offloaded=())
 
 
 def _call_id(msg: Message) -> str:

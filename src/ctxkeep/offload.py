@@ -200,6 +200,8 @@ def _plan(
             return None
         if record.stage == "old" or stage == "recent":
             return None
+        if not _over(result.text, settings.old_max_bytes):
+            return None  # small enough already: left as it is, so a prompt cache keeps it
         recut = _age(result, record, settings, store)
         return None if recut is None else (replace(message, content=(recut,)), None)
 
@@ -211,6 +213,8 @@ def _plan(
         if not text:
             return None
         if stage == "old":
+            if not _over(text, settings.old_max_bytes):
+                return None  # a small page is left as it is, so a prompt cache keeps it
             limit = 0
     elif not _over(text, limit):
         return None
@@ -426,11 +430,14 @@ def cleanup(store: Store, live: Iterable[Message], *, retention_days: int, now: 
     """
     if not isinstance(retention_days, int) or isinstance(retention_days, bool) or retention_days < 1:
         raise ValueError(f"retention_days must be a whole number, 1 or more; got {retention_days!r}")
-    keep = referenced_files(live)
     cutoff = now - retention_days * _SECONDS_PER_DAY
+    expired = [info for info in store.originals() if info.mtime < cutoff and is_original(info.name)]
+    if not expired:
+        return []  # the common case: no need to read every live message for references
+    keep = referenced_files(live)
     removed: list[str] = []
-    for info in store.originals():
-        if info.mtime < cutoff and info.name not in keep and is_original(info.name):
+    for info in expired:
+        if info.name not in keep:
             store.drop_original(info.name)
             removed.append(info.name)
     return removed

@@ -32,6 +32,8 @@ CHARS_PER_TOKEN = 3
 _SUMMARY_SHARE = 0.25
 _RECENT_SHARE = 0.25
 _OLD_SHARE = 0.02
+# Results past `recent_n` age (get the older cut) together once that would free half the threshold.
+_AGE_SHARE = 0.5
 _MIN_OLD_BYTES = 256
 
 PolicyKind: TypeAlias = Literal["browser", "file_read", "default"]
@@ -119,13 +121,18 @@ DEFAULT_POLICIES: tuple[ToolPolicy, ...] = (
 class OffloadSettings:
     """How tool results are cut (bytes of UTF-8) and how long their saved files live.
 
-    The `recent_n` newest results are cut to `recent_max_bytes`, older ones to `old_max_bytes`.
-    The first policy whose pattern matches a tool's name applies; no match means the default policy.
+    The `recent_n` newest results are cut to `recent_max_bytes`, older ones to `old_max_bytes`. Older
+    ones get that second cut together, in a batch, once it frees `age_batch_bytes` (0: each one as soon
+    as it passes `recent_n`), so that between batches the context only grows at its end and a prompt
+    cache keeps all of it (docs/offload.md). The first policy whose pattern matches a tool's name
+    applies; no match means the default policy.
     """
 
     recent_n: int = 3
     recent_max_bytes: int = 50_000
     old_max_bytes: int = 3_000
+    # Half the seed's threshold in bytes (89,600 tokens at 3 bytes each), as `for_window` derives it.
+    age_batch_bytes: int = 134_400
     retention_days: int = 30
     policies: tuple[ToolPolicy, ...] = field(default=DEFAULT_POLICIES)
 
@@ -133,6 +140,7 @@ class OffloadSettings:
         _positive(self.recent_n, "recent_n", zero=True)
         _positive(self.recent_max_bytes, "recent_max_bytes")
         _positive(self.old_max_bytes, "old_max_bytes")
+        _positive(self.age_batch_bytes, "age_batch_bytes", zero=True)
         _positive(self.retention_days, "retention_days")
         if self.old_max_bytes > self.recent_max_bytes:
             raise ValueError(
@@ -178,6 +186,7 @@ class EngineSettings:
         offload = OffloadSettings(
             recent_max_bytes=max(_MIN_OLD_BYTES, min(50_000, int(room * _RECENT_SHARE))),
             old_max_bytes=max(_MIN_OLD_BYTES, min(3_000, int(room * _OLD_SHARE))),
+            age_batch_bytes=int(room * _AGE_SHARE),
         )
         summary_max_chars = max(MIN_SUMMARY_CHARS + GUIDE_CHARS, min(16_000, int(room * _SUMMARY_SHARE)))
         fields: dict[str, Any] = {"compact": compact, "offload": offload, "summary_max_chars": summary_max_chars}
