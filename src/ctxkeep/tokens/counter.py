@@ -225,7 +225,8 @@ class TokenCounter:
         self.tokenizer = tokenizer
         self.settings = settings or CountSettings()
         self._cache = _MessageCache(self.settings.cache_size)
-        self._role_tokens = dict(zip(_ROLES, tokenizer.count_texts(list(_ROLES)), strict=True))
+        # Counted on first use: a session reopened with saved counts may never need the tokenizer.
+        self._role_tokens: dict[str, int] | None = None
 
     @property
     def name(self) -> str:
@@ -339,7 +340,10 @@ class TokenCounter:
     def _render(self, msg: Message, texts: list[str]) -> int:
         """Append the texts of `msg` to `texts`; return its tokens that are not text."""
         s = self.settings
-        fixed = s.tokens_per_message + self._role_tokens[msg.role]
+        roles = self._role_tokens
+        if roles is None:
+            roles = self._role_tokens = dict(zip(_ROLES, self.tokenizer.count_texts(list(_ROLES)), strict=True))
+        fixed = s.tokens_per_message + roles[msg.role]
         name = _message_name(msg)
         if name:
             texts.append(name)
