@@ -201,6 +201,26 @@ def test_pre_model_hook_of_langgraphs_prebuilt_agent(tmp_path: Path, asynchronou
     check_held(tmp_path / "ws", history)
 
 
+def readme_block(heading: str) -> str:
+    """The first Python block under a README heading, as a reader would copy it."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text.split(f"## {heading}\n", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "settings.py").write_text("RETRY_LIMIT = 5\n")
+    monkeypatch.chdir(tmp_path)
+    with ValidatingServer(window=WINDOW) as api:
+        monkeypatch.setenv("OPENAI_BASE_URL", api.base_url)  # "openai:gpt-5-mini" is ChatOpenAI, which reads these
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-local")
+        readme: dict[str, Any] = {"__name__": "readme"}
+        exec(compile(readme_block("Use it with LangChain"), "README.md", "exec"), readme)
+    assert api.refused == []
+    assert len(api.records) == 4  # per question: the grep call(s), then the answer
+    check_held(tmp_path / "workspace", readme["state"]["messages"])
+
+
 # --- the converters -----------------------------------------------------------------------------------------
 
 

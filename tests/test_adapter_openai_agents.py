@@ -29,7 +29,15 @@ if os.environ.get("CTXKEEP_REQUIRE_ADAPTERS") == "1":
 else:
     pytest.importorskip("agents")
 
-from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner, function_tool
+from agents import (
+    Agent,
+    OpenAIChatCompletionsModel,
+    RunConfig,
+    Runner,
+    function_tool,
+    set_default_openai_api,
+    set_tracing_disabled,
+)
 from agents.items import TResponseInputItem
 from openai import AsyncOpenAI
 
@@ -183,6 +191,34 @@ def test_a_ctxkeep_session_keeps_the_conversation_across_a_restart(tmp_path: Pat
     assert len(held) == len(set(held)) == sum(len(to_messages(batch)) for batch in added)
 
 
+def readme_block(heading: str) -> str:
+    """The first Python block under a README heading, as a reader would copy it."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text.split(f"## {heading}\n", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "settings.py").write_text("RETRY_LIMIT = 5\n")
+    monkeypatch.chdir(tmp_path)
+    # The example's model name goes to the SDK's default provider, which reads these; the validating server
+    # speaks Chat Completions, not the Responses API the SDK uses by default. Tracing stays off in tests:
+    # its exporter would post to the OpenAI platform.
+    set_tracing_disabled(True)
+    set_default_openai_api("chat_completions")
+    try:
+        with ValidatingServer(window=WINDOW) as api:
+            monkeypatch.setenv("OPENAI_BASE_URL", api.base_url)
+            monkeypatch.setenv("OPENAI_API_KEY", "sk-local")
+            readme: dict[str, Any] = {"__name__": "readme"}
+            exec(compile(readme_block("Use it with the OpenAI Agents SDK"), "README.md", "exec"), readme)
+    finally:
+        set_default_openai_api("responses")
+    assert api.refused == []
+    assert len(api.records) == 4  # per question: the grep call(s), then the answer
+    check_held(tmp_path / "workspace", readme["result"].to_input_list())
+
+
 # --- the session protocol, the converter, the tool schemas ---------------------------------------------------
 
 
@@ -271,3 +307,4 @@ def test_a_short_run_summarized_by_the_local_model(
     check_held(tmp_path / "ws", history, window=window)
     records = [json.loads(line) for line in (tmp_path / "ws" / "compactions.jsonl").read_text().splitlines()]
     assert sum(1 for r in records if r.get("kind") == "compaction") >= 2
+    assert summarizer.asked >= 2  # the real model was asked each time (its summary used when accepted)
