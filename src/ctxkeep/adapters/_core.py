@@ -130,6 +130,7 @@ def pieces(context: Context, entries: Sequence[Entry], size: int) -> list[Piece]
     spans = _spans(entries, size)
     by_id = {e.message.id: k for k, e in enumerate(entries)}
     by_key: dict[str, list[int]] | None = None
+    used: set[int] = set()
     out: list[Piece] = []
     for msg in context.as_messages():
         if msg.id == SYSTEM_ID:
@@ -137,16 +138,16 @@ def pieces(context: Context, entries: Sequence[Entry], size: int) -> list[Piece]
         k = by_id.get(msg.id)
         if k is None and msg.id != SUMMARY_ID and not _placeholder(msg, by_id):
             # Not found by id: a message sync renumbered past an id the workspace held, or a history that is
-            # ctxkeep's own compacted view; the content key finds it (the newest such item not taken yet).
+            # ctxkeep's own compacted view; the content key finds it (the newest such item not matched yet).
             if by_key is None:
                 by_key = {}
                 for j, e in enumerate(entries):
                     by_key.setdefault(key_of(e.message), []).append(j)
-            found = by_key.get(key_of(msg))
-            k = found.pop() if found else None
+            k = next((j for j in reversed(by_key.get(key_of(msg), ())) if j not in used), None)
         if k is None:
             out.append(Piece(msg, range(0)))
         else:
+            used.add(k)
             out.append(Piece(msg, spans[k], changed=msg.content != entries[k].message.content))
     return out
 
