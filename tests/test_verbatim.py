@@ -213,3 +213,12 @@ def test_a_host_summary_becomes_the_previous_summary_not_a_user_message() -> Non
 
 def section_items(summary: str, title: str) -> list[str]:
     return [i for items in parse_sections(summary).get(title, {}).values() for i in items]
+
+
+def test_a_long_host_summary_is_cut_to_half_the_cap_keeping_head_and_tail() -> None:
+    text = "This session is being continued from a previous conversation.\n" + "detail\n" * 3_000 + "Branch: `dev`."
+    msgs = [user(text, claude_code={"isCompactSummary": True})]
+    cut = host_summary(msgs, max_chars=8_000)
+    assert cut is not None and len(cut) <= 4_000
+    assert cut.startswith("This session is being continued") and cut.endswith("Branch: `dev`.")
+    assert host_summary(msgs) == text

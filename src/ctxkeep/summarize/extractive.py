@@ -102,7 +102,10 @@ class ExtractiveSummarizer:
         facts = collect_facts(request.messages)
         draft = _draft(facts, language)
         appendix = render_carried(carried(request.messages, request.previous), max_chars=request.max_chars)
-        previous = split_carried(request.previous)[0] if request.previous else host_summary(request.messages)
+        if request.previous:
+            previous: str | None = split_carried(request.previous)[0]
+        else:  # the host's own summary, when it compacted before us
+            previous = host_summary(request.messages, max_chars=request.max_chars)
         if previous is not None and previous.strip():
             draft = _merge(_parse_draft(previous), draft, facts, language)
         terms = _focus_terms(request.focus) if request.focus else ()

@@ -58,14 +58,19 @@ def typed_text(msg: Message) -> str | None:
     return text
 
 
-def host_summary(messages: Sequence[Message]) -> str | None:
+def host_summary(messages: Sequence[Message], *, max_chars: int | None = None) -> str | None:
     """The newest compaction summary a host wrote into `messages` (Claude Code, pi, Codex), without the
-    header our importers put in front of it; None when there is none."""
+    header our importers put in front of it; None when there is none.
+
+    With `max_chars`, a longer one keeps its head and tail within half of it, around a note pointing to
+    the archive: it stands for a previous summary, which the cap holds too, and leaves room for the rest.
+    """
     kinds = origins(messages)
     for msg, kind in zip(reversed(messages), reversed(kinds), strict=True):
         if kind == "host_summary":
             text = msg.text.strip()
-            return _HOST_HEADER.sub("", text, count=1) if text.startswith(HOST_SUMMARY_STARTS[1:]) else text
+            text = _HOST_HEADER.sub("", text, count=1) if text.startswith(HOST_SUMMARY_STARTS[1:]) else text
+            return text if max_chars is None else _head_and_tail(text, max_chars // 2)
     return None
 
 
@@ -216,6 +221,15 @@ def _instructions_part(blocks: Sequence[str], room: int) -> str:
     return head + "".join(shown[j] for j in sorted(shown))
 
 
+def _head_and_tail(text: str, room: int) -> str:
+    """`text` when it fits `room`, else its head (two thirds) and tail around the cut note, within `room`."""
+    if len(text) <= room:
+        return text
+    keep = max(0, room - len(_CUT.format(n=len(text))))
+    head = keep * 2 // 3
+    return text[:head] + _CUT.format(n=len(text) - keep) + text[len(text) - (keep - head) :]
+
+
 def _block(text: str, room: int) -> str | None:
     """`text` fenced within `room` characters: whole, else its head and tail around a note; None if no room."""
     whole = _fenced(text)
@@ -225,10 +239,7 @@ def _block(text: str, room: int) -> str | None:
     keep = room - overhead
     if keep < _MIN_PIECE:
         return None
-    head_chars = keep * 2 // 3
-    tail_chars = keep - head_chars
-    cut = text[:head_chars] + _CUT.format(n=len(text) - keep) + text[len(text) - tail_chars :]
-    block = _fenced(cut)
+    block = _fenced(_head_and_tail(text, keep + len(_CUT.format(n=len(text)))))
     return block if len(block) <= room else None
 
 

@@ -107,7 +107,10 @@ class ModelSummarizer:
         # and its augmentation, which share what is left of the cap; the model sees the previous summary
         # without them (or the host's own summary, the first time).
         appendix = render_carried(carried(request.messages, request.previous), max_chars=request.max_chars)
-        previous = split_carried(request.previous)[0] if request.previous else host_summary(request.messages)
+        if request.previous:
+            previous: str | None = split_carried(request.previous)[0]
+        else:  # the host's own summary, when it compacted before us
+            previous = host_summary(request.messages, max_chars=request.max_chars)
         room = request.max_chars - len(appendix)
         inner = dataclasses.replace(request, previous=previous, max_chars=max(MIN_SUMMARY_CHARS, room))
         try:
