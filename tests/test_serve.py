@@ -152,8 +152,12 @@ def held_once(workspace: Path, history: list[Any]) -> None:
 
 
 def run_openai(tmp_path: Path, tasks: int, *, stream: bool) -> None:
-    with ValidatingServer(window=WINDOW) as api, running_proxy(api.base_url, tmp_path / "root") as url:
-        agent = OpenAIAgent(OpenAI(base_url=url + "/v1", api_key="sk-local", max_retries=0), stream=stream)
+    with (
+        ValidatingServer(window=WINDOW) as api,
+        running_proxy(api.base_url, tmp_path / "root") as url,
+        OpenAI(base_url=url + "/v1", api_key="sk-local", max_retries=0) as client,
+    ):
+        agent = OpenAIAgent(client, stream=stream)
         for i in range(tasks):
             agent.task(i)
     assert api.refused == []
@@ -163,8 +167,12 @@ def run_openai(tmp_path: Path, tasks: int, *, stream: bool) -> None:
 
 
 def run_anthropic(tmp_path: Path, tasks: int, *, stream: bool) -> None:
-    with ValidatingAnthropicServer(window=WINDOW) as api, running_proxy(api.base_url + "/v1", tmp_path / "root") as url:
-        agent = AnthropicAgent(Anthropic(base_url=url, api_key="sk-ant-local", max_retries=0), stream=stream)
+    with (
+        ValidatingAnthropicServer(window=WINDOW) as api,
+        running_proxy(api.base_url + "/v1", tmp_path / "root") as url,
+        Anthropic(base_url=url, api_key="sk-ant-local", max_retries=0) as client,
+    ):
+        agent = AnthropicAgent(client, stream=stream)
         for i in range(tasks):
             agent.task(i)
     assert api.refused == []

@@ -169,6 +169,7 @@ def test_upstream_429_and_500_pass_through_unchanged(tmp_path: Path) -> None:
         assert raised.value.status_code == 500
         assert raised.value.body == broken["error"]
         done = client.chat.completions.create(model="m", messages=history(1), extra_headers={"x-ctxkeep-session": "s"})
+        client.close()
         assert done.choices[0].message.content == "ok: question 0"
     assert len(up.calls) == 3
     assert all(h["authorization"] == "Bearer sk-test" for h, _ in up.calls)  # credentials forwarded
@@ -226,6 +227,7 @@ def test_upstream_killed_mid_stream(tmp_path: Path) -> None:
         retry = client.chat.completions.with_raw_response.create(**kw)
         assert retry.headers["x-ctxkeep-session"] == "s/0"
         assert retry.parse().choices[0].message.content == "ok: question 0"
+        client.close()
     assert len(workspace_ids(tmp_path / "s", "0")) == 4  # the history's 3 messages and the whole answer only
 
 
@@ -266,6 +268,7 @@ def test_anthropic_route_gives_errors_in_anthropic_shape(tmp_path: Path) -> None
             anthropic.BadRequestError, match=r"messages\[0\]\.role must be one of assistant, user"
         ) as raised:
             client.messages.create(model="m", max_tokens=5, messages=[{"role": "system", "content": "x"}])  # type: ignore[typeddict-item]
+        client.close()
     assert raised.value.body == {
         "type": "error",
         "error": {
@@ -368,7 +371,8 @@ def test_a_hundred_concurrent_requests(tmp_path: Path) -> None:
 
 def test_models_and_other_paths_pass_through(tmp_path: Path) -> None:
     with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
-        models = OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0).models.with_raw_response.list()
+        with OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0) as client:
+            models = client.models.with_raw_response.list()
         health = httpx.get(url + "/healthz")
         post(url, {"model": "m", "messages": history(0)}, path="/v1/chat/completions?beta=true")
     assert [m.id for m in models.parse().data] == ["scripted"]
