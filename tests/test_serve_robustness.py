@@ -461,3 +461,26 @@ def test_the_command_serves_until_stopped(tmp_path: Path) -> None:
     assert stat.S_IMODE(state.stat().st_mode) == 0o600
     with Session.open(state.parent) as session:  # the pending reply was added at the graceful shutdown
         assert [m.text for m in session.messages] == ["question 0", "ok: question 0"]
+
+
+def test_a_stream_event_the_proxy_cannot_read_is_relayed_all_the_same(tmp_path: Path) -> None:
+    events = [
+        b'data: {"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": ["not a call"]}}]}\n\n',
+        b'data: {"id": "c", "choices": [{"index": 0, "delta": {"content": "fine"}, "finish_reason": "stop"}]}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+
+    def odd_stream(handler: Handler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        for event in events:
+            handler.wfile.write(event)
+        handler.close_connection = True
+
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
+        up.plan.append(odd_stream)
+        answer = post(url, {"model": "m", "messages": history(0), "stream": True}, **{"x-ctxkeep-session": "s"})
+    assert answer.status_code == 200
+    assert answer.content == b"".join(events)  # byte for byte
+    assert len(workspace_ids(tmp_path / "s", "0")) == 1  # the question; no reply recorded from what it could not read

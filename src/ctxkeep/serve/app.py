@@ -27,12 +27,12 @@ from ctxkeep.errors import CtxkeepError, WorkspaceLockedError
 from ctxkeep.summarize import Summarizer
 
 from .chat import ChatCompletions
-from .dialect import BadRequest, Dialect, Reply
+from .dialect import BadRequest, Dialect, Reassembler, Reply
 from .forward import Upstream, UpstreamTimeout, UpstreamUnreachable, returned
 from .messages_api import AnthropicMessages
 from .sessions import HEADER, Lease, Sessions, conversation_key
 from .settings import ServeSettings
-from .sse import EventReader
+from .sse import Event, EventReader
 
 log = logging.getLogger("ctxkeep")
 
@@ -219,8 +219,7 @@ async def _relay(answer: httpx.Response, recorder: _Recorder | None) -> AsyncIte
         async for chunk in answer.aiter_bytes():
             yield chunk
             if assembler is not None:
-                for event in reader.feed(chunk):
-                    assembler.feed(event)
+                assembler = _fed(assembler, reader.feed(chunk))
     except (httpx.TimeoutException, httpx.TransportError) as exc:
         # The status line is long gone: the stream ends with an error event, which the SDKs raise.
         if recorder is not None:
@@ -229,6 +228,18 @@ async def _relay(answer: httpx.Response, recorder: _Recorder | None) -> AsyncIte
         return
     if recorder is not None and assembler is not None:
         recorder.record(assembler.reply())
+
+
+def _fed(assembler: Reassembler, events: list[Event]) -> Reassembler | None:
+    """`assembler` after `events`; None when an event is not what the API sends: the stream is relayed on as
+    it is, only its reply is not recorded (the client sends it back with its next request anyway)."""
+    try:
+        for event in events:
+            assembler.feed(event)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        log.warning("an event of the upstream's stream could not be read; its reply is not recorded")
+        return None
+    return assembler
 
 
 class _Relay(StreamingResponse):
