@@ -484,3 +484,33 @@ def test_a_stream_event_the_proxy_cannot_read_is_relayed_all_the_same(tmp_path: 
     assert answer.status_code == 200
     assert answer.content == b"".join(events)  # byte for byte
     assert len(workspace_ids(tmp_path / "s", "0")) == 1  # the question; no reply recorded from what it could not read
+
+
+def test_a_stream_is_passed_on_as_it_arrives(tmp_path: Path) -> None:
+    """The upstream sends its second event only once the client has the first: a proxy that buffered the
+    stream would wait forever (here, until the upstream gives up and the test fails)."""
+    first_seen = threading.Event()
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+    def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return f"data: {json.dumps(chunk | {'choices': [choice]})}\n\n".encode()
+
+    def waits_for_the_client(handler: Handler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        handler.wfile.write(event({"role": "assistant", "content": "first"}))
+        handler.wfile.flush()
+        got = first_seen.wait(timeout=120)
+        handler.wfile.write(event({"content": " then more" if got else " (too late)"}, "stop") + b"data: [DONE]\n\n")
+        handler.close_connection = True
+
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
+        up.plan.append(waits_for_the_client)
+        with OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0) as client:
+            pieces = []
+            for part in client.chat.completions.create(model="m", messages=history(0), stream=True):
+                pieces.append(part.choices[0].delta.content)
+                first_seen.set()
+    assert "".join(p or "" for p in pieces) == "first then more"
