@@ -76,12 +76,12 @@ def test_read_lines_numbers_lines_and_refuses_files_outside_memory(tmp_path: obj
 
 
 def test_files_are_private_and_a_planted_link_is_refused(tmp_path: os.PathLike[str]) -> None:
-    root = os.fspath(tmp_path)
+    root = os.path.join(os.fspath(tmp_path), "ws")
     folder = LocalFolder(root)
     append_daily(folder, "x", at=NOW)
     assert stat.S_IMODE(os.stat(os.path.join(root, "memory")).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(os.path.join(root, "memory", "2026-03-14.md")).st_mode) == 0o600
-    outside = os.path.join(root, "..", "outside.md")
+    outside = os.path.join(os.fspath(tmp_path), "outside.md")  # beside the workspace, not in it
     with open(outside, "w") as f:
         f.write("not ctxkeep's\n")
     os.symlink(outside, os.path.join(root, MEMORY_FILE))

@@ -96,9 +96,9 @@ def test_the_index_follows_changes_and_removals_and_rebuilds(tmp_path: os.PathLi
 
 
 def test_a_link_where_the_index_belongs_is_refused(tmp_path: os.PathLike[str]) -> None:
-    root = os.fspath(tmp_path)
+    root = os.path.join(os.fspath(tmp_path), "ws")
     os.makedirs(os.path.join(root, "index"), mode=0o700)
-    target = os.path.join(root, "..", "elsewhere.sqlite")
+    target = os.path.join(os.fspath(tmp_path), "elsewhere.sqlite")  # beside the workspace
     os.symlink(target, os.path.join(root, INDEX_FILE))
     with pytest.raises(StorageError, match="link"):
         MemoryIndex(LocalFolder(root))
