@@ -295,7 +295,7 @@ def _load_vec(db: Any) -> bool:
         finally:
             db.enable_load_extension(False)
         return True
-    except (ImportError, AttributeError, Exception) as exc:  # the module's own error types differ by build
+    except Exception as exc:  # ImportError, a build without load_extension, the module's own errors
         log.debug("sqlite-vec not loaded: %s", exc)
         return False
 
