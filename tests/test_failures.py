@@ -83,3 +83,15 @@ def test_every_failing_command_survives_the_model_path_beyond_the_first_eight() 
     for summarizer in (ExtractiveSummarizer(), model):
         summary = summarizer.summarize(SummaryRequest(messages=tuple(msgs), max_chars=12_000))
         assert all(c in summary for c in commands), type(summarizer).__name__
+
+
+def test_a_flagged_failure_offloaded_to_its_head_points_to_the_saved_end_not_to_its_first_line() -> None:
+    head = (
+        "test_ok PASSED\ntest_b PASSED\n[ctxkeep: output truncated, showing 30 of 90,000 bytes (lines 1-2 of"
+        " 2,000); the full output is in tool_result/ab12.txt, read from line 3]"
+    )
+    run = tool_run(bash("c1", "pytest -v"), result("c1", head, is_error=True), 0)
+    assert run.failed and run.error_line == "(the error is near the end of tool_result/ab12.txt)"
+    told = head.replace("test_b PASSED", "E   KeyError: 'x'")
+    run = tool_run(bash("c2", "pytest -v"), result("c2", told, is_error=True), 0)
+    assert run.error_line == "KeyError: 'x'"  # the head does say what went wrong

@@ -75,6 +75,7 @@ _FAILED_LINE = re.compile(
 )
 _OWN_NOTICE = re.compile(r"\n?\[ctxkeep: [^\n]*\]\s*$")  # the notice ctxkeep.offload puts after a kept head
 _TRUNCATED_NOTICE = re.compile(r"\[ctxkeep: output (?:truncated|offloaded)")
+_SAVED_IN = re.compile(r"(?:full output is in|offloaded \([^)]*\) to) (\S+?)[,;]")
 # what an assistant says after a failure it meant to see (a probe: "port 8081 is free")
 _EXPECTED = re.compile(
     r"(?i)\b(?:as expected|expected(?:ly)?|is free|not (?:running|listening|in use)"
@@ -150,6 +151,10 @@ def tool_run(call: ToolCall, result: ToolResult | None, index: int) -> ToolRun:
             exit_code, failed = judged(result.text)
         if failed:
             error = error_line(result.text)
+            saved = _SAVED_IN.search(result.text) if _TRUNCATED_NOTICE.search(result.text) else None
+            if saved and not any(p.search(error) for p in _ERROR_LINES[:3]):
+                # only the head is here, and it says nothing that went wrong: point to where the error is
+                error = f"(the error is near the end of {saved.group(1)})"
     return ToolRun(
         tool=call.name,
         kind=kind,
