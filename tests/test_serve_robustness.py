@@ -514,3 +514,34 @@ def test_a_stream_is_passed_on_as_it_arrives(tmp_path: Path) -> None:
                 pieces.append(part.choices[0].delta.content)
                 first_seen.set()
     assert "".join(p or "" for p in pieces) == "first then more"
+
+
+def test_an_upstream_that_counts_more_tokens_gets_a_smaller_context(tmp_path: Path) -> None:
+    """The upstream reports twice what ctxkeep counts (another tokenizer): once a prompt of some size shows
+    it, the conversation's window shrinks so the upstream's own count stays inside its window."""
+    from ctxkeep.tokens.encodings import TiktokenTokenizer
+
+    tokenizer = TiktokenTokenizer("o200k_base")
+    reported: list[int] = []
+
+    def counts_double(handler: Handler, body: Any) -> None:
+        texts = [m["content"] for m in body["messages"] if isinstance(m.get("content"), str) and m["content"]]
+        tokens = 2 * sum(tokenizer.count_texts(texts))
+        reported.append(tokens)
+        answer = chat_answer("noted") | {"usage": {"prompt_tokens": tokens, "completion_tokens": 1}}
+        handler.send_json(200, answer)
+
+    messages: list[Any] = [SYSTEM]
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path, window=8_000) as url:
+        for i in range(14):
+            up.plan.append(lambda h: counts_double(h, up.calls[-1][1]))
+            log_lines = "\n".join(f"{i:02d}-{n:04d} WARN cache miss for key {n * 7919 % 10007}" for n in range(90))
+            messages.append({"role": "user", "content": f"Step {i}: what does this log say?\n{log_lines}"})
+            answer = post(url, {"model": "m", "messages": messages}, **{"x-ctxkeep-session": "s"})
+            assert answer.status_code == 200
+            messages.append(answer.json()["choices"][0]["message"])
+    whole = 2 * sum(tokenizer.count_texts([m["content"] for m in messages if m.get("content")]))
+    assert whole > 3 * 8_000  # the whole history, by the upstream's count: compacted many times over
+    # By ctxkeep's count the context may reach 0.7 x 8,000 before a compaction, twice that by the upstream's:
+    # only the learned window keeps the upstream's own count inside its window.
+    assert max(reported) <= 8_000

@@ -192,14 +192,13 @@ class _Recorder:
         if reply is None:
             return
         if reply.prompt_tokens is not None:
-            # The upstream's count beside ctxkeep's: the engine takes no anchor, so this is a record only.
             log.debug(
                 "conversation %s: ctxkeep counted %d tokens, the upstream %d",
                 self._lease.key,
                 self._step.context.tokens,
                 reply.prompt_tokens,
             )
-        self._lease.record(reply)
+        self._lease.record(reply, self._step.context.tokens)
 
 
 def _record_json(content: bytes, recorder: _Recorder) -> None:

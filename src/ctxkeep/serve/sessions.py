@@ -69,6 +69,8 @@ class Sessions:
         self._branches: dict[str, list[int]] = {}  # most recently used first
         self._pending: dict[tuple[str, int], Reply] = {}  # the last reply of each branch, until the next request
         self._seen: dict[tuple[str, int], list[bytes]] = {}  # digests of the history items each branch took last
+        self._scale: dict[str, float] = {}  # per conversation: the upstream's token count over ctxkeep's, at most
+        self._windows: dict[tuple[str, int], int] = {}  # the window each open workspace was opened with
 
     async def enter(self, key: str) -> Lease:
         """Wait for the conversation's turn; the `Lease` must be released (`Lease.release`) when done."""
@@ -82,12 +84,23 @@ class Sessions:
             where, session = self._open.popitem(last=False)
             await self._close(where, session)
 
-    def hold(self, key: str, branch: int, reply: Reply) -> None:
-        """Keep `reply` as the branch's pending reply (see the module's docstring)."""
+    def hold(self, key: str, branch: int, reply: Reply, counted: int) -> None:
+        """Keep `reply` as the branch's pending reply (see the module's docstring), and learn from the
+        upstream's count of the prompt beside ctxkeep's (`counted`) how the two tokenizers compare."""
         self._pending[(key, branch)] = reply
+        # Only a prompt of some size says how the tokenizers compare: on a small one the upstream's fixed
+        # overheads (a tool-use preamble, say) would pass for a ratio.
+        if reply.prompt_tokens is not None and counted >= self._settings.window // 4:
+            self._scale[key] = max(self._scale.get(key, 1.0), reply.prompt_tokens / counted)
+
+    def window_for(self, key: str) -> int:
+        """The window a conversation's workspaces keep, by ctxkeep's count: `ServeSettings.window`, made
+        smaller by how much more the upstream counts (learned from its usage), so its own count fits."""
+        return max(1024, int(self._settings.window / self._scale.get(key, 1.0)))
 
     async def _close(self, where: tuple[str, int], session: AsyncSession) -> None:
         self._seen.pop(where, None)
+        self._windows.pop(where, None)
         reply = self._pending.pop(where, None)
         try:
             if reply is not None:
@@ -155,21 +168,30 @@ class Sessions:
         return self._settings.root / key / str(branch)
 
     async def _session(self, key: str, branch: int) -> AsyncSession:
+        window = self.window_for(key)
         opened = self._open.get((key, branch))
-        if opened is not None:
+        # Reopened only for a window smaller by 2% or more: the ratio creeps up by a token now and then.
+        if opened is not None and window >= 0.98 * self._windows.get((key, branch), window):
             self._open.move_to_end((key, branch))
             return opened
+        if opened is not None:
+            # The upstream counts more than ctxkeep: open it again with the smaller window (its sizes follow).
+            # Its pending reply and the digests stay: they are the branch's, not this object's.
+            del self._open[(key, branch)]
+            await opened.close()
+            log.info("conversation %s: the upstream counts more tokens; window %d from now", key, window)
         folder = self._settings.root / key
         await asyncio.to_thread(_private_folder, folder)
         session = await asyncio.to_thread(
             Session.open,
             self._path(key, branch),
-            window=self._settings.window,
+            window=window,
             summarizer=self._summarizer(),
             lock_timeout=self._settings.lock_timeout,
         )
         opened = AsyncSession(session)
         self._open[(key, branch)] = opened
+        self._windows[(key, branch)] = window
         return opened
 
     async def _discard(self, key: str, branch: int) -> None:
@@ -209,10 +231,11 @@ class Lease:
         step, self.session, self.branch = await self._sessions.step(self.key, turn)
         return step
 
-    def record(self, reply: Reply) -> None:
-        """Keep the upstream's whole reply as the branch's pending reply (see the module's docstring)."""
+    def record(self, reply: Reply, counted: int) -> None:
+        """Keep the upstream's whole reply as the branch's pending reply (see the module's docstring);
+        `counted` is ctxkeep's count of the prompt the upstream answered."""
         if self.session is not None:
-            self._sessions.hold(self.key, self.branch, reply)
+            self._sessions.hold(self.key, self.branch, reply, counted)
 
     async def release(self) -> None:
         """Let the conversation's next request in, and close idle workspaces past the limit."""
