@@ -12,7 +12,8 @@ or lost, and the upstream always gets a valid context.
 The upstream's reply is recorded as the branch's pending reply: the next request that extends the
 branch carries it back as the client kept it, and sync adds it from there; a retry or a regenerate
 (the same history again) simply replaces it. A pending reply is added to the workspace when the
-workspace is closed, so it is recognised after a restart too.
+workspace is closed, so it is recognised after a restart too. Its usage tells how the upstream counts
+against ctxkeep: a conversation whose upstream counts more gets a window smaller by that much.
 """
 
 from __future__ import annotations
