@@ -113,6 +113,7 @@ class ReMeWorker:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
+            cwd=log.parent,  # ReMe writes a logs/ folder into its working directory
             text=True,
             encoding="utf-8",
         )
