@@ -458,13 +458,14 @@ def test_what_is_not_a_pydantic_ai_message_is_refused_with_its_position() -> Non
 
 # --- through the real llama-server -------------------------------------------------------
 
-# The server's window and the summarizer's. SmolLM2 was trained on 8,192 tokens, but held to the JSON schema it
-# writes up to ~2,000 tokens; with 4,096 kept for the reply and 4,096 for the prompt, a window of 8,192 leaves
-# nothing for the conversation (parts of 2,048 tokens at most: several calls, replies cut). At 16,384 each
-# compaction is one call, and prompt plus reply stay within the 8,192 tokens the model knows.
-LLAMA_CONTEXT = 16_384
-# Per model call, only to stop a hung server: a reply of ~2,000 tokens takes 20-40 s on 2 idle cores, and took
-# over 10 minutes on the same cores with two other llama-servers busy (4 tokens/s).
+# The server's window and the summarizer's. Held to the JSON schema, SmolLM2 fills it: a reply of ~4,000 tokens
+# or more (measured: 3,900 and still writing; the schema allows ~6,000), so 8,192 are kept for the reply and
+# 4,096 for the prompt. At 20,480 the conversation's part (0.4 of the window) is one call per compaction.
+# SmolLM2 was trained on 8,192 tokens: past that its text is worse nonsense, still valid JSON.
+LLAMA_CONTEXT = 20_480
+LLAMA_REPLY = 8_192
+# Per model call, only to stop a hung server: a reply of ~5,000 tokens takes 1-2 minutes on 2 idle cores, and
+# generation ran at 4 tokens/s on the same cores with two other llama-servers busy (20 minutes).
 LLAMA_SECONDS = 1_800
 
 
@@ -489,7 +490,9 @@ def test_a_run_summarized_by_the_llama_server(tmp_path: Path, llama_url: str, re
     request.addfinalizer(model.close)  # type: ignore[attr-defined]
     # Held to the JSON schema, even SmolLM2 returns every section (nonsense: what this checks is that a real
     # model's summaries flow through the adapter, inside the window, losing no message). One call per compaction.
-    settings = ModelSummarySettings(window=LLAMA_CONTEXT, max_tokens=4_096, retries=0, audit=False, reply_format="json")
+    settings = ModelSummarySettings(
+        window=LLAMA_CONTEXT, max_tokens=LLAMA_REPLY, retries=0, audit=False, reply_format="json"
+    )
     summarizer = ModelSummarizer(model, settings=settings)
     window = 8_000  # compacts twice in 4 tasks (a summary at its cap makes it sooner)
     with ValidatingServer(window=window) as api:
