@@ -33,7 +33,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemM
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
-from ctxkeep import MessageError, Session, to_messages
+from ctxkeep import MemoryFolder, MessageError, Session, memory_tools, to_messages
 from ctxkeep.adapters.langchain import CtxkeepMiddleware, as_chat_dicts, to_langchain
 from ctxkeep.context import SUMMARY_TAG
 from ctxkeep.messages import Message, ToolCall, ToolResult, validate
@@ -301,6 +301,77 @@ def test_settings_with_an_open_session_are_refused(tmp_path: Path) -> None:
 
     with Session.open(tmp_path / "ws") as session, pytest.raises(WorkspaceError, match="window"):
         CtxkeepMiddleware(session, window=WINDOW)
+
+
+# --- the memory tools (memory=True) ------------------------------------------------------------------------
+# create_agent puts a middleware's tools before the agent's own, and the validating server calls the first
+# tool offered with the task's text: memory_write, then (a second agent listing memory_search first) search.
+
+
+def tool_results(api: ValidatingServer, request: int) -> list[str]:
+    """The tool results the `request`-th request sent the model."""
+    return [m["content"] for m in api.records[request].body["messages"] if m["role"] == "tool"]
+
+
+def ask(agent: Any, messages: list[AnyMessage], asynchronous: bool) -> list[AnyMessage]:
+    """The agent's messages after one turn, through ``ainvoke`` or ``invoke``."""
+    if asynchronous:
+        return list(asyncio.run(agent.ainvoke({"messages": messages}))["messages"])
+    return list(agent.invoke({"messages": messages})["messages"])
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
+def test_memory_tools_registered_by_the_middleware_write_and_search_the_workspace(
+    tmp_path: Path, asynchronous: bool
+) -> None:
+    ws = tmp_path / "ws"
+    with ValidatingServer(window=WINDOW) as api:
+        with CtxkeepMiddleware(ws, window=WINDOW, memory=True) as middleware:
+            agent = make_agent(middleware, api.base_url)
+            history = ask(agent, [HumanMessage(task(0))], asynchronous)
+        # A restart, whose agent lists memory_search first (a list of MemoryTools in place of True).
+        search = next(t for t in memory_tools(ws, embedder=None) if t.name == "memory_search")
+        with CtxkeepMiddleware(ws, window=WINDOW, memory=[search]) as middleware:
+            agent = make_agent(middleware, api.base_url)
+            history = ask(agent, [*history, HumanMessage(task(1))], asynchronous)
+    assert api.refused == []
+    names = [t["function"]["name"] for t in api.records[0].body["tools"]]
+    assert names == ["memory_write", "memory_read", "memory_search", "dialog_search", "search_logs"]
+    sent = {t["function"]["name"]: t["function"]["parameters"] for t in api.records[0].body["tools"]}
+    assert all(sent[t.name] == t.parameters for t in memory_tools(ws))  # each tool's JSON schema, as it is
+
+    # The model's memory_write reached today's log, and its answer came back to the model.
+    (log,) = (ws / "memory").glob("*.md")
+    day_log = f"memory/{log.name}"
+    written = f"{task(0)[:40]} #0"
+    assert f" {written}\n" in log.read_text()
+    assert f"saved to {day_log}" in tool_results(api, 1)
+    # The second agent's memory_search found it, and the model was sent the hit with its file and line.
+    assert [t["function"]["name"] for t in api.records[2].body["tools"]] == ["memory_search", "search_logs"]
+    (hit,) = [r for r in tool_results(api, 3) if r.startswith(f"[{day_log} line")]
+    assert written in hit
+    check_held(ws, history)
+
+
+def test_memory_true_on_an_open_session_uses_its_folder(tmp_path: Path) -> None:
+    with Session.open(tmp_path / "ws") as session:
+        middleware = CtxkeepMiddleware(session, memory=True)
+        write = next(t for t in middleware.tools if t.name == "memory_write")
+        assert write.invoke({"text": "Ana reviews billing PRs", "target": "memory", "section": "People"}) == (
+            "saved to MEMORY.md"
+        )
+        assert "- Ana reviews billing PRs" in (tmp_path / "ws" / "MEMORY.md").read_text()
+        # A bad call is the model's to correct: an error text, not an exception in the agent loop.
+        assert write.invoke({"text": ""}).startswith("error: text must be some text")
+    with Session(MemoryFolder()) as session:
+        (read,) = [t for t in CtxkeepMiddleware(session, memory=True).tools if t.name == "memory_read"]
+        assert read.invoke({}) == "error: MEMORY.md does not exist yet"
+
+
+def test_memory_must_be_true_false_or_memory_tools(tmp_path: Path) -> None:
+    assert CtxkeepMiddleware(tmp_path / "ws").tools == []
+    with pytest.raises(TypeError, match="memory must be True, False or a list of MemoryTools"):
+        CtxkeepMiddleware(tmp_path / "ws", memory="yes")
 
 
 # --- through the real llama-server ------------------------------------------------------------------------

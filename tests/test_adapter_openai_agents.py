@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ else:
 
 from agents import (
     Agent,
+    FunctionTool,
     OpenAIChatCompletionsModel,
     RunConfig,
     Runner,
@@ -41,7 +42,7 @@ from agents import (
 from agents.items import TResponseInputItem
 from openai import AsyncOpenAI
 
-from ctxkeep import Session, WorkspaceError, to_messages
+from ctxkeep import Session, WorkspaceError, memory_tools, to_messages
 from ctxkeep.adapters.openai_agents import CtxkeepInputFilter, CtxkeepSession, tool_schemas
 from ctxkeep.context import SUMMARY_TAG
 from ctxkeep.formats.responses import to_responses
@@ -57,11 +58,12 @@ def search_logs(query: str) -> str:
     return tool_output(query)
 
 
-def make_agent(base_url: str) -> Agent[Any]:
-    """The host's agent: the SDK's chat-completions model on `base_url`, one `@function_tool`."""
+def make_agent(base_url: str, memory: Sequence[FunctionTool] = ()) -> Agent[Any]:
+    """The host's agent: the SDK's chat-completions model on `base_url`, one `@function_tool` after the
+    `memory` tools an adapter gives."""
     client = AsyncOpenAI(base_url=base_url, api_key="sk-local", max_retries=0, timeout=120)
     model = OpenAIChatCompletionsModel(model="validating", openai_client=client)
-    return Agent(name="build-engineer", instructions=SYSTEM, tools=[search_logs], model=model)
+    return Agent(name="build-engineer", instructions=SYSTEM, tools=[*memory, search_logs], model=model)
 
 
 def config(input_filter: CtxkeepInputFilter) -> RunConfig:
@@ -217,6 +219,88 @@ def test_the_readme_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.
     assert api.refused == []
     assert len(api.records) == 4  # per question: the grep call(s), then the answer
     check_held(tmp_path / "workspace", readme["result"].to_input_list())
+
+
+# --- the memory tools (memory=True) ------------------------------------------------------------------------
+# The agent lists the adapter's tools first, and the validating server calls the first tool offered with the
+# task's text: memory_write, then (after a restart, memory_search listed first) a search that finds it.
+
+
+def tool_results(api: ValidatingServer, request: int) -> list[str]:
+    """The tool results the `request`-th request sent the model."""
+    return [m["content"] for m in api.records[request].body["messages"] if m["role"] == "tool"]
+
+
+def day_log(workspace: Path) -> tuple[str, str]:
+    """The name of the workspace's one day log, and its text."""
+    (log,) = (workspace / "memory").glob("*.md")
+    return f"memory/{log.name}", log.read_text()
+
+
+def test_memory_tools_of_the_filter_write_and_search_the_workspace(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+
+    async def go(base_url: str) -> list[TResponseInputItem]:
+        input_filter = CtxkeepInputFilter(ws, window=WINDOW, memory=True)
+        agent = make_agent(base_url, input_filter.tools)
+        first = await Runner.run(agent, [{"role": "user", "content": task(0)}], run_config=config(input_filter))
+        await input_filter.aclose()
+        # A restart, whose agent lists memory_search first (a list of MemoryTools in place of True).
+        search = next(t for t in memory_tools(ws, embedder=None) if t.name == "memory_search")
+        input_filter = CtxkeepInputFilter(ws, window=WINDOW, memory=[search])
+        agent = make_agent(base_url, input_filter.tools)
+        history = [*first.to_input_list(), {"role": "user", "content": task(1)}]
+        second = await Runner.run(agent, history, run_config=config(input_filter))
+        await input_filter.aclose()
+        return second.to_input_list()
+
+    with ValidatingServer(window=WINDOW) as api:
+        history = asyncio.run(go(api.base_url))
+    assert api.refused == []
+    names = [t["function"]["name"] for t in api.records[0].body["tools"]]
+    assert names == ["memory_write", "memory_read", "memory_search", "dialog_search", "search_logs"]
+    sent = {t["function"]["name"]: t["function"]["parameters"] for t in api.records[0].body["tools"]}
+    assert all(sent[t.name] == t.parameters for t in memory_tools(ws))  # each tool's JSON schema, as it is
+
+    # The model's memory_write reached today's log, and its answer came back to the model.
+    name, text = day_log(ws)
+    written = f"{task(0)[:40]} #0"
+    assert f" {written}\n" in text
+    assert f"saved to {name}" in tool_results(api, 1)
+    # After the restart the model's memory_search found it, and was sent the hit with its file and line.
+    assert [t["function"]["name"] for t in api.records[2].body["tools"]] == ["memory_search", "search_logs"]
+    (hit,) = [r for r in tool_results(api, 3) if r.startswith(f"[{name} line")]
+    assert written in hit
+    check_held(ws, history)
+
+
+def test_memory_tools_of_a_ctxkeep_session_on_an_open_session(tmp_path: Path) -> None:
+    async def go(base_url: str, workspace: Session) -> None:
+        session = CtxkeepSession(workspace, memory=True)
+        assert session.input_filter.tools is session.tools
+        agent = make_agent(base_url, session.tools)
+        await Runner.run(agent, task(2), session=session, run_config=config(session.input_filter))
+
+    with ValidatingServer(window=WINDOW) as api, Session.open(tmp_path / "ws", window=WINDOW) as workspace:
+        asyncio.run(go(api.base_url, workspace))
+    assert api.refused == []
+    name, text = day_log(tmp_path / "ws")  # the open session's folder
+    assert f" {task(2)[:40]} #0\n" in text
+    assert tool_results(api, 1) == [f"saved to {name}"]
+
+
+def test_a_memory_tool_answers_a_bad_call_with_an_error_text(tmp_path: Path) -> None:
+    from agents.tool_context import ToolContext
+
+    input_filter = CtxkeepInputFilter(tmp_path / "ws", memory=True)
+    read = next(t for t in input_filter.tools if t.name == "memory_read")
+    context = ToolContext(context=None, tool_name=read.name, tool_call_id="c1", tool_arguments="")
+    assert asyncio.run(read.on_invoke_tool(context, "")) == "error: MEMORY.md does not exist yet"  # no arguments
+    answer = asyncio.run(read.on_invoke_tool(context, '{"path": "state.json"}'))
+    assert answer.startswith("error: only MEMORY.md, memory/YYYY-MM-DD.md and dialog/YYYY-MM-DD.jsonl can be read")
+    assert CtxkeepInputFilter(tmp_path / "ws").tools == []
+    with pytest.raises(TypeError, match="memory must be True, False or a list of MemoryTools"):
+        CtxkeepInputFilter(tmp_path / "ws", memory=memory_tools(tmp_path / "ws")[0])
 
 
 # --- the session protocol, the converter, the tool schemas ---------------------------------------------------

@@ -1,5 +1,6 @@
 """What every adapter does, framework-free: open the workspace once, sync a host's whole history, prepare,
-and tell, for each message of the context, which of the host's own items it came from.
+and tell, for each message of the context, which of the host's own items it came from; and the memory
+tools an adapter registers (`memory_tools_of`), which each adapter wraps in its framework's tool type.
 
 Handing back the host's own items (not a conversion of ctxkeep's copy) keeps what ctxkeep does not
 model and the host's provider may need: message ids, reasoning items, signatures, metadata. Only what
@@ -13,7 +14,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import SUMMARY_ID, SYSTEM_ID, Context
@@ -21,10 +22,40 @@ from ctxkeep.engine import Step
 from ctxkeep.errors import WorkspaceError
 from ctxkeep.inputs import Entry, convert, key_of
 from ctxkeep.live import Tools
+from ctxkeep.memory.tools import MemoryTool, memory_tools
 from ctxkeep.messages import NO_RESULT_TEXT, Message, ToolResult
 from ctxkeep.session import Session
+from ctxkeep.store import FileStore, Folder
 
 Workspace = str | Path | Session | AsyncSession
+# An adapter's `memory` option: False (no tools), True (`memory_tools` of the adapter's workspace), or the
+# tools to register (`memory_tools(ws, embedder=None)`, a subset...).
+Memory = bool | Sequence[MemoryTool]
+
+
+def memory_tools_of(workspace: Workspace, memory: Memory) -> list[MemoryTool]:
+    """The memory tools an adapter on `workspace` registers for its `memory` option.
+
+    True gives `memory_tools` of the same folder the session keeps, so what the agent writes is what the
+    flush, consolidation and search of that workspace see. Raises `WorkspaceError` for True on a session
+    that is not kept in a folder, and `TypeError` for an option that is none of the three.
+    """
+    if memory is False:
+        return []
+    if memory is True:
+        if isinstance(workspace, str | Path):
+            return memory_tools(workspace)
+        session = workspace.session if isinstance(workspace, AsyncSession) else workspace
+        if not isinstance(session.store, FileStore):
+            raise WorkspaceError(
+                f"memory=True needs a session kept in a folder; this one is in a {type(session.store).__name__}:"
+                " pass memory=memory_tools(folder) to choose where memory lives"
+            )
+        # A FileStore is written over a Folder's file operations: LocalFolder and MemoryFolder are both.
+        return memory_tools(cast("Folder", session.store))
+    if isinstance(memory, Sequence) and not isinstance(memory, str) and all(isinstance(t, MemoryTool) for t in memory):
+        return list(memory)
+    raise TypeError(f"memory must be True, False or a list of MemoryTools (memory_tools(...)); got {memory!r}")
 
 
 class SessionSource:

@@ -6,13 +6,16 @@ instead: the summary as the first message (a `HumanMessage`, as LangChain's own 
 then the recent messages as the agent's own objects (an offloaded tool result as a copy with the cut
 text). The agent's state keeps its full history; the workspace keeps the summary, archive and offloads.
 
-LangGraph's prebuilt ``create_react_agent`` takes the same object's `pre_model_hook`. One middleware
-serves one conversation: a workspace holds one history. Needs ``pip install 'ctxkeep[langchain]'``.
+With ``memory=True`` the middleware also brings the workspace's memory tools (`ctxkeep.memory_tools`) as
+LangChain tools, which ``create_agent`` adds to the agent's own. LangGraph's prebuilt
+``create_react_agent`` takes the same object's `pre_model_hook` (and its `tools` in its tool list). One
+middleware serves one conversation: a workspace holds one history. Needs ``pip install 'ctxkeep[langchain]'``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -27,17 +30,18 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.tools import BaseTool
+from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from ctxkeep.adapters import _core
-from ctxkeep.adapters._core import Piece, SessionSource, Workspace
+from ctxkeep.adapters._core import Memory, Piece, SessionSource, Workspace
 from ctxkeep.engine import Step
 from ctxkeep.errors import MessageError
+from ctxkeep.memory.tools import MemoryTool
 from ctxkeep.messages import ImageBlock, Message, TextBlock, ToolResult
 from ctxkeep.session import Session
 
-__all__ = ["CtxkeepMiddleware", "as_chat_dicts", "to_langchain"]
+__all__ = ["CtxkeepMiddleware", "as_chat_dicts", "to_langchain", "to_langchain_tool"]
 
 ModelHandler = Callable[[ModelRequest[Any]], ModelResponse[Any]]
 AsyncModelHandler = Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
@@ -48,13 +52,17 @@ class CtxkeepMiddleware(AgentMiddleware[Any, Any, Any]):
 
     `workspace` is a folder (opened on the first model call, created when missing) or an open
     `Session`/`AsyncSession`; keyword `settings` go to `Session.open` (``window=``, ``summarizer=``...).
+    `memory=True` registers the workspace's memory tools (`tools`, which ``create_agent`` adds to the
+    agent's); a list of `MemoryTool`s (``memory_tools(ws, embedder=None)``) registers those instead.
     `agent.invoke` runs the blocking path, `agent.ainvoke` the async one, whose disk and summarizer work
     never blocks the event loop. `close()` (or ``with``) releases a workspace the middleware opened.
     """
 
-    def __init__(self, workspace: Workspace, **settings: Any) -> None:
+    def __init__(self, workspace: Workspace, *, memory: Memory = False, **settings: Any) -> None:
         super().__init__()
         self._source = SessionSource(workspace, settings)
+        self.tools: list[BaseTool] = [to_langchain_tool(t) for t in _core.memory_tools_of(workspace, memory)]
+        """The memory tools as LangChain tools (empty without `memory`); ``create_agent`` registers them."""
         self._tools: tuple[list[BaseTool | dict[str, Any]], list[dict[str, Any]]] | None = None
         self.last_step: Step | None = None
         """What the last pass did (`Step.compaction`, `.warnings`...), None before the first model call."""
@@ -146,6 +154,21 @@ def _schema(tool: BaseTool | dict[str, Any]) -> dict[str, Any]:
     if isinstance(tool, dict) and tool.get("type") != "function" and "name" not in tool:
         return tool  # a provider's built-in tool ({"type": "web_search"}...): counted as it is sent
     return convert_to_openai_tool(tool)
+
+
+def to_langchain_tool(tool: MemoryTool) -> StructuredTool:
+    """A memory tool as a LangChain tool: its JSON schema as the arguments, the call going to `tool.invoke`
+    (which answers a bad call with an error text for the model); the async call runs in a worker thread."""
+
+    def run(**arguments: Any) -> str:
+        return tool.invoke(arguments)
+
+    async def arun(**arguments: Any) -> str:
+        return await asyncio.to_thread(tool.invoke, arguments)
+
+    # A copy of its own: LangChain wants a dict, and the MemoryTool's schema is shared with whoever else uses it.
+    schema = copy.deepcopy(dict(tool.parameters))
+    return StructuredTool(name=tool.name, description=tool.description, args_schema=schema, func=run, coroutine=arun)
 
 
 # --- LangChain -> OpenAI chat dicts (what Session.sync takes) -------------------------------------------

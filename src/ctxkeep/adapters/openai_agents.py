@@ -11,12 +11,17 @@ text). The host keeps its full history (``result.to_input_list()``, an SDK sessi
 `CtxkeepSession` is the SDK's `Session` protocol over the workspace itself, for a host that keeps no
 history: ``Runner.run(agent, text, session=s, run_config=RunConfig(call_model_input_filter=s.input_filter))``.
 Its `get_items` returns the compacted view; ctxkeep never deletes what it holds, so `pop_item` and
-`clear_session` refuse (see their docstrings). Needs ``pip install 'ctxkeep[openai-agents]'``.
+`clear_session` refuse (see their docstrings).
+
+A filter cannot add tools to a call, so the memory tools go to the agent: with ``memory=True`` the
+filter's (or session's) `tools` are the workspace's memory tools as `FunctionTool`s, for
+``Agent(tools=[*yours, *input_filter.tools])``. Needs ``pip install 'ctxkeep[openai-agents]'``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -24,9 +29,10 @@ from agents import Agent, FunctionTool, Handoff, handoff
 from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
 from agents.run_config import CallModelData, ModelInputData
+from agents.tool_context import ToolContext
 
 from ctxkeep.adapters import _core
-from ctxkeep.adapters._core import Piece, SessionSource, Workspace
+from ctxkeep.adapters._core import Memory, Piece, SessionSource, Workspace
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import SYSTEM_ID
 from ctxkeep.context import of as context_of
@@ -35,21 +41,26 @@ from ctxkeep.errors import WorkspaceError
 from ctxkeep.formats.responses import to_responses
 from ctxkeep.inputs import convert
 from ctxkeep.live import Tools
+from ctxkeep.memory.tools import MemoryTool
 from ctxkeep.session import Session
 
-__all__ = ["CtxkeepInputFilter", "CtxkeepSession", "tool_schemas"]
+__all__ = ["CtxkeepInputFilter", "CtxkeepSession", "to_function_tool", "tool_schemas"]
 
 
 class CtxkeepInputFilter:
     """``RunConfig(call_model_input_filter=CtxkeepInputFilter("./ws", window=16_000))``.
 
     `workspace` is a folder (opened on the first model call, off the event loop; created when missing)
-    or an open `Session`/`AsyncSession`; keyword `settings` go to `Session.open`. One filter serves one
+    or an open `Session`/`AsyncSession`; keyword `settings` go to `Session.open`. `memory=True` makes
+    `tools` the workspace's memory tools, for ``Agent(tools=[..., *input_filter.tools])``; a list of
+    `MemoryTool`s (``memory_tools(ws, embedder=None)``) gives those instead. One filter serves one
     conversation: a workspace holds one history. `aclose()` releases a workspace the filter opened.
     """
 
-    def __init__(self, workspace: Workspace, **settings: Any) -> None:
+    def __init__(self, workspace: Workspace, *, memory: Memory = False, **settings: Any) -> None:
         self._source = SessionSource(workspace, settings)
+        self.tools: list[FunctionTool] = [to_function_tool(t) for t in _core.memory_tools_of(workspace, memory)]
+        """The memory tools as `FunctionTool`s for the agent (empty without `memory`): a filter cannot add them."""
         self.last_step: Step | None = None
         """What the last pass did (`Step.compaction`, `.warnings`...), None before the first model call."""
 
@@ -82,8 +93,9 @@ class _SessionFilter(CtxkeepInputFilter):
     """A `CtxkeepSession`'s filter: every item of the input was added by `add_items` before the call (the
     SDK saves each turn before the next), so there is nothing to sync, only to prepare."""
 
-    def __init__(self, source: SessionSource) -> None:
+    def __init__(self, source: SessionSource, tools: list[FunctionTool]) -> None:
         self._source = source
+        self.tools = tools
         self.last_step = None
 
     async def _prepare(
@@ -99,15 +111,20 @@ class CtxkeepSession:
     ``Runner.run(agent, text, session=s, run_config=RunConfig(call_model_input_filter=s.input_filter))``.
     `get_items` is the compacted view (summary, then the recent items); `add_items` appends to the
     workspace; `input_filter` compacts before each model call (without it nothing is compacted during
-    a run). Arguments as for `CtxkeepInputFilter`; `session_id` names the conversation for the SDK.
+    a run). Arguments as for `CtxkeepInputFilter` (`tools`: the memory tools for the agent, with
+    `memory`); `session_id` names the conversation for the SDK.
     """
 
     session_settings: SessionSettings | None = None
 
-    def __init__(self, workspace: Workspace, *, session_id: str = "ctxkeep", **settings: Any) -> None:
+    def __init__(
+        self, workspace: Workspace, *, session_id: str = "ctxkeep", memory: Memory = False, **settings: Any
+    ) -> None:
         self.session_id = session_id
         self._source = SessionSource(workspace, settings)
-        self.input_filter: CtxkeepInputFilter = _SessionFilter(self._source)
+        self.tools: list[FunctionTool] = [to_function_tool(t) for t in _core.memory_tools_of(workspace, memory)]
+        """The memory tools as `FunctionTool`s for the agent (empty without `memory`)."""
+        self.input_filter: CtxkeepInputFilter = _SessionFilter(self._source, self.tools)
         """The `call_model_input_filter` for runs on this session."""
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
@@ -169,6 +186,26 @@ def handback(pieces: Sequence[Piece], items: Sequence[Any]) -> list[TResponseInp
 
 def _is_output(item: object) -> bool:
     return isinstance(item, Mapping) and item.get("type") == "function_call_output"
+
+
+def to_function_tool(tool: MemoryTool) -> FunctionTool:
+    """A memory tool as the SDK's `FunctionTool`: its JSON schema as the parameters, the model's arguments
+    going to `tool.invoke` in a worker thread (disk and search never block the event loop; a bad call is
+    answered with an error text for the model)."""
+
+    async def invoke(context: ToolContext[Any], arguments: str) -> str:
+        # The SDK's own function tools read no arguments at all as an empty object; so does this one.
+        return await asyncio.to_thread(tool.invoke, arguments or "{}")
+
+    # Not strict: strict mode would make every optional argument required. A copy of its own: the SDK keeps
+    # the dict it is given, and the MemoryTool's schema is shared with whoever else uses it.
+    return FunctionTool(
+        name=tool.name,
+        description=tool.description,
+        params_json_schema=copy.deepcopy(dict(tool.parameters)),
+        on_invoke_tool=invoke,
+        strict_json_schema=False,
+    )
 
 
 def tool_schemas(agent: Agent[Any]) -> list[dict[str, Any]]:
