@@ -127,6 +127,27 @@ def test_an_anthropic_response_object_loses_its_response_fields() -> None:
     assert to_messages([{**response, "id": "msg_2"}])[0].id != msgs[0].id
 
 
+def test_a_dict_holding_the_anthropic_sdks_blocks(tmp_path: Path) -> None:
+    """The usual anthropic loop: `{"role": "assistant", "content": reply.content}`, SDK block objects inside."""
+    from anthropic.types import TextBlock, ToolUseBlock
+
+    blocks = [
+        TextBlock(type="text", text="Reading it."),
+        ToolUseBlock(type="tool_use", id="toolu_1", name="read", input={"path": "a.py"}),
+    ]
+    history = [
+        {"role": "user", "content": "fix a.py"},
+        {"role": "assistant", "content": blocks},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x = 1"}]},
+    ]
+    plain = [{**history[1], "content": [b.model_dump(exclude_none=True) for b in blocks]}]
+    assert [m.id for m in to_messages(history[1:2])] == [m.id for m in to_messages(plain)]
+    with Session.open(tmp_path / "ws") as session:
+        assert len(session.sync(history)) == 3
+        assert session.sync(history) == []
+        assert session.messages[1].tool_calls[0].name == "read"
+
+
 def test_responses_api_items(tmp_path: Path) -> None:
     items: list[dict[str, Any]] = [
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "two files"}]},

@@ -118,7 +118,7 @@ def _entries(items: list[object]) -> list[Entry]:
 
 def _as_mapping(item: object) -> Mapping[str, Any]:
     if isinstance(item, Mapping):
-        return item
+        return _with_plain_parts(item)
     if _dumpable(item):
         dumped = item.model_dump(exclude_none=True)  # type: ignore[attr-defined]
         if isinstance(dumped, dict):
@@ -127,6 +127,16 @@ def _as_mapping(item: object) -> Mapping[str, Any]:
         f"expected a Message, a message dict or an SDK message object, got {type(item).__name__};"
         " pass ctxkeep Messages, OpenAI chat or Anthropic message dicts, or Responses-API items"
     )
+
+
+def _with_plain_parts(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A dict whose parts may be SDK objects, as the usual loop builds it (`{"role": "assistant", "content":
+    reply.content}` with the anthropic SDK's blocks): those parts dumped to dicts, the rest as it was."""
+    lists = {k: v for k, v in raw.items() if k in ("content", "tool_calls") and isinstance(v, list)}
+    if not any(_dumpable(part) for parts in lists.values() for part in parts):
+        return raw
+    plain = {k: [p.model_dump(exclude_none=True) if _dumpable(p) else p for p in v] for k, v in lists.items()}
+    return {**raw, **plain}
 
 
 def _request_form(d: dict[str, Any]) -> dict[str, Any]:
