@@ -239,6 +239,11 @@ def stream_chunks(reply: dict[str, Any]) -> list[dict[str, Any]]:
     return chunks
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # http.server's default of 5 resets connections when many clients call at once
+    daemon_threads = True
+
+
 class ValidatingServer:
     """`with ValidatingServer(window=16_000) as api:` then point a client at `api.base_url`."""
 
@@ -247,7 +252,7 @@ class ValidatingServer:
         self.records: list[Record] = []
         self._lock = threading.Lock()
         self._tokenizer = TiktokenTokenizer("o200k_base")
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
