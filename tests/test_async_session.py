@@ -3,12 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from ctxkeep import AsyncSession, EngineSettings, Message, Session, SummaryRequest
+import pytest
+
+from ctxkeep import (
+    AsyncSession,
+    Completion,
+    EngineSettings,
+    Message,
+    ModelSummarizer,
+    ModelSummarySettings,
+    Session,
+    SummaryRequest,
+    get_model,
+)
+from ctxkeep.errors import ProviderError
+from ctxkeep.providers import Turn
 from ctxkeep.settings import CompactSettings
 from ctxkeep.summarize import ExtractiveSummarizer
+from ctxkeep.summarize.testing import fixed_summary
 
 SETTINGS = EngineSettings(compact=CompactSettings(max_input_length=2_000, compact_ratio=0.7, reserve_ratio=0.2))
 
@@ -61,3 +79,81 @@ def test_calls_on_one_session_keep_their_order(tmp_path: Path) -> None:
 
     messages = asyncio.run(asyncio.wait_for(main(), 600))  # stops a hung test only
     assert [m.id for m in messages] == [f"m{i}" for i in range(21)]
+
+
+class SummaryServer:
+    """A local chat-completions server that answers every request with a valid summary after `delay`
+    seconds, noting each request's User-Agent (the SDK names its async client there)."""
+
+    def __init__(self, delay: float) -> None:
+        self.agents: list[str] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.agents.append(self.headers.get("User-Agent", ""))
+                time.sleep(delay)
+                turns = tuple(Turn(role=m["role"], text=m["content"]) for m in body["messages"][1:])
+                text = fixed_summary(Completion(system=body["messages"][0]["content"], turns=turns, max_tokens=100))
+                reply = {
+                    "id": "c1",
+                    "object": "chat.completion",
+                    "created": 1,
+                    "model": body["model"],
+                    "choices": [
+                        {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                    ],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+                }
+                data = json.dumps(reply).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/v1"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+
+def test_a_model_summarizer_uses_the_sdks_async_client_on_the_loop(tmp_path: Path) -> None:
+    api = SummaryServer(delay=0.3)
+    summarizer = ModelSummarizer(
+        get_model("openai:summarizer", base_url=api.url), settings=ModelSummarySettings(audit=False)
+    )
+    ticks = 0
+
+    async def main() -> None:
+        nonlocal ticks
+        async with await AsyncSession.open(tmp_path, settings=SETTINGS, summarizer=summarizer) as session:
+            for i in range(12):
+                await session.add([Message.of("user", f"question {i}: " + "word " * 150)])
+                await session.add([Message.of("assistant", f"answer {i}")])
+            compacting = asyncio.create_task(session.prepare("be brief"))
+            while not compacting.done():  # the loop keeps running while the model is asked
+                ticks += 1
+                await asyncio.sleep(0.01)
+            step = compacting.result()
+            assert step.compaction is not None and step.failure is None
+            assert session.summarizer is not summarizer  # a copy on this loop; the caller's is untouched
+            assert session.summarizer.last_run is not None and session.summarizer.last_run.calls >= 1
+
+    try:
+        asyncio.run(main())
+    finally:
+        api.http.shutdown()
+        api.http.server_close()
+    assert api.agents and all(agent.startswith("AsyncOpenAI/") for agent in api.agents)
+    assert ticks > 1
+    with pytest.raises(ProviderError, match="would wait for itself"):
+
+        async def on_the_loop() -> None:
+            bound = summarizer.model.on_loop(asyncio.get_running_loop())  # type: ignore[attr-defined]
+            bound.complete(Completion(system="s", turns=(Turn(role="user", text="hi"),), max_tokens=5))
+
+        asyncio.run(on_the_loop())

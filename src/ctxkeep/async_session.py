@@ -1,7 +1,9 @@
 """`AsyncSession`: a `Session` for an event loop, which never blocks it.
 
 Every call that may touch the disk (fsync), wait for the workspace's lock or call a summarizer (a
-model) runs in a worker thread; calls on one session are serialised, in the order they were made.
+model) runs in a worker thread; calls on one session are serialised, in the order they were made. A
+`ModelSummarizer` on an SDK model sends its requests through the SDK's async client on the session's
+event loop (`SDKModel.on_loop`): the HTTP exchange is one more task of the loop, the thread only waits.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from .engine import Step
 from .live import Live, Tools
 from .messages import Message
 from .session import Session
+from .summarize import ModelSummarizer, Summarizer
 
 
 class AsyncSession:
@@ -27,7 +30,13 @@ class AsyncSession:
 
     @classmethod
     async def open(cls, path: str | Path, **kw: Any) -> AsyncSession:
-        """The session in folder `path` (created when missing); keyword arguments as for `Session.open`."""
+        """The session in folder `path` (created when missing); keyword arguments as for `Session.open`.
+
+        A `ModelSummarizer` given as `summarizer=` is used as a copy whose model requests run on the
+        SDK's async client on this event loop (`session.summarizer` is that copy: read `last_run` there).
+        """
+        if "summarizer" in kw:
+            kw["summarizer"] = _on_loop(kw["summarizer"], asyncio.get_running_loop())
         return cls(await asyncio.to_thread(Session.open, path, **kw))
 
     async def __aenter__(self) -> AsyncSession:
@@ -40,6 +49,11 @@ class AsyncSession:
     def session(self) -> Session:
         """The synchronous session underneath (do not call it while a coroutine of this one runs)."""
         return self._session
+
+    @property
+    def summarizer(self) -> Summarizer:
+        """The summarizer compactions use."""
+        return self._session.summarizer
 
     @property
     def live(self) -> Live:
@@ -100,6 +114,18 @@ class AsyncSession:
             await asyncio.to_thread(self._session.unpin, message_id)
 
     async def close(self) -> None:
-        """Release the workspace's lock, once the calls already made have finished."""
+        """Release the workspace's lock, once the calls already made have finished; close the async client
+        of a model summarizer `open` put on the loop."""
         async with self._turn:
-            self._session.close()
+            await asyncio.to_thread(self._session.close)
+            model = getattr(self._session.summarizer, "model", None)
+            if getattr(model, "_loop", None) is asyncio.get_running_loop():
+                await model.aclose()  # type: ignore[union-attr]
+
+
+def _on_loop(summarizer: object, loop: asyncio.AbstractEventLoop) -> object:
+    """A `ModelSummarizer` on an SDK model as a copy on `loop`'s async client; any other summarizer as it is."""
+    if isinstance(summarizer, ModelSummarizer) and callable(getattr(summarizer.model, "on_loop", None)):
+        model = summarizer.model.on_loop(loop)  # type: ignore[attr-defined]
+        return ModelSummarizer(model, settings=summarizer.settings, counter=summarizer.counter)
+    return summarizer

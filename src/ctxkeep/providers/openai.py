@@ -32,7 +32,17 @@ class OpenAIModel(SDKModel[openai.OpenAI]):
         self._tokens_field = "max_completion_tokens" if base_url is None else "max_tokens"
         return openai.OpenAI(api_key=key, base_url=base_url, max_retries=0)
 
+    def _aconnect(self, key: str, base_url: str) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(api_key=key, base_url=base_url, max_retries=0)
+
     def _send(self, request: Completion, timeout: float) -> Reply:
+        return self._reply(self._client.chat.completions.create(**self._arguments(request, timeout)))
+
+    async def _asend(self, request: Completion, timeout: float) -> Reply:
+        return self._reply(await self._aclient.chat.completions.create(**self._arguments(request, timeout)))
+
+    def _arguments(self, request: Completion, timeout: float) -> dict[str, Any]:
+        """The keyword arguments of ``chat.completions.create`` for `request`."""
         messages: list[Any] = [{"role": "system", "content": request.system}] if request.system else []
         messages += [{"role": turn.role, "content": turn.text} for turn in request.turns]
         options: dict[str, Any] = {self._tokens_field: request.max_tokens}
@@ -41,14 +51,13 @@ class OpenAIModel(SDKModel[openai.OpenAI]):
                 "type": "json_schema",
                 "json_schema": {"name": "reply", "schema": dict(request.schema), "strict": True},
             }
-        response = self._client.chat.completions.create(
-            model=self.model,
-            messages=messages,
-            temperature=request.temperature,
-            timeout=timeout,
+        return {
+            "model": self.model,
+            "messages": messages,
+            "temperature": request.temperature,
+            "timeout": timeout,
             **options,
-        )
-        return self._reply(response)
+        }
 
     def _reply(self, response: ChatCompletion) -> Reply:
         if not response.choices:

@@ -6,10 +6,12 @@ and in `_send` how a `Completion` becomes the SDK's request and the SDK's answer
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from ctxkeep.errors import ProviderError
 from ctxkeep.providers import Completion, Reply
@@ -92,6 +94,7 @@ class SDKModel(Generic[ClientT]):
     """A `Model` on an SDK whose own retries are off: `retry` is the one retry loop.
 
     `sleep` (how the loop waits) and `environ` (where the key is looked up) are there for tests.
+    `on_loop(loop)` gives a copy whose requests go through the SDK's async client on an event loop.
     """
 
     provider: ClassVar[str]  # the first part of `name`, and of every error message
@@ -117,6 +120,8 @@ class SDKModel(Generic[ClientT]):
         self.retry = retry
         self._sleep = sleep
         self._client = self._connect(key, connection.base_url)
+        self._loop: asyncio.AbstractEventLoop | None = None  # set on a copy by `on_loop`
+        self._aclient: Any = None
         # What a server may echo back and no message may show: the key, and a password in the base URL.
         self._secrets = (key, *url_secrets(connection.base_url), *url_secrets(str(self._client.base_url)))
         self.endpoint = Endpoint(
@@ -146,18 +151,61 @@ class SDKModel(Generic[ClientT]):
         reply, attempts = call_with_retry(lambda: self._attempt(request), policy=self.retry, sleep=self._sleep)
         return replace(reply, attempts=attempts)
 
+    def on_loop(self, loop: asyncio.AbstractEventLoop) -> SDKModel[ClientT]:
+        """A copy of this model whose requests run on the SDK's async client, as coroutines on `loop`.
+
+        For an `AsyncSession`: the summarizer runs in a worker thread, and each model request it makes
+        is handed to the host's event loop (which awaits the HTTP exchange alongside its other work)
+        while the thread waits for the answer. Called on `loop`'s own thread, `complete` would wait
+        for itself, so it raises `ProviderError` there instead.
+        """
+        bound = copy.copy(self)
+        bound._loop = loop
+        bound._aclient = self._aconnect(self._client.api_key or PLACEHOLDER_KEY, str(self._client.base_url))
+        return bound
+
+    async def aclose(self) -> None:
+        """Close the async client of a model from `on_loop` (call it on that loop)."""
+        if self._aclient is not None:
+            await self._aclient.close()
+
     def _connect(self, key: str, base_url: str | None) -> ClientT:
         """The SDK's client for the server at `base_url` (None: the provider's own), with its retries off."""
+        raise NotImplementedError
+
+    def _aconnect(self, key: str, base_url: str) -> Any:
+        """The SDK's async client for the same server, with its retries off."""
         raise NotImplementedError
 
     def _send(self, request: Completion, timeout: float) -> Reply:
         """One call of the SDK for `request`, its answer as a `Reply`; the SDK's exceptions pass through."""
         raise NotImplementedError
 
+    async def _asend(self, request: Completion, timeout: float) -> Reply:
+        """`_send` on the async client."""
+        raise NotImplementedError
+
+    def _send_on_loop(self, request: Completion, timeout: float) -> Reply:
+        loop = self._loop
+        assert loop is not None
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise ProviderError(
+                f"{self.name} is bound to this event loop (on_loop) and was called on it: it would wait for "
+                "itself; run the summarizer in a worker thread, as AsyncSession does",
+                provider=self.provider,
+            )
+        return asyncio.run_coroutine_threadsafe(self._asend(request, timeout), loop).result()
+
     def _attempt(self, request: Completion) -> Reply:
         timeout = self.timeout if self.timeout is not None else request.timeout
         failure: ProviderError
         try:
+            if self._loop is not None:
+                return self._send_on_loop(request, timeout)
             return self._send(request, timeout)
         except self.errors.status as error:
             failure = status_error(
