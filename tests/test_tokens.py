@@ -6,6 +6,8 @@ import base64
 import json
 import os
 import struct
+import subprocess
+import sys
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -672,3 +674,126 @@ def test_a_full_cache_never_loses_a_message_it_found_in_the_same_batch() -> None
     equal = Message.of("user", "second words", id=newer.id)
     assert equal == newer and equal is not newer
     assert counter.count_each([equal, old]) == counter.count_each([newer, old])
+
+
+# --- the first counts of a process, without toktok's vocabulary load ----------------------
+
+_TRICKY = [
+    "",
+    " ",
+    "   leading and trailing   ",
+    "tabs\tand\r\nnewlines\n\n\n  indented",
+    "don't you'LL we'VE they're I'm it's",
+    "1234567890 3.14159 1e-9 0x1F 1,000,000",
+    "中文文本，还有标点。日本語のテキスト、한국어 텍스트",
+    "emoji 👍🏽 family 👨‍👩‍👧 flags 🇫🇷 and e\u0301 combining",
+    "a <|endoftext|> b <|endofprompt|> <|fim_prefix|>",
+    '{"key": [1, 2, {"nested": "value"}], "path": "/usr/local/bin/python3.11"}',
+    "def f(x):\n    return x ** 2  # square\n\n\nclass A(B, metaclass=M):\n    pass\n",
+    "\u00a0\u2003\u3000 odd spaces\u200b",
+    "x" * 3000,
+    "ab" * 1500 + " " + "🙂" * 200,
+]
+
+
+@pytest.fixture(scope="module")
+def bucket_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A bucket file of each encoding, built from toktok's vocabulary (which checks its sha256)."""
+    from ctxkeep.tokens.encodings import _TIKTOKEN_SPECS
+    from ctxkeep.tokens.lazybpe import _ranks, write_buckets
+
+    folder = tmp_path_factory.mktemp("buckets")
+    files = {}
+    for name in ENCODINGS:
+        sha = _TIKTOKEN_SPECS[name]["sha256"]
+        write_buckets(_ranks(name, sha), sha, folder / name)
+        files[name] = folder / name
+    return files
+
+
+def _lazy(name: str, bucket_files: dict[str, Path]) -> Any:
+    from ctxkeep.tokens.encodings import _TIKTOKEN_SPECS
+    from ctxkeep.tokens.lazybpe import LazyBpe
+
+    spec = _TIKTOKEN_SPECS[name]
+    return LazyBpe(bucket_files[name], sha256=spec["sha256"], pat_str=spec["pat_str"])
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_lazy_bpe_matches_tiktoken_on_tricky_text(
+    name: str, bucket_files: dict[str, Path], reference: dict[str, TiktokenTokenizer]
+) -> None:
+    assert _lazy(name, bucket_files).count_texts(_TRICKY) == reference[name].count_texts(_TRICKY)
+
+
+@pytest.mark.parametrize("path", raw_params())
+def test_lazy_bpe_matches_tiktoken_on_transcripts(
+    path: Path, bucket_files: dict[str, Path], reference: dict[str, TiktokenTokenizer]
+) -> None:
+    # Python BPE is slow: the first 150,000 characters of distinct strings of each file, every kind of content.
+    texts, total = [], 0
+    for text in _raw_texts(path):
+        texts.append(text[:20_000])
+        total += len(texts[-1])
+        if total > 150_000:
+            break
+    for name in ENCODINGS:
+        assert _lazy(name, bucket_files).count_texts(texts) == reference[name].count_texts(texts), name
+
+
+def test_a_bucket_file_of_another_vocabulary_or_cut_short_is_refused(
+    bucket_files: dict[str, Path], tmp_path: Path
+) -> None:
+    from ctxkeep.tokens.encodings import _TIKTOKEN_SPECS
+    from ctxkeep.tokens.lazybpe import LazyBpe
+
+    o200k, cl100k = _TIKTOKEN_SPECS["o200k_base"], _TIKTOKEN_SPECS["cl100k_base"]
+    with pytest.raises(ValueError, match="not a bucket file"):
+        LazyBpe(bucket_files["cl100k_base"], sha256=o200k["sha256"], pat_str=o200k["pat_str"])
+    short = tmp_path / "short"
+    short.write_bytes(bucket_files["cl100k_base"].read_bytes()[:-10])
+    with pytest.raises(ValueError, match="cut short"):
+        LazyBpe(short, sha256=cl100k["sha256"], pat_str=cl100k["pat_str"])
+
+
+_FIRST_COUNT = """
+import sys, toktok
+from ctxkeep.tokens import get_counter
+counter = get_counter(sys.argv[1])
+small = counter.count_texts([sys.argv[2]] * 3)
+loaded_after_small = bool(toktok._CACHE)
+large = counter.count_texts([sys.argv[2]] * 30)
+print(small[0], loaded_after_small, large[0], bool(toktok._CACHE))
+"""
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_a_small_count_needs_no_vocabulary_load_and_a_large_one_switches(
+    name: str, tmp_path: Path, reference: dict[str, TiktokenTokenizer]
+) -> None:
+    # 10 KB of mixed text, three times under the budget; thirty times over it, so toktok takes over.
+    text = "\n".join(_TRICKY[1:12]) * 8
+    expected = reference[name].count_texts([text])[0]
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    # The first run builds the bucket file out of toktok's vocabulary; the next ones only read it.
+    for loaded in ("True", "False", "False"):
+        out = subprocess.run(
+            [sys.executable, "-c", _FIRST_COUNT, name, text], env=env, check=True, capture_output=True, text=True
+        ).stdout.split()
+        assert out == [str(expected), loaded, str(expected), "True"]
+    assert [p.name.split("-")[0] for p in (tmp_path / "ctxkeep" / "bpe").iterdir()] == [name]
+
+
+def test_without_a_writable_cache_toktok_counts(tmp_path: Path, reference: dict[str, TiktokenTokenizer]) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the cache folder would be")
+    text = _TRICKY[6]
+    out = subprocess.run(
+        [sys.executable, "-c", _FIRST_COUNT, "o200k_base", text],
+        env={**os.environ, "XDG_CACHE_HOME": str(blocked)},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    expected = str(reference["o200k_base"].count_texts([text])[0])
+    assert out == [expected, "True", expected, "True"]

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from ctxkeep.errors import TokenizerError
+from ctxkeep.tokens.lazybpe import SMALL_BUDGET, lazy_bpe
 
 Backend: TypeAlias = Literal["toktok", "tiktoken"]
 
@@ -57,13 +58,23 @@ class ToktokTokenizer:
             raise TokenizerError(f"unknown encoding {encoding!r}; use {ACCEPTED}")
         self.name = encoding
         # The vocabulary loads on the first count (about 0.3 s for o200k_base), not here: a session reopened
-        # with its saved counts, or a command that counts nothing, never pays for it.
+        # with its saved counts, or a command that counts nothing, never pays for it. The first
+        # SMALL_BUDGET characters are counted without it (`ctxkeep.tokens.lazybpe`), so a small input never does.
         self._count = toktok.batch_count
+        self._small_left = SMALL_BUDGET
 
     def count_texts(self, texts: Sequence[str]) -> list[int]:
         """Token counts of `texts`; large batches run on every core."""
         items = texts if isinstance(texts, list) else list(texts)
-        threads = 0 if sum(map(len, items)) >= _PARALLEL_MIN_CHARS else 1
+        chars = sum(map(len, items))
+        if chars <= self._small_left:
+            spec = _TIKTOKEN_SPECS[self.name]
+            small = lazy_bpe(self.name, spec["sha256"], spec["pat_str"])
+            if small is not None:
+                self._small_left -= chars
+                return small.count_texts(items)
+        self._small_left = 0  # toktok's vocabulary is loaded from here on, and it is the faster
+        threads = 0 if chars >= _PARALLEL_MIN_CHARS else 1
         counts: list[int] = self._count(items, self.name, threads=threads, with_special=False)
         return counts
 
