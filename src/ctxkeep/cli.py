@@ -24,15 +24,10 @@ Exit codes: 0 success, 2 bad input (the message names file, line and what is wro
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ctxkeep import __version__
@@ -42,8 +37,9 @@ from ctxkeep.memory import cli as memory_cli
 if TYPE_CHECKING:
     from ctxkeep.formats import Transcript
 
-# Each command imports what it needs inside its function: `--help` and the light commands must not
-# pay for the importers, the engine, the summarizer or the tokenizer (~0.5 s together).
+# Each command imports what it needs inside its function, down to the standard library's heavier
+# modules: `--help` must not pay for the importers, the engine, the summarizer or the tokenizer
+# (~0.5 s together), nor `inspect` for what only `report` or `serve` use.
 
 __all__ = ["main"]
 
@@ -191,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    import shutil
+
     from ctxkeep import workspace_view  # here, so --help stays fast
     from ctxkeep.folder import LocalFolder
 
@@ -203,6 +201,10 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    import contextlib
+    import tempfile
+    from pathlib import Path
+
     from ctxkeep import html_report, workspace_view  # here, so --help stays fast
     from ctxkeep.folder import LocalFolder
 
@@ -232,6 +234,8 @@ def _report(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     """Run the proxy until interrupted; the server's modules are imported only here, so --help stays fast."""
+    from pathlib import Path
+
     from ctxkeep.serve import ServeSettings, is_loopback, run
 
     token = args.auth_token or os.environ.get("CTXKEEP_AUTH_TOKEN") or None
@@ -260,6 +264,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    import json
+
     from ctxkeep.report import build_report, render_text
     from ctxkeep.tokens import CountSettings, get_counter
 
