@@ -64,16 +64,8 @@ _MESSAGE: TypeAdapter[ModelMessage] = TypeAdapter(ModelMessage)
 _REQUEST_PART: TypeAdapter[ModelRequestPart] = TypeAdapter(ModelRequestPart)
 _RESPONSE_PART: TypeAdapter[ModelResponsePart] = TypeAdapter(ModelResponsePart)
 _ITEM: TypeAdapter[UserContent] = TypeAdapter(UserContent)
-# The field of each part kind whose text a ctxkeep block holds; the rest of the part is kept in `extra`.
-_TEXT_FIELD = {
-    "text": "content",
-    "thinking": "content",
-    "tool-call": "args",
-    "user-prompt": "content",
-    "system-prompt": "content",
-    "tool-return": "content",
-    "compaction": "content",
-}
+# The request parts whose text a ctxkeep block holds (the rest of the part is in `extra`); others are kept whole.
+_TEXT_FIELD = {"user-prompt": "content", "system-prompt": "content", "compaction": "content"}
 
 
 # --- pydantic-ai -> ctxkeep ------------------------------------------------------------
