@@ -157,3 +157,23 @@ def test_a_model_summarizer_uses_the_sdks_async_client_on_the_loop(tmp_path: Pat
             bound.complete(Completion(system="s", turns=(Turn(role="user", text="hi"),), max_tokens=5))
 
         asyncio.run(on_the_loop())
+
+
+def test_every_call_runs_in_one_worker_thread_started_at_open(tmp_path: Path) -> None:
+    threads: set[str] = set()
+
+    class Noting:
+        def summarize(self, request: SummaryRequest) -> str:
+            threads.add(threading.current_thread().name)
+            return ExtractiveSummarizer().summarize(request)
+
+    async def main() -> None:
+        session = await AsyncSession.open(tmp_path, settings=SETTINGS, summarizer=Noting())
+        for i in range(12):
+            await session.add([Message.of("user", f"question {i}: " + "word " * 150)])
+        await session.compact()
+        await session.close()
+        await session.close()  # a second close does nothing
+
+    asyncio.run(main())
+    assert len(threads) == 1 and next(iter(threads)).startswith("ctxkeep")

@@ -1,7 +1,9 @@
 """`AsyncSession`: a `Session` for an event loop, which never blocks it.
 
 Every call that may touch the disk (fsync), wait for the workspace's lock or call a summarizer (a
-model) runs in a worker thread; calls on one session are serialised, in the order they were made. A
+model) runs in the session's own worker thread, started once when it opens (a thread started per call
+makes the loop wait for the new thread to run, which on a busy machine is a stall); calls on one session
+are serialised, in the order they were made. A
 `ModelSummarizer` on an SDK model sends its requests through the SDK's async client on the session's
 event loop (`SDKModel.on_loop`): the HTTP exchange is one more task of the loop, the thread only waits.
 """
@@ -9,10 +11,12 @@ event loop (`SDKModel.on_loop`): the HTTP exchange is one more task of the loop,
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .engine import Step
 from .live import Live, Tools
@@ -20,13 +24,17 @@ from .messages import Message
 from .session import Session
 from .summarize import ModelSummarizer, Summarizer
 
+T = TypeVar("T")
+
 
 class AsyncSession:
     """`Session`'s methods as coroutines. Open it with ``await AsyncSession.open(path)``; use ``async with``."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, *, worker: ThreadPoolExecutor | None = None) -> None:
         self._session = session
         self._turn = asyncio.Lock()
+        self._worker = worker or ThreadPoolExecutor(1, thread_name_prefix="ctxkeep")
+        self._closed = False
 
     @classmethod
     async def open(cls, path: str | Path, **kw: Any) -> AsyncSession:
@@ -37,7 +45,15 @@ class AsyncSession:
         """
         if "summarizer" in kw:
             kw["summarizer"] = _on_loop(kw["summarizer"], asyncio.get_running_loop())
-        return cls(await asyncio.to_thread(Session.open, path, **kw))
+        worker = ThreadPoolExecutor(1, thread_name_prefix="ctxkeep")
+        try:
+            session = await asyncio.get_running_loop().run_in_executor(
+                worker, functools.partial(Session.open, path, **kw)
+            )
+        except BaseException:
+            worker.shutdown(wait=False)
+            raise
+        return cls(session, worker=worker)
 
     async def __aenter__(self) -> AsyncSession:
         return self
@@ -73,12 +89,12 @@ class AsyncSession:
     async def add(self, messages: Iterable[object] | object) -> None:
         """`Session.add`, off the event loop."""
         async with self._turn:
-            await asyncio.to_thread(self._session.add, messages)
+            await self._run(self._session.add, messages)
 
     async def sync(self, history: Iterable[object]) -> list[Message]:
         """`Session.sync`, off the event loop."""
         async with self._turn:
-            return await asyncio.to_thread(self._session.sync, history)
+            return await self._run(self._session.sync, history)
 
     async def prepare(
         self,
@@ -89,7 +105,7 @@ class AsyncSession:
     ) -> Step:
         """`Session.prepare`, off the event loop: a compaction's summarizer never stalls the agent's other work."""
         async with self._turn:
-            return await asyncio.to_thread(self._session.prepare, system, tools=tools, now=now)
+            return await self._run(self._session.prepare, system, tools=tools, now=now)
 
     async def compact(
         self,
@@ -101,26 +117,34 @@ class AsyncSession:
     ) -> Step:
         """`Session.compact`, off the event loop."""
         async with self._turn:
-            return await asyncio.to_thread(self._session.compact, focus, system=system, tools=tools, now=now)
+            return await self._run(self._session.compact, focus, system=system, tools=tools, now=now)
 
     async def pin(self, message_id: str) -> None:
         """`Session.pin`, off the event loop."""
         async with self._turn:
-            await asyncio.to_thread(self._session.pin, message_id)
+            await self._run(self._session.pin, message_id)
 
     async def unpin(self, message_id: str) -> None:
         """`Session.unpin`, off the event loop."""
         async with self._turn:
-            await asyncio.to_thread(self._session.unpin, message_id)
+            await self._run(self._session.unpin, message_id)
 
     async def close(self) -> None:
         """Release the workspace's lock, once the calls already made have finished; close the async client
         of a model summarizer `open` put on the loop."""
         async with self._turn:
-            await asyncio.to_thread(self._session.close)
-            model = getattr(self._session.summarizer, "model", None)
-            if getattr(model, "_loop", None) is asyncio.get_running_loop():
-                await model.aclose()  # type: ignore[union-attr]
+            if self._closed:
+                return
+            await self._run(self._session.close)
+            self._closed = True
+        self._worker.shutdown(wait=False)
+        model = getattr(self._session.summarizer, "model", None)
+        if getattr(model, "_loop", None) is asyncio.get_running_loop():
+            await model.aclose()  # type: ignore[union-attr]
+
+    async def _run(self, call: Callable[..., T], *args: Any, **kw: Any) -> T:
+        """`call` in the session's worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._worker, functools.partial(call, *args, **kw))
 
 
 def _on_loop(summarizer: object, loop: asyncio.AbstractEventLoop) -> object:
