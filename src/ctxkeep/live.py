@@ -20,7 +20,7 @@ import orjson
 from .archive import Archive
 from .errors import MessageError, PinnedOverBudgetError
 from .messages import Link, Message, Pairs, pair_walk, without_surrogates
-from .offload import offload
+from .offload import is_output, offload
 from .settings import OffloadSettings
 from .split import pair_groups
 from .store import Store
@@ -74,9 +74,10 @@ class Live:
     pinned: frozenset[str] = frozenset()
     # Calls of the newest assistant turn still waiting for their result, and calls that never got one.
     pairs: Pairs = field(default_factory=Pairs)
-    # Positions of the results that may still change, oldest first: the `waiting` oldest passed `recent_n`
-    # and wait for their "old" cut, the others are the newest. Results that got it, or are too small to
-    # need it, are final and never looked at again. Their tool names, by call id, in `result_tools`.
+    # Positions of the results (and user-side command outputs, `ctxkeep.offload.is_output`) that may still
+    # change, oldest first: the `waiting` oldest passed `recent_n` and wait for their "old" cut, the others
+    # are the newest. Results that got it, or are too small to need it, are final and never looked at
+    # again. Their tool names, by call id, in `result_tools`.
     tool_positions: tuple[int, ...] = ()
     result_tools: Mapping[str, str] = field(default_factory=lambda: _EMPTY_NAMES)
     waiting: int = 0
@@ -153,9 +154,17 @@ def add(live: Live, messages: Sequence[Message], counter: Counter, *, counts: Se
         total=live.total + sum(counts),
         pairs=walk.pairs,
         result_tools=MappingProxyType(names),
-        tool_positions=live.tool_positions + tuple(link.index for link in walk.links),
+        tool_positions=live.tool_positions + _outputs(messages, walk.links, start),
         ids=ids,
     )
+
+
+def _outputs(messages: Sequence[Message], links: Sequence[Link], start: int) -> tuple[int, ...]:
+    """Positions of what offloading may cut among `messages` (the first at `start`): the paired results in
+    `links`, and the user messages that are a command's output, in order."""
+    commands = [start + i for i, m in enumerate(messages) if m.role == "user" and is_output(m)]
+    results = [link.index for link in links]
+    return tuple(sorted(results + commands)) if commands else tuple(results)
 
 
 def _ids_of(live: Live) -> Ids:
@@ -242,7 +251,7 @@ def rebuild(live: Live, kept: tuple[Message, ...]) -> Live:
         pairs=walk.pairs,
         # Every kept result may still change: the next `offload_recent` sorts out which.
         result_tools=MappingProxyType({link.call_id: link.name for link in walk.links}),
-        tool_positions=tuple(link.index for link in walk.links),
+        tool_positions=_outputs(kept, walk.links, 0),
         system=live.system,
         system_tokens=live.system_tokens,
         tools=live.tools,
@@ -324,11 +333,9 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
 
 
 def _excess(message: Message, old_max_bytes: int) -> int:
-    """The bytes of a result past `old_max_bytes`: about what its "old" cut frees (0: it needs none)."""
+    """The bytes of a result (or command output) past `old_max_bytes`: about what its "old" cut frees (0: none)."""
     result = message.tool_result
-    if result is None:
-        return 0
-    text = result.text
+    text = result.text if result is not None else message.text
     if len(text) * 4 <= old_max_bytes:  # a character takes at most 4 bytes
         return 0
     return max(0, len(text.encode("utf-8", "surrogatepass")) - old_max_bytes)

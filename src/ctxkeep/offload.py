@@ -1,5 +1,9 @@
 """Offload big tool results to files (the seed's ``compact_tool_result``), and clean the files up.
 
+A command's output the user ran themselves (pi's ``!command``, Codex's user shell command, Claude Code's
+``<bash-stdout>``) arrives as user text but is as big as any result: it is offloaded the same way
+(`is_output`). What the user typed is never cut.
+
 A result over its limit (`recent_max_bytes` while among the `recent_n` newest, `old_max_bytes`
 after) keeps its head and a notice; its full text is saved to ``tool_result/<uuid>.txt`` first. Its
 visible text changes at most twice (when cut, when aged), which keeps prompt caches warm; the
@@ -17,9 +21,9 @@ from typing import Any, Literal, TypeAlias, get_args
 
 from .messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
 from .settings import OffloadSettings, PolicyKind
+from .store import OFFLOAD_KEY as OFFLOAD_KEY
 from .store import ORIGINAL_NAME, TOOL_RESULT_DIR, Store
-
-OFFLOAD_KEY = "ctxkeep_offload"
+from .summarize.facts.origin import origin
 
 Stage: TypeAlias = Literal["recent", "old"]
 
@@ -32,7 +36,7 @@ _REFERENCE = re.compile(TOOL_RESULT_DIR + r"/([\w.-]+)")
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OffloadRecord:
-    """What `offload` did to one tool result; stored as a dict in ``ToolResult.extra[OFFLOAD_KEY]``.
+    """What `offload` did to one output; a dict in ``ToolResult.extra[OFFLOAD_KEY]`` (a command's: ``Message.extra``).
 
     `kept_bytes` is the size of the original's head still shown (the visible text is that head, a
     newline and the notice, or the notice alone when nothing is kept); `next_line` is the 1-based
@@ -88,6 +92,73 @@ def record_of(result: ToolResult) -> OffloadRecord | None:
     return None if raw is None else OffloadRecord.from_dict(raw)
 
 
+def record_in(message: Message) -> OffloadRecord | None:
+    """The offload record of a tool message or of a command's output, or None (ValueError when malformed)."""
+    result = message.tool_result
+    raw = (result.extra if result is not None else message.extra).get(OFFLOAD_KEY)
+    return None if raw is None else OffloadRecord.from_dict(raw)
+
+
+def is_output(message: Message) -> bool:
+    """True for a message `offload` may cut: a tool result, or a user message that is a command's output.
+
+    Which user messages are command outputs is what the importers mark and `ctxkeep.summarize.facts.origin`
+    tells apart (pi's ``bashExecution``, ``<user_shell_command>``, ``<bash-stdout>``...): one classifier
+    for the summary and for offloading, so a message the user typed is never cut.
+    """
+    if message.role == "tool":
+        return True
+    return message.role == "user" and origin(message) == "command_output"
+
+
+@dataclass(frozen=True, slots=True)
+class _Output:
+    """What `offload` reads of a message it may cut: a tool result, or a command's output sent as user text."""
+
+    content: str | tuple[TextBlock | ImageBlock, ...]
+    # Where the offload record is kept: the result's extra, or the user message's.
+    extra: Mapping[str, Any]
+    # The call id of a result (it picks the tool's policy and names the saved file); "" for a command's output.
+    call_id: str
+    is_error: bool
+    # How a warning names it.
+    label: str
+
+    @property
+    def text(self) -> str:
+        """The text parts joined by newlines, as `ToolResult.text` and `Message.text` both join them."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(_texts(self.content))
+
+
+def _output(message: Message) -> _Output | None:
+    """The cuttable part of a tool message or of a user message (None when it holds more than text and images)."""
+    result = message.tool_result
+    if result is not None:
+        return _Output(result.content, result.extra, result.call_id, result.is_error, f"tool result {result.call_id}")
+    if message.role != "user":
+        return None
+    parts = tuple(b for b in message.content if isinstance(b, TextBlock | ImageBlock))
+    if len(parts) != len(message.content):
+        return None
+    extra = message.extra
+    # pi records how the user's command ended; an error output's notice says to read its end too.
+    code = extra.get("pi:exitCode")
+    failed = extra.get("pi:cancelled") is True or (isinstance(code, int) and not isinstance(code, bool) and code != 0)
+    return _Output(parts, extra, "", failed, f"command output {message.id}")
+
+
+def _rebuilt(message: Message, content: str | tuple[TextBlock | ImageBlock, ...], record: OffloadRecord) -> Message:
+    """`message` with its cut content and the record of the cut (other extra keys, is_error and exit_code kept)."""
+    result = message.tool_result
+    if result is not None:
+        new = replace(result, content=content, extra={**result.extra, OFFLOAD_KEY: record.to_dict()})
+        return replace(message, content=(new,))
+    parts = (TextBlock(text=content),) if isinstance(content, str) else content
+    return replace(message, content=parts, extra={**message.extra, OFFLOAD_KEY: record.to_dict()})
+
+
 def original_name(message_id: str, call_id: str) -> str:
     """The store's name for the full text of a result: ``tool_result/<uuid>.txt``, the same for the same ids."""
     return f"{TOOL_RESULT_DIR}/{make_id(message_id, call_id)}.txt"
@@ -113,11 +184,11 @@ def saved_texts(replaced: Iterable[tuple[Message, Message]]) -> dict[str, bytes]
     """
     out: dict[str, bytes] = {}
     for before, after in replaced:
-        old, new = before.tool_result, after.tool_result
-        if old is None or new is None or OFFLOAD_KEY in old.extra:
+        old = _output(before)
+        if old is None or OFFLOAD_KEY in old.extra or before.role != after.role:
             continue
         try:
-            record = record_of(new)
+            record = record_in(after)
         except ValueError:
             continue
         data = _encode(old.text)
@@ -136,33 +207,34 @@ def offload(
     *,
     tool_names: Mapping[str, str] | None = None,
 ) -> list[Message]:
-    """The messages with big tool results cut and their full texts saved in `store`.
+    """The messages with big tool results and command outputs (`is_output`) cut, their full texts saved in `store`.
 
     Same length and order as `messages`; a message that does not change is returned as the same
     object. A tool's name (which picks its policy) comes from `tool_names` (call id -> name), else
-    from the assistant call in `messages`. Every file is written before any message changes: when
+    from the assistant call in `messages`; a command's output takes the default policy and counts
+    among the results for `recent_n`. Every file is written before any message changes: when
     `store` raises `StorageError`, the error propagates and nothing is returned. File names derive
     from the message and call ids, so a retry rewrites the same files.
     """
     if not isinstance(settings, OffloadSettings):
         raise TypeError(f"offload needs an OffloadSettings; got {type(settings).__name__}")
     names = _names(messages, tool_names)
-    tools = [i for i, m in enumerate(messages) if m.role == "tool"]
-    recent = set(tools[max(0, len(tools) - settings.recent_n) :])
+    outputs = [i for i, m in enumerate(messages) if is_output(m)]
+    recent = set(outputs[max(0, len(outputs) - settings.recent_n) :])
     policies: dict[str | None, PolicyKind] = {}
 
     changed: dict[int, Message] = {}
     writes: dict[str, bytes] = {}
-    for i in tools:
+    for i in outputs:
         message = messages[i]
-        result = message.tool_result
-        if result is None:  # a tool message always holds one; this keeps mypy sure of it
+        out = _output(message)
+        if out is None:
             continue
-        name = names.get(result.call_id)
+        name = names.get(out.call_id) if out.call_id else None
         if name not in policies:
             policies[name] = settings.policy_for(name)
         stage: Stage = "recent" if i in recent else "old"
-        plan = _plan(message, result, stage, policies[name], settings, store)
+        plan = _plan(message, out, stage, policies[name], settings, store)
         if plan is not None:
             changed[i], write = plan
             if write is not None:
@@ -171,7 +243,7 @@ def offload(
     for name, data in writes.items():
         store.save_original(name, data)
     if changed:
-        _log.debug("offloaded %d tool results (%d files written)", len(changed), len(writes))
+        _log.debug("offloaded %d outputs (%d files written)", len(changed), len(writes))
     return [changed.get(i, m) for i, m in enumerate(messages)]
 
 
@@ -184,7 +256,7 @@ def _names(messages: Sequence[Message], given: Mapping[str, str] | None) -> dict
 
 def _plan(
     message: Message,
-    result: ToolResult,
+    result: _Output,
     stage: Stage,
     policy: PolicyKind,
     settings: OffloadSettings,
@@ -196,14 +268,14 @@ def _plan(
         try:
             record = OffloadRecord.from_dict(raw)
         except ValueError as exc:
-            _log.warning("tool result %s left as it is: %s", result.call_id, exc)
+            _log.warning("%s left as it is: %s", result.label, exc)
             return None
         if record.stage == "old" or stage == "recent":
             return None
         if not _over(result.text, settings.old_max_bytes):
             return None  # small enough already: left as it is, so a prompt cache keeps it
         recut = _age(result, record, settings, store)
-        return None if recut is None else (replace(message, content=(recut,)), None)
+        return None if recut is None else (_rebuilt(message, *recut), None)
 
     if policy == "file_read" and stage == "recent":
         return None
@@ -232,11 +304,12 @@ def _plan(
         next_line=lines + 1,
     )
     head, record, notice = _cut(data, limit, widest, store.where(file), is_error=result.is_error)
-    new = _with_content(result, _content(result.content, _decode(head), notice), record)
-    return replace(message, content=(new,)), (file, data)
+    return _rebuilt(message, _content(result.content, _decode(head), notice), record), (file, data)
 
 
-def _age(result: ToolResult, record: OffloadRecord, settings: OffloadSettings, store: Store) -> ToolResult | None:
+def _age(
+    result: _Output, record: OffloadRecord, settings: OffloadSettings, store: Store
+) -> tuple[str | tuple[TextBlock | ImageBlock, ...], OffloadRecord] | None:
     """A result cut when recent, cut again from its kept head now that it is old; same original file.
 
     The original file is not read (it may be large, or gone): the kept head is a prefix of the
@@ -249,20 +322,13 @@ def _age(result: ToolResult, record: OffloadRecord, settings: OffloadSettings, s
     head = _decode(data[:kept]) if fits else ""
     base = _without_notice(result.content)
     if not fits or (not isinstance(base, str) and "\n".join(_texts(base)) != head):
-        _log.warning("tool result %s left as it is: its text no longer matches its offload record", result.call_id)
+        _log.warning("%s left as it is: its text no longer matches its offload record", result.label)
         return None
     limit = 0 if record.policy == "browser" else settings.old_max_bytes
     widest = replace(record, stage="old", kept_bytes=record.original_bytes, next_line=record.original_lines + 1)
     new_head, new_record, notice = _cut(data[:kept], limit, widest, store.where(record.file), is_error=result.is_error)
     content = _content(head if isinstance(base, str) else base, _decode(new_head), notice)
-    return _with_content(result, content, new_record)
-
-
-def _with_content(
-    result: ToolResult, content: str | tuple[TextBlock | ImageBlock, ...], record: OffloadRecord
-) -> ToolResult:
-    # is_error and exit_code are kept by replace(); other extra keys stay too.
-    return replace(result, content=content, extra={**result.extra, OFFLOAD_KEY: record.to_dict()})
+    return content, new_record
 
 
 # --- cutting -------------------------------------------------------------------------
@@ -397,6 +463,9 @@ def referenced_files(messages: Iterable[Message]) -> set[str]:
     """Names of saved files the messages point at: through their offload records or a path in their text."""
     names: set[str] = set()
     for message in messages:
+        raw = message.extra.get(OFFLOAD_KEY)  # a command's output keeps its record on the message
+        if isinstance(raw, Mapping) and isinstance(raw.get("file"), str):
+            names.add(raw["file"])
         for block in message.content:
             texts: list[str]
             if isinstance(block, ToolResult):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .messages import Message
-from .offload import record_of
+from .offload import record_in
 from .summarize.extractive import ExtractiveSummarizer
 
 if TYPE_CHECKING:
@@ -88,26 +88,25 @@ def _count(run: object, name: str) -> int | None:
 
 
 def offloaded(messages: Iterable[Message]) -> list[dict[str, Any]]:
-    """The tool results among `messages` whose full text was saved to ``tool_result/``: which, where, how big."""
+    """The tool results (and user-side command outputs) among `messages` whose full text was saved to
+    ``tool_result/``: which, where, how big. A command's output has no call id nor tool name ("")."""
     out: list[dict[str, Any]] = []
     tools: dict[str, str] = {}
     for msg in messages:
         for call in msg.tool_calls:
             tools[call.id] = call.name
-        result = msg.tool_result
-        if result is None:
-            continue
         try:
-            rec = record_of(result)
+            rec = record_in(msg)
         except ValueError:  # a damaged record in an imported message: nothing ctxkeep saved
             continue
         if rec is None:
             continue
+        call_id = msg.tool_result.call_id if msg.tool_result is not None else ""
         out.append(
             {
                 "id": msg.id,
-                "call_id": result.call_id,
-                "tool": tools.get(result.call_id, ""),
+                "call_id": call_id,
+                "tool": tools.get(call_id, ""),
                 "file": rec.file,
                 "stage": rec.stage,
                 "original_bytes": rec.original_bytes,

@@ -7,7 +7,7 @@
     compactions.jsonl          one record per compaction or failed attempt
     failed/<time>.json         what the summarizer was asked and answered when its summary was refused
     dialog/YYYY-MM-DD.jsonl    the archive of compacted messages
-    tool_result/<uuid>.txt     full texts of offloaded tool results
+    tool_result/<uuid>.txt     full texts of offloaded tool results and command outputs
 
 A step makes one durable write: `add` appends its line (fdatasync) after the offloads of the steps
 before it (a crash loses only offloads, which the next `prepare` redoes the same way). An original in

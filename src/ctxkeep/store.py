@@ -74,6 +74,9 @@ TOOL_RESULT_DIR = "tool_result"
 # An offloaded original's name in TOOL_RESULT_DIR: the UUID `messages.make_id` gives (version 5,
 # lowercase) and ".txt". Retention cleanup removes only these: other files there are not ctxkeep's.
 ORIGINAL_NAME = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\.txt")
+# Where a message notes that its full text is an original in TOOL_RESULT_DIR (`ctxkeep.offload.OffloadRecord`):
+# a tool result's `extra`, or the `extra` of a user message that is a command's output.
+OFFLOAD_KEY = "ctxkeep_offload"
 
 
 class Store(Protocol):
