@@ -17,6 +17,7 @@ from ctxkeep.codec import message_from_dict
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import load
 from ctxkeep.messages import repair, validate
+from ctxkeep.offload import is_output
 from ctxkeep.replay import replay, split_system
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings
@@ -47,13 +48,14 @@ def test_replay_loses_nothing_and_never_breaks_a_pair(path: Path) -> None:
         if result.compactions:
             assert summary is not None and missing_sections(summary) == []
             assert sum(c.compacted for c in result.compactions) == len(archived)
-        # Offloading changes only tool results, and only their text.
+        # Offloading changes only outputs (tool results, and command output the user ran), only their text.
         by_id = {m.id: m for m in fixed}
         for msg in archived + list(live):
             original = by_id[msg.id]
             if msg != original:
-                assert msg.role == "tool" and msg.tool_result is not None
-                assert msg.tool_result.call_id == original.tool_result.call_id  # type: ignore[union-attr]
+                assert is_output(original) and msg.role == original.role
+                if msg.role == "tool":
+                    assert msg.tool_result.call_id == original.tool_result.call_id  # type: ignore[union-attr]
 
 
 def test_compact_command_writes_the_workspace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
