@@ -29,7 +29,7 @@ MESSAGE_KEYS = {
     "developer": {"role", "content", "name"},
     "user": {"role", "content", "name"},
     "assistant": {"role", "content", "name", "tool_calls", "refusal", "audio", "function_call"},
-    "tool": {"role", "content", "tool_call_id"},
+    "tool": {"role", "content", "tool_call_id", "name"},  # `name` is not in the spec, but the API takes it
 }
 PART_TYPES = {
     "system": {"text"},
