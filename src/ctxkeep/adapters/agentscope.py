@@ -10,41 +10,58 @@ the compacted context as ``Msg``\\ s. The agent keeps its full history; ctxkeep 
 is left out, since it would replace the history with its own summary; an explicit request for it
 (the agent's ``CompressContext`` tool, or a call with instructions) runs ctxkeep's manual compaction.
 
+With ``memory=True`` the middleware's `list_tools` (AgentScope's hook for the tools a middleware brings)
+gives the workspace's memory tools; as for AgentScope's own memory middlewares, the caller puts them in
+the agent's toolkit: ``Toolkit(tools=[..., *await middleware.list_tools()])``.
+
 The 1.x ``pre_reasoning`` hook is in `ctxkeep.adapters.agentscope_v1` (1.x cannot be imported beside 2.x).
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from agentscope.message import Msg
+from agentscope.message import Msg, TextBlock, ToolResultState
 from agentscope.middleware import MiddlewareBase
+from agentscope.permission import PermissionBehavior, PermissionDecision
+from agentscope.tool import ToolBase, ToolChunk
 
-from ctxkeep.adapters._core import SessionSource, Workspace
+from ctxkeep.adapters import _core
+from ctxkeep.adapters._core import Memory, SessionSource, Workspace
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import SYSTEM_ID, Context
 from ctxkeep.formats.agentscope2 import msg_pieces, to_agentscope2
+from ctxkeep.memory.tools import MemoryTool
 from ctxkeep.messages import Message
 
-__all__ = ["ContextMiddleware", "context_msgs", "history_messages"]
+__all__ = ["ContextMiddleware", "MemoryToolAdapter", "context_msgs", "history_messages"]
 
 
 class ContextMiddleware(MiddlewareBase):
     """Runs ctxkeep before every model call of an AgentScope 2.x agent; give it to ``Agent(middlewares=[...])``.
 
     `workspace` is a folder (opened on the first call, with `settings` passed to `Session.open`, e.g.
-    ``window=16_000``) or a `Session`/`AsyncSession` already open. Close it with `close` (or ``async with``)
-    when the agent is done, to release the workspace's lock.
+    ``window=16_000``) or a `Session`/`AsyncSession` already open. `memory=True` makes `list_tools` give
+    the workspace's memory tools (a list of `MemoryTool`s gives those instead), for the agent's toolkit.
+    Close it with `close` (or ``async with``) when the agent is done, to release the workspace's lock.
     """
 
-    def __init__(self, workspace: Workspace, **settings: Any) -> None:
+    def __init__(self, workspace: Workspace, *, memory: Memory = False, **settings: Any) -> None:
         self._source = SessionSource(workspace, settings)
+        self._tools: list[ToolBase] = [MemoryToolAdapter(t) for t in _core.memory_tools_of(workspace, memory)]
         self._pieces = PieceCache()
 
     async def session(self) -> AsyncSession:
         """The session, opened on first use (off the event loop)."""
         return await self._source.asession()
+
+    async def list_tools(self) -> list[ToolBase]:
+        """The memory tools (empty without `memory`), for ``Toolkit(tools=[...])``: AgentScope does not add
+        a middleware's tools to the agent by itself."""
+        return list(self._tools)
 
     async def close(self) -> None:
         """Release the workspace (when this middleware opened it)."""
@@ -108,6 +125,35 @@ def context_msgs(context: Context) -> list[Msg]:
     """ctxkeep's context (summary and recent messages, not the system prompt) as AgentScope 2.x ``Msg``\\ s."""
     messages = [m for m in context.as_messages() if m.id != SYSTEM_ID]
     return [Msg.model_validate(d) for d in to_agentscope2(messages)]
+
+
+class MemoryToolAdapter(ToolBase):
+    """A memory tool as an AgentScope 2.x tool: its JSON schema as `input_schema`, the call going to
+    `MemoryTool.invoke` in a worker thread; a bad call is an error result whose text says what to fix."""
+
+    is_concurrency_safe = True  # the memory's own lock keeps concurrent writers apart
+    is_read_only = True
+
+    def __init__(self, tool: MemoryTool) -> None:
+        super().__init__()
+        self.tool = tool
+        self.name = tool.name
+        self.description = tool.description
+        # A copy of its own: the MemoryTool's schema is shared with whoever else uses it.
+        self.input_schema = copy.deepcopy(dict(tool.parameters))
+        # Only memory_write changes anything, and only the workspace's memory files.
+        self.is_read_only = tool.name != "memory_write"
+
+    async def check_permissions(self, *args: Any, **kwargs: Any) -> PermissionDecision:
+        """Allowed: the tools reach only the workspace's memory and archive files (as AgentScope's own
+        memory middlewares' tools allow themselves); asking on every call would defeat them."""
+        return PermissionDecision(behavior=PermissionBehavior.ALLOW, message="ctxkeep memory tool")
+
+    async def call(self, *args: Any, **kwargs: Any) -> ToolChunk:
+        """Run the tool with the model's arguments."""
+        text = await asyncio.to_thread(self.tool.invoke, kwargs)
+        state = ToolResultState.ERROR if text.startswith("error: ") else ToolResultState.SUCCESS
+        return ToolChunk(content=[TextBlock(text=text)], state=state)
 
 
 class PieceCache:

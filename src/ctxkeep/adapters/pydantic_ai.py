@@ -13,11 +13,15 @@ run's history (``ctx.messages``), which would leave the host holding ctxkeep's c
 messages. Each ctxkeep block keeps the part it came from (without its text, which the block holds) in
 ``extra["pydantic_ai"]``, so a message converted there and back is the same part, ids, timestamps and
 provider fields included; a tool result's text is the one ctxkeep holds (offloaded results are cut).
+
+With ``memory=True`` the capability also gives its agent the workspace's memory tools
+(`ctxkeep.memory_tools`), through `get_toolset`, pydantic-ai's hook for the tools a capability brings.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -45,16 +49,26 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
-from pydantic_ai.tools import RunContext
+from pydantic_ai.tools import RunContext, Tool
+from pydantic_ai.toolsets import FunctionToolset
 
-from ctxkeep.adapters._core import SessionSource, Workspace
+from ctxkeep.adapters import _core
+from ctxkeep.adapters._core import Memory, SessionSource, Workspace
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import Context
 from ctxkeep.errors import MessageError
 from ctxkeep.inputs import Entry, key_of, renumber
+from ctxkeep.memory.tools import MemoryTool
 from ctxkeep.messages import Block, ImageBlock, Message, Role, TextBlock, ThinkingBlock, ToolCall, ToolResult
 
-__all__ = ["Converted", "CtxkeepCapability", "from_pydantic_ai", "to_pydantic_ai", "tool_schemas"]
+__all__ = [
+    "Converted",
+    "CtxkeepCapability",
+    "from_pydantic_ai",
+    "to_pydantic_ai",
+    "to_pydantic_ai_tool",
+    "tool_schemas",
+]
 
 KEY = "pydantic_ai"  # where a block or message keeps the pydantic-ai fields ctxkeep does not model
 SUMMARY_MARK = {"ctxkeep": "summary"}  # CompactionPart.metadata of the summary ctxkeep sends
@@ -388,15 +402,21 @@ class CtxkeepCapability(AbstractCapability[Any]):
 
     `workspace` is a folder (opened on the first request, with `settings` passed to `Session.open`, e.g.
     ``window=16_000``), or an open `Session` or `AsyncSession`. The session's disk work and summaries
-    run in a worker thread, so the run's event loop is never blocked. `close()` (or `aclose()`)
-    releases the workspace; a session passed in stays the caller's to close.
+    run in a worker thread, so the run's event loop is never blocked. `memory=True` gives the agent the
+    workspace's memory tools (after its own); a list of `MemoryTool`s (``memory_tools(ws, embedder=None)``)
+    gives those instead. `close()` (or `aclose()`) releases the workspace; a session passed in stays the
+    caller's to close.
     """
 
-    # Tools for the agent (ctxkeep's memory tools) belong in `get_toolset`, pydantic-ai's hook through
-    # which a capability gives its agent tools: one method here, nothing else changes.
-
-    def __init__(self, workspace: Workspace, **settings: Any) -> None:
+    def __init__(self, workspace: Workspace, *, memory: Memory = False, **settings: Any) -> None:
         self._source = SessionSource(workspace, settings)
+        self.tools: list[Tool[Any]] = [to_pydantic_ai_tool(t) for t in _core.memory_tools_of(workspace, memory)]
+        """The memory tools as pydantic-ai tools (empty without `memory`); `get_toolset` gives them to the agent."""
+        self._toolset = FunctionToolset(self.tools) if self.tools else None
+
+    def get_toolset(self) -> FunctionToolset[Any] | None:
+        """The memory tools, for the agent to register (None without `memory`)."""
+        return self._toolset
 
     async def session(self) -> AsyncSession:
         """The workspace's session, opened on first use (in a worker thread)."""
@@ -430,3 +450,16 @@ class CtxkeepCapability(AbstractCapability[Any]):
     def get_serialization_name(cls) -> str | None:
         """Not in agent specs: it holds an open workspace."""
         return None
+
+
+def to_pydantic_ai_tool(tool: MemoryTool) -> Tool[Any]:
+    """A memory tool as a pydantic-ai tool: its JSON schema as the tool's, the model's arguments going to
+    `tool.invoke` in a worker thread (which answers a bad call with an error text for the model, so
+    pydantic-ai's own validation is not needed)."""
+
+    async def run(**arguments: Any) -> str:
+        return await asyncio.to_thread(tool.invoke, arguments)
+
+    # A copy of its own: the MemoryTool's schema is shared with whoever else uses it.
+    schema = copy.deepcopy(dict(tool.parameters))
+    return Tool.from_schema(run, name=tool.name, description=tool.description, json_schema=schema)
