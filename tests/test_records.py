@@ -7,11 +7,12 @@ import json
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.validating_server import JSONHandler
 
 from ctxkeep import DeterministicModel, ModelSummarizer, ModelSummarySettings
 from ctxkeep.errors import StorageError
@@ -190,7 +191,7 @@ def test_a_disk_that_refuses_the_steps_note_loses_only_the_note(
         assert len(again.messages) == 8
 
 
-class Flaky(BaseHTTPRequestHandler):
+class Flaky(JSONHandler):
     """An OpenAI-compatible chat endpoint: every other request gets a 503, the rest a valid summary with usage."""
 
     calls = 0
@@ -202,9 +203,9 @@ class Flaky(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers["Content-Length"]))
         type(self).calls += 1
         if type(self).calls % 2 == 1:
-            self._send(503, {"error": {"message": "busy, try again"}})
+            self.send_json(503, {"error": {"message": "busy, try again"}})
             return
-        self._send(
+        self.send_json(
             200,
             {
                 "id": "x",
@@ -217,17 +218,6 @@ class Flaky(BaseHTTPRequestHandler):
                 "usage": {"prompt_tokens": 1234, "completion_tokens": 56, "total_tokens": 1290},
             },
         )
-
-    def _send(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.validating_server import Record, Refused
+from tests.validating_server import JSONHandler, Record, RecordingServer, Refused, wants_stream
 
 from ctxkeep.tokens.encodings import TiktokenTokenizer
 
@@ -233,36 +231,13 @@ def stream_events(reply: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return events
 
 
-class ValidatingAnthropicServer:
+class ValidatingAnthropicServer(RecordingServer):
     """`with ValidatingAnthropicServer(window=16_000) as api:` then point a client at `api.base_url`."""
 
     def __init__(self, window: int) -> None:
-        self.window = window
-        self.records: list[Record] = []
+        super().__init__(self._handler(), window)
         self.headers: list[dict[str, str]] = []  # every request's headers, for the forwarding tests
-        self._lock = threading.Lock()
-        self._tokenizer = TiktokenTokenizer("o200k_base")
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}"  # the SDK adds /v1
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self) -> ValidatingAnthropicServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
-
-    @property
-    def refused(self) -> list[str]:
-        return [r.refused for r in self.records if r.refused]
-
-    @property
-    def peak_tokens(self) -> int:
-        return max((r.tokens for r in self.records), default=0)
+        self.base_url = self.url  # the SDK adds /v1
 
     def answer(self, raw: bytes, headers: Any) -> tuple[int, dict[str, Any]]:
         """The status and JSON body for a messages request."""
@@ -276,53 +251,29 @@ class ValidatingAnthropicServer:
             tokens = check_request(body, headers, self.window, self._tokenizer)
         except Refused as exc:
             return self._refuse(exc, body)
-        with self._lock:
-            self.records.append(Record(tokens, None, len(body["messages"]), body))
-            serial = len(self.records)
+        serial = self._note(Record(tokens, None, len(body["messages"]), body))
         return 200, reply_to(body, tokens, serial)
 
     def _refuse(self, exc: Refused, body: Any) -> tuple[int, dict[str, Any]]:
         size = len(body.get("messages") or []) if isinstance(body, dict) else 0
-        with self._lock:
-            self.records.append(Record(0, str(exc), size, body if isinstance(body, dict) else {}))
+        self._note(Record(0, str(exc), size, body if isinstance(body, dict) else {}))
         return 400, {"type": "error", "error": {"type": "invalid_request_error", "message": str(exc)}}
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[JSONHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(JSONHandler):
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.path.rstrip("/") != "/v1/messages":
-                    self._send(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
+                    self.send_json(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
                     return
                 status, body = server.answer(raw, self.headers)
-                try:
-                    wants_stream = status == 200 and json.loads(raw).get("stream") is True
-                except ValueError:
-                    wants_stream = False
-                if wants_stream:
-                    self._stream(body)
+                if wants_stream(status, raw):
+                    self.send_events(
+                        f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in stream_events(body)
+                    )
                 else:
-                    self._send(status, body)
-
-            def _send(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _stream(self, reply: dict[str, Any]) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                for name, data in stream_events(reply):
-                    self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
-                self.close_connection = True
+                    self.send_json(status, body)
 
         return Handler

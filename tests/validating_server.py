@@ -16,9 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 from ctxkeep import Session
 from ctxkeep.codec import ids_in
@@ -244,20 +245,51 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
 
-class ValidatingServer:
-    """`with ValidatingServer(window=16_000) as api:` then point a client at `api.base_url`."""
+class JSONHandler(BaseHTTPRequestHandler):
+    """A quiet request handler that answers with JSON or with server-sent events."""
 
-    def __init__(self, window: int) -> None:
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def send_json(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def send_events(self, frames: Iterable[str]) -> None:
+        """A 200 event stream of `frames` (each a whole ``...\n\n`` frame), then the connection closed."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for frame in frames:
+            self.wfile.write(frame.encode())
+        self.close_connection = True
+
+
+def wants_stream(status: int, raw: bytes) -> bool:
+    """Whether a request answered with `status` asked for a stream."""
+    try:
+        return status == 200 and json.loads(raw).get("stream") is True
+    except ValueError:
+        return False
+
+
+class RecordingServer:
+    """A local HTTP server for a test, started by `with` and stopped after, noting each request as a `Record`."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], window: int) -> None:
         self.window = window
         self.records: list[Record] = []
         self._lock = threading.Lock()
         self._tokenizer = TiktokenTokenizer("o200k_base")
-        self._server = _Server(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        self._server = _Server(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
-    def __enter__(self) -> ValidatingServer:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -274,6 +306,20 @@ class ValidatingServer:
     def peak_tokens(self) -> int:
         return max((r.tokens for r in self.records), default=0)
 
+    def _note(self, record: Record) -> int:
+        """Keep `record`; its serial number (1 for the first)."""
+        with self._lock:
+            self.records.append(record)
+            return len(self.records)
+
+
+class ValidatingServer(RecordingServer):
+    """`with ValidatingServer(window=16_000) as api:` then point a client at `api.base_url`."""
+
+    def __init__(self, window: int) -> None:
+        super().__init__(self._handler(), window)
+        self.base_url = self.url + "/v1"
+
     def answer(self, raw: bytes) -> tuple[int, dict[str, Any]]:
         """The status and JSON body for a chat completions request."""
         try:
@@ -284,62 +330,36 @@ class ValidatingServer:
             tokens = check_request(body, self.window, self._tokenizer)
         except Refused as exc:
             return self._refuse(exc, body, 0)
-        with self._lock:
-            self.records.append(Record(tokens, None, len(body["messages"]), body))
-            serial = len(self.records)
+        serial = self._note(Record(tokens, None, len(body["messages"]), body))
         return 200, reply_to(body, tokens, serial)
 
     def _refuse(self, exc: Refused, body: Any, tokens: int) -> tuple[int, dict[str, Any]]:
         size = len(body.get("messages") or []) if isinstance(body, dict) else 0
-        with self._lock:
-            self.records.append(Record(tokens, str(exc), size, body if isinstance(body, dict) else {}))
+        self._note(Record(tokens, str(exc), size, body if isinstance(body, dict) else {}))
         error = {"message": str(exc), "type": "invalid_request_error", "param": exc.param, "code": exc.code}
         return 400, {"error": error}
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[JSONHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(JSONHandler):
             def do_GET(self) -> None:
                 if self.path.rstrip("/").endswith("/models"):
-                    self._send(200, {"object": "list", "data": [{"id": "validating", "object": "model"}]})
+                    self.send_json(200, {"object": "list", "data": [{"id": "validating", "object": "model"}]})
                 else:
-                    self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                    self.send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if not self.path.rstrip("/").endswith("/chat/completions"):
-                    self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                    self.send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                     return
                 status, body = server.answer(raw)
-                try:
-                    wants_stream = status == 200 and json.loads(raw).get("stream") is True
-                except ValueError:
-                    wants_stream = False
-                if wants_stream:
-                    self._stream(body)
+                if wants_stream(status, raw):
+                    frames = [f"data: {json.dumps(chunk)}\n\n" for chunk in stream_chunks(body)]
+                    self.send_events([*frames, "data: [DONE]\n\n"])
                 else:
-                    self._send(status, body)
-
-            def _send(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _stream(self, reply: dict[str, Any]) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                for chunk in stream_chunks(reply):
-                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.close_connection = True
+                    self.send_json(status, body)
 
         return Handler
 
