@@ -167,6 +167,11 @@ def _outputs(messages: Sequence[Message], links: Sequence[Link], start: int) -> 
     return tuple(sorted(results + commands)) if commands else tuple(results)
 
 
+def message_ids(live: Live) -> Mapping[str, int]:
+    """The live message ids, each with its position: the index `add` keeps, so no pass over the history."""
+    return _ids_of(live).messages
+
+
 def _ids_of(live: Live) -> Ids:
     """`live.ids` when it describes exactly `live.messages` (always, for values `add` made), else a new index."""
     ids, messages = live.ids, live.messages

@@ -13,26 +13,21 @@ from collections.abc import Container, Sequence
 from .context import SUMMARY_ID, SUMMARY_TAG, SYSTEM_ID
 from .errors import MessageError
 from .inputs import Entry, key_of, renumber
-from .live import Live
+from .live import Live, message_ids
 from .messages import NO_RESULT_TEXT, Message, ToolResult
 
 CTXKEEP_IDS = frozenset({SYSTEM_ID, SUMMARY_ID})
 
 
 class Held(Container[str]):
-    """The message ids a live context holds, live or archived, without copying the archived ones."""
+    """The message ids a live context holds, live or archived, without copying either."""
 
     def __init__(self, live: Live) -> None:
         self._archived = live.archived
-        self._messages = live.messages
-        self._live: set[str] | None = None  # built on first use: `add` of ctxkeep messages never needs it
+        self._live = message_ids(live)
 
     def __contains__(self, mid: object) -> bool:
-        if mid in self._archived:
-            return True
-        if self._live is None:
-            self._live = {m.id for m in self._messages}
-        return mid in self._live
+        return mid in self._archived or mid in self._live
 
 
 def new_entries(live: Live, history: Sequence[Entry]) -> list[Entry]:
