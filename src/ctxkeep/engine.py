@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,7 @@ from .messages import Message
 from .offload import cleanup
 from .records import Usage, usage_of
 from .settings import CHARS_PER_TOKEN, EngineSettings
-from .split import Split, pair_groups, split
+from .split import Split, pair_groups, safe_cuts, split
 from .store import Store
 from .summarize import (
     MIN_SUMMARY_CHARS,
@@ -72,6 +73,9 @@ class Compaction:
     archive_lines: tuple[int, int] = (0, 0)
     # What the summarizer spent (model calls, tokens, retries, ...).
     usage: Usage | None = None
+    # The summary was written in the background before the threshold (`Draft`): `seconds` is then what
+    # this step waited, `usage.seconds` what the summarizer took.
+    background: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -100,6 +104,9 @@ class Step:
     failure: Failure | None = None
     archived: tuple[Message, ...] = ()
     warnings: tuple[str, ...] = ()
+    # A compaction was due, but its summary is still being written in the background and the context is
+    # not yet over `CompactSettings.wait_threshold`: this step sends the context as it is.
+    deferred: bool = False
 
     def to_openai(self, *, system: bool = True) -> list[ChatCompletionMessageParam]:
         """The context to send, as the openai SDK's ``messages=`` (see `Context.to_openai`)."""
@@ -146,6 +153,24 @@ class Plan:
     reason: str  # "threshold", "overflow" (over the model's window) or "manual"
     tokens: int  # the context's tokens before
     at: datetime
+    background: bool = False  # the summary is a `Draft`'s, written before the threshold
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Written:
+    """What the summarizer answered to one request: the summary to apply (or why there is none) and its cost."""
+
+    summary: str | Failure
+    usage: Usage
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Draft:
+    """A compaction planned past the soft threshold (`plan_ahead`) whose summary is being written in the
+    background (`future`), to be applied at the threshold if it still fits the live context (`fit`)."""
+
+    plan: Plan
+    future: Future[Written]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -172,12 +197,18 @@ def prepare(
     now: datetime,
     force: bool = False,
     focus: str | None = None,
+    draft: Draft | None = None,
 ) -> Step:
     """Run the pre-reasoning pass once. `force` compacts now (a manual `/compact`), with an optional `focus`.
 
     Files are written through `setup.store` (offloaded results, then the archive, always before the
     messages leave the returned `Live`). A summarizer that fails or returns an invalid summary leaves
     the live messages and the previous summary exactly as they were (`Step.failure`).
+
+    `draft` is a summary being written in the background since the soft threshold (`plan_ahead`). When a
+    compaction is due and the draft still fits (`fit`), it is applied (waiting for it only once the context
+    is over `CompactSettings.wait_threshold`; below, the step is `deferred`); else the summary is written
+    now, as without one.
     """
     started = time.perf_counter()
     counter, settings = setup.counter, setup.settings
@@ -191,19 +222,42 @@ def prepare(
         live = offload_recent(live, settings.offload, setup.store, counter, age=True)
     decision = plan(live, settings, now=now, force=force, focus=focus)
     if isinstance(decision, Skip):
-        step = _skipped(live, decision, now, counter)
-    else:
-        began = time.perf_counter()
-        summary = _summarize(setup.summarizer, decision.request)
-        usage = usage_of(setup.summarizer, seconds=time.perf_counter() - began)
-        if isinstance(summary, Failure):
-            step = _not_applied(live, replace(summary, at=now, tokens=decision.tokens, usage=usage), counter)
+        return _warn_over_window(_skipped(live, decision, now, counter), settings.compact.max_input_length)
+    ahead = fit(draft, live) if draft is not None and not force else None
+    if ahead is not None and draft is not None:
+        if not draft.future.done() and decision.tokens <= settings.compact.wait_threshold:
+            step = Step(live=live, context=context_of(live, counter), deferred=True)
+            return _warn_over_window(step, settings.compact.max_input_length)
+        drafted = _outcome(draft)
+        if drafted is not None and _frees_enough(ahead, live, drafted, settings, counter):
+            decision = replace(ahead, reason=decision.reason, tokens=decision.tokens, at=now)
+            written: Written = drafted
         else:
-            step = apply(live, decision, summary, setup=setup, started=started, usage=usage)
-            # The first context after a compaction carries the workspace's AGENTS.md rules again, once.
-            rules = after_compaction(step.context, setup.store, settings.memory, now.date(), counter)
-            step = replace(step, context=rules)
+            written = write(setup.summarizer, decision.request)
+    else:
+        if draft is not None:
+            _outcome(draft)  # one summary at a time: a summarizer need not be thread-safe
+        written = write(setup.summarizer, decision.request)
+    if isinstance(written.summary, Failure):
+        failure = replace(written.summary, at=now, tokens=decision.tokens, usage=written.usage)
+        step = _not_applied(live, failure, counter)
+    else:
+        step = apply(live, decision, written.summary, setup=setup, started=started, usage=written.usage)
+        # The first context after a compaction carries the workspace's AGENTS.md rules again, once.
+        rules = after_compaction(step.context, setup.store, settings.memory, now.date(), counter)
+        step = replace(step, context=rules)
     return _warn_over_window(step, settings.compact.max_input_length)
+
+
+def write(summarizer: Summarizer, request: SummaryRequest) -> Written:
+    """Ask `summarizer` for the summary of `request`: the text to apply, or the `Failure`, and what it spent.
+
+    Never raises for the summarizer's errors (they become the `Failure`); safe to run in another thread
+    as long as the summarizer is not used elsewhere meanwhile.
+    """
+    began = time.perf_counter()
+    summary = _summarize(summarizer, request)
+    return Written(summary=summary, usage=usage_of(summarizer, seconds=time.perf_counter() - began))
 
 
 def compact(live: Live, setup: Setup, *, system: str | None, now: datetime, focus: str | None = None) -> Step:
@@ -212,16 +266,27 @@ def compact(live: Live, setup: Setup, *, system: str | None, now: datetime, focu
 
 
 def plan(
-    live: Live, settings: EngineSettings, *, now: datetime, force: bool = False, focus: str | None = None
+    live: Live,
+    settings: EngineSettings,
+    *,
+    now: datetime,
+    force: bool = False,
+    focus: str | None = None,
+    ahead: bool = False,
 ) -> Plan | Skip:
     """Decide, touching no file and no model: is a compaction due, and if so where to cut and what to ask.
+
+    `ahead` plans the compaction the threshold will call for as soon as the soft threshold is passed
+    (`CompactSettings.soft_threshold`), so that its summary can be written in the background (`Draft`);
+    the summary's size is then planned for the kept tail the threshold will find.
 
     `live.system_tokens` must be the system prompt's (`prepare` sets it). Raises `PinnedOverBudgetError`
     when the pins alone leave no room.
     """
     tokens = live.tokens
     threshold = settings.compact.compact_threshold
-    if not force and (tokens <= threshold or not _retry_allowed(live, tokens, settings)):
+    due = settings.compact.soft_threshold if ahead else threshold
+    if not force and (tokens <= due or not _retry_allowed(live, tokens, settings)):
         return Skip()
     budget = threshold - live.fixed_tokens - live.summary_tokens
     if budget <= 0 and not force:
@@ -245,6 +310,8 @@ def plan(
     # its cap, it gets that room (never less than the sections need), so a huge newest message still fits.
     staying = {id(m) for m in cut.pinned + cut.to_keep}
     kept = live.fixed_tokens + sum(n for m, n in zip(live.messages, live.counts, strict=True) if id(m) in staying)
+    if ahead:
+        kept += max(0, threshold - tokens)  # what will have come by the threshold stays too
     cap = min(settings.summary_max_chars, (threshold - kept) * CHARS_PER_TOKEN)
     # The cap covers the whole summary: leave room for the archive guide that will open it.
     # (Estimated in English, the longer of the two.)
@@ -258,7 +325,51 @@ def plan(
         max_chars=max(MIN_SUMMARY_CHARS, cap - guide_chars),
     )
     reason = "manual" if force else "overflow" if tokens > settings.compact.max_input_length else "threshold"
-    return Plan(cut=cut, request=request, reason=reason, tokens=tokens, at=now)
+    return Plan(cut=cut, request=request, reason=reason, tokens=tokens, at=now, background=ahead)
+
+
+def fit(draft: Draft, live: Live) -> Plan | None:
+    """The `draft`'s plan, cut again on `live`, when its summary still fits: no compaction since (the same
+    previous summary), the same pins, the messages it summarizes still the oldest live ones, and its cut
+    still safe (no result that came since answers a call it summarizes). None when it no longer fits.
+
+    The plan compacts the messages as they are now (results offloaded since included): what is
+    archived is what was live.
+    """
+    old = draft.plan
+    if live.summary_body != old.request.previous:
+        return None
+    end = old.cut.cut
+    if end > len(live.messages):
+        return None
+    pinned_ids = {m.id for m in old.cut.pinned}
+    head = live.messages[:end]
+    to_compact = tuple(m for m in head if m.id not in pinned_ids)
+    pinned = tuple(m for m in head if m.id in pinned_ids)
+    if [m.id for m in to_compact] != [m.id for m in old.cut.to_compact] or len(pinned) != len(pinned_ids):
+        return None
+    if not pinned_ids.issuperset(live.pinned.intersection(m.id for m in head)) or not safe_cuts(live.messages)[end]:
+        return None
+    cut = Split(to_compact=to_compact, pinned=pinned, to_keep=tuple(live.messages[end:]), is_valid=True, moved=0)
+    return replace(old, cut=cut)
+
+
+def _outcome(draft: Draft) -> Written | None:
+    """What the draft's summarizer answered, waiting for it when it is still at work; None when it was cancelled."""
+    try:
+        return draft.future.result()
+    except CancelledError:
+        return None
+
+
+def _frees_enough(ahead: Plan, live: Live, written: Written, settings: EngineSettings, counter: Counter) -> bool:
+    """Whether the drafted summary is one to apply and, applied, leaves the context under the threshold."""
+    if not isinstance(written.summary, str):
+        return False
+    compacted = {id(m) for m in ahead.cut.to_compact}
+    freed = sum(n for m, n in zip(live.messages, live.counts, strict=True) if id(m) in compacted)
+    after = live.tokens - freed - live.summary_tokens + summary_tokens_of(written.summary, counter)
+    return after <= settings.compact.compact_threshold
 
 
 def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float, usage: Usage | None = None) -> Step:
@@ -307,6 +418,7 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
         seconds=time.perf_counter() - started,
         archive_lines=archive_mod.lines_added(live.archive, archive, now.date()),
         usage=usage,
+        background=plan.background,
     )
     log.info("compacted %d -> %d tokens in %.2f s", plan.tokens, after.tokens, compaction.seconds)
     warnings: tuple[str, ...] = ()

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Container, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -177,9 +178,15 @@ class Session:
         summarizer: Summarizer | None = None,
         lock_timeout: float = 10.0,
         now: datetime | None = None,
+        background: bool = False,
     ) -> None:
         """Open the workspace in `store`, waiting up to `lock_timeout` seconds (``float("inf")``: as long as
-        it takes) for another process to release it. Raises `WorkspaceError` for a bad `lock_timeout`."""
+        it takes) for another process to release it. Raises `WorkspaceError` for a bad `lock_timeout`.
+
+        `background` writes each summary ahead, in a thread of the session's own, from the step the context
+        passes `CompactSettings.soft_threshold`: at the threshold it is applied without waiting for the
+        summarizer (see `ctxkeep.engine.prepare`). The summarizer then runs outside the caller's thread.
+        """
         if not isinstance(lock_timeout, int | float) or isinstance(lock_timeout, bool) or not lock_timeout >= 0:
             raise WorkspaceError(
                 "lock_timeout must be the seconds to wait for another process to release the workspace,"
@@ -197,6 +204,11 @@ class Session:
         # with the next compaction (or at close), never on their own, so a step costs no write.
         self._steps: list[int] = []
         self._steps_span: tuple[datetime, datetime] | None = None
+        # The summary being written ahead (`background`), and the thread that writes it: nothing on disk
+        # depends on either, so a crash or a close loses only the work.
+        self._background = background
+        self._draft: engine.Draft | None = None
+        self._writer: ThreadPoolExecutor | None = None
         self._stack.enter_context(store.lock(lock_timeout))
         try:
             self._state, self._live = self._recover(now or datetime.now().astimezone())
@@ -223,11 +235,15 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        """Release the workspace's lock. Everything is already on disk (and the step counts are noted)."""
+        """Release the workspace's lock. Everything is already on disk (and the step counts are noted); a
+        summary being written ahead is dropped."""
         try:
+            self._drop_draft()
             self._write_log()
             self._note_steps()
         finally:
+            if self._writer is not None:
+                self._writer.shutdown(wait=False, cancel_futures=True)
             self._stack.close()
 
     # --- reading ------------------------------------------------------------------
@@ -362,7 +378,7 @@ class Session:
         live = live_mod.with_tools(before, tools, self.counter)
         # Before a compaction, once per cycle: preferences and lessons to the day's log (off by default).
         memory_flush.before_pass(self._setup, live, cycle=self._state.generation, now=at, force=force)
-        step = engine.prepare(live, self._setup, system=system, now=at, force=force, focus=focus)
+        step = engine.prepare(live, self._setup, system=system, now=at, force=force, focus=focus, draft=self._draft)
         self._steps.append(step.context.tokens)
         self._steps_span = (self._steps_span[0] if self._steps_span else at, at)
         if step.compaction is not None:
@@ -374,7 +390,27 @@ class Session:
                 if step.failure is not None:
                     self._record_failure(step)
         self._live = step.live
+        self._draft_ahead(step, at)
         return step
+
+    def _draft_ahead(self, step: Step, now: datetime) -> None:
+        """After a step: drop the draft a compaction used or made stale; start one past the soft threshold."""
+        if step.compaction is not None or step.failure is not None:
+            self._drop_draft()
+        if not self._background or self._draft is not None:
+            return
+        ahead = engine.plan(step.live, self.settings, now=now, ahead=True)
+        if isinstance(ahead, engine.Plan):
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(1, thread_name_prefix="ctxkeep-summary")
+            future = self._writer.submit(engine.write, self.summarizer, ahead.request)
+            self._draft = engine.Draft(plan=ahead, future=future)
+
+    def _drop_draft(self) -> None:
+        """Forget the draft; a summary still being written is left to finish on its own (nothing waits for it)."""
+        draft, self._draft = self._draft, None
+        if draft is not None:
+            draft.future.cancel()
 
     def _record_failure(self, step: Step) -> None:
         """Save what the summarizer was asked and answered, and note the failure in the records."""

@@ -56,18 +56,24 @@ class CompactSettings:
 
     Defaults are the seed's: a 128,000-token window, compaction at 0.7 of it (89,600 tokens),
     and a kept tail of 0.1 of it capped at 12,800 tokens.
+
+    A session that writes summaries in the background (``Session(background=True)``) starts one once the
+    context passes `soft_threshold` (`soft_ratio` of the threshold), applies it at the threshold, and lets
+    the context grow up to `wait_threshold` before it waits for a summary still being written.
     """
 
     max_input_length: int = 128_000
     compact_ratio: float = 0.7
     reserve_ratio: float = 0.1
     reserve_cap: int = 12_800
+    soft_ratio: float = 0.85
 
     def __post_init__(self) -> None:
         _positive(self.max_input_length, "max_input_length")
         _ratio(self.compact_ratio, "compact_ratio")
         _ratio(self.reserve_ratio, "reserve_ratio")
         _positive(self.reserve_cap, "reserve_cap")
+        _ratio(self.soft_ratio, "soft_ratio")
         if self.reserve_ratio >= self.compact_ratio:
             raise ValueError(
                 f"reserve_ratio ({self.reserve_ratio}) must be below compact_ratio ({self.compact_ratio}),"
@@ -83,6 +89,17 @@ class CompactSettings:
     def reserve(self) -> int:
         """The most tokens of recent messages a compaction keeps verbatim."""
         return min(int(self.max_input_length * self.reserve_ratio), self.reserve_cap)
+
+    @property
+    def soft_threshold(self) -> int:
+        """Tokens above which a background summary of the next compaction starts (`Session(background=True)`)."""
+        return int(self.compact_threshold * self.soft_ratio)
+
+    @property
+    def wait_threshold(self) -> int:
+        """Tokens up to which a due compaction whose background summary is not written yet is put off: halfway
+        from the threshold to the window, so the request still fits while the summary is finished."""
+        return self.compact_threshold + (self.max_input_length - self.compact_threshold) // 2
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
