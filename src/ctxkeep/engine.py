@@ -354,6 +354,22 @@ def fit(draft: Draft, live: Live) -> Plan | None:
     return replace(old, cut=cut)
 
 
+def outgrown(draft: Draft, live: Live, settings: EngineSettings) -> bool:
+    """Whether a `draft` that is written should be planned again: the context is past the soft threshold and
+    applying the draft would free less than half of what a plan made now would (its results were offloaded
+    or aged since, or much has come after it), so that at the threshold it would not free enough.
+    """
+    compact = settings.compact
+    if not draft.future.done() or live.tokens <= compact.soft_threshold:
+        return False
+    if live.summary_body != draft.plan.request.previous or draft.plan.cut.cut > len(live.messages):
+        return True
+    pinned = {m.id for m in draft.plan.cut.pinned}
+    end = draft.plan.cut.cut
+    freed = sum(n for m, n in zip(live.messages[:end], live.counts[:end], strict=True) if m.id not in pinned)
+    return freed < (live.tokens - compact.reserve - live.fixed_tokens - live.summary_tokens) / 2
+
+
 def _outcome(draft: Draft) -> Written | None:
     """What the draft's summarizer answered, waiting for it when it is still at work; None when it was cancelled."""
     try:

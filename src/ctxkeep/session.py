@@ -395,7 +395,8 @@ class Session:
 
     def _draft_ahead(self, step: Step, now: datetime) -> None:
         """After a step: drop the draft a compaction used or made stale; start one past the soft threshold."""
-        if step.compaction is not None or step.failure is not None:
+        done = step.compaction is not None or step.failure is not None
+        if done or (self._draft is not None and engine.outgrown(self._draft, step.live, self.settings)):
             self._drop_draft()
         if not self._background or self._draft is not None:
             return
