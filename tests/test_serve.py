@@ -151,10 +151,10 @@ def held_once(workspace: Path, history: list[Any]) -> None:
     assert len(held) == len(set(held)) == len(to_messages(history))
 
 
-def run_openai(tmp_path: Path, tasks: int, *, stream: bool) -> None:
+def run_openai(tmp_path: Path, tasks: int, *, stream: bool, **settings: object) -> None:
     with (
         ValidatingServer(window=WINDOW) as api,
-        running_proxy(api.base_url, tmp_path / "root") as url,
+        running_proxy(api.base_url, tmp_path / "root", **settings) as url,
         OpenAI(base_url=url + "/v1", api_key="sk-local", max_retries=0) as client,
     ):
         agent = OpenAIAgent(client, stream=stream)
@@ -187,6 +187,14 @@ def test_openai_sdk_through_the_proxy_compacts_and_keeps_every_message(tmp_path:
 
 def test_openai_sdk_streaming_through_the_proxy(tmp_path: Path) -> None:
     run_openai(tmp_path, 6, stream=True)
+
+
+def test_the_proxy_writes_summaries_in_the_background(tmp_path: Path) -> None:
+    run_openai(tmp_path, 8, stream=True, background=True)
+    (path,) = (tmp_path / "root").glob("*/0/compactions.jsonl")
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    compactions = [r for r in records if r["kind"] == "compaction"]
+    assert compactions and any(r["background"] for r in compactions)
 
 
 def test_anthropic_sdk_through_the_proxy_compacts_and_keeps_every_message(tmp_path: Path) -> None:

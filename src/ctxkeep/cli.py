@@ -122,6 +122,9 @@ def _serve_parser(sub: Any) -> None:
     serve.add_argument("--model", help="summarize with this model: openai:<model>, anthropic:<model>")
     serve.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the upstream (504 after)")
     serve.add_argument(
+        "--background", action="store_true", help="write summaries ahead, so no request waits for the compaction model"
+    )
+    serve.add_argument(
         "--allow-remote", action="store_true", help="allow a --host other machines can reach (needs a token)"
     )
     serve.add_argument(
@@ -253,6 +256,7 @@ def _serve(args: argparse.Namespace) -> int:
             model=args.model,
             timeout=args.timeout,
             auth_token=token,
+            background=args.background,
         )
         print(
             f"ctxkeep serve: http://{args.host}:{args.port}/v1 -> the upstream; workspaces in {root}", file=sys.stderr

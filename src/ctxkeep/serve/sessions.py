@@ -189,6 +189,7 @@ class Sessions:
             window=window,
             summarizer=self._summarizer(),
             lock_timeout=self._settings.lock_timeout,
+            background=self._settings.background,
         )
         opened = AsyncSession(session)
         self._open[(key, branch)] = opened
