@@ -206,6 +206,8 @@ class Session:
         self._steps_span: tuple[datetime, datetime] | None = None
         # The summary being written ahead (`background`), and the thread that writes it: nothing on disk
         # depends on either, so a crash or a close loses only the work.
+        # The generation of the newest compaction record in compactions.jsonl; None until read.
+        self._recorded: int | None = None
         self._background = background
         self._draft: engine.Draft | None = None
         self._writer: ThreadPoolExecutor | None = None
@@ -509,8 +511,12 @@ class Session:
         summary = (state.summary or "").encode()
         if self.store.read_summary() != summary:
             self.store.write_summary(summary)
-        if state.last_record is not None and self._last_record_generation() != state.last_record["generation"]:
-            self._append_record(state.last_record)
+        if state.last_record is not None:
+            if self._recorded is None:  # read once per open: after that, this session is the only writer
+                self._recorded = self._last_record_generation() or 0
+            if self._recorded != state.last_record["generation"]:
+                self._append_record(state.last_record)
+                self._recorded = state.last_record["generation"]
         engine.tidy(self._live, self._setup, now)
 
     def _commit_state(self, state: _State) -> None:
