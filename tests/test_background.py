@@ -80,6 +80,15 @@ def add_turn(session: Session, i: int, added: list[str]) -> engine.Step:
     return session.prepare("be brief", now=NOW)
 
 
+def until_drafted(session: Session, gated: Gated, added: list[str]) -> None:
+    """Add turns until the session starts writing a summary ahead."""
+    i = 0
+    while not gated.requests:
+        add_turn(session, i, added)
+        i += 1
+        assert i < 100, "no summary was started ahead"
+
+
 def test_the_summary_is_written_ahead_and_applied_at_the_threshold(tmp_path: Path) -> None:
     gated = Gated()
     added: list[str] = []
@@ -126,10 +135,7 @@ def test_over_the_wait_threshold_the_step_waits_for_the_summary(tmp_path: Path) 
     gated = Gated(open_=False)
     added: list[str] = []
     with Session.open(tmp_path, settings=ROOMY, summarizer=gated, background=True) as s:
-        i = 0
-        while not gated.requests:
-            add_turn(s, i, added)
-            i += 1
+        until_drafted(s, gated, added)
         # Far over the threshold at once: the step cannot send this and must wait for the summary.
         big = Message.of("user", "and also " + "word " * 1_100, id="big")
         s.add(big)
@@ -160,10 +166,7 @@ def test_a_manual_compaction_waits_for_the_draft_and_writes_its_own(tmp_path: Pa
     gated = Gated(open_=False)
     added: list[str] = []
     with Session.open(tmp_path, settings=SMALL, summarizer=gated, background=True) as s:
-        i = 0
-        while not gated.requests:
-            add_turn(s, i, added)
-            i += 1
+        until_drafted(s, gated, added)
         threading.Timer(0.1, gated.gate.set).start()
         step = s.compact("the deploy")
         assert step.compaction is not None and not step.compaction.background
@@ -186,10 +189,7 @@ def test_closing_with_a_summary_being_written_loses_nothing(tmp_path: Path) -> N
     added: list[str] = []
     try:
         with Session.open(tmp_path, settings=SMALL, summarizer=gated, background=True) as s:
-            i = 0
-            while not gated.requests:
-                add_turn(s, i, added)
-                i += 1
+            until_drafted(s, gated, added)
             live = s.messages
         with Session.open(tmp_path, settings=SMALL) as s:
             assert s.messages == live and s.summary is None
