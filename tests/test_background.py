@@ -14,6 +14,7 @@ import pytest
 
 from ctxkeep import engine
 from ctxkeep.async_session import AsyncSession
+from ctxkeep.cli import main
 from ctxkeep.errors import SummaryError
 from ctxkeep.live import Live
 from ctxkeep.live import add as live_add
@@ -89,7 +90,9 @@ def until_drafted(session: Session, gated: Gated, added: list[str]) -> None:
         assert i < 100, "no summary was started ahead"
 
 
-def test_the_summary_is_written_ahead_and_applied_at_the_threshold(tmp_path: Path) -> None:
+def test_the_summary_is_written_ahead_and_applied_at_the_threshold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     gated = Gated()
     added: list[str] = []
     with Session.open(tmp_path, settings=ROOMY, summarizer=gated, background=True) as s:
@@ -105,6 +108,11 @@ def test_the_summary_is_written_ahead_and_applied_at_the_threshold(tmp_path: Pat
     assert gated.most_at_once == 1
     records = (tmp_path / "compactions.jsonl").read_text()
     assert '"background":true' in records
+    # `ctxkeep show` and `ctxkeep report` say so.
+    assert main(["show", str(tmp_path), "--compaction", "1"]) == 0
+    assert "background    True" in capsys.readouterr().out
+    assert main(["report", str(tmp_path), "-o", str(tmp_path / "report.html")]) == 0
+    assert "in the background, before the threshold" in (tmp_path / "report.html").read_text()
 
 
 def test_a_compaction_is_put_off_while_its_summary_is_written(tmp_path: Path) -> None:

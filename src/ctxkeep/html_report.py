@@ -207,7 +207,11 @@ def _section(c: CompactionView) -> str:
             "messages",
             f"{_n(rec.get('compacted'))} archived, {_n(rec.get('kept'))} kept, {_n(rec.get('pinned'))} pinned",
         ),
-        ("seconds", f"{_n(rec.get('seconds'))} in all, {_n(usage.get('seconds'))} summarizing"),
+        (
+            "seconds",
+            f"{_n(rec.get('seconds'))} in all, {_n(usage.get('seconds'))} summarizing"
+            + (" (in the background, before the threshold)" if rec.get("background") else ""),
+        ),
         ("summarizer", _e(usage.get("summarizer", "")) + (f" ({_e(usage['model'])})" if usage.get("model") else "")),
         (
             "model calls",

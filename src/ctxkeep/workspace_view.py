@@ -378,7 +378,7 @@ def render_compaction(view: View, number: int, *, chars: int = 300) -> str:
     c = view.compactions[number - 1]
     rec = c.record
     out = [f"compaction {number}"]
-    for key in ("at", "reason", "focus", "tokens_before", "tokens_after", "compacted", "kept", "seconds"):
+    for key in ("at", "reason", "focus", "tokens_before", "tokens_after", "compacted", "kept", "seconds", "background"):
         if rec.get(key) is not None:
             out.append(f"  {key:<14}{rec[key]}")
     usage = rec.get("usage") or {}
