@@ -797,3 +797,58 @@ def test_without_a_writable_cache_toktok_counts(tmp_path: Path, reference: dict[
     ).stdout.split()
     expected = str(reference["o200k_base"].count_texts([text])[0])
     assert out == [expected, "True", expected, "True"]
+
+
+def test_the_bucket_cache_is_private_to_its_user(
+    tmp_path: Path, reference: dict[str, TiktokenTokenizer], monkeypatch: Any
+) -> None:
+    from ctxkeep.tokens.encodings import _TIKTOKEN_SPECS
+    from ctxkeep.tokens.lazybpe import cache_folder, lazy_bpe
+
+    # A cache root that does not exist yet: ctxkeep/ and ctxkeep/bpe/ are created 0700, the file 0600.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "new" / "cache"))
+    spec = _TIKTOKEN_SPECS["cl100k_base"]
+    small = lazy_bpe.__wrapped__("cl100k_base", spec["sha256"], spec["pat_str"])
+    folder = cache_folder()
+    assert small is not None
+    assert small.count_texts(_TRICKY) == reference["cl100k_base"].count_texts(_TRICKY)
+    assert folder == tmp_path / "new" / "cache" / "ctxkeep" / "bpe"
+    assert (folder.stat().st_mode & 0o777, folder.parent.stat().st_mode & 0o777) == (0o700, 0o700)
+    (file,) = folder.iterdir()
+    assert file.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="file owners and modes are POSIX")
+def test_a_bucket_file_others_may_write_is_refused_and_rebuilt(
+    bucket_files: dict[str, Path], tmp_path: Path, reference: dict[str, TiktokenTokenizer], monkeypatch: Any
+) -> None:
+    from ctxkeep.tokens.encodings import _TIKTOKEN_SPECS
+    from ctxkeep.tokens.lazybpe import LazyBpe, cache_folder, lazy_bpe
+
+    spec = _TIKTOKEN_SPECS["cl100k_base"]
+    shared = tmp_path / "shared"
+    shared.write_bytes(bucket_files["cl100k_base"].read_bytes())
+    shared.chmod(0o666)  # anyone could have swapped in a file `marshal` would trust
+    with pytest.raises(ValueError, match="not private"):
+        LazyBpe(shared, sha256=spec["sha256"], pat_str=spec["pat_str"])
+    # Where the cache holds such a file, a private one is written over it and counts go on.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cached = cache_folder() / f"cl100k_base-{spec['sha256'][:16]}.buckets"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(shared.read_bytes())
+    cached.chmod(0o666)
+    small = lazy_bpe.__wrapped__("cl100k_base", spec["sha256"], spec["pat_str"])
+    assert small is not None and small.count_texts(_TRICKY) == reference["cl100k_base"].count_texts(_TRICKY)
+    assert cached.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_cache_that_cannot_be_written_gives_no_lazy_bpe(tmp_path: Path, monkeypatch: Any) -> None:
+    from ctxkeep.tokens.encodings import _TIKTOKEN_SPECS
+    from ctxkeep.tokens.lazybpe import lazy_bpe
+
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    spec = _TIKTOKEN_SPECS["o200k_base"]
+    assert lazy_bpe.__wrapped__("o200k_base", spec["sha256"], spec["pat_str"]) is None
+    assert blocked.read_text() == "a file where the cache folder would be"

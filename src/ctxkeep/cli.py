@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-# The names are not listed here: listing them imports every importer. A wrong name is refused with the list.
+# The names are not listed here: listing them imports `ctxkeep.formats`. A wrong name is refused with the list.
 _FORMAT_HELP = "skip detection and read the file as this format; an unknown NAME is refused with the list of names"
 
 # Below this many bytes a progress bar would only flicker.
@@ -191,7 +191,7 @@ _OPTIONS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
 
 
 class _FormatNames:
-    """The ``--format`` choices, listed only when argparse checks or shows them: listing imports every importer."""
+    """The ``--format`` choices, listed only when argparse checks or shows them: `--help` needs no `ctxkeep.formats`."""
 
     def __contains__(self, name: object) -> bool:
         return name in self._names()

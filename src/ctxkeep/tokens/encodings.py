@@ -12,11 +12,7 @@ token, because that is what a provider does with user-supplied text.
 
 from __future__ import annotations
 
-import base64
 import functools
-import gzip
-import hashlib
-import importlib.util
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -118,6 +114,10 @@ def read_bpe_ranks(encoding: str) -> dict[bytes, int]:
     spec = _TIKTOKEN_SPECS.get(encoding)
     if spec is None:
         raise TokenizerError(f"unknown encoding {encoding!r}; use {ACCEPTED}")
+    import base64  # here, with gzip and hashlib: counting never needs them
+    import gzip
+    import hashlib
+
     try:
         raw = gzip.decompress(_bpe_openai_file(f"{encoding}.tiktoken.gz").read_bytes())
     except (ImportError, OSError) as exc:
@@ -136,6 +136,8 @@ def read_bpe_ranks(encoding: str) -> dict[bytes, int]:
 
 def _bpe_openai_file(name: str) -> Path:
     """A data file of the bpe-openai package, found without importing it (its import loads every vocabulary)."""
+    import importlib.util
+
     spec = importlib.util.find_spec("bpe_openai")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("the bpe-openai package is not installed: pip install bpe-openai")

@@ -37,6 +37,7 @@ _MAGIC = b"ctxkeep-bpe-buckets-1\n"
 _OFFSETS = struct.Struct(f"<{_BUCKETS + 1}I")
 _HEADER = len(_MAGIC) + 64 + _OFFSETS.size
 _PAIR = struct.Struct("<2I")
+_LAST = struct.Struct("<I")
 
 
 def _bucket(token: bytes) -> int:
@@ -60,7 +61,9 @@ def write_buckets(ranks: dict[bytes, int], sha256: str, path: Path) -> None:
         offsets.append(offsets[-1] + len(blob))
     import tempfile  # only when building: it imports `random` and `hashlib`, which a count never needs
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    # Private: ctxkeep/ and ctxkeep/bpe/ 0700 where this creates them, the file 0600 (mkstemp's mode).
+    path.parent.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -73,6 +76,13 @@ def write_buckets(ranks: dict[bytes, int], sha256: str, path: Path) -> None:
         raise
 
 
+def _check_private(stat: os.stat_result, path: Path) -> None:
+    """Refuse a bucket file another user owns or may write: `marshal` must only ever read files this user wrote."""
+    owner = getattr(os, "getuid", None)  # POSIX only
+    if owner is not None and (stat.st_uid != owner() or stat.st_mode & 0o022):
+        raise ValueError(f"{path} is not private to this user (owner {stat.st_uid}, mode {stat.st_mode & 0o777:o})")
+
+
 class LazyBpe:
     """Counts of one encoding from a bucket file, loading each bucket on first use."""
 
@@ -80,10 +90,12 @@ class LazyBpe:
         import regex  # tiktoken's own dependency: \\p{L} classes and possessive quantifiers
 
         with open(path, "rb") as f:
+            _check_private(os.fstat(f.fileno()), path)
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         if self._map[: len(_MAGIC) + 64] != _MAGIC + sha256.encode("ascii"):
             raise ValueError(f"{path} is not a bucket file of this vocabulary")
-        if len(self._map) != _HEADER + _OFFSETS.unpack_from(self._map, len(_MAGIC) + 64)[-1]:
+        # the last offset is the buckets' total size (unpacking all 65,537 would take ~1.5 ms)
+        if len(self._map) != _HEADER + _LAST.unpack_from(self._map, _HEADER - _LAST.size)[0]:
             raise ValueError(f"{path} is cut short")
         self._split = regex.compile(pat_str).findall
         self._buckets: dict[int, dict[bytes, int]] = {}
