@@ -50,7 +50,8 @@ def test_detection_imports_importers_only_up_to_the_one_it_picks() -> None:
     importers = {m.split(".")[2] for m in loaded if m.startswith("ctxkeep.formats.") and m.count(".") >= 2}
     # native is sniffed first, claude_code recognises the file; no other importer is imported.
     assert importers - {"source"} == {"native", "claude_code"}
-    assert "regex" not in loaded or "ctxkeep.tokens.lazybpe" in loaded  # the split pattern only with a count
+    # counted by the lazy BPE, split with `re`: neither `regex` nor toktok's vocabulary
+    assert "ctxkeep.tokens.lazybpe" in loaded and "regex" not in loaded
 
 
 def test_a_given_format_imports_only_its_importer(tmp_path: Path) -> None:

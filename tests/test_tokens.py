@@ -852,3 +852,52 @@ def test_a_cache_that_cannot_be_written_gives_no_lazy_bpe(tmp_path: Path, monkey
     spec = _TIKTOKEN_SPECS["o200k_base"]
     assert lazy_bpe.__wrapped__("o200k_base", spec["sha256"], spec["pat_str"]) is None
     assert blocked.read_text() == "a file where the cache folder would be"
+
+
+# --- the split pattern in `re`, for the first counts ----------------------------------------
+
+
+def _pretokenizer_samples() -> list[str]:
+    """Every context the patterns tell apart, around a spread of assigned non-ASCII characters."""
+    import unicodedata
+
+    chars = [chr(c) for c in range(0x80, 0x110000, 53) if unicodedata.category(chr(c)) != "Cn"]
+    chars += ["\u017f", "\u212a", "\u0130", "\u0131", "\u00aa", "\u0345", "\u2160", "\u00b2", "\u0663"]
+    chars += ["\u00a0", "\u1680", "\u2007", "\u2028", "\u3000", "\x85", "\x1c"]
+    shapes = ["{c}", "a{c}b", "'{c}", "x'{c}", "A{c}a", "{c}{c}", " {c}", "1{c}2", "{c} \n", "{c}'s", "{c}'LL"]
+    shapes += ["a{c}'Ve", " {c}/\n", "\t{c}", "{c}   x", "{c}\r\n\r\n  ", "123{c}4567"]
+    return _TRICKY + [shape.format(c=c) for c in chars for shape in shapes]
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_the_re_pretokenizer_splits_as_regex_does(name: str) -> None:
+    import regex
+
+    from ctxkeep.tokens.encodings import _TIKTOKEN_SPECS
+    from ctxkeep.tokens.pretokenize import Pretokenizer
+
+    pattern = _TIKTOKEN_SPECS[name]["pat_str"]
+    expected = regex.compile(pattern).findall
+    samples = _pretokenizer_samples()
+    pretokenizer = Pretokenizer(pattern)
+    # ASCII first, then texts bringing new characters in batches: each batch widens the classes.
+    for start in range(0, len(samples), 500):
+        batch = samples[start : start + 500]
+        split = pretokenizer.prepare(batch)
+        assert [split(text) for text in batch] == [expected(text) for text in batch]
+    assert not pretokenizer._regex
+
+
+def test_a_character_newer_than_unicodedata_hands_over_to_regex() -> None:
+    import regex
+
+    from ctxkeep.tokens.encodings import _TIKTOKEN_SPECS
+    from ctxkeep.tokens.pretokenize import Pretokenizer
+
+    pattern = _TIKTOKEN_SPECS["o200k_base"]["pat_str"]
+    pretokenizer = Pretokenizer(pattern)
+    assert pretokenizer.prepare(["plain ascii"])("plain ascii") == ["plain", " ascii"]
+    text = "abc\U000e0080def 12345"  # unassigned: its class is not this Python's to say
+    split = pretokenizer.prepare([text])
+    assert pretokenizer._regex
+    assert split(text) == regex.compile(pattern).findall(text)
