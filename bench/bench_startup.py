@@ -4,7 +4,9 @@ Run: .venv/bin/python bench/bench_startup.py [--runs N] [--top N] [--baseline SR
 
 Each command runs N times as a new process, the commands interleaved so that a burst of load on the
 machine hits them alike; it prints the median and the minimum wall time of each, beside bare
-`python -c pass` (what no change to ctxkeep can remove). Then `python -X importtime` of each command:
+`python -c pass` (what no change to ctxkeep can remove), and each as a multiple of `python -c pass`'s
+(median over median, min over min): on a loaded machine every process slows alike, so the ratio is the
+figure that compares across loads. Then `python -X importtime` of each command:
 the modules that cost the most, by their own import time. Targets: `--help` < 60 ms, `inspect` on a
 10 KB file < 150 ms. The small file is a synthetic OpenAI-format conversation of ~10 KB (English,
 code, JSON and Chinese), written to a temporary folder, so the figures do not depend on shared data.
@@ -122,13 +124,21 @@ def main() -> None:
                 times[name].append(wall(cmd, env))
         load = os.getloadavg()[0]
         print(f"{args.runs} fresh processes each, {os.cpu_count()} cores, load average {load:.2f}; file {size:,} bytes")
-        print(f"{'command':<27} {'median ms':>10} {'min ms':>8}  target")
+        # On a loaded machine every process is slower alike: the ratio to `python -c pass`, run interleaved
+        # with the commands, is the figure that compares across loads.
+        bare_median, bare_min = statistics.median(times["python -c pass"]), min(times["python -c pass"])
+        print(f"{'command':<27} {'median ms':>10} {'min ms':>8} {'x pass':>7} {'min x':>6}  target (median)")
         for name, ts in times.items():
             target = TARGETS_MS.get(name)
             mark = ""
             if target is not None:
                 mark = f"{'meets' if statistics.median(ts) * 1000 < target else 'MISSES'} < {target:.0f}"
-            print(f"{name:<27} {statistics.median(ts) * 1000:>10.1f} {min(ts) * 1000:>8.1f}  {mark}")
+            median, least = statistics.median(ts), min(ts)
+            print(
+                f"{name:<27} {median * 1000:>10.1f} {least * 1000:>8.1f}"
+                f" {median / bare_median:>7.2f} {least / bare_min:>6.2f}  {mark}"
+            )
+        print("x pass: median / median of `python -c pass`; min x: min / min of `python -c pass`")
         for name in ("--help", "inspect 10 KB"):
             print(f"\n{name}: slowest imports (-X importtime), self and cumulative ms")
             for own, cumulative, module in import_offenders(commands[name][0], args.top):
