@@ -333,8 +333,6 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    import json
-
     from ctxkeep.report import build_report, render_text
     from ctxkeep.tokens import CountSettings, get_counter
 
@@ -350,6 +348,8 @@ def _inspect(args: argparse.Namespace) -> int:
     if bar:
         bar.close()
     if args.json:
+        import json  # only here: the text report needs no json
+
         print(json.dumps(report, ensure_ascii=False, indent=2))
     else:
         print(render_text(report))
