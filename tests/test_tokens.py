@@ -864,6 +864,7 @@ def _pretokenizer_samples() -> list[str]:
     chars = [chr(c) for c in range(0x80, 0x110000, 53) if unicodedata.category(chr(c)) != "Cn"]
     chars += ["\u017f", "\u212a", "\u0130", "\u0131", "\u00aa", "\u0345", "\u2160", "\u00b2", "\u0663"]
     chars += ["\u00a0", "\u1680", "\u2007", "\u2028", "\u3000", "\x85", "\x1c"]
+    chars += ["\ud800", "\udfff", "\ue000", "\U000f0000", "\x00", "\x7f", "\u01c5"]  # surrogates, private use
     shapes = ["{c}", "a{c}b", "'{c}", "x'{c}", "A{c}a", "{c}{c}", " {c}", "1{c}2", "{c} \n", "{c}'s", "{c}'LL"]
     shapes += ["a{c}'Ve", " {c}/\n", "\t{c}", "{c}   x", "{c}\r\n\r\n  ", "123{c}4567"]
     return _TRICKY + [shape.format(c=c) for c in chars for shape in shapes]
