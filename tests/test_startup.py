@@ -37,7 +37,13 @@ def test_help_imports_only_argparse() -> None:
     loaded = _modules_after(_run_cli("--help"))
     assert "argparse" in loaded
     heavy = ("typing", "shutil", "json", "datetime", "dataclasses", "ctxkeep.errors", "ctxkeep.memory", "orjson")
+    heavy += ("pydantic", "numpy", "httpx", "regex", "toktok", "ctxkeep.formats", "ctxkeep.summarize", "ctxkeep.tokens")
     assert sorted(m for m in loaded if m.startswith(heavy)) == []
+
+
+def test_import_ctxkeep_imports_nothing_but_its_root() -> None:
+    loaded = _modules_after("import ctxkeep")
+    assert sorted(m for m in loaded if m.startswith(("ctxkeep.", "typing"))) == []
 
 
 def test_a_usage_error_imports_no_command() -> None:
