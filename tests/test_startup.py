@@ -139,3 +139,16 @@ def test_help_lists_every_command_with_its_help_line() -> None:
     ).stdout
     for name, help in COMMANDS.items():
         assert f"    {name}" in out and help in out, name
+
+
+@pytest.mark.parametrize("columns", ["73", "0", "wide", None])
+def test_help_is_as_wide_as_shutil_would_make_it(columns: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from ctxkeep.cli import _columns
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert _columns() == shutil.get_terminal_size().columns
