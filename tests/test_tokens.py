@@ -741,6 +741,19 @@ def test_lazy_bpe_matches_tiktoken_on_transcripts(
         assert _lazy(name, bucket_files).count_texts(texts) == reference[name].count_texts(texts), name
 
 
+def test_long_pieces_are_left_to_toktok(
+    bucket_files: dict[str, Path], reference: dict[str, TiktokenTokenizer]
+) -> None:
+    # A run of Chinese characters is one piece: merged in Python it would take seconds, so the first
+    # counts of a process leave it to toktok, with the same result.
+    han = "".join(chr(0x4E00 + (i * 37) % 20_000) for i in range(300))
+    lazy = _lazy("o200k_base", bucket_files)
+    assert lazy.count_short(["short words only", han]) is None
+    assert lazy.count_short(["short words only"]) == lazy.count_texts(["short words only"])
+    counter = get_counter("o200k_base")
+    assert counter.count_texts([han, "a" * 200]) == reference["o200k_base"].count_texts([han, "a" * 200])
+
+
 def test_a_bucket_file_of_another_vocabulary_or_cut_short_is_refused(
     bucket_files: dict[str, Path], tmp_path: Path
 ) -> None:

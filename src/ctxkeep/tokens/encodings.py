@@ -66,9 +66,10 @@ class ToktokTokenizer:
         if chars <= self._small_left:
             spec = _TIKTOKEN_SPECS[self.name]
             small = lazy_bpe(self.name, spec["sha256"], spec["pat_str"])
-            if small is not None:
+            counted = small.count_short(items) if small is not None else None
+            if counted is not None:
                 self._small_left -= chars
-                return small.count_texts(items)
+                return counted
         self._small_left = 0  # toktok's vocabulary is loaded from here on, and it is the faster
         threads = 0 if chars >= _PARALLEL_MIN_CHARS else 1
         counts: list[int] = self._count(items, self.name, threads=threads, with_special=False)

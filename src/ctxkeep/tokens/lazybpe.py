@@ -32,6 +32,8 @@ from ctxkeep.tokens.pretokenize import Pretokenizer
 # Python BPE, less than toktok's load, so a small input never pays that load and a large one pays
 # both only once.
 SMALL_BUDGET = 50_000
+# Longer pieces go to toktok: the pure-Python merge is quadratic in a piece's bytes.
+LONG_PIECE = 64
 
 _BUCKETS = 1 << 16
 _MAGIC = b"ctxkeep-bpe-buckets-1\n"
@@ -105,12 +107,22 @@ class LazyBpe:
     def count_texts(self, texts: Sequence[str]) -> list[int]:
         """Token counts of `texts`, as tiktoken's ``encode_ordinary`` would give."""
         split = self._pretokenizer.prepare(texts)
-        return [self._count(text, split) for text in texts]
+        return [self._count(split(text)) for text in texts]
 
-    def _count(self, text: str, split: Callable[[str], list[str]]) -> int:
+    def count_short(self, texts: Sequence[str]) -> list[int] | None:
+        """`count_texts`, or None when a piece is longer than `LONG_PIECE` bytes (a run of Chinese characters,
+        a long hash): its merge here is quadratic in its length (seconds for a few hundred characters),
+        where toktok's takes microseconds."""
+        split = self._pretokenizer.prepare(texts)
+        pieces = [split(text) for text in texts]
+        if any(len(piece) * 4 > LONG_PIECE and len(piece.encode("utf-8")) > LONG_PIECE for p in pieces for piece in p):
+            return None
+        return [self._count(p) for p in pieces]
+
+    def _count(self, split: list[str]) -> int:
         pieces = self._pieces
         n = 0
-        for piece in split(text):
+        for piece in split:
             count = pieces.get(piece)
             if count is None:
                 count = pieces[piece] = self._merge(piece.encode("utf-8"))
