@@ -741,9 +741,7 @@ def test_lazy_bpe_matches_tiktoken_on_transcripts(
         assert _lazy(name, bucket_files).count_texts(texts) == reference[name].count_texts(texts), name
 
 
-def test_long_pieces_are_left_to_toktok(
-    bucket_files: dict[str, Path], reference: dict[str, TiktokenTokenizer]
-) -> None:
+def test_long_pieces_are_left_to_toktok(bucket_files: dict[str, Path], reference: dict[str, TiktokenTokenizer]) -> None:
     # A run of Chinese characters is one piece: merged in Python it would take seconds, so the first
     # counts of a process leave it to toktok, with the same result.
     han = "".join(chr(0x4E00 + (i * 37) % 20_000) for i in range(300))

@@ -22,7 +22,7 @@ import marshal
 import mmap
 import os
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from ctxkeep.errors import TokenizerError
