@@ -741,6 +741,17 @@ def test_lazy_bpe_matches_tiktoken_on_transcripts(
         assert _lazy(name, bucket_files).count_texts(texts) == reference[name].count_texts(texts), name
 
 
+def test_long_pieces_are_left_to_toktok(bucket_files: dict[str, Path], reference: dict[str, TiktokenTokenizer]) -> None:
+    # A run of Chinese characters is one piece: merged in Python it would take seconds, so the first
+    # counts of a process leave it to toktok, with the same result.
+    han = "".join(chr(0x4E00 + (i * 37) % 20_000) for i in range(300))
+    lazy = _lazy("o200k_base", bucket_files)
+    assert lazy.count_short(["short words only", han]) is None
+    assert lazy.count_short(["short words only"]) == lazy.count_texts(["short words only"])
+    counter = get_counter("o200k_base")
+    assert counter.count_texts([han, "a" * 200]) == reference["o200k_base"].count_texts([han, "a" * 200])
+
+
 def test_a_bucket_file_of_another_vocabulary_or_cut_short_is_refused(
     bucket_files: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -797,3 +808,108 @@ def test_without_a_writable_cache_toktok_counts(tmp_path: Path, reference: dict[
     ).stdout.split()
     expected = str(reference["o200k_base"].count_texts([text])[0])
     assert out == [expected, "True", expected, "True"]
+
+
+def test_the_bucket_cache_is_private_to_its_user(
+    tmp_path: Path, reference: dict[str, TiktokenTokenizer], monkeypatch: Any
+) -> None:
+    from ctxkeep.tokens.encodings import _TIKTOKEN_SPECS
+    from ctxkeep.tokens.lazybpe import cache_folder, lazy_bpe
+
+    # A cache root that does not exist yet: ctxkeep/ and ctxkeep/bpe/ are created 0700, the file 0600.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "new" / "cache"))
+    spec = _TIKTOKEN_SPECS["cl100k_base"]
+    small = lazy_bpe.__wrapped__("cl100k_base", spec["sha256"], spec["pat_str"])
+    folder = cache_folder()
+    assert small is not None
+    assert small.count_texts(_TRICKY) == reference["cl100k_base"].count_texts(_TRICKY)
+    assert folder == tmp_path / "new" / "cache" / "ctxkeep" / "bpe"
+    assert (folder.stat().st_mode & 0o777, folder.parent.stat().st_mode & 0o777) == (0o700, 0o700)
+    (file,) = folder.iterdir()
+    assert file.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="file owners and modes are POSIX")
+def test_a_bucket_file_others_may_write_is_refused_and_rebuilt(
+    bucket_files: dict[str, Path], tmp_path: Path, reference: dict[str, TiktokenTokenizer], monkeypatch: Any
+) -> None:
+    from ctxkeep.tokens.encodings import _TIKTOKEN_SPECS
+    from ctxkeep.tokens.lazybpe import LazyBpe, cache_folder, lazy_bpe
+
+    spec = _TIKTOKEN_SPECS["cl100k_base"]
+    shared = tmp_path / "shared"
+    shared.write_bytes(bucket_files["cl100k_base"].read_bytes())
+    shared.chmod(0o666)  # anyone could have swapped in a file `marshal` would trust
+    with pytest.raises(ValueError, match="not private"):
+        LazyBpe(shared, sha256=spec["sha256"], pat_str=spec["pat_str"])
+    # Where the cache holds such a file, a private one is written over it and counts go on.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cached = cache_folder() / f"cl100k_base-{spec['sha256'][:16]}.buckets"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(shared.read_bytes())
+    cached.chmod(0o666)
+    small = lazy_bpe.__wrapped__("cl100k_base", spec["sha256"], spec["pat_str"])
+    assert small is not None and small.count_texts(_TRICKY) == reference["cl100k_base"].count_texts(_TRICKY)
+    assert cached.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_cache_that_cannot_be_written_gives_no_lazy_bpe(tmp_path: Path, monkeypatch: Any) -> None:
+    from ctxkeep.tokens.encodings import _TIKTOKEN_SPECS
+    from ctxkeep.tokens.lazybpe import lazy_bpe
+
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    spec = _TIKTOKEN_SPECS["o200k_base"]
+    assert lazy_bpe.__wrapped__("o200k_base", spec["sha256"], spec["pat_str"]) is None
+    assert blocked.read_text() == "a file where the cache folder would be"
+
+
+# --- the split pattern in `re`, for the first counts ----------------------------------------
+
+
+def _pretokenizer_samples() -> list[str]:
+    """Every context the patterns tell apart, around a spread of assigned non-ASCII characters."""
+    import unicodedata
+
+    chars = [chr(c) for c in range(0x80, 0x110000, 53) if unicodedata.category(chr(c)) != "Cn"]
+    chars += ["\u017f", "\u212a", "\u0130", "\u0131", "\u00aa", "\u0345", "\u2160", "\u00b2", "\u0663"]
+    chars += ["\u00a0", "\u1680", "\u2007", "\u2028", "\u3000", "\x85", "\x1c"]
+    chars += ["\ud800", "\udfff", "\ue000", "\U000f0000", "\x00", "\x7f", "\u01c5"]  # surrogates, private use
+    shapes = ["{c}", "a{c}b", "'{c}", "x'{c}", "A{c}a", "{c}{c}", " {c}", "1{c}2", "{c} \n", "{c}'s", "{c}'LL"]
+    shapes += ["a{c}'Ve", " {c}/\n", "\t{c}", "{c}   x", "{c}\r\n\r\n  ", "123{c}4567"]
+    return _TRICKY + [shape.format(c=c) for c in chars for shape in shapes]
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_the_re_pretokenizer_splits_as_regex_does(name: str) -> None:
+    import regex
+
+    from ctxkeep.tokens.encodings import _TIKTOKEN_SPECS
+    from ctxkeep.tokens.pretokenize import Pretokenizer
+
+    pattern = _TIKTOKEN_SPECS[name]["pat_str"]
+    expected = regex.compile(pattern).findall
+    samples = _pretokenizer_samples()
+    pretokenizer = Pretokenizer(pattern)
+    # ASCII first, then texts bringing new characters in batches: each batch widens the classes.
+    for start in range(0, len(samples), 500):
+        batch = samples[start : start + 500]
+        split = pretokenizer.prepare(batch)
+        assert [split(text) for text in batch] == [expected(text) for text in batch]
+    assert not pretokenizer._regex
+
+
+def test_a_character_newer_than_unicodedata_hands_over_to_regex() -> None:
+    import regex
+
+    from ctxkeep.tokens.encodings import _TIKTOKEN_SPECS
+    from ctxkeep.tokens.pretokenize import Pretokenizer
+
+    pattern = _TIKTOKEN_SPECS["o200k_base"]["pat_str"]
+    pretokenizer = Pretokenizer(pattern)
+    assert pretokenizer.prepare(["plain ascii"])("plain ascii") == ["plain", " ascii"]
+    text = "abc\U000e0080def 12345"  # unassigned: its class is not this Python's to say
+    split = pretokenizer.prepare([text])
+    assert pretokenizer._regex
+    assert split(text) == regex.compile(pattern).findall(text)

@@ -9,11 +9,12 @@ The names below are the public contract. The submodules (`ctxkeep.engine`, `ctxk
 `ctxkeep.summarize.*`, ...) are internal: they may change in any release.
 """
 
-import importlib
-import typing
+# Not `typing.TYPE_CHECKING`: importing `typing` costs every command, `ctxkeep --help` included, a few ms.
+# Type checkers treat any name TYPE_CHECKING as true; it is deleted below so the namespace stays `__all__`.
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # what mypy and IDEs see; at run time `__getattr__` imports each name on first use
+    from typing import Any
 
-# Plain module imports only (modules are not public names): the root's namespace stays `__all__`.
-if typing.TYPE_CHECKING:  # what mypy and IDEs see; at run time `__getattr__` imports each name on first use
     from ctxkeep.async_session import AsyncSession
     from ctxkeep.context import Context
     from ctxkeep.engine import Compaction, Failure, Step
@@ -63,6 +64,8 @@ if typing.TYPE_CHECKING:  # what mypy and IDEs see; at run time `__getattr__` im
     from ctxkeep.store import Store
     from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, Summarizer, SummaryRequest
     from ctxkeep.tokens import Counter, get_counter
+
+del TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -193,11 +196,13 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> typing.Any:
+def __getattr__(name: str) -> "Any":  # quoted: `Any` exists only for type checkers
     """Import a public name's module on first access (PEP 562) and keep the name here."""
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'ctxkeep' has no attribute {name!r}")
+    import importlib
+
     value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value

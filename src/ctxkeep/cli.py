@@ -27,34 +27,90 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
 
 from ctxkeep import __version__
-from ctxkeep.errors import CtxkeepError, StorageError
-from ctxkeep.memory import cli as memory_cli
 
+# Not `typing.TYPE_CHECKING`: `ctxkeep --help` imports neither `typing` nor `ctxkeep.errors` (which does).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator, Sequence
+    from typing import TextIO
+
     from ctxkeep.formats import Transcript
 
 # Each command imports what it needs inside its function, down to the standard library's heavier
 # modules: `--help` must not pay for the importers, the engine, the summarizer or the tokenizer
-# (~0.5 s together), nor `inspect` for what only `report` or `serve` use.
+# (~0.5 s together), nor `inspect` for what only `report` or `serve` use. The parser itself is built
+# lazily too: every command is listed with its help line, but only the one being run gets its options.
 
 __all__ = ["main"]
 
-# The names are not listed here: listing them imports every importer. A wrong name is refused with the list.
+# The names are not listed here: listing them imports `ctxkeep.formats`. A wrong name is refused with the list.
 _FORMAT_HELP = "skip detection and read the file as this format; an unknown NAME is refused with the list of names"
 
 # Below this many bytes a progress bar would only flicker.
 PROGRESS_MIN_BYTES = 2_000_000
 
+# The commands in the order `ctxkeep --help` lists them, with their help line.
+COMMANDS: dict[str, str] = {
+    "inspect": "tokens by role and tool, largest tool results, pairing problems",
+    "compact": "replay a transcript through the engine and write the final context and workspace",
+    "serve": "an OpenAI- and Anthropic-compatible proxy that compacts before forwarding",
+    "show": "a workspace's steps and compactions, in the terminal",
+    "report": "a workspace as one self-contained HTML page",
+    "memory": "long-term memory: search, write, index, consolidate, schedule",
+}
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ctxkeep", description="Keep an agent's context inside its budget.")
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help layout, sized to the terminal as `shutil.get_terminal_size` would, without importing
+    shutil (which imports zlib, bz2 and lzma: ~3 ms of every `--help` and usage error)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
+        super().__init__(prog, indent_increment, max_help_position, _columns() - 2 if width is None else width)
+
+
+def _columns() -> int:
+    """The terminal's width: $COLUMNS, else the size of standard output's terminal, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+def _parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser. Only the subcommands in `commands` (all when None) get their options:
+    the others are listed by name and help line, which is all `ctxkeep --help` shows of them."""
+    parser = argparse.ArgumentParser(
+        prog="ctxkeep", description="Keep an agent's context inside its budget.", formatter_class=_Formatter
+    )
     parser.add_argument("--version", action="version", version=f"ctxkeep {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    inspect = sub.add_parser("inspect", help="tokens by role and tool, largest tool results, pairing problems")
+    full = set(COMMANDS) if commands is None else set(commands)
+    for name, help in COMMANDS.items():
+        if name == "memory" and name in full:
+            from ctxkeep.memory import cli as memory_cli  # its own parser and help line
+
+            memory_cli.add_parser(sub)
+            continue
+        command = sub.add_parser(name, help=help, formatter_class=_Formatter)
+        if name in full:
+            _OPTIONS[name](command)
+    return parser
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand `argv` runs: its first word that is not an option (`ctxkeep` has no option taking a value)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+def _inspect_parser(inspect: argparse.ArgumentParser) -> None:
     inspect.add_argument(
         "file", help="a transcript (Claude Code, Codex, pi, OpenHands, SWE-agent, tau-bench, ...); - for stdin"
     )
@@ -75,9 +131,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     _progress_flags(inspect)
 
-    compact = sub.add_parser(
-        "compact", help="replay a transcript through the engine and write the final context and workspace"
-    )
+
+def _compact_parser(compact: argparse.ArgumentParser) -> None:
     compact.add_argument("file", help="a transcript in any format `inspect` reads; - for stdin")
     compact.add_argument("-o", "--output", required=True, help="workspace folder to create (must be new or empty)")
     compact.add_argument(
@@ -97,23 +152,19 @@ def _parser() -> argparse.ArgumentParser:
     compact.add_argument("--reply-format", choices=["markdown", "json"], default="markdown", help="json: schema-held")
     compact.add_argument("--agents-md", help="an AGENTS.md whose Session Startup and Red Lines every summary carries")
     _progress_flags(compact)
-    _serve_parser(sub)
-    _workspace_parsers(sub)
-    memory_cli.add_parser(sub)
-    return parser
 
 
-def _workspace_parsers(sub: Any) -> None:
-    show = sub.add_parser("show", help="a workspace's steps and compactions, in the terminal")
+def _show_parser(show: argparse.ArgumentParser) -> None:
     show.add_argument("workspace", help="a folder a ctxkeep session wrote")
     show.add_argument("--compaction", type=int, metavar="N", help="also what compaction N archived and changed")
-    report = sub.add_parser("report", help="a workspace as one self-contained HTML page")
+
+
+def _report_parser(report: argparse.ArgumentParser) -> None:
     report.add_argument("workspace", help="a folder a ctxkeep session wrote")
     report.add_argument("-o", "--output", required=True, help="the HTML file to write (- for standard output)")
 
 
-def _serve_parser(sub: Any) -> None:
-    serve = sub.add_parser("serve", help="an OpenAI- and Anthropic-compatible proxy that compacts before forwarding")
+def _serve_parser(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--upstream", required=True, help="the API's base URL with its version, e.g. .../v1")
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8787, help="the port to listen on (default 8787)")
@@ -132,8 +183,18 @@ def _serve_parser(sub: Any) -> None:
     )
 
 
+# What each command adds to its parser (memory's is `ctxkeep.memory.cli.add_parser`).
+_OPTIONS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "inspect": _inspect_parser,
+    "compact": _compact_parser,
+    "serve": _serve_parser,
+    "show": _show_parser,
+    "report": _report_parser,
+}
+
+
 class _FormatNames:
-    """The ``--format`` choices, listed only when argparse checks or shows them: listing imports every importer."""
+    """The ``--format`` choices, listed only when argparse checks or shows them: `--help` needs no `ctxkeep.formats`."""
 
     def __contains__(self, name: object) -> bool:
         return name in self._names()
@@ -165,11 +226,17 @@ def _progress_flags(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
-    args = _parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    command = _command(words)
+    args = _parser([] if command is None else [command]).parse_args(words)
+    from ctxkeep.errors import CtxkeepError  # after parsing: `--help` and usage errors never need it
+
     try:
         if args.command == "serve":
             return _serve(args)
         if args.command == "memory":
+            from ctxkeep.memory import cli as memory_cli
+
             return memory_cli.run(args)
         if args.command in ("show", "report"):
             return _show(args) if args.command == "show" else _report(args)
@@ -209,6 +276,7 @@ def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ctxkeep import html_report, workspace_view  # here, so --help stays fast
+    from ctxkeep.errors import CtxkeepError, StorageError
     from ctxkeep.folder import LocalFolder
 
     page = html_report.render(workspace_view.read(LocalFolder(args.workspace), name=args.workspace)).encode()
@@ -239,6 +307,7 @@ def _serve(args: argparse.Namespace) -> int:
     """Run the proxy until interrupted; the server's modules are imported only here, so --help stays fast."""
     from pathlib import Path
 
+    from ctxkeep.errors import CtxkeepError
     from ctxkeep.serve import ServeSettings, is_loopback, run
 
     token = args.auth_token or os.environ.get("CTXKEEP_AUTH_TOKEN") or None
@@ -268,8 +337,6 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    import json
-
     from ctxkeep.report import build_report, render_text
     from ctxkeep.tokens import CountSettings, get_counter
 
@@ -285,6 +352,8 @@ def _inspect(args: argparse.Namespace) -> int:
     if bar:
         bar.close()
     if args.json:
+        import json  # only here: the text report needs no json
+
         print(json.dumps(report, ensure_ascii=False, indent=2))
     else:
         print(render_text(report))
@@ -293,6 +362,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def read_transcript(args: argparse.Namespace) -> Transcript:
     """The transcript FILE names: a regular file, or standard input for ``-``."""
+    from ctxkeep.errors import CtxkeepError
     from ctxkeep.formats import load, parse
     from ctxkeep.formats.source import MAX_BYTES, Source
 

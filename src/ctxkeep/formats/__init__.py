@@ -40,34 +40,41 @@ class Transcript:
         return tuple(m for c in self.conversations for m in c.messages)
 
 
-def _modules() -> dict[str, ModuleType]:
-    # Order matters for detection: the most specific sniffers first.
-    from ctxkeep.formats import (
-        agentscope,
-        anthropic,
-        claude_code,
-        codex,
-        native,
-        openai,
-        openhands,
-        pi,
-        swe_agent,
-        tau_bench,
-    )
+# Every importer's NAME and module, in detection order: the most specific sniffers first. Detection
+# imports the importers one at a time, stopping at the first that recognises the file, so a Claude
+# Code session never pays for the OpenHands or Codex importers, nor `--format NAME` for any importer
+# but NAME's.
+_IMPORTERS: dict[str, str] = {
+    "ctxkeep": "ctxkeep.formats.native",
+    "claude_code": "ctxkeep.formats.claude_code",
+    "codex": "ctxkeep.formats.codex",
+    "pi": "ctxkeep.formats.pi",
+    "openhands": "ctxkeep.formats.openhands",
+    "swe_agent": "ctxkeep.formats.swe_agent",
+    "tau_bench": "ctxkeep.formats.tau_bench",
+    "agentscope": "ctxkeep.formats.agentscope",
+    "anthropic": "ctxkeep.formats.anthropic",
+    "openai": "ctxkeep.formats.openai",
+}
 
-    mods = [native, claude_code, codex, pi, openhands, swe_agent, tau_bench, agentscope, anthropic, openai]
-    return {m.NAME: m for m in mods}
+
+def _importer(name: str) -> ModuleType:
+    """The importer module of format `name` (a key of `_IMPORTERS`), imported on first use."""
+    # `__import__` with a fromlist returns the module itself; unlike `importlib.import_module` it goes
+    # through the import statement's path, which `python -X importtime` times (bench/bench_startup.py).
+    module: ModuleType = __import__(_IMPORTERS[name], fromlist=["sniff"])
+    return module
 
 
 def format_names() -> list[str]:
     """The names `load(..., format=)` and `ctxkeep inspect --format` accept."""
-    return list(_modules())
+    return list(_IMPORTERS)
 
 
 def detect(source: Source) -> str:
     """The name of the format of `source`, or `UnknownFormatError`."""
-    for name, mod in _modules().items():
-        sniff: Callable[[Source], bool] = mod.sniff
+    for name in _IMPORTERS:
+        sniff: Callable[[Source], bool] = _importer(name).sniff
         if sniff(source):
             return name
     raise UnknownFormatError(
@@ -78,13 +85,12 @@ def detect(source: Source) -> str:
 
 def parse(source: Source, format: str | None = None) -> Transcript:
     """Parse an already-read `source` (see `load`)."""
-    mods = _modules()
     if not source.text.strip():
         raise source.error("the file is empty")
     name = format or detect(source)
-    if name not in mods:
-        raise FormatError(f"unknown format {name!r}; choose one of {', '.join(mods)}", path=source.path)
-    conversations = mods[name].parse(source)
+    if name not in _IMPORTERS:
+        raise FormatError(f"unknown format {name!r}; choose one of {', '.join(_IMPORTERS)}", path=source.path)
+    conversations = _importer(name).parse(source)
     if not any(c.messages for c in conversations):
         raise source.error(_nothing_read(source, name, forced=format is not None, found=len(conversations)))
     return Transcript(path=source.path, format=name, conversations=tuple(conversations), notes=tuple(source.notes))

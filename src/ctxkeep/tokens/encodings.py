@@ -12,11 +12,7 @@ token, because that is what a provider does with user-supplied text.
 
 from __future__ import annotations
 
-import base64
 import functools
-import gzip
-import hashlib
-import importlib.util
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,9 +66,10 @@ class ToktokTokenizer:
         if chars <= self._small_left:
             spec = _TIKTOKEN_SPECS[self.name]
             small = lazy_bpe(self.name, spec["sha256"], spec["pat_str"])
-            if small is not None:
+            counted = small.count_short(items) if small is not None else None
+            if counted is not None:
                 self._small_left -= chars
-                return small.count_texts(items)
+                return counted
         self._small_left = 0  # toktok's vocabulary is loaded from here on, and it is the faster
         threads = 0 if chars >= _PARALLEL_MIN_CHARS else 1
         counts: list[int] = self._count(items, self.name, threads=threads, with_special=False)
@@ -118,6 +115,10 @@ def read_bpe_ranks(encoding: str) -> dict[bytes, int]:
     spec = _TIKTOKEN_SPECS.get(encoding)
     if spec is None:
         raise TokenizerError(f"unknown encoding {encoding!r}; use {ACCEPTED}")
+    import base64  # here, with gzip and hashlib: counting never needs them
+    import gzip
+    import hashlib
+
     try:
         raw = gzip.decompress(_bpe_openai_file(f"{encoding}.tiktoken.gz").read_bytes())
     except (ImportError, OSError) as exc:
@@ -136,6 +137,8 @@ def read_bpe_ranks(encoding: str) -> dict[bytes, int]:
 
 def _bpe_openai_file(name: str) -> Path:
     """A data file of the bpe-openai package, found without importing it (its import loads every vocabulary)."""
+    import importlib.util
+
     spec = importlib.util.find_spec("bpe_openai")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("the bpe-openai package is not installed: pip install bpe-openai")

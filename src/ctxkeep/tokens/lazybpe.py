@@ -4,9 +4,10 @@ toktok builds its whole vocabulary before its first count (0.3 s for o200k_base,
 machine): most of ``ctxkeep inspect`` on a small file. This counts the same tokens as tiktoken's
 ``encode_ordinary`` (the same split pattern, the same byte-pair merges) in Python, looking ranks up
 in a vocabulary file cut into 65,536 buckets by a token's first two bytes: a count reads only the
-buckets its text needs (~500 for 10 KB), so it starts in ~15 ms. It runs at ~0.5 M chars/s, far
-slower than toktok, so `ToktokTokenizer` uses it only until a process has counted `SMALL_BUDGET`
-characters.
+buckets its text needs (~100 for 10 KB), and splits with the standard library's `re`
+(`ctxkeep.tokens.pretokenize`, no `regex` import), so it starts in a few ms. It runs at ~0.5 M
+chars/s, far slower than toktok, so `ToktokTokenizer` uses it only until a process has counted
+`SMALL_BUDGET` characters.
 
 The bucket file is built once per machine from toktok's vocabulary, checked against the sha256 of
 the file tiktoken reads (~1 s), into the user's cache folder; where that cannot be written, the
@@ -25,11 +26,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ctxkeep.errors import TokenizerError
+from ctxkeep.tokens.pretokenize import Pretokenizer
 
 # Characters a process counts here before the tokenizer switches to toktok for good: ~0.1 s of
 # Python BPE, less than toktok's load, so a small input never pays that load and a large one pays
 # both only once.
 SMALL_BUDGET = 50_000
+# Longer pieces go to toktok: the pure-Python merge is quadratic in a piece's bytes.
+LONG_PIECE = 64
 
 _BUCKETS = 1 << 16
 _MAGIC = b"ctxkeep-bpe-buckets-1\n"
@@ -37,6 +41,7 @@ _MAGIC = b"ctxkeep-bpe-buckets-1\n"
 _OFFSETS = struct.Struct(f"<{_BUCKETS + 1}I")
 _HEADER = len(_MAGIC) + 64 + _OFFSETS.size
 _PAIR = struct.Struct("<2I")
+_LAST = struct.Struct("<I")
 
 
 def _bucket(token: bytes) -> int:
@@ -60,7 +65,9 @@ def write_buckets(ranks: dict[bytes, int], sha256: str, path: Path) -> None:
         offsets.append(offsets[-1] + len(blob))
     import tempfile  # only when building: it imports `random` and `hashlib`, which a count never needs
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    # Private: ctxkeep/ and ctxkeep/bpe/ 0700 where this creates them, the file 0600 (mkstemp's mode).
+    path.parent.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -73,31 +80,49 @@ def write_buckets(ranks: dict[bytes, int], sha256: str, path: Path) -> None:
         raise
 
 
+def _check_private(stat: os.stat_result, path: Path) -> None:
+    """Refuse a bucket file another user owns or may write: `marshal` must only ever read files this user wrote."""
+    owner = getattr(os, "getuid", None)  # POSIX only
+    if owner is not None and (stat.st_uid != owner() or stat.st_mode & 0o022):
+        raise ValueError(f"{path} is not private to this user (owner {stat.st_uid}, mode {stat.st_mode & 0o777:o})")
+
+
 class LazyBpe:
     """Counts of one encoding from a bucket file, loading each bucket on first use."""
 
     def __init__(self, path: Path, *, sha256: str, pat_str: str) -> None:
-        import regex  # tiktoken's own dependency: \\p{L} classes and possessive quantifiers
-
         with open(path, "rb") as f:
+            _check_private(os.fstat(f.fileno()), path)
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         if self._map[: len(_MAGIC) + 64] != _MAGIC + sha256.encode("ascii"):
             raise ValueError(f"{path} is not a bucket file of this vocabulary")
-        if len(self._map) != _HEADER + _OFFSETS.unpack_from(self._map, len(_MAGIC) + 64)[-1]:
+        # the last offset is the buckets' total size (unpacking all 65,537 would take ~1.5 ms)
+        if len(self._map) != _HEADER + _LAST.unpack_from(self._map, _HEADER - _LAST.size)[0]:
             raise ValueError(f"{path} is cut short")
-        self._split = regex.compile(pat_str).findall
+        self._pretokenizer = Pretokenizer(pat_str)  # `re`, not `regex`: no 12 ms import
         self._buckets: dict[int, dict[bytes, int]] = {}
         # Texts repeat their words: each distinct piece is merged once.
         self._pieces: dict[str, int] = {}
 
     def count_texts(self, texts: Sequence[str]) -> list[int]:
         """Token counts of `texts`, as tiktoken's ``encode_ordinary`` would give."""
-        return [self._count(text) for text in texts]
+        split = self._pretokenizer.prepare(texts)
+        return [self._count(split(text)) for text in texts]
 
-    def _count(self, text: str) -> int:
+    def count_short(self, texts: Sequence[str]) -> list[int] | None:
+        """`count_texts`, or None when a piece is longer than `LONG_PIECE` bytes (a run of Chinese characters,
+        a long hash): its merge here is quadratic in its length (seconds for a few hundred characters),
+        where toktok's takes microseconds."""
+        split = self._pretokenizer.prepare(texts)
+        pieces = [split(text) for text in texts]
+        if any(len(piece) * 4 > LONG_PIECE and len(piece.encode("utf-8")) > LONG_PIECE for p in pieces for piece in p):
+            return None
+        return [self._count(p) for p in pieces]
+
+    def _count(self, split: list[str]) -> int:
         pieces = self._pieces
         n = 0
-        for piece in self._split(text):
+        for piece in split:
             count = pieces.get(piece)
             if count is None:
                 count = pieces[piece] = self._merge(piece.encode("utf-8"))
