@@ -42,6 +42,7 @@ from .summarize import (
     SummaryRequest,
     resolve_language,
     why_rejected,
+    with_originals,
 )
 from .tokens import Counter, get_counter
 
@@ -194,6 +195,8 @@ def prepare(
         step = _skipped(live, decision, now, counter)
     else:
         began = time.perf_counter()
+        # the summarizer reads no file: it gets the end of each offloaded output's saved original here
+        decision = replace(decision, request=with_originals(decision.request, setup.store.read_original))
         summary = _summarize(setup.summarizer, decision.request)
         usage = usage_of(setup.summarizer, seconds=time.perf_counter() - began)
         if isinstance(summary, Failure):

@@ -146,6 +146,10 @@ class Store(Protocol):
         """Keep an offloaded result's full text."""
         ...
 
+    def read_original(self, name: str) -> bytes | None:
+        """A kept original's full text, or None when it is not kept (removed by retention, never saved)."""
+        ...
+
     def originals(self) -> list[FileInfo]:
         """The kept originals, with their sizes and ages."""
         ...
@@ -233,6 +237,9 @@ class FileStore:
 
     def save_original(self: Folder, name: str, data: bytes) -> None:
         self.write(name, data)
+
+    def read_original(self: Folder, name: str) -> bytes | None:
+        return self.read(name) if name.startswith(f"{TOOL_RESULT_DIR}/") else None
 
     def originals(self: Folder) -> list[FileInfo]:
         return self.list(f"{TOOL_RESULT_DIR}/")

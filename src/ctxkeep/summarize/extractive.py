@@ -99,7 +99,7 @@ class ExtractiveSummarizer:
     def summarize(self, request: SummaryRequest) -> str:
         """The summary of ``request.messages``, merged into ``request.previous`` when given."""
         language = resolve_language(request)
-        facts = collect_facts(request.messages)
+        facts = collect_facts(request.messages, originals=request.originals)
         draft = _draft(facts, language)
         appendix = render_carried(carried(request.messages, request.previous), max_chars=request.max_chars)
         if request.previous:

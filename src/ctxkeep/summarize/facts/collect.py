@@ -190,10 +190,17 @@ class Facts:
         return fixes(self.runs, tool, target)
 
 
-def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None = MAX_IDENTIFIERS) -> Facts:
+def collect_facts(
+    messages: Sequence[Message],
+    *,
+    identifier_limit: int | None = MAX_IDENTIFIERS,
+    originals: Mapping[str, str] | None = None,
+) -> Facts:
     """The facts of `messages` (oldest first) that the summary is made of; no I/O.
 
     `identifier_limit` caps `Facts.identifiers` (the highest-ranked kept); None keeps them all.
+    `originals` (`SummaryRequest.originals`) gives the end of offloaded results' saved originals, from
+    which their failures are judged and quoted.
     """
     if identifier_limit is not None and (
         not isinstance(identifier_limit, int) or isinstance(identifier_limit, bool) or identifier_limit < 0
@@ -245,7 +252,7 @@ def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None =
                 if not msg.tool_calls and not _announces(text):
                     last_answer = i
             for call in msg.tool_calls:
-                run = tool_run(call, results.get(call.id), i)
+                run = tool_run(call, results.get(call.id), i, originals=originals)
                 runs.append(run)
                 if run.command is not None:
                     commands[call.id] = run.command

@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from ctxkeep.messages import ToolCall, ToolResult
+from ctxkeep.store import OFFLOAD_KEY
 from ctxkeep.summarize.facts.identifiers import find_identifiers
 from ctxkeep.summarize.facts.shell import command_head, command_paths, command_targets
 from ctxkeep.summarize.request import Language
@@ -119,8 +120,15 @@ class ToolRun:
         return paths[0] if paths else f"{self.tool}({compact_json(self.arguments)})"
 
 
-def tool_run(call: ToolCall, result: ToolResult | None, index: int) -> ToolRun:
-    """The run of `call` with its `result` (None when it has none), `index` the position of its message."""
+def tool_run(
+    call: ToolCall, result: ToolResult | None, index: int, *, originals: Mapping[str, str] | None = None
+) -> ToolRun:
+    """The run of `call` with its `result` (None when it has none), `index` the position of its message.
+
+    `originals` maps the saved file of an offloaded result to the end of its full text
+    (`SummaryRequest.originals`): an offloaded result is judged, and its error line taken, from
+    that end rather than from the head it keeps.
+    """
     args = call.input_object()
     command = _command_of(call.name, args)
     kind = _kind_of(call.name, args, command)
@@ -147,12 +155,16 @@ def tool_run(call: ToolCall, result: ToolResult | None, index: int) -> ToolRun:
     if result is not None:
         exit_code = result.exit_code
         failed = result.is_error or (exit_code is not None and exit_code != 0)
+        end = _original_end(result, originals)  # the end of the full text, when only the head is here
         if not failed and exit_code is None:  # no flag (OpenAI chat, many harnesses): judged from its last lines
-            exit_code, failed = judged(result.text)
+            exit_code, failed = judged(end if end is not None else result.text)
         if failed:
             error = error_line(result.text)
             saved = _SAVED_IN.search(result.text) if _TRUNCATED_NOTICE.search(result.text) else None
-            if saved and not any(p.search(error) for p in _ERROR_LINES[:3]):
+            said = error_line(end) if end is not None else ""
+            if said and (_says_what(said) or not _says_what(error)):
+                error = said  # what the end of the full output says went wrong, not the head's first line
+            elif saved and not _says_what(error):
                 # only the head is here, and it says nothing that went wrong: point to where the error is
                 error = f"(the error is near the end of {saved.group(1)})"
     return ToolRun(
@@ -168,6 +180,18 @@ def tool_run(call: ToolCall, result: ToolResult | None, index: int) -> ToolRun:
         error_line=error,
         index=index,
     )
+
+
+def _original_end(result: ToolResult, originals: Mapping[str, str] | None) -> str | None:
+    """The end of an offloaded `result`'s saved original, when `originals` has it; else None."""
+    record = result.extra.get(OFFLOAD_KEY)
+    name = record.get("file") if isinstance(record, Mapping) else None
+    return originals.get(name) if originals and isinstance(name, str) else None
+
+
+def _says_what(line: str) -> bool:
+    """True for a line of the strong kinds of `_ERROR_LINES`: a test's FAILED line, an exception, an error line."""
+    return any(p.search(line) for p in _ERROR_LINES[:3])
 
 
 def _command_of(tool: str, args: Mapping[str, Any]) -> str | None:

@@ -90,7 +90,7 @@ def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None,
         raise TypeError(f"notes must be a sequence of texts, got {notes!r}")
     language = resolve_language(request)
     # every identifier, not the built-in summarizer's first 300: the list's note counts those it cannot fit
-    facts = collect_facts(request.messages, identifier_limit=None)
+    facts = collect_facts(request.messages, identifier_limit=None, originals=request.originals)
     old = _previous_lists(request.previous)
     modified = unique([*facts.files_modified, *old["files_modified"]])
     read = [p for p in unique([*facts.files_read, *old["files_read"]]) if p not in set(modified)]

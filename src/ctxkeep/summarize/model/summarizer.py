@@ -126,8 +126,10 @@ class ModelSummarizer:
         language = resolve_language(request)
         request = dataclasses.replace(request, language=language)  # every part in the same language
         run.language = language
-        facts = collect_facts(request.messages)
+        facts = collect_facts(request.messages, originals=request.originals)
         settings = self.settings
+        # the model sees the previous summary within its share of the window (augment reads it whole)
+        augmented, request = request, dataclasses.replace(request, previous=self._previous_within(request))
         texts = render_messages(
             request.messages, result_chars=settings.result_chars, arguments_chars=settings.arguments_chars
         )
@@ -163,12 +165,36 @@ class ModelSummarizer:
             gaps = tuple(run.gaps)
             text = self._final(lambda fb: merge_prompt(partials, request, gaps=gaps, feedback=fb), facts, language, run)
         try:
-            out = augment(text, request, agents_md=settings.agents_md, notes=tuple(run.gaps))
+            out = augment(text, augmented, agents_md=settings.agents_md, notes=tuple(run.gaps))
         except ValueError as exc:
             raise SummaryError(str(exc), request=run.request, response=run.response) from exc
         run.identifiers = len(facts.identifiers)
         run.restored = sum(1 for i in facts.identifiers if i not in text and i in out)
         return out
+
+    def _previous_within(self, request: SummaryRequest) -> str | None:
+        """The previous summary as the prompts show it: whole when the prompt it makes up most of fits the
+        prompt's room, else fitted to it (its sections cut the way the cap cuts them, then head and tail).
+
+        The prompt's room is `PROMPT_RESERVE` tokens, or half of what the reply leaves of a larger window;
+        ctxkeep's own fixed parts must never make a compaction fail for want of room in the model's window.
+        """
+        previous = request.previous
+        if not previous:
+            return previous
+        window, max_tokens = self.settings.window, self.settings.max_tokens
+        rest = self._tokens(summary_prompt(dataclasses.replace(request, previous=None), conversation=""))
+        room = math.floor(max(PROMPT_RESERVE, (window - max_tokens) // 2) / SAFETY_MARGIN) - rest - _FEEDBACK_TOKENS
+        tokens = self.counter.count_text(previous)
+        if tokens <= room:
+            return previous
+        chars = max(0, len(previous) * room // max(1, tokens))
+        for _ in range(4):
+            fitted = fit_text(previous, max_chars=max(1, chars), language=resolve_language(request))
+            if self.counter.count_text(fitted) <= room:
+                return fitted
+            chars = chars * 4 // 5
+        return shorten(previous, max(0, chars))
 
     def _final(self, make: Callable[[Sequence[str]], Prompt], facts: Facts, language: Language, run: _Run) -> str:
         """The best valid reply to `make(feedback)`, asked again with the reasons while it fails."""
