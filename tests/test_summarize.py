@@ -1015,3 +1015,57 @@ def _files_of(command: str) -> list[str]:
 def _shortened_in(command: str, text: str) -> bool:
     head = command_head(command)
     return head != command and f"{code_span(head)} … [" in text
+
+
+# --- nothing said twice ----------------------------------------------------------------------------
+
+
+def repeated_lines(summary: str) -> list[str]:
+    """Lines of `summary` that repeat an earlier one (headings, fences, blank lines and "(none)" left out)."""
+    seen: set[str] = set()
+    out = []
+    for line in summary.splitlines():
+        bare = line.strip()
+        if not bare or bare.startswith("#") or set(bare) <= set("`~") or bare == "- (none)":
+            continue
+        if bare in seen:
+            out.append(bare)
+        seen.add(bare)
+    return out
+
+
+def test_a_rule_the_user_wrote_as_a_list_item_is_said_once_and_comes_back_when_its_message_leaves() -> None:
+    task = "Plan the migration.\n- don't produce code, design the solution first\n- keep the public API unchanged"
+    first = summarize([user(task), said("Reading the code.")])
+    assert repeated_lines(first) == []
+    assert "- keep the public API unchanged" in first  # in the user's message, carried verbatim
+    assert "keep the public API unchanged" not in section(first, "Constraints & Preferences")
+    # an ask that is itself a rule is not listed again under Goal
+    later = summarize([user("Go on."), user("- never touch the schema"), said("ok"), user("Now write it.")])
+    assert repeated_lines(later) == [] and "never touch the schema" not in section(later, "Goal")
+    # once the message is no longer carried verbatim (newer ones fill the budget), its rule is back under Constraints
+    rule = "Also:\n- never retry more than 3 times"
+    previous = summarize([user("Start the port."), user(rule), said("Noted.")], max_chars=6_000)
+    assert "never retry more than 3 times" not in section(previous, "Constraints & Preferences")
+    newer = [user(f"Look at module {n}: " + "details " * 120) for n in range(3)]
+    after = summarize([*newer, said("Looking.")], previous=previous, max_chars=6_000)
+    assert rule not in after and "never retry more than 3 times" in section(after, "Constraints & Preferences")
+
+
+def test_a_multi_line_command_run_again_is_shown_whole_once() -> None:
+    commit = "git commit -m \"$(cat <<'EOF'\nfeat: threaded transcript panel\n\nCo-Authored-By: A <a@b.c>\nEOF\n)\""
+    msgs = [
+        user("Commit it."),
+        said("", call("c1", "Bash", command=commit)),
+        result("c1", "pre-commit hook failed", exit_code=1),
+        said("", call("c2", "Bash", command="git add -A")),
+        result("c2", "", exit_code=0),
+        said("", call("c3", "Bash", command=commit + " && git push")),
+        result("c3", "pushed", exit_code=0),
+    ]
+    summary = summarize(msgs)
+    assert repeated_lines(summary) == []
+    assert commit + " && git push" in summary  # the newest whole
+    commands = section(summary, "Critical Context", "Commands run")
+    short = [c for c in commands if c.startswith(f"`{command_head(commit)}` …")]
+    assert short and "more characters; see the archive" in short[0] and "exit 1" in short[0]

@@ -50,7 +50,7 @@ from ctxkeep.summarize.sections.markdown import (
     render_sections,
     unquote,
 )
-from ctxkeep.summarize.verbatim import carried, host_summary, render_carried, split_carried
+from ctxkeep.summarize.verbatim import carried, host_summary, read_carried, render_carried, split_carried
 
 # Caps before fitting to size: enough to be useful, few enough that one section cannot crowd out the rest.
 _MAX_ASKS = 12
@@ -61,6 +61,7 @@ _MAX_COMMAND_CHARS = 2_000
 _LONGITEM_CHARS = 300  # an item longer than this (or of several lines) has a short form for tight room
 _NAMES_CHARS = 160  # identifiers named in the cut-off part of a shortened command
 _ASK_CHARS = 200
+_LIST_MARK = re.compile(r"^(?:[-*+•]|\d+[.)])\s+")
 
 # fmt: off
 _STOPWORDS = frozenset({
@@ -108,6 +109,9 @@ class ExtractiveSummarizer:
             previous = host_summary(request.messages, max_chars=request.max_chars)
         if previous is not None and previous.strip():
             draft = _merge(_parse_draft(previous), draft, facts, language)
+        if request.previous:
+            draft = _with_recovered_rules(draft, request.previous)
+        draft = _said_once(draft, appendix)
         terms = _focus_terms(request.focus) if request.focus else ()
         sections, plan = _sections(draft, language, request.focus, terms)
 
@@ -190,6 +194,25 @@ def _command_item(command: str, outcomes: Sequence[str]) -> str:
     longest = max((len(run) for run in re.findall(r"`+", command)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{ending}\n{fence}\n{command}\n{fence}"
+
+
+def _commands_once(commands: Sequence[tuple[str, str]], language: Language) -> list[str]:
+    """The items of Commands run (newest first), a multi-line command whose lines a newer one already shows
+    (all but its last: a commit retried with the same message, a script run again) in its short form: its
+    `command_head` and how many characters the archive has beyond it, with its outcomes."""
+    shown: set[str] = set()
+    items: list[str] = []
+    for command, item in commands:
+        body = [line.strip() for line in command.splitlines()[1:] if line.strip()]
+        # every line but the last, which a retry often changes (`)"` then `)" && git push`)
+        if "\n" in item and body and all(line in shown for line in body[:-1] or body):
+            head = command_head(command)
+            more = phrase("truncated", language, n=len(command.strip()) - len(head))
+            item = f"{code_span(head)} … {more} {item.split(chr(10), 1)[0]}"
+        else:
+            shown.update(line.strip() for line in command.splitlines())
+        items.append(item)
+    return items
 
 
 def _command_of_item(item: str) -> str | None:
@@ -353,6 +376,42 @@ def _merge(old: _Draft, new: _Draft, facts: Facts, language: Language) -> _Draft
     return merged
 
 
+def _with_recovered_rules(draft: _Draft, previous: str) -> _Draft:
+    """`draft` with the rules of the user's messages the previous summary carried verbatim.
+
+    A rule those messages stated was left out of that summary's Constraints (`_said_once`); once a
+    message leaves the verbatim part, its rules come back to Constraints, so none is ever lost.
+    """
+    old = read_carried(previous)
+    texts = [t for t in (old.first, *old.newest) if t]
+    recovered = [clip(r, ITEM_CHARS) for t in texts for r in rules_in(t)]
+    if recovered:
+        draft.constraints = mark_superseded(unique_keep_last(recovered + draft.constraints))
+    return draft
+
+
+def _said_once(draft: _Draft, appendix: str) -> _Draft:
+    """`draft` without what it would say twice.
+
+    A rule the verbatim part (`appendix`) carries as a list item the user wrote is not listed again
+    under Constraints (a superseded one is: its mark is news; a rule in a sentence is, so Constraints
+    still reads as the list of rules and the newest value of each), nor one another rule
+    contains; an ask that is itself a listed rule is not listed again under Goal (the overall goal and
+    the latest ask stay).
+    """
+    lines = {
+        _LIST_MARK.sub("", line.strip(), count=1) for line in appendix.splitlines() if _LIST_MARK.match(line.strip())
+    }
+    rules = [c for c in draft.constraints if c not in lines]
+    rules = [c for c in rules if not any(c != o and c in o for o in rules)]
+    listed = set(draft.constraints)
+    last = len(draft.goal) - 1 if draft.has_latest else len(draft.goal)
+    draft.goal = [g for j, g in enumerate(draft.goal) if j == 0 or j >= last or g not in listed]
+    draft.has_latest = draft.has_latest and sum(omitted_count(g) is None for g in draft.goal) > 1
+    draft.constraints = rules
+    return draft
+
+
 def _merge_goal(old: list[str], new: list[str]) -> list[str]:
     """Overall goal first (the oldest), then the asks, each once, in the order last asked.
 
@@ -425,7 +484,7 @@ def _sections(
     for key, items in (
         ("files_read", [code_span(p) for p in draft.files_read]),
         ("files_modified", [code_span(p) for p in draft.files_modified]),
-        ("commands_run", [i for _, i in draft.commands]),
+        ("commands_run", _commands_once(draft.commands, language)),
         ("identifiers", [code_span(i) for i in draft.identifiers]),
     ):
         items = _cap(first(items), MAX_IDENTIFIERS if key == "identifiers" else len(items), "tail", language)
