@@ -11,6 +11,7 @@ works and what is dropped first: docs/summarize.md.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -30,7 +31,7 @@ from ctxkeep.summarize.facts.collect import (
     unique_keep_last,
 )
 from ctxkeep.summarize.facts.identifiers import find_identifiers, without_redundant
-from ctxkeep.summarize.facts.runs import MAX_FAILURES, ToolRun, call_text, failure_item, outcome
+from ctxkeep.summarize.facts.runs import MAX_FAILURES, ToolRun, call_text, checks_passed, failure_item, outcome
 from ctxkeep.summarize.facts.shell import command_head, command_paths
 from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
 from ctxkeep.summarize.sections.fit import Drop, Shorten, Step, fit_sections
@@ -61,6 +62,8 @@ _MAX_COMMAND_CHARS = 2_000
 _LONGITEM_CHARS = 300  # an item longer than this (or of several lines) has a short form for tight room
 _NAMES_CHARS = 160  # identifiers named in the cut-off part of a shortened command
 _ASK_CHARS = 200
+_TASK_CHARS = 80  # of the ask that heads a task's Done item
+_TASK_FILES = 5  # files a task's Done item names (the newest); Files modified lists them all
 _LIST_MARK = re.compile(r"^(?:[-*+•]|\d+[.)])\s+")
 
 # fmt: off
@@ -140,7 +143,7 @@ def _draft(facts: Facts, language: Language) -> _Draft:
         files_modified=facts.files_modified,
         commands=_commands(runs, language),
     )
-    draft.done = _done(runs, language) + [t for s, t in facts.todos if s in ("completed", "done")]
+    draft.done = _done(facts, language) + [t for s, t in facts.todos if s in ("completed", "done")]
     draft.in_progress = [t for s, t in facts.todos if s == "in_progress"] + list(facts.intents)
     draft.blocked = unique(failure_item(r, facts.resolved(r), language) for r in facts.failures)
     draft.next_steps = [t for s, t in facts.todos if s == "pending"] + list(facts.plans)
@@ -158,20 +161,53 @@ def _identifiers(identifiers: Sequence[str], files: Sequence[str]) -> list[str]:
     return without_redundant((i for i in identifiers if i not in listed), known=files)
 
 
-def _done(runs: Sequence[ToolRun], language: Language) -> list[str]:
-    items: list[str] = []
-    for run in runs:
+def _done(facts: Facts, language: Language) -> list[str]:
+    """What was done, one item per task (the user's ask the work followed), oldest first.
+
+    Each says what changed (files modified by edit tools and commands, other actions, commits), which
+    checks passed (tests, linters: by name; the commands themselves are listed once, under Commands
+    run) and what the assistant found or concluded. Work before the first ask of these messages
+    continues the task of the previous summary. Announced work ("Let me run the tests") is not done.
+    """
+    starts = [i for i, _ in facts.tasks]
+    groups: dict[int, dict[str, list[str]]] = {}
+
+    def part(index: int, key: str) -> list[str]:
+        task = bisect_right(starts, index) - 1
+        return groups.setdefault(task, {}).setdefault(key, [])
+
+    for run in facts.runs:
         if not run.has_result or run.failed:
             continue
-        if run.kind == "shell":
-            pass  # a command is listed once, under Commands run; what it changed is listed below
-        elif run.kind == "modify":
-            items.extend(f"{phrase('modified', language)} {code_span(p)}" for p in run.paths_modified)
-        elif run.kind == "other":
-            items.append(f"{phrase('called', language)} {code_span(call_text(run))}")
-        if run.kind == "shell":
-            items.extend(f"{phrase('modified', language)} {code_span(p)}" for p in run.paths_modified)
-    return unique_keep_last(items)
+        part(run.index, "modified").extend(code_span(p) for p in run.paths_modified)
+        if run.kind == "other":
+            part(run.index, "called").append(code_span(call_text(run)))
+        if run.commit:
+            part(run.index, "committed").append(code_span(run.commit))
+        part(run.index, "passed").extend(code_span(c) for c in checks_passed(run))
+    for index, sentence in facts.findings:
+        if sentence not in facts.intents:  # In Progress says it already
+            part(index, "found").append(sentence)
+    items = []
+    for task in sorted(groups):
+        said = {k: unique_keep_last(v) for k, v in groups[task].items() if v}
+        if not said:
+            continue
+        if len(said.get("modified", ())) > _TASK_FILES:  # all of them are under Files modified
+            more = len(said["modified"]) - _TASK_FILES
+            said["modified"] = [*said["modified"][-_TASK_FILES:], phrase("more_files", language, n=more)]
+        pieces = [
+            f"{phrase(key, language)} {', '.join(said[key]) if key != 'found' else ' '.join(said[key])}"
+            for key in ("modified", "committed", "called", "passed", "found")
+            if key in said
+        ]
+        label = (
+            phrase("task", language, ask=clip(facts.tasks[task][1], _TASK_CHARS))
+            if task >= 0
+            else phrase("earlier_task", language)
+        )
+        items.append(f"{label} {'; '.join(pieces)}")
+    return items
 
 
 def _commands(runs: Sequence[ToolRun], language: Language) -> list[tuple[str, str]]:

@@ -110,6 +110,7 @@ class ToolRun:
     error_line: str = ""
     expected: bool = False
     index: int = 0
+    commit: str | None = None  # "abc1234 (main): message" of a successful git commit
 
     @property
     def key(self) -> str:
@@ -167,7 +168,7 @@ def tool_run(
             elif saved and not _says_what(error):
                 # only the head is here, and it says nothing that went wrong: point to where the error is
                 error = f"(the error is near the end of {saved.group(1)})"
-    return ToolRun(
+    run = ToolRun(
         tool=call.name,
         kind=kind,
         arguments=args,
@@ -180,6 +181,41 @@ def tool_run(
         error_line=error,
         index=index,
     )
+    committed = commit_of(run, result.text[:2_000]) if result is not None else None
+    return replace(run, commit=committed) if committed else run
+
+
+# Checks whose success is worth telling (tests, linters, type checkers, builds), by program or first operand.
+_CHECK = re.compile(
+    r"^(?:pytest|py\.test|tox|nox|jest|vitest|mocha|rspec|phpunit|mypy|pyright|eslint|tsc|flake8|pylint|ruff check"
+    r"|mix (?:test|compile|credo|format)|go (?:test|vet|build)|cargo (?:test|check|clippy|build)|make(?: \S+)?"
+    r"|npm (?:test|run \S*(?:test|lint|check|build)\S*)|yarn (?:test|lint|build)|pnpm (?:test|lint|build)"
+    r"|dotnet (?:test|build)|gradle \S*test|mvn \S*test|bundle exec rspec)$"
+)
+_COMMIT = re.compile(r"^\[([^\]\s]+)(?: \(root-commit\))? ([0-9a-f]{7,40})\] (.+)$", re.MULTILINE)
+
+
+def checks_passed(run: ToolRun) -> list[str]:
+    """The checks a successful shell `run` ran (``pytest``, ``ruff check``, ``mix test``), by name; else []."""
+    if run.command is None or run.failed or not run.has_result:
+        return []
+    names = []
+    for program, operands in _targets(run.command):
+        # `python -m pytest`, `uv run pytest`, `npx vitest`: the runner is an operand or the second word
+        words = sorted(operands)
+        candidates = [program, *(f"{program} {o}" for o in words), *words, program.split(" ", 1)[-1]]
+        name = next((c for c in candidates if _CHECK.match(c)), None)
+        if name is not None and name not in names:
+            names.append(name)
+    return names
+
+
+def commit_of(run: ToolRun, output: str) -> str | None:
+    """``abc1234 (main): message`` for a successful ``git commit`` `run` whose `output` names the commit; else None."""
+    if run.command is None or run.failed or "git commit" not in run.command:
+        return None
+    m = _COMMIT.search(output)
+    return f"{m.group(2)} ({m.group(1)}): {m.group(3).strip()}" if m else None
 
 
 def _original_end(result: ToolResult, originals: Mapping[str, str] | None) -> str | None:
