@@ -146,10 +146,10 @@ def test_budgets_follow_the_cap_and_keep_their_floors_when_it_is_squeezed() -> N
     assert budgets(16_000) == (3_200, 3_200)
     assert budgets(4_000) == (800, 800)
     # below the sections' floor plus the shares, each part keeps its floor, taken from the sections
-    assert budgets(3_000) == (700, 500)
-    assert budgets(2_000) == (600, 500)  # each at most 30% of the cap
+    assert budgets(3_000) == (500, 500)  # the sections keep their floor of 2,000 while the parts keep theirs
+    assert budgets(2_000) == (500, 400)  # at the smallest cap the floors come from the sections
     squeezed = render_carried(carried([user("a task " * 200), user("more")], None), max_chars=2_000)
-    assert 0 < len(squeezed) <= 600 and read_carried(squeezed).first.startswith("a task a task")
+    assert 0 < len(squeezed) <= 500 and read_carried(squeezed).first.startswith("a task a task")
     assert read_carried(squeezed).newest == ("more",)  # the long first message leaves the newest its room
 
 

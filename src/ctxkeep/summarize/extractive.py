@@ -63,6 +63,7 @@ _LONGITEM_CHARS = 300  # an item longer than this (or of several lines) has a sh
 _NAMES_CHARS = 160  # identifiers named in the cut-off part of a shortened command
 _ASK_CHARS = 200
 _TASK_CHARS = 80  # of the ask that heads a task's Done item
+_LAST_KEPT = 3  # the newest files modified and failing commands that outlast the others of both
 _TASK_FILES = 5  # files a task's Done item names (the newest); Files modified lists them all
 _LIST_MARK = re.compile(r"^(?:[-*+•]|\d+[.)])\s+")
 
@@ -179,7 +180,7 @@ def _done(facts: Facts, language: Language) -> list[str]:
     for run in facts.runs:
         if not run.has_result or run.failed:
             continue
-        part(run.index, "modified").extend(code_span(p) for p in run.paths_modified)
+        part(run.index, "modified").extend(run.paths_modified)
         if run.kind == "other":
             part(run.index, "called").append(code_span(call_text(run)))
         if run.commit:
@@ -193,9 +194,11 @@ def _done(facts: Facts, language: Language) -> list[str]:
         said = {k: unique_keep_last(v) for k, v in groups[task].items() if v}
         if not said:
             continue
-        if len(said.get("modified", ())) > _TASK_FILES:  # all of them are under Files modified
-            more = len(said["modified"]) - _TASK_FILES
-            said["modified"] = [*said["modified"][-_TASK_FILES:], phrase("more_files", language, n=more)]
+        if "modified" in said:  # by file name (Files modified has the paths), the newest `_TASK_FILES`
+            files = said["modified"]
+            shown = [code_span(_file_name(p, files)) for p in files[-_TASK_FILES:]]
+            more = [phrase("more_files", language, n=len(files) - _TASK_FILES)] if len(files) > _TASK_FILES else []
+            said["modified"] = shown + more
         pieces = [
             f"{phrase(key, language)} {', '.join(said[key]) if key != 'found' else ' '.join(said[key])}"
             for key in ("modified", "committed", "called", "passed", "found")
@@ -208,6 +211,13 @@ def _done(facts: Facts, language: Language) -> list[str]:
         )
         items.append(f"{label} {'; '.join(pieces)}")
     return items
+
+
+def _file_name(path: str, paths: Sequence[str]) -> str:
+    """`path`'s file name, or the whole path when another of `paths` has the same name."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    same = sum(p.rstrip("/").rsplit("/", 1)[-1] == name for p in paths)
+    return name if name and same == 1 else path
 
 
 def _commands(runs: Sequence[ToolRun], language: Language) -> list[tuple[str, str]]:
@@ -545,6 +555,9 @@ def _sections(
     }
     cc = "Critical Context"
     commands = phrase("commands_run", language)
+    modified = phrase("files_modified", language)
+    failing = [i for i in ctx.get(commands, []) if _failed_command(i)]
+    newest = set(ctx.get(modified, [])[:_LAST_KEPT] + failing[:_LAST_KEPT])
     plan: list[Step] = [Shorten(section=cc, subsection=commands, form=partial(_short_command, language=language))]
     plan += [
         Shorten(section=title, subsection=sub, form=partial(_short_item, language=language))
@@ -564,8 +577,11 @@ def _sections(
         Drop(section="Progress", subsection="Blocked"),
         Drop(section="Next Steps"),
         Drop(section="Progress", subsection="In Progress"),
+        # the newest few files modified and failing commands outlast the older ones of both
+        Drop(section=cc, subsection=modified, final=True, only=lambda i: i not in newest),
+        Drop(section=cc, subsection=commands, final=True, only=lambda i: i not in newest),
+        Drop(section=cc, subsection=modified, final=True),
         Drop(section=cc, subsection=commands, final=True),
-        Drop(section=cc, subsection=phrase("files_modified", language), final=True),
     ]
     return sections, plan
 

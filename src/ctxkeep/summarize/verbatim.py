@@ -33,9 +33,9 @@ SECTIONS_FLOOR = MIN_SUMMARY_CHARS
 # When the engine squeezes the cap below the sections' floor plus the two shares, the parts keep these
 # (each at most a share of the cap, `SQUEEZED_SHARE`) and the sections are cut below their floor instead:
 # without them every later summary would lose the task, the user's latest word and the rules for good.
-USER_FLOOR = 700  # the first message's head and tail, and the newest message's
-INSTRUCTIONS_FLOOR = 500  # the head and tail of two instruction blocks
-SQUEEZED_SHARE = 0.3
+USER_FLOOR = 500  # the first message's head and tail, and the newest message's
+INSTRUCTIONS_FLOOR = 400  # the head and tail of an instruction block or two
+SQUEEZED_SHARE = 0.25
 USER_TITLE = "User messages (verbatim)"
 INSTRUCTIONS_TITLE = "Standing instructions (verbatim)"
 _FIRST = "First"

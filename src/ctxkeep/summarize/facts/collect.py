@@ -113,6 +113,7 @@ _FINDING = re.compile(
     r"|发现|原因是|根本原因|问题是|问题在于|已修复|测试通过|已通过|验证"
 )
 _MAX_FINDINGS = 3  # of each message
+_CONCLUSION_WORDS = 5  # a final answer's opening sentence with fewer words says nothing found ("Fixed.")
 _PLAN_HEADER = re.compile(r"(?i)next steps?|to ?do|remaining|下一步|待办|接下来|后续")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
 _LIST_MARK = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)]|#{1,6}|>)\s+")
@@ -263,7 +264,8 @@ def collect_facts(
                 decisions.extend((i, s) for s in decided)
                 found_here = [s for s in sentences if _FINDING.search(s) and s not in decided and not _INTENT.search(s)]
                 if not msg.tool_calls and not found_here and sentences and not _announces(text):
-                    found_here = sentences[:1]  # a final answer's opening sentence is its conclusion
+                    # a final answer's opening sentence is its conclusion, unless it only says "Done." or "Good idea."
+                    found_here = [s for s in sentences[:1] if len(s.split()) >= _CONCLUSION_WORDS]
                 findings.extend((i, clip(s, ITEM_CHARS)) for s in found_here[-_MAX_FINDINGS:])
                 # a reply that only announces work ("I'll do X next") leaves the ask open
                 if not msg.tool_calls and not _announces(text):
