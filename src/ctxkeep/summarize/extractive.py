@@ -51,7 +51,14 @@ from ctxkeep.summarize.sections.markdown import (
     render_sections,
     unquote,
 )
-from ctxkeep.summarize.verbatim import carried, host_summary, read_carried, render_carried, split_carried
+from ctxkeep.summarize.verbatim import (
+    carried,
+    carried_rules,
+    host_summary,
+    listed_lines,
+    render_carried,
+    split_carried,
+)
 
 # Caps before fitting to size: enough to be useful, few enough that one section cannot crowd out the rest.
 _MAX_ASKS = 12
@@ -65,7 +72,6 @@ _ASK_CHARS = 200
 _TASK_CHARS = 80  # of the ask that heads a task's Done item
 _LAST_KEPT = 3  # the newest files modified and failing commands that outlast the others of both
 _TASK_FILES = 5  # files a task's Done item names (the newest); Files modified lists them all
-_LIST_MARK = re.compile(r"^(?:[-*+•]|\d+[.)])\s+")
 
 # fmt: off
 _STOPWORDS = frozenset({
@@ -423,14 +429,8 @@ def _merge(old: _Draft, new: _Draft, facts: Facts, language: Language) -> _Draft
 
 
 def _with_recovered_rules(draft: _Draft, previous: str) -> _Draft:
-    """`draft` with the rules of the user's messages the previous summary carried verbatim.
-
-    A rule those messages stated was left out of that summary's Constraints (`_said_once`); once a
-    message leaves the verbatim part, its rules come back to Constraints, so none is ever lost.
-    """
-    old = read_carried(previous)
-    texts = [t for t in (old.first, *old.newest) if t]
-    recovered = [clip(r, ITEM_CHARS) for t in texts for r in rules_in(t)]
+    """`draft` with the rules of the user's messages the previous summary carried verbatim (`carried_rules`)."""
+    recovered = [clip(r, ITEM_CHARS) for r in carried_rules(previous)]
     if recovered:
         draft.constraints = mark_superseded(unique_keep_last(recovered + draft.constraints))
     return draft
@@ -445,9 +445,7 @@ def _said_once(draft: _Draft, appendix: str) -> _Draft:
     contains; an ask that is itself a listed rule is not listed again under Goal (the overall goal and
     the latest ask stay).
     """
-    lines = {
-        _LIST_MARK.sub("", line.strip(), count=1) for line in appendix.splitlines() if _LIST_MARK.match(line.strip())
-    }
+    lines = listed_lines(appendix)
     rules = [c for c in draft.constraints if c not in lines]
     rules = [c for c in rules if not any(c != o and c in o for o in rules)]
     listed = set(draft.constraints)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ctxkeep.messages import Message
 from ctxkeep.settings import MIN_SUMMARY_CHARS
-from ctxkeep.summarize.facts.collect import human_text
+from ctxkeep.summarize.facts.collect import human_text, rules_in
 from ctxkeep.summarize.facts.origin import HOST_SUMMARY_STARTS, origins
 from ctxkeep.summarize.sections.markdown import fence_state, headings
 
@@ -47,6 +47,7 @@ _MIN_PIECE = 240  # a cut text keeps at least this much of its head (two thirds)
 _CUT_NOTE = re.compile(r"\n\[… ([\d,]+) characters omitted here; the whole text is in the archive …\]\n")
 _TITLES = frozenset({USER_TITLE, INSTRUCTIONS_TITLE})
 _HOST_HEADER = re.compile(r"^\[Summary of [^\]\n]*\]\s*")
+_LIST_MARK = re.compile(r"^(?:[-*+•]|\d+[.)])\s+")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -136,6 +137,26 @@ def render_carried(parts: Carried, *, max_chars: int) -> str:
     """
     user_room, instruction_room = budgets(max_chars)
     return _user_part(parts, user_room) + _instructions_part(parts.instructions, instruction_room)
+
+
+def listed_lines(appendix: str) -> frozenset[str]:
+    """The list items the user wrote that `appendix` (the verbatim parts) shows, without their marks: a rule
+    among them is said there already, and a summary's own list need not say it again."""
+    return frozenset(
+        _LIST_MARK.sub("", line.strip(), count=1) for line in appendix.splitlines() if _LIST_MARK.match(line.strip())
+    )
+
+
+def carried_rules(previous: str | None) -> list[str]:
+    """The rules stated in the user's messages a previous summary carried verbatim, oldest first.
+
+    A summary's own lists leave out a rule its verbatim part shows (`listed_lines`); once its message
+    leaves the verbatim part, the next summary takes the rule from here, so none is ever lost.
+    """
+    if not previous:
+        return []
+    old = read_carried(previous)
+    return [rule for text in (old.first, *old.newest) if text for rule in rules_in(text)]
 
 
 def split_carried(summary: str) -> tuple[str, str]:

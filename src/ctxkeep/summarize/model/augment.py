@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ctxkeep.summarize.facts.collect import Facts, collect_facts, unique
+from ctxkeep.summarize.facts.collect import Facts, collect_facts, mark_superseded, unique, unique_keep_last
 
 # the same failure items (tool, outcome, command, error line; 240 characters) and cap as the extractive summary
 from ctxkeep.summarize.facts.runs import MAX_FAILURES, failure_item
@@ -36,6 +36,7 @@ from ctxkeep.summarize.sections.markdown import (
     unfenced,
     unquote,
 )
+from ctxkeep.summarize.verbatim import listed_lines
 
 RULE_SECTIONS = ("Session Startup", "Red Lines")
 # The model's text keeps at least this much room (or all it needs, when less): its six headings and an omission
@@ -75,7 +76,15 @@ class _Uncut:
         return "\n".join([*self.notes, *self.failures, *self.stated, *self.rules.values()])
 
 
-def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None, notes: Sequence[str] = ()) -> str:
+def augment(
+    text: str,
+    request: SummaryRequest,
+    *,
+    agents_md: str | None = None,
+    notes: Sequence[str] = (),
+    carried: str = "",
+    recovered: Sequence[str] = (),
+) -> str:
     """The model's summary `text` fitted to ``request.max_chars`` with the appended parts.
 
     The identifiers are all those `collect_facts` ranks (no cap) and those of the previous summary's
@@ -83,7 +92,10 @@ def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None,
     identifiers subsection, the last of Critical Context. The file lists merge the previous summary's.
 
     `notes` are items the summary must carry whole (the parts of the history the model could not
-    summarize, say). Raises ValueError when the notes, tool failures and AGENTS.md rules alone leave
+    summarize, say). `carried` is the verbatim part appended after all of it: a rule the user wrote
+    as a list item there is not stated again; `recovered` are the rules of the user's messages the
+    previous summary carried verbatim (`verbatim.carried_rules`), stated when the model's text lacks
+    them and they are no longer carried. Raises ValueError when the notes, tool failures and AGENTS.md rules alone leave
     the model's text too little room.
     """
     if isinstance(notes, str) or not all(isinstance(n, str) for n in notes):
@@ -98,7 +110,12 @@ def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None,
         notes=tuple(notes),
         failures=_failure_items(facts, language, room=request.max_chars // 5),
         rules=agents_rules(agents_md) if agents_md is not None else {},
-        stated=_stated(facts.constraints, text, room=request.max_chars // 10),
+        stated=_stated(
+            mark_superseded(unique_keep_last([*recovered, *facts.constraints])),
+            text,
+            room=request.max_chars // 10,
+            said=listed_lines(carried),
+        ),
     )
     whole = uncut.text()  # what these name needs no listing
     listed = set(read) | set(modified)
@@ -124,10 +141,11 @@ def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None,
         slack += len(out) - request.max_chars
 
 
-def _stated(rules: Sequence[str], text: str, *, room: int) -> tuple[str, ...]:
-    """The user's rules `text` lacks verbatim, newest first while they fit `room`, in the order stated."""
+def _stated(rules: Sequence[str], text: str, *, room: int, said: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The user's rules `text` lacks verbatim and the verbatim part does not list (`said`), newest first while
+    they fit `room`, in the order stated."""
     kept: list[str] = []
-    for rule in reversed([r for r in rules if r not in text]):
+    for rule in reversed([r for r in rules if r not in text and r not in said]):
         if sum(len(r) + 3 for r in kept) + len(rule) + 3 > room:
             break
         kept.append(rule)
@@ -138,10 +156,12 @@ def _failure_items(facts: Facts, language: Language, *, room: int) -> tuple[str,
     """Every failed call: the first `MAX_FAILURES` (newest, unresolved first) with their error lines, the
     others as their command or file alone, while they fit `room` characters; a note counts the rest."""
     failures = facts.failures
-    items = [failure_item(r, facts.resolved(r), language) for r in failures[:MAX_FAILURES]]
+    items = unique(failure_item(r, facts.resolved(r), language) for r in failures[:MAX_FAILURES])
     used = sum(len(i) + 3 for i in items)
     for k, run in enumerate(failures[MAX_FAILURES:]):
         item = failure_item(replace(run, error_line=""), facts.resolved(run), language)
+        if item in items:  # the same call failing the same way again: said once
+            continue
         if used + len(item) + 3 > room:
             items.append(_MORE_FAILURES[language].format(n=len(failures) - MAX_FAILURES - k))
             break

@@ -37,7 +37,7 @@ from ctxkeep.summarize.model.prompts import Prompt, merge_prompt, render_message
 from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
 from ctxkeep.summarize.sections import structured
 from ctxkeep.summarize.sections.markdown import missing_sections
-from ctxkeep.summarize.verbatim import carried, host_summary, render_carried, split_carried
+from ctxkeep.summarize.verbatim import carried, carried_rules, host_summary, render_carried, split_carried
 from ctxkeep.tokens import Counter, get_counter
 
 # Feedback from the audit goes into the prompt too: a few reasons, a few identifiers each.
@@ -114,7 +114,7 @@ class ModelSummarizer:
         room = request.max_chars - len(appendix)
         inner = dataclasses.replace(request, previous=previous, max_chars=max(MIN_SUMMARY_CHARS, room))
         try:
-            text = self._summarize(inner, run)
+            text = self._summarize(inner, run, carried=appendix, recovered=carried_rules(request.previous))
             # a cap squeezed below the sections' minimum (the first user message keeps its floor anyway)
             return (
                 text if len(text) <= room else fit_text(text, max_chars=room, language=resolve_language(inner))
@@ -122,7 +122,7 @@ class ModelSummarizer:
         finally:
             self.last_run = run.frozen()
 
-    def _summarize(self, request: SummaryRequest, run: _Run) -> str:
+    def _summarize(self, request: SummaryRequest, run: _Run, *, carried: str, recovered: Sequence[str]) -> str:
         language = resolve_language(request)
         request = dataclasses.replace(request, language=language)  # every part in the same language
         run.language = language
@@ -165,7 +165,14 @@ class ModelSummarizer:
             gaps = tuple(run.gaps)
             text = self._final(lambda fb: merge_prompt(partials, request, gaps=gaps, feedback=fb), facts, language, run)
         try:
-            out = augment(text, augmented, agents_md=settings.agents_md, notes=tuple(run.gaps))
+            out = augment(
+                text,
+                augmented,
+                agents_md=settings.agents_md,
+                notes=tuple(run.gaps),
+                carried=carried,
+                recovered=recovered,
+            )
         except ValueError as exc:
             raise SummaryError(str(exc), request=run.request, response=run.response) from exc
         run.identifiers = len(facts.identifiers)
