@@ -84,6 +84,7 @@ def augment(
     notes: Sequence[str] = (),
     carried: str = "",
     recovered: Sequence[str] = (),
+    max_chars: int | None = None,
 ) -> str:
     """The model's summary `text` fitted to ``request.max_chars`` with the appended parts.
 
@@ -95,12 +96,15 @@ def augment(
     summarize, say). `carried` is the verbatim part appended after all of it: a rule the user wrote
     as a list item there is not stated again; `recovered` are the rules of the user's messages the
     previous summary carried verbatim (`verbatim.carried_rules`), stated when the model's text lacks
-    them and they are no longer carried. Raises ValueError when the notes, tool failures and AGENTS.md rules alone leave
-    the model's text too little room.
+    them and they are no longer carried. `max_chars` (default ``request.max_chars``) is the size to fit
+    when the cap leaves the summary less than a request may ask for (the verbatim parts took the
+    rest). Raises ValueError when the notes, tool failures and AGENTS.md rules alone leave the
+    model's text too little room.
     """
     if isinstance(notes, str) or not all(isinstance(n, str) for n in notes):
         raise TypeError(f"notes must be a sequence of texts, got {notes!r}")
     language = resolve_language(request)
+    limit = request.max_chars if max_chars is None else max_chars
     # every identifier, not the built-in summarizer's first 300: the list's note counts those it cannot fit
     facts = collect_facts(request.messages, identifier_limit=None, originals=request.originals)
     old = _previous_lists(request.previous)
@@ -108,12 +112,12 @@ def augment(
     read = [p for p in unique([*facts.files_read, *old["files_read"]]) if p not in set(modified)]
     uncut = _Uncut(
         notes=tuple(notes),
-        failures=_failure_items(facts, language, room=request.max_chars // 5),
+        failures=_failure_items(facts, language, room=limit // 5),
         rules=agents_rules(agents_md) if agents_md is not None else {},
         stated=_stated(
             mark_superseded(unique_keep_last([*recovered, *facts.constraints])),
             text,
-            room=request.max_chars // 10,
+            room=limit // 10,
             said=listed_lines(carried),
         ),
     )
@@ -125,7 +129,7 @@ def augment(
     missing = [i for i in ranked if i not in text]
     slack = 0  # what moving the model's sections around added beyond the estimate
     while True:
-        room = request.max_chars - slack
+        room = limit - slack
         full: _Lists = (missing, read, modified)
         kept = _shrink(full, uncut, room=room, floor=min(MODEL_FLOOR_CHARS, len(text)), language=language)
         budget = room - _appended_len(full, kept, uncut, language)
@@ -136,9 +140,9 @@ def augment(
             missing = [i for i in ranked if i in absent or i in cut]
             continue
         out = _assemble(fitted, full, kept, uncut, language)
-        if len(out) <= request.max_chars:
+        if len(out) <= limit:
             return out
-        slack += len(out) - request.max_chars
+        slack += len(out) - limit
 
 
 def _stated(rules: Sequence[str], text: str, *, room: int, said: frozenset[str] = frozenset()) -> tuple[str, ...]:

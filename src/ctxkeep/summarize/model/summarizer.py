@@ -23,6 +23,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ctxkeep.errors import ProviderError, SummaryError
@@ -114,7 +115,9 @@ class ModelSummarizer:
         room = request.max_chars - len(appendix)
         inner = dataclasses.replace(request, previous=previous, max_chars=max(MIN_SUMMARY_CHARS, room))
         try:
-            text = self._summarize(inner, run, carried=appendix, recovered=carried_rules(request.previous))
+            text = self._summarize(
+                inner, run, carried=appendix, recovered=carried_rules(request.previous), room=max(1, room)
+            )
             # a cap squeezed below the sections' minimum (the first user message keeps its floor anyway)
             return (
                 text if len(text) <= room else fit_text(text, max_chars=room, language=resolve_language(inner))
@@ -122,7 +125,9 @@ class ModelSummarizer:
         finally:
             self.last_run = run.frozen()
 
-    def _summarize(self, request: SummaryRequest, run: _Run, *, carried: str, recovered: Sequence[str]) -> str:
+    def _summarize(
+        self, request: SummaryRequest, run: _Run, *, carried: str, recovered: Sequence[str], room: int
+    ) -> str:
         language = resolve_language(request)
         request = dataclasses.replace(request, language=language)  # every part in the same language
         run.language = language
@@ -165,14 +170,13 @@ class ModelSummarizer:
             gaps = tuple(run.gaps)
             text = self._final(lambda fb: merge_prompt(partials, request, gaps=gaps, feedback=fb), facts, language, run)
         try:
-            out = augment(
-                text,
-                augmented,
-                agents_md=settings.agents_md,
-                notes=tuple(run.gaps),
-                carried=carried,
-                recovered=recovered,
+            fit = partial(
+                augment, text, augmented, agents_md=settings.agents_md, notes=tuple(run.gaps), carried=carried
             )
+            try:  # within the room the verbatim parts leave, so its notes count what it drops
+                out = fit(recovered=recovered, max_chars=min(room, request.max_chars))
+            except ValueError:  # its fixed parts need more: fitted to the request's size, then cut (summarize)
+                out = fit(recovered=recovered)
         except ValueError as exc:
             raise SummaryError(str(exc), request=run.request, response=run.response) from exc
         run.identifiers = len(facts.identifiers)
