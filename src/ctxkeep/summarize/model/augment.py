@@ -131,7 +131,9 @@ def augment(
     while True:
         room = limit - slack
         full: _Lists = (missing, read, modified)
-        kept = _shrink(full, uncut, room=room, floor=min(MODEL_FLOOR_CHARS, len(text)), language=language)
+        # the model's text keeps at least MODEL_FLOOR_CHARS, or a third of a squeezed size (its headings fit)
+        floor = min(MODEL_FLOOR_CHARS, len(text), limit // 3)
+        kept = _shrink(full, uncut, room=room, floor=floor, language=language)
         budget = room - _appended_len(full, kept, uncut, language)
         fitted = fit_text(text, max_chars=budget, language=language)
         absent = set(missing)
