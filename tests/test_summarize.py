@@ -686,9 +686,12 @@ def test_done_keeps_the_newest_items_when_long_commands_fill_critical_context() 
         commands = section(s, "Critical Context", "Commands run")
         if any(omitted_count(c) is not None for c in commands + done):
             assert "```" not in split_carried(s)[0]  # the heredocs were shortened before anything was dropped whole
-        for i in range(3, 80, 10):  # each failing command keeps its identifying part and its file
+        for i in range(3, 80, 10):  # each failing command stays whole, or keeps its identifying part and its file
             head = f"cat > /srv/app/fixtures/service_{i:02}.json <<'EOF'"
-            assert [c for c in commands if c.startswith(f"`{head}` … [") and c.endswith("(exit 1)")], i
+            whole = [c for c in commands if f"\n{head}\n" in c and c.split("\n", 1)[0].endswith("(exit 1)")]
+            assert whole or [c for c in commands if c.startswith(f"`{head}` … [") and c.endswith("(exit 1)")], i
+        ok = [c for c in commands if c.endswith("(exit 0)")]  # the successful ones would repeat "EOF": short form
+        assert ok and all("more characters; see the archive" in c for c in ok[1:])
         modified = section(s, "Critical Context", "Files modified")
         assert len(modified) == 80 and modified[0] == "`/srv/app/fixtures/service_79.json`"
 

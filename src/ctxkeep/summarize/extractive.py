@@ -69,6 +69,7 @@ _MAX_COMMAND_CHARS = 2_000
 _LONGITEM_CHARS = 300  # an item longer than this (or of several lines) has a short form for tight room
 _NAMES_CHARS = 160  # identifiers named in the cut-off part of a shortened command
 _ASK_CHARS = 200
+_LABEL_CHARS = 60  # of a multi-line command's first line, named above its fence
 _TASK_CHARS = 80  # of the ask that heads a task's Done item
 _LAST_KEPT = 3  # the newest files modified and failing commands that outlast the others of both
 _TASK_FILES = 5  # files a task's Done item names (the newest); Files modified lists them all
@@ -245,26 +246,37 @@ def _command_item(command: str, outcomes: Sequence[str]) -> str:
         return f"{code_span(command)} {ending}"
     longest = max((len(run) for run in re.findall(r"`+", command)), default=0)
     fence = "`" * max(3, longest + 1)
-    return f"{ending}\n{fence}\n{command}\n{fence}"
+    # its first line named above the fence, so two multi-line commands never share an item line
+    first = clip(command.split("\n", 1)[0].strip(), _LABEL_CHARS)
+    return f"{code_span(first)} {ending}\n{fence}\n{command}\n{fence}"
 
 
 def _commands_once(commands: Sequence[tuple[str, str]], language: Language) -> list[str]:
-    """The items of Commands run (newest first), a multi-line command whose lines a newer one already shows
-    (all but its last: a commit retried with the same message, a script run again) in its short form: its
-    `command_head` and how many characters the archive has beyond it, with its outcomes."""
+    """The items of Commands run (newest first), a multi-line command that would repeat lines a newer one
+    already shows in its short form: its `command_head` and how many characters the archive has beyond it,
+    with its outcomes. A failing one when it repeats all its lines but the last (a commit retried with the
+    same message, a script run again); a successful one when it repeats any (a heredoc's terminator, a
+    commit's trailer: what it did is in Done, its text in the archive)."""
     shown: set[str] = set()
     items: list[str] = []
     for command, item in commands:
         body = [line.strip() for line in command.splitlines()[1:] if line.strip()]
         # every line but the last, which a retry often changes (`)"` then `)" && git push`)
-        if "\n" in item and body and all(line in shown for line in body[:-1] or body):
+        repeats = all(line in shown for line in body[:-1] or body)
+        if "\n" in item and body and (repeats or (not _failed_command(item) and any(b in shown for b in body))):
             head = command_head(command)
             more = phrase("truncated", language, n=len(command.strip()) - len(head))
-            item = f"{code_span(head)} … {more} {item.split(chr(10), 1)[0]}"
-        else:
+            item = f"{code_span(head)} … {more} {_outcomes(item)}"
+        elif "\n" in item:
             shown.update(line.strip() for line in command.splitlines())
         items.append(item)
     return items
+
+
+def _outcomes(item: str) -> str:
+    """The outcomes an item of Commands run ends its first line with: "(exit 1 → ok)"."""
+    first = item.split("\n", 1)[0]
+    return first[first.rindex("(") :] if "(" in first else ""
 
 
 def _command_of_item(item: str) -> str | None:
@@ -604,7 +616,7 @@ def _short_command(item: str, language: Language) -> str:
         return item
     lines = item.split("\n")
     if len(lines) >= 3 and re.fullmatch(r"`{3,}|~{3,}", lines[1].strip()):
-        ending = lines[0].strip()  # "(exit 1)" above a fenced command
+        ending = _outcomes(item)  # "(exit 1)" above a fenced command
     else:
         span = re.match(r"(`+).+?\1", item)
         ending = lines[0][span.end() :].strip() if span else ""  # "`command` (exit 1)"
