@@ -449,3 +449,16 @@ def test_at_a_squeezed_cap_every_identifier_is_in_the_summary_or_counted_by_its_
     absent = [i for i in collect_facts(messages, identifier_limit=None).identifiers if i not in summary]
     counted = [int(n) for n in re.findall(r"\((\d+) more identifiers in the archive\)", summary)]
     assert absent and sum(counted) >= len(absent)  # dropped for room, never silently
+
+
+def test_an_identifier_the_model_listed_in_two_subsections_is_listed_once() -> None:
+    from ctxkeep.summarize.model.augment import augment
+
+    reply = (
+        "## Goal\n- Port it\n\n## Constraints & Preferences\n- (none)\n\n## Progress\n### Done\n- (none)\n"
+        "### Exact identifiers\n- `ThinkingLevel`\n\n## Key Decisions\n- (none)\n\n## Next Steps\n- (none)\n\n"
+        "## Critical Context\n### Exact identifiers\n- `ThinkingLevel`\n- `AgentSession`\n"
+    )
+    request = SummaryRequest(messages=(Message.of("user", "Port ThinkingLevel into AgentSession."),))
+    out = augment(reply, request)
+    assert out.count("- `ThinkingLevel`") == 1 and "- `AgentSession`" in out and missing_sections(out) == []

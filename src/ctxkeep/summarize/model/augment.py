@@ -344,6 +344,7 @@ def _insert_identifiers(text: str, items: str, language: Language) -> str:
     else:
         heading = lines[own[0][0]] if own else f"### {PHRASES['identifiers'][language]}"
         body = [line for a, b in own for line in _trimmed(lines[a + 1 : b])] + items.splitlines()
+        body = _items_once(body)  # an item the model wrote in two of its subsections is listed once
         subsection = [heading, *_without_placeholders(body)]
     # a subsection moved out of the end of a section leaves the blank line before the next section
     ends_section = {at for at, level, _ in heads if level == 2}
@@ -357,6 +358,18 @@ def _insert_identifiers(text: str, items: str, language: Language) -> str:
     section = _trimmed([line for j, line in enumerate(lines[a:b], start=a) if j not in moved])
     rest = _trimmed([*_trimmed(before), "", *after]) if before and after else _trimmed(before or after)
     return "\n".join([*rest, "", *section, *subsection] if rest else [*section, *subsection]) + "\n"
+
+
+def _items_once(lines: Sequence[str]) -> list[str]:
+    """`lines` without a one-line list item ("- ...") that an earlier line already is."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for line in lines:
+        if line.startswith("- ") and line in seen:
+            continue
+        seen.add(line)
+        out.append(line)
+    return out
 
 
 def _without_lines(text: str, drop: set[str]) -> str:
