@@ -183,3 +183,12 @@ def test_a_session_quotes_the_error_from_the_end_of_the_saved_original(tmp_path:
         summary = session.summary or ""
     assert "FAILED tests/test_pay.py::test_refund - AssertionError: 300 != 250" in summary
     assert "`pytest -q tests/test_pay.py`" in summary
+
+
+def test_a_store_reads_only_the_originals_ctxkeep_names(tmp_path: Path) -> None:
+    folder = LocalFolder(tmp_path / "ws")
+    name = "tool_result/0b6e3c39-1c2d-5e4f-8a9b-0c1d2e3f4a5b.txt"
+    folder.save_original(name, b"the end")
+    assert folder.read_original(name) == b"the end"
+    for other in ("tool_result/../state.json", "state.json", "tool_result/notes.txt", "tool_result/x/../../a"):
+        assert folder.read_original(other) is None

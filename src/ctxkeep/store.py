@@ -239,7 +239,9 @@ class FileStore:
         self.write(name, data)
 
     def read_original(self: Folder, name: str) -> bytes | None:
-        return self.read(name) if name.startswith(f"{TOOL_RESULT_DIR}/") else None
+        # only a name ctxkeep gives (a record in an imported message may say anything)
+        folder, _, base = name.partition("/")
+        return self.read(name) if folder == TOOL_RESULT_DIR and ORIGINAL_NAME.fullmatch(base) else None
 
     def originals(self: Folder) -> list[FileInfo]:
         return self.list(f"{TOOL_RESULT_DIR}/")
