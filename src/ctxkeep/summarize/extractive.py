@@ -18,6 +18,7 @@ from functools import partial
 
 from ctxkeep.summarize.facts.collect import (
     GOAL_CHARS,
+    SUPERSEDED,
     MAX_DECISIONS,
     MAX_IDENTIFIERS,
     MAX_NEXT,
@@ -459,7 +460,8 @@ def _said_once(draft: _Draft, appendix: str) -> _Draft:
     """
     lines = listed_lines(appendix)
     rules = [c for c in draft.constraints if c not in lines]
-    rules = [c for c in rules if not any(c != o and c in o for o in rules)]
+    # a rule another one contains says nothing more (a superseded statement contains its rule: not that)
+    rules = [c for c in rules if not any(c != o and c in o and not o.endswith(SUPERSEDED) for o in rules)]
     listed = set(draft.constraints)
     last = len(draft.goal) - 1 if draft.has_latest else len(draft.goal)
     draft.goal = [g for j, g in enumerate(draft.goal) if j == 0 or j >= last or g not in listed]
