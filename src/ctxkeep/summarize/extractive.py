@@ -18,10 +18,10 @@ from functools import partial
 
 from ctxkeep.summarize.facts.collect import (
     GOAL_CHARS,
-    SUPERSEDED,
     MAX_DECISIONS,
     MAX_IDENTIFIERS,
     MAX_NEXT,
+    SUPERSEDED,
     Facts,
     collect_facts,
     is_intent,
