@@ -196,7 +196,10 @@ def prepare(
     else:
         began = time.perf_counter()
         # the summarizer reads no file: it gets the end of each offloaded output's saved original here
-        decision = replace(decision, request=with_originals(decision.request, setup.store.read_original))
+        # (`read_original` is optional for a store: one without it leaves the kept heads alone)
+        read = getattr(setup.store, "read_original", None)
+        if callable(read):
+            decision = replace(decision, request=with_originals(decision.request, read))
         summary = _summarize(setup.summarizer, decision.request)
         usage = usage_of(setup.summarizer, seconds=time.perf_counter() - began)
         if isinstance(summary, Failure):

@@ -146,10 +146,6 @@ class Store(Protocol):
         """Keep an offloaded result's full text."""
         ...
 
-    def read_original(self, name: str) -> bytes | None:
-        """A kept original's full text, or None when it is not kept (removed by retention, never saved)."""
-        ...
-
     def originals(self) -> list[FileInfo]:
         """The kept originals, with their sizes and ages."""
         ...
@@ -239,6 +235,11 @@ class FileStore:
         self.write(name, data)
 
     def read_original(self: Folder, name: str) -> bytes | None:
+        """A kept original's full text, or None when it is not kept (removed by retention, never saved).
+
+        Optional for a `Store` (the engine asks for it with getattr, so stores written before it keep
+        working): without it a summary judges an offloaded output by the head it keeps.
+        """
         # only a name ctxkeep gives (a record in an imported message may say anything)
         folder, _, base = name.partition("/")
         return self.read(name) if folder == TOOL_RESULT_DIR and ORIGINAL_NAME.fullmatch(base) else None

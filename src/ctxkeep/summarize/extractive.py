@@ -131,13 +131,13 @@ class ExtractiveSummarizer:
             low = item.lower()
             return any(t in low for t in terms)
 
+        room = request.max_chars - len(appendix)
         fitted = fit_sections(
-            sections,
-            max_chars=request.max_chars - len(appendix),
-            plan=plan,
-            language=language,
-            protect=protect if terms else None,
+            sections, max_chars=room, plan=plan, language=language, protect=protect if terms else None
         )
+        named = _distinct_notes(fitted, language)
+        if len(render_sections(named, language=language)) <= room:  # naming the list costs a few characters
+            fitted = named
         return render_sections(fitted, language=language) + appendix
 
 
@@ -255,16 +255,16 @@ def _command_item(command: str, outcomes: Sequence[str]) -> str:
 def _commands_once(commands: Sequence[tuple[str, str]], language: Language) -> list[str]:
     """The items of Commands run (newest first), a multi-line command that would repeat lines a newer one
     already shows in its short form: its `command_head` and how many characters the archive has beyond it,
-    with its outcomes. A failing one when it repeats all its lines but the last (a commit retried with the
-    same message, a script run again); a successful one when it repeats any (a heredoc's terminator, a
-    commit's trailer: what it did is in Done, its text in the archive)."""
+    with its outcomes. A failing one when it repeats half its lines or more (a commit retried with the same
+    message, a script run again with a line changed); a successful one when it repeats any (a heredoc's
+    terminator, a commit's trailer: what it did is in Done, its text in the archive)."""
     shown: set[str] = set()
     items: list[str] = []
     for command, item in commands:
         body = [line.strip() for line in command.splitlines()[1:] if line.strip()]
-        # every line but the last, which a retry often changes (`)"` then `)" && git push`)
-        repeats = all(line in shown for line in body[:-1] or body)
-        if "\n" in item and body and (repeats or (not _failed_command(item) and any(b in shown for b in body))):
+        repeats = sum(line in shown for line in body)
+        failing = _failed_command(item)
+        if "\n" in item and body and repeats and (not failing or 2 * repeats >= len(body)):
             head = command_head(command)
             more = phrase("truncated", language, n=len(command.strip()) - len(head))
             item = f"{code_span(head)} … {more} {_outcomes(item)}"
@@ -439,6 +439,24 @@ def _merge(old: _Draft, new: _Draft, facts: Facts, language: Language) -> _Draft
     merged.identifiers = _identifiers(identifiers, merged.files_modified + merged.files_read)
     merged.omitted = dict(old.omitted)
     return merged
+
+
+def _distinct_notes(sections: Sections, language: Language) -> Sections:
+    """`sections` with an omission note that reads the same as an earlier list's naming its own list."""
+    seen: set[str] = set()
+    out: Sections = {}
+    for title, subs in sections.items():
+        out[title] = {}
+        for sub, items in subs.items():
+            kept = []
+            for item in items:
+                count = omitted_count(item)
+                if count is not None and item in seen:
+                    item = omission_note(count, language, where=sub or title)
+                seen.add(item)
+                kept.append(item)
+            out[title][sub] = kept
+    return out
 
 
 def _with_recovered_rules(draft: _Draft, previous: str) -> _Draft:
