@@ -1,6 +1,6 @@
 """What the summaries keep: files, failing commands and identifiers of the compacted messages, over real sessions.
 
-Run: .venv/bin/python bench/bench_summary.py [--windows 128000,32000] [--transcripts NAME,NAME]
+Run: .venv/bin/python bench/bench_summary.py [--windows 128000,32000] [--transcripts NAME,NAME] [--repeated N]
          [--summarizer extractive|deterministic|smollm2 | --model SPEC [--base-url URL] [--model-window N]]
 
 Every conversation of every shared transcript (or of those whose file name contains one of the
@@ -22,8 +22,9 @@ At each compaction, from the messages it archived:
 
     files   file paths of the tool calls: path arguments (`PATH_KEYS`), edit tools and patches, the
             files of ``cat``/``sed``/redirections in commands (`ctxkeep.summarize.facts.runs.tool_run`)
-    fails   failing shell commands (an error result or a non-zero exit code), their command text;
-            a call that never ran ("Sibling tool call errored") is not one
+    fails   failing shell commands (an error result or a non-zero exit code, or, for an unflagged result,
+            the end of its text, read from the saved original when it was offloaded), their command
+            text; a call that never ran ("Sibling tool call errored") is not one
     ids     exact identifiers (`extract_identifiers`) of user and assistant text and of the string
             values of tool-call arguments; not of tool results
     strict  the identifiers `collect_facts(archived, identifier_limit=None).identifiers`: those the
@@ -60,7 +61,7 @@ user-typed message, the typed messages that fit the user budget newest first (`b
 first message and the headings), and each standing-instruction block (each kind once, its newest
 version; whole, or head and tail). Targets: 100% of each. Also the summary's size (median, max) and
 the share of its characters on lines that repeat an earlier line (headings, fences and "(none)" left
-out); target 0.
+out); target 0. `--repeated N` prints the N lines that repeated most often, to see what says things twice.
 
 Also: the median and max time of one call of the extractive summarizer, and of the whole compaction.
 For model summarizers, per summarize call (failed ones included): model calls, parts the history
@@ -79,7 +80,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,7 +95,7 @@ from ctxkeep.providers.deterministic import DeterministicModel
 from ctxkeep.replay import turns
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, ModelSummarySettings
-from ctxkeep.summarize import Summarizer, SummaryRequest
+from ctxkeep.summarize import Summarizer, SummaryRequest, with_originals
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
 from ctxkeep.summarize.facts.collect import collect_facts
 from ctxkeep.summarize.facts.identifiers import extract_identifiers
@@ -194,6 +195,7 @@ class Tally:
     verbatim: dict[str, int] = field(default_factory=lambda: dict.fromkeys(VERBATIM, 0))
     sizes: list[int] = field(default_factory=list)  # characters of each summary right after its compaction
     duplicated: int = 0  # characters of those summaries on lines that repeat an earlier line
+    repeated: Counter[str] = field(default_factory=Counter)  # those lines, with how often they repeated
 
     def add(self, other: Tally) -> None:
         for k in KINDS:
@@ -211,15 +213,20 @@ class Tally:
             self.verbatim[k] += other.verbatim[k]
         self.sizes += other.sizes
         self.duplicated += other.duplicated
+        self.repeated.update(other.repeated)
 
 
-def runs_of(archived: tuple[Message, ...]) -> list[ToolRun]:
+def runs_of(archived: tuple[Message, ...], originals: Mapping[str, str]) -> list[ToolRun]:
     results: dict[str, ToolResult] = {}
     for msg in archived:
         result = msg.tool_result
         if result is not None:
             results.setdefault(result.call_id, result)
-    return [tool_run(call, results.get(call.id), i) for i, msg in enumerate(archived) for call in msg.tool_calls]
+    return [
+        tool_run(call, results.get(call.id), i, originals=originals)
+        for i, msg in enumerate(archived)
+        for call in msg.tool_calls
+    ]
 
 
 def strings(value: Any) -> Iterator[str]:
@@ -234,14 +241,15 @@ def strings(value: Any) -> Iterator[str]:
             yield from strings(item)
 
 
-def archived_items(archived: tuple[Message, ...]) -> Items:
-    """Files, failing commands, identifiers and strict identifiers of the messages a compaction archived."""
-    runs = runs_of(archived)
+def archived_items(archived: tuple[Message, ...], originals: Mapping[str, str]) -> Items:
+    """Files, failing commands, identifiers and strict identifiers of the messages a compaction archived;
+    `originals` the end of each offloaded output's saved original, as the summarizer gets them."""
+    runs = runs_of(archived, originals)
     files = list(dict.fromkeys(p for r in runs for p in (*r.paths_read, *r.paths_modified)))
     fails = list(dict.fromkeys(r.command for r in runs if r.kind == "shell" and r.failed and r.command))
     texts = [m.text for m in archived if m.role in ("user", "assistant")]
     texts += [s for m in archived for call in m.tool_calls for s in strings(call.input())]
-    strict = list(collect_facts(archived, identifier_limit=None).identifiers)
+    strict = list(collect_facts(archived, identifier_limit=None, originals=originals).identifiers)
     return files, fails, extract_identifiers(texts), strict
 
 
@@ -293,7 +301,8 @@ def replay(
                 continue
             tally.compactions += 1
             tally.compaction_s.append(step.compaction.seconds)
-            items = archived_items(step.archived)
+            originals = with_originals(SummaryRequest(messages=step.archived), session.store.read_original).originals
+            items = archived_items(step.archived, originals)
             pending.append(items)
             summary = session.summary or ""
             count(tally, items, summary, tally.now, "whole_now")
@@ -355,22 +364,24 @@ def count_verbatim(tally: Tally, so_far: Carried, summary: str, max_chars: int) 
         v["instr_whole"] += whole
         v["instr_cut"] += not whole and kept_cut(block, summary)
     tally.sizes.append(len(summary))
-    tally.duplicated += duplicated_chars(summary)
+    lines = repeated_lines(summary)
+    tally.duplicated += sum(len(line) for line in lines)
+    tally.repeated.update(line.strip() for line in lines)
 
 
-def duplicated_chars(summary: str) -> int:
-    """Characters on lines of `summary` that repeat an earlier line word for word (headings, fences, "(none)"
-    and blank lines left out): the share of the summary spent saying one thing twice."""
+def repeated_lines(summary: str) -> list[str]:
+    """The lines of `summary` that repeat an earlier line word for word (headings, fences, "(none)" and blank
+    lines left out): their characters are the share of the summary spent saying one thing twice."""
     seen: set[str] = set()
-    total = 0
+    out: list[str] = []
     for line in summary.splitlines():
         bare = line.strip()
         if not bare or bare.startswith("#") or set(bare) <= set("`~") or bare in ("- (none)", "- （无）"):
             continue
         if bare in seen:
-            total += len(line)
+            out.append(line)
         seen.add(bare)
-    return total
+    return out
 
 
 def count(tally: Tally, items: Items, summary: str, kept: dict[str, int], whole: str) -> None:
@@ -416,7 +427,9 @@ def select(names: Sequence[str]) -> list[Path]:
     return [p for p in files if any(n in p.name for n in names)]
 
 
-def shared(windows: list[int], names: Sequence[str], label: str, make: Callable[[], Summarizer]) -> None:
+def shared(
+    windows: list[int], names: Sequence[str], label: str, make: Callable[[], Summarizer], repeated: int = 0
+) -> None:
     files = select(names)
     if not files:
         print(f"no shared transcripts at {RAW}; nothing to measure (the summaries need real sessions)")
@@ -461,6 +474,9 @@ def shared(windows: list[int], names: Sequence[str], label: str, make: Callable[
     print()
     for w, t in totals.items():
         print_totals(w, t, label)
+        if repeated and t.repeated:
+            print(f"  the {min(repeated, len(t.repeated))} lines repeated most often (times repeated × line):")
+            print_repeated(t, repeated)
 
 
 def print_totals(window: int, t: Tally, label: str) -> None:
@@ -510,6 +526,12 @@ def print_totals(window: int, t: Tally, label: str) -> None:
     )
     for reason, n in Counter(c.reason for c in t.calls if not c.ok).most_common(3):
         print(f"    {n} × {reason[:200]}")
+
+
+def print_repeated(t: Tally, n: int) -> None:
+    """The `n` lines that repeated most often in the summaries right after each compaction."""
+    for line, times in t.repeated.most_common(n):
+        print(f"    {times:>4} × {line[:110]}")
 
 
 def print_verbatim(t: Tally) -> None:
@@ -562,6 +584,7 @@ def main() -> None:
     parser.add_argument("--base-url", help="the --model's server")
     parser.add_argument("--model-window", type=int, help=f"the --model's window, tokens (default {WINDOW:,})")
     parser.add_argument("--reply-format", choices=("markdown", "json"), default="markdown", help="for --model")
+    parser.add_argument("--repeated", type=int, default=0, metavar="N", help="print the N most repeated lines")
     args = parser.parse_args()
     # warnings of each summary failing the audit and each failed compaction: the totals count them instead
     logging.getLogger("ctxkeep").setLevel(logging.ERROR)
@@ -581,7 +604,7 @@ def main() -> None:
             settings = ModelSummarySettings(window=args.model_window or WINDOW, reply_format=reply_format)
         except ValueError as exc:
             parser.error(f"--model-window: {exc}")
-        shared(windows, names, args.model, lambda: ModelSummarizer(model, settings=settings))
+        shared(windows, names, args.model, lambda: ModelSummarizer(model, settings=settings), args.repeated)
     elif args.summarizer == "deterministic":
         shared(
             windows,
@@ -590,6 +613,7 @@ def main() -> None:
             lambda: ModelSummarizer(
                 DeterministicModel(), settings=ModelSummarySettings(window=MODEL_WINDOW, max_tokens=MODEL_MAX_TOKENS)
             ),
+            args.repeated,
         )
     elif args.summarizer == "smollm2":
         with llama_server(MODEL_WINDOW) as url:
@@ -604,9 +628,10 @@ def main() -> None:
                         window=MODEL_WINDOW, max_tokens=MODEL_MAX_TOKENS, retries=1, reply_format="json"
                     ),
                 ),
+                args.repeated,
             )
     else:
-        shared(windows, names, "extractive", ExtractiveSummarizer)
+        shared(windows, names, "extractive", ExtractiveSummarizer, args.repeated)
 
 
 if __name__ == "__main__":

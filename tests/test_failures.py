@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
+from ctxkeep.folder import LocalFolder
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
 from ctxkeep.providers.deterministic import DeterministicModel
+from ctxkeep.session import Session
 from ctxkeep.settings import ModelSummarySettings
-from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, SummaryRequest
+from ctxkeep.store import OFFLOAD_KEY
+from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, SummaryRequest, with_originals
 from ctxkeep.summarize.facts.runs import MAX_FAILURES, failure_item, judged, tool_run
 from ctxkeep.summarize.facts.shell import command_head
+from ctxkeep.summarize.request import ORIGINAL_TAIL_CHARS
 
 
 def bash(cid: str, command: str) -> ToolCall:
@@ -95,3 +102,93 @@ def test_a_flagged_failure_offloaded_to_its_head_points_to_the_saved_end_not_to_
     told = head.replace("test_b PASSED", "E   KeyError: 'x'")
     run = tool_run(bash("c2", "pytest -v"), result("c2", told, is_error=True), 0)
     assert run.error_line == "KeyError: 'x'"  # the head does say what went wrong
+
+
+# --- the error of an offloaded output, from the end of its saved original -------------------------------------
+
+LOG_HEAD = "".join(f"collecting module_{n} ... ok\n" for n in range(4_000))
+LOG_TAIL = "FAILED tests/test_pay.py::test_refund - AssertionError: 300 != 250\n=== 1 failed, 3999 passed in 9.1s ==="
+
+
+def offloaded(cid: str, head: str, name: str) -> ToolResult:
+    """A result whose head alone is kept, as ctxkeep.offload leaves it, with the record naming its saved file."""
+    record = {
+        "file": name,
+        "stage": "recent",
+        "policy": "head",
+        "original_bytes": 200_000,
+        "original_lines": 4_002,
+        "kept_bytes": len(head),
+        "next_line": 40,
+    }
+    notice = f"\n[ctxkeep: output truncated, showing 1,000 of 200,000 bytes; the full output is in {name}, read on]"
+    return ToolResult(call_id=cid, content=head + notice, extra={OFFLOAD_KEY: record})
+
+
+def test_an_offloaded_failure_is_judged_and_quoted_from_the_end_of_its_original() -> None:
+    name = "tool_result/0b6e3c39-1c2d-5e4f-8a9b-0c1d2e3f4a5b.txt"
+    cut = offloaded("c1", LOG_HEAD[:1_000], name)
+    alone = tool_run(bash("c1", "pytest -q"), cut, 0)
+    assert not alone.failed  # its head says nothing: not judged from it
+    run = tool_run(bash("c1", "pytest -q"), cut, 0, originals={name: LOG_HEAD[-500:] + LOG_TAIL})
+    assert run.failed and run.error_line.startswith("FAILED tests/test_pay.py::test_refund")
+    flagged = tool_run(bash("c1", "pytest -q"), replace(cut, is_error=True), 0, originals={name: LOG_TAIL})
+    assert flagged.error_line.startswith("FAILED tests/test_pay.py::test_refund")  # not the head's first line
+
+
+def test_with_originals_reads_the_end_of_each_offloaded_output_once() -> None:
+    name = "tool_result/0b6e3c39-1c2d-5e4f-8a9b-0c1d2e3f4a5b.txt"
+    gone = "tool_result/1b6e3c39-1c2d-5e4f-8a9b-0c1d2e3f4a5b.txt"
+    msgs = (
+        Message(role="assistant", content=(bash("c1", "pytest -q"), bash("c2", "make"))),
+        Message(role="tool", content=(offloaded("c1", "head", name),)),
+        Message(role="tool", content=(offloaded("c2", "head", gone),)),
+    )
+    asked: list[str] = []
+
+    def read(file: str) -> bytes | None:
+        asked.append(file)
+        return (LOG_HEAD + LOG_TAIL).encode() if file == name else None  # `gone` was removed by retention
+
+    request = with_originals(SummaryRequest(messages=msgs), read)
+    assert asked == [name, gone]
+    assert list(request.originals) == [name] and request.originals[name].endswith(LOG_TAIL)
+    assert len(request.originals[name]) == ORIGINAL_TAIL_CHARS
+    with pytest.raises(TypeError):
+        SummaryRequest(messages=msgs, originals={name: b"bytes"})  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize("summarizer", ["extractive", "model"])
+def test_a_session_quotes_the_error_from_the_end_of_the_saved_original(tmp_path: Path, summarizer: str) -> None:
+    made = (
+        ExtractiveSummarizer()
+        if summarizer == "extractive"
+        else ModelSummarizer(DeterministicModel(), settings=ModelSummarySettings(window=8_192, max_tokens=1_024))
+    )
+    output = LOG_HEAD + LOG_TAIL  # no error flag, no exit code: an OpenAI chat tool message
+    msgs = [
+        Message.of("user", "Run the payment tests."),
+        Message(role="assistant", content=(bash("c1", "pytest -q tests/test_pay.py"),)),
+        Message(role="tool", content=(result("c1", output),)),
+        Message.of("assistant", "One test fails."),
+        Message.of("user", "Fix it."),
+    ]
+    with Session(LocalFolder(tmp_path / "ws"), summarizer=made) as session:
+        session.add(msgs)
+        session.prepare()
+        kept = session.messages[2].tool_result
+        assert kept is not None and "FAILED" not in kept.text  # only the head is live: the end was offloaded
+        step = session.compact()
+        assert step.compaction is not None
+        summary = session.summary or ""
+    assert "FAILED tests/test_pay.py::test_refund - AssertionError: 300 != 250" in summary
+    assert "`pytest -q tests/test_pay.py`" in summary
+
+
+def test_a_store_reads_only_the_originals_ctxkeep_names(tmp_path: Path) -> None:
+    folder = LocalFolder(tmp_path / "ws")
+    name = "tool_result/0b6e3c39-1c2d-5e4f-8a9b-0c1d2e3f4a5b.txt"
+    folder.save_original(name, b"the end")
+    assert folder.read_original(name) == b"the end"
+    for other in ("tool_result/../state.json", "state.json", "tool_result/notes.txt", "tool_result/x/../../a"):
+        assert folder.read_original(other) is None

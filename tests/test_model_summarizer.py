@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -428,3 +429,36 @@ def test_engine_keeps_the_context_and_records_the_exchange_when_the_reply_is_inv
     assert step.context.messages == live.messages
     assert step.failure.response == "I cannot summarize this."
     assert step.failure.request is not None and step.failure.request["model"] == "scripted:test"
+
+
+def test_at_a_squeezed_cap_every_identifier_is_in_the_summary_or_counted_by_its_note() -> None:
+    from ctxkeep.providers.deterministic import DeterministicModel
+    from ctxkeep.summarize.facts.collect import collect_facts
+
+    names = [f"WidgetNumber{n}FactoryImplementation" for n in range(150)]
+    messages = (
+        Message.of("user", "Port the widget layer. " + "Context line. " * 80),
+        Message.of("assistant", "I found " + ", ".join(names) + " in the old layer."),
+        Message.of("user", "Keep going."),
+    )
+    settings = ModelSummarySettings(window=8_192, max_tokens=1_024)
+    summary = ModelSummarizer(DeterministicModel(), settings=settings).summarize(
+        SummaryRequest(messages=messages, max_chars=2_000)
+    )
+    assert missing_sections(summary) == []
+    absent = [i for i in collect_facts(messages, identifier_limit=None).identifiers if i not in summary]
+    counted = [int(n) for n in re.findall(r"\((\d+) more identifiers in the archive\)", summary)]
+    assert absent and sum(counted) >= len(absent)  # dropped for room, never silently
+
+
+def test_an_identifier_the_model_listed_in_two_subsections_is_listed_once() -> None:
+    from ctxkeep.summarize.model.augment import augment
+
+    reply = (
+        "## Goal\n- Port it\n\n## Constraints & Preferences\n- (none)\n\n## Progress\n### Done\n- (none)\n"
+        "### Exact identifiers\n- `ThinkingLevel`\n\n## Key Decisions\n- (none)\n\n## Next Steps\n- (none)\n\n"
+        "## Critical Context\n### Exact identifiers\n- `ThinkingLevel`\n- `AgentSession`\n"
+    )
+    request = SummaryRequest(messages=(Message.of("user", "Port ThinkingLevel into AgentSession."),))
+    out = augment(reply, request)
+    assert out.count("- `ThinkingLevel`") == 1 and "- `AgentSession`" in out and missing_sections(out) == []

@@ -81,3 +81,40 @@ def test_a_decision_the_user_turned_down_is_marked_superseded() -> None:
     agreed = [messages[0], messages[1], Message.of("user", "Great, go ahead."), messages[3]]
     summary = ExtractiveSummarizer().summarize(SummaryRequest(messages=tuple(agreed)))
     assert not parse_sections(summary)["Key Decisions"][""][0].endswith(REJECTED)
+
+
+EMPTY_REPLY = "".join(
+    f"## {t}\n- (none)\n\n"
+    for t in ("Goal", "Constraints & Preferences", "Progress", "Key Decisions", "Next Steps", "Critical Context")
+)
+
+
+def test_the_model_summary_states_a_listed_rule_once_and_again_when_its_message_leaves() -> None:
+    settings = ModelSummarySettings(window=8_192, max_tokens=1_024, audit=False, retries=0)
+    model = DeterministicModel()
+    summarizer = ModelSummarizer(model, settings=settings)
+    rule = "never retry more than 3 times"
+    model.enqueue(EMPTY_REPLY)
+    first = summarizer.summarize(
+        SummaryRequest(messages=(Message.of("user", "Port the client."), Message.of("user", f"Also:\n- {rule}")))
+    )
+    assert first.count(rule) == 1  # in the user's message, carried verbatim; not under "Rules the user stated"
+    model.enqueue(EMPTY_REPLY)
+    newer = tuple(Message.of("user", f"Look at module {n}: " + "details " * 120) for n in range(3))
+    second = summarizer.summarize(SummaryRequest(messages=newer, previous=first, max_chars=6_000))
+    assert f"Also:\n- {rule}" not in second and second.count(rule) == 1  # its message left: the rule is stated
+
+
+def test_a_rule_restated_after_it_was_superseded_stays_beside_its_marked_statement() -> None:
+    messages = [
+        Message.of("user", "Book it. The budget cap is $500. Never exceed it."),
+        Message.of("assistant", "Searching."),
+        Message.of("user", "Change of plan: the budget cap is $800. Never exceed it."),
+        Message.of("assistant", "Understood."),
+    ]
+    first = ExtractiveSummarizer().summarize(SummaryRequest(messages=tuple(messages)))
+    back = [Message.of("user", "The budget cap is $500. Never exceed it."), Message.of("assistant", "Ok.")]
+    second = ExtractiveSummarizer().summarize(SummaryRequest(messages=tuple(back), previous=first))
+    rules = parse_sections(second)["Constraints & Preferences"][""]
+    assert rules[-1] == "The budget cap is $500. Never exceed it."  # the newest value, unmarked
+    assert any(r.startswith("Change of plan: the budget cap is $800.") and r.endswith(SUPERSEDED) for r in rules)

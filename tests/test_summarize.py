@@ -156,8 +156,9 @@ def test_english_conversation_items_land_in_their_sections() -> None:
     assert section(s, "Constraints & Preferences") == ["Never push to main.", "Please use pytest -q for every run."]
 
     done = section(s, "Progress", "Done")
-    assert "Modified `/repo/app/routes.py`" in done
-    assert not any("pytest" in d for d in done)  # commands are listed once, under Commands run
+    assert any(d.startswith("For “") and "Modified `routes.py`" in d for d in done)  # grouped by task
+    assert not any("pytest -q" in d for d in done)  # commands are listed once, under Commands run ...
+    assert any("Passed: `pytest`" in d for d in done)  # ... what passed is named
     assert "Fix the /items route" in done  # a completed todo
     assert section(s, "Progress", "In Progress") == [
         "Update the changelog",  # the todo in progress, then what the assistant said it was doing
@@ -217,7 +218,8 @@ def test_chinese_conversation_keeps_identifiers_glued_to_text() -> None:
     assert goal[0] == "请修改/etc/nginx/nginx.conf第3行，把端口改成8080。不要重启生产服务器，必须先在测试环境验证。"
     assert goal[1].startswith("最新请求：端口被占用的话，改用8081")
     assert section(s, "Constraints & Preferences") == ["不要重启生产服务器，必须先在测试环境验证。"]
-    assert section(s, "Progress", "Done") == ["已修改 `/etc/nginx/nginx.conf`"]
+    [done] = section(s, "Progress", "Done")
+    assert done.startswith("针对「请修改/etc/nginx/nginx.conf第3行") and done.endswith("已修改 `nginx.conf`")
     assert section(s, "Progress", "In Progress") == ["接下来我将把端口改为8081，然后重新运行nginx -t验证。"]
     [blocked] = section(s, "Progress", "Blocked")
     assert blocked.startswith("bash (退出码 1): `nginx -t -c /etc/nginx/nginx.conf` — nginx: [emerg] bind()")
@@ -665,7 +667,8 @@ def test_done_keeps_the_newest_items_when_long_commands_fill_critical_context() 
         return text
 
     unbounded = 1_000_000
-    assert len(section(summarize(messages, max_chars=unbounded), "Progress", "Done")) == 80 - 8  # files written
+    [task] = section(summarize(messages, max_chars=unbounded), "Progress", "Done")  # one task: one item
+    assert task.endswith("`service_78.json`, `service_79.json`, and 67 more (see Files modified)")  # file names
     for s, uncut in (
         (summarize(messages), summarize(messages, max_chars=unbounded)),
         (chained(16_000), chained(unbounded)),
@@ -680,11 +683,15 @@ def test_done_keeps_the_newest_items_when_long_commands_fill_critical_context() 
         sizes = section_sizes(s)
         if omitted_count(done[0]) is not None:  # both cut: balanced
             assert sizes["Progress"] <= 0.4 * 16_000 and sizes["Critical Context"] <= 0.4 * 16_000
-        assert "```" not in split_carried(s)[0]  # the heredocs were shortened before anything was dropped whole
         commands = section(s, "Critical Context", "Commands run")
-        for i in range(3, 80, 10):  # each failing command keeps its identifying part and its file
+        if any(omitted_count(c) is not None for c in commands + done):
+            assert "```" not in split_carried(s)[0]  # the heredocs were shortened before anything was dropped whole
+        for i in range(3, 80, 10):  # each failing command stays whole, or keeps its identifying part and its file
             head = f"cat > /srv/app/fixtures/service_{i:02}.json <<'EOF'"
-            assert [c for c in commands if c.startswith(f"`{head}` … [") and c.endswith("(exit 1)")], i
+            whole = [c for c in commands if f"\n{head}\n" in c and c.split("\n", 1)[0].endswith("(exit 1)")]
+            assert whole or [c for c in commands if c.startswith(f"`{head}` … [") and c.endswith("(exit 1)")], i
+        ok = [c for c in commands if c.endswith("(exit 0)")]  # the successful ones would repeat "EOF": short form
+        assert ok and all("more characters; see the archive" in c for c in ok[1:])
         modified = section(s, "Critical Context", "Files modified")
         assert len(modified) == 80 and modified[0] == "`/srv/app/fixtures/service_79.json`"
 
@@ -971,6 +978,8 @@ def _failing_commands(messages: list[Message]) -> list[str]:
         r = m.tool_result
         if r is None or not (r.is_error or (r.exit_code or 0) != 0) or r.call_id not in calls:
             continue
+        if "Sibling tool call errored" in r.text:  # Claude Code: the call never ran, nothing failed
+            continue
         c = calls[r.call_id]
         command = c.input_object().get("command") or c.input_object().get("cmd")
         if _SHELL.search(c.name) and isinstance(command, str) and command.strip():
@@ -1015,3 +1024,82 @@ def _files_of(command: str) -> list[str]:
 def _shortened_in(command: str, text: str) -> bool:
     head = command_head(command)
     return head != command and f"{code_span(head)} … [" in text
+
+
+# --- nothing said twice ----------------------------------------------------------------------------
+
+
+def repeated_lines(summary: str) -> list[str]:
+    """Lines of `summary` that repeat an earlier one (headings, fences, blank lines and "(none)" left out)."""
+    seen: set[str] = set()
+    out = []
+    for line in summary.splitlines():
+        bare = line.strip()
+        if not bare or bare.startswith("#") or set(bare) <= set("`~") or bare == "- (none)":
+            continue
+        if bare in seen:
+            out.append(bare)
+        seen.add(bare)
+    return out
+
+
+def test_a_rule_the_user_wrote_as_a_list_item_is_said_once_and_comes_back_when_its_message_leaves() -> None:
+    task = "Plan the migration.\n- don't produce code, design the solution first\n- keep the public API unchanged"
+    first = summarize([user(task), said("Reading the code.")])
+    assert repeated_lines(first) == []
+    assert "- keep the public API unchanged" in first  # in the user's message, carried verbatim
+    assert "keep the public API unchanged" not in section(first, "Constraints & Preferences")
+    # an ask that is itself a rule is not listed again under Goal
+    later = summarize([user("Go on."), user("- never touch the schema"), said("ok"), user("Now write it.")])
+    assert repeated_lines(later) == [] and "never touch the schema" not in section(later, "Goal")
+    # once the message is no longer carried verbatim (newer ones fill the budget), its rule is back under Constraints
+    rule = "Also:\n- never retry more than 3 times"
+    previous = summarize([user("Start the port."), user(rule), said("Noted.")], max_chars=6_000)
+    assert "never retry more than 3 times" not in section(previous, "Constraints & Preferences")
+    newer = [user(f"Look at module {n}: " + "details " * 120) for n in range(3)]
+    after = summarize([*newer, said("Looking.")], previous=previous, max_chars=6_000)
+    assert rule not in after and "never retry more than 3 times" in section(after, "Constraints & Preferences")
+
+
+def test_a_multi_line_command_run_again_is_shown_whole_once() -> None:
+    commit = "git commit -m \"$(cat <<'EOF'\nfeat: threaded transcript panel\n\nCo-Authored-By: A <a@b.c>\nEOF\n)\""
+    msgs = [
+        user("Commit it."),
+        said("", call("c1", "Bash", command=commit)),
+        result("c1", "pre-commit hook failed", exit_code=1),
+        said("", call("c2", "Bash", command="git add -A")),
+        result("c2", "", exit_code=0),
+        said("", call("c3", "Bash", command=commit + " && git push")),
+        result("c3", "pushed", exit_code=0),
+    ]
+    summary = summarize(msgs)
+    assert repeated_lines(summary) == []
+    assert commit + " && git push" in summary  # the newest whole
+    commands = section(summary, "Critical Context", "Commands run")
+    short = [c for c in commands if c.startswith(f"`{command_head(commit)}` …")]
+    assert short and "more characters; see the archive" in short[0] and "exit 1" in short[0]
+
+
+def test_done_is_an_account_grouped_by_task() -> None:
+    msgs = [
+        said("", call("c0", "edit_file", path="src/late.py", old="a", new="b")),  # before any ask here
+        result("c0", "ok"),
+        user("Fix the refund rounding."),
+        said("", call("c1", "edit_file", path="src/refund.py", old="round(x)", new="round(x, 2)")),
+        result("c1", "ok"),
+        said("", call("c2", "bash", command="pytest -q tests/test_refund.py")),
+        result("c2", "3 passed in 0.2s", exit_code=0),
+        said("The cause was rounding to whole units before the currency conversion."),
+        user("Now commit it."),
+        said("", call("c3", "bash", command='git commit -am "Round refunds to cents"')),
+        result("c3", "[main 1a2b3c4] Round refunds to cents\n 1 file changed", exit_code=0),
+        said("Committed."),
+    ]
+    done = section(summarize(msgs), "Progress", "Done")
+    assert done[0] == "Continuing the earlier task: Modified `late.py`"  # by name: Files modified has the path
+    assert done[1].startswith("For “Fix the refund rounding.”: Modified `refund.py`; Passed: `pytest`; Found:")
+    assert "The cause was rounding to whole units" in done[1]
+    assert (
+        done[2] == "For “Now commit it.”: Committed `1a2b3c4 (main): Round refunds to cents`"
+    )  # "Committed." is In Progress
+    assert not any("git commit" in d or "pytest -q" in d for d in done)  # commands only under Commands run

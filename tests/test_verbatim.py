@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
@@ -140,13 +142,35 @@ def test_split_carried_gives_back_the_summary_and_read_carried_the_texts() -> No
     assert f"## {USER_TITLE}" in rest
 
 
-def test_budgets_follow_the_cap_and_leave_the_sections_their_floor() -> None:
+def test_budgets_follow_the_cap_and_keep_their_floors_when_it_is_squeezed() -> None:
     assert budgets(16_000) == (3_200, 3_200)
     assert budgets(4_000) == (800, 800)
-    assert budgets(3_000) == (500, 500)  # the sections keep their floor of 2,000
-    assert budgets(2_000) == (400, 0)  # but not at the user's first message's expense
+    # below the sections' floor plus the shares, each part keeps its floor, taken from the sections
+    assert budgets(3_000) == (500, 500)  # the sections keep their floor of 2,000 while the parts keep theirs
+    assert budgets(2_000) == (500, 400)  # at the smallest cap the floors come from the sections
     squeezed = render_carried(carried([user("a task " * 200), user("more")], None), max_chars=2_000)
-    assert 0 < len(squeezed) <= 400 and read_carried(squeezed).first.startswith("a task a task")
+    assert 0 < len(squeezed) <= 500 and read_carried(squeezed).first.startswith("a task a task")
+    assert read_carried(squeezed).newest == ("more",)  # the long first message leaves the newest its room
+
+
+def test_no_instruction_block_is_ever_left_out_even_at_the_smallest_cap() -> None:
+    blocks = [f"<skill name='s{n}'>\n" + f"Rule {n}: keep the line.\n" * 200 + f"END {n}" for n in range(4)]
+    parts = carried([user("go"), *(Message.of("system", b) for b in blocks)], None)
+    for cap in (2_000, 4_000, 16_000):
+        kept = read_carried(render_carried(parts, max_chars=cap)).instructions
+        assert len(kept) == 4
+        for n, block in enumerate(kept):
+            assert block.startswith(f"<skill name='s{n}'>") and block.endswith(f"END {n}")
+            assert "the whole text is in the archive" in block
+
+
+def test_a_long_first_message_leaves_the_newest_one_its_head_and_tail() -> None:
+    first = "Build the importer.\n" + "spec line\n" * 2_000 + "SPEC END"
+    newest = "Now switch the output to CSV: " + "column x; " * 300 + "and keep the header."
+    text = render_carried(carried([user(first), user("ok"), user(newest)], None), max_chars=16_000)
+    parts = read_carried(text)
+    assert parts.first is not None and parts.first.endswith("SPEC END")
+    assert parts.newest[-1].startswith("Now switch the output") and parts.newest[-1].endswith("keep the header.")
 
 
 @pytest.mark.parametrize("make", SUMMARIZERS)
@@ -222,3 +246,12 @@ def test_a_long_host_summary_is_cut_to_half_the_cap_keeping_head_and_tail() -> N
     assert cut is not None and len(cut) <= 4_000
     assert cut.startswith("This session is being continued") and cut.endswith("Branch: `dev`.")
     assert host_summary(msgs) == text
+
+
+def test_a_text_cut_again_counts_what_its_first_cut_left_out() -> None:
+    block = "<permissions instructions>\n" + "".join(f"rule {n:05d}\n" for n in range(3_000)) + "END"
+    once = read_carried(render_carried(carried([user("go"), Message.of("system", block)], None), max_chars=16_000))
+    twice = read_carried(render_carried(once, max_chars=2_000)).instructions[0]
+    shown = len(twice) - len(re.search(r"\n\[… .* …\]\n", twice).group(0))
+    omitted = int(re.search(r"\[… ([\d,]+) characters omitted", twice).group(1).replace(",", ""))
+    assert shown + omitted == len(block)

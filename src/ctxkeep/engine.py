@@ -43,6 +43,7 @@ from .summarize import (
     SummaryRequest,
     resolve_language,
     why_rejected,
+    with_originals,
 )
 from .tokens import Counter, get_counter
 
@@ -233,10 +234,12 @@ def prepare(
             decision = replace(ahead, reason=decision.reason, tokens=decision.tokens, at=now)
             written: Written = drafted
         else:
+            decision = with_saved_originals(decision, setup.store)
             written = write(setup.summarizer, decision.request)
     else:
         if draft is not None:
             _outcome(draft)  # one summary at a time: a summarizer need not be thread-safe
+        decision = with_saved_originals(decision, setup.store)
         written = write(setup.summarizer, decision.request)
     if isinstance(written.summary, Failure):
         failure = replace(written.summary, at=now, tokens=decision.tokens, usage=written.usage)
@@ -247,6 +250,13 @@ def prepare(
         rules = after_compaction(step.context, setup.store, settings.memory, now.date(), counter)
         step = replace(step, context=rules)
     return _warn_over_window(step, settings.compact.max_input_length)
+
+
+def with_saved_originals(plan: Plan, store: Store) -> Plan:
+    """`plan` with the end of each offloaded output's saved original in its request: the summarizer reads no
+    file. (`read_original` is optional for a store: one without it leaves the kept heads alone.)"""
+    read = getattr(store, "read_original", None)
+    return replace(plan, request=with_originals(plan.request, read)) if callable(read) else plan
 
 
 def write(summarizer: Summarizer, request: SummaryRequest) -> Written:

@@ -404,6 +404,7 @@ class Session:
             return
         ahead = engine.plan(step.live, self.settings, now=now, ahead=True)
         if isinstance(ahead, engine.Plan):
+            ahead = engine.with_saved_originals(ahead, self.store)
             if self._writer is None:
                 self._writer = ThreadPoolExecutor(1, thread_name_prefix="ctxkeep-summary")
             future = self._writer.submit(engine.write, self.summarizer, ahead.request)

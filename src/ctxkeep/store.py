@@ -234,6 +234,16 @@ class FileStore:
     def save_original(self: Folder, name: str, data: bytes) -> None:
         self.write(name, data)
 
+    def read_original(self: Folder, name: str) -> bytes | None:
+        """A kept original's full text, or None when it is not kept (removed by retention, never saved).
+
+        Optional for a `Store` (the engine asks for it with getattr, so stores written before it keep
+        working): without it a summary judges an offloaded output by the head it keeps.
+        """
+        # only a name ctxkeep gives (a record in an imported message may say anything)
+        folder, _, base = name.partition("/")
+        return self.read(name) if folder == TOOL_RESULT_DIR and ORIGINAL_NAME.fullmatch(base) else None
+
     def originals(self: Folder) -> list[FileInfo]:
         return self.list(f"{TOOL_RESULT_DIR}/")
 

@@ -20,7 +20,14 @@ from ctxkeep.settings import LANGUAGES, MIN_SUMMARY_CHARS
 from ctxkeep.summarize import testing as testing  # makes the fixed summary the DeterministicModel's answer
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
 from ctxkeep.summarize.model.summarizer import ModelSummarizer
-from ctxkeep.summarize.request import Language, Summarizer, SummaryRequest, detect_language, resolve_language
+from ctxkeep.summarize.request import (
+    Language,
+    Summarizer,
+    SummaryRequest,
+    detect_language,
+    resolve_language,
+    with_originals,
+)
 from ctxkeep.summarize.sections.markdown import PROGRESS_SUBSECTIONS, SECTIONS, missing_sections, why_rejected
 
 __all__ = [
@@ -37,4 +44,5 @@ __all__ = [
     "missing_sections",
     "resolve_language",
     "why_rejected",
+    "with_originals",
 ]

@@ -11,6 +11,7 @@ works and what is dropped first: docs/summarize.md.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -20,6 +21,7 @@ from ctxkeep.summarize.facts.collect import (
     MAX_DECISIONS,
     MAX_IDENTIFIERS,
     MAX_NEXT,
+    SUPERSEDED,
     Facts,
     collect_facts,
     is_intent,
@@ -30,7 +32,7 @@ from ctxkeep.summarize.facts.collect import (
     unique_keep_last,
 )
 from ctxkeep.summarize.facts.identifiers import find_identifiers, without_redundant
-from ctxkeep.summarize.facts.runs import MAX_FAILURES, ToolRun, call_text, failure_item, outcome
+from ctxkeep.summarize.facts.runs import MAX_FAILURES, ToolRun, call_text, checks_passed, failure_item, outcome
 from ctxkeep.summarize.facts.shell import command_head, command_paths
 from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
 from ctxkeep.summarize.sections.fit import Drop, Shorten, Step, fit_sections
@@ -50,7 +52,14 @@ from ctxkeep.summarize.sections.markdown import (
     render_sections,
     unquote,
 )
-from ctxkeep.summarize.verbatim import carried, host_summary, render_carried, split_carried
+from ctxkeep.summarize.verbatim import (
+    carried,
+    carried_rules,
+    host_summary,
+    listed_lines,
+    render_carried,
+    split_carried,
+)
 
 # Caps before fitting to size: enough to be useful, few enough that one section cannot crowd out the rest.
 _MAX_ASKS = 12
@@ -61,6 +70,10 @@ _MAX_COMMAND_CHARS = 2_000
 _LONGITEM_CHARS = 300  # an item longer than this (or of several lines) has a short form for tight room
 _NAMES_CHARS = 160  # identifiers named in the cut-off part of a shortened command
 _ASK_CHARS = 200
+_LABEL_CHARS = 60  # of a multi-line command's first line, named above its fence
+_TASK_CHARS = 80  # of the ask that heads a task's Done item
+_LAST_KEPT = 3  # the newest files modified and failing commands that outlast the others of both
+_TASK_FILES = 5  # files a task's Done item names (the newest); Files modified lists them all
 
 # fmt: off
 _STOPWORDS = frozenset({
@@ -99,7 +112,7 @@ class ExtractiveSummarizer:
     def summarize(self, request: SummaryRequest) -> str:
         """The summary of ``request.messages``, merged into ``request.previous`` when given."""
         language = resolve_language(request)
-        facts = collect_facts(request.messages)
+        facts = collect_facts(request.messages, originals=request.originals)
         draft = _draft(facts, language)
         appendix = render_carried(carried(request.messages, request.previous), max_chars=request.max_chars)
         if request.previous:
@@ -108,6 +121,9 @@ class ExtractiveSummarizer:
             previous = host_summary(request.messages, max_chars=request.max_chars)
         if previous is not None and previous.strip():
             draft = _merge(_parse_draft(previous), draft, facts, language)
+        if request.previous:
+            draft = _with_recovered_rules(draft, request.previous)
+        draft = _said_once(draft, appendix)
         terms = _focus_terms(request.focus) if request.focus else ()
         sections, plan = _sections(draft, language, request.focus, terms)
 
@@ -115,13 +131,13 @@ class ExtractiveSummarizer:
             low = item.lower()
             return any(t in low for t in terms)
 
+        room = request.max_chars - len(appendix)
         fitted = fit_sections(
-            sections,
-            max_chars=request.max_chars - len(appendix),
-            plan=plan,
-            language=language,
-            protect=protect if terms else None,
+            sections, max_chars=room, plan=plan, language=language, protect=protect if terms else None
         )
+        named = _distinct_notes(fitted, language)
+        if len(render_sections(named, language=language)) <= room:  # naming the list costs a few characters
+            fitted = named
         return render_sections(fitted, language=language) + appendix
 
 
@@ -136,7 +152,7 @@ def _draft(facts: Facts, language: Language) -> _Draft:
         files_modified=facts.files_modified,
         commands=_commands(runs, language),
     )
-    draft.done = _done(runs, language) + [t for s, t in facts.todos if s in ("completed", "done")]
+    draft.done = _done(facts, language) + [t for s, t in facts.todos if s in ("completed", "done")]
     draft.in_progress = [t for s, t in facts.todos if s == "in_progress"] + list(facts.intents)
     draft.blocked = unique(failure_item(r, facts.resolved(r), language) for r in facts.failures)
     draft.next_steps = [t for s, t in facts.todos if s == "pending"] + list(facts.plans)
@@ -154,20 +170,62 @@ def _identifiers(identifiers: Sequence[str], files: Sequence[str]) -> list[str]:
     return without_redundant((i for i in identifiers if i not in listed), known=files)
 
 
-def _done(runs: Sequence[ToolRun], language: Language) -> list[str]:
-    items: list[str] = []
-    for run in runs:
+def _done(facts: Facts, language: Language) -> list[str]:
+    """What was done, one item per task (the user's ask the work followed), oldest first.
+
+    Each says what changed (files modified by edit tools and commands, other actions, commits), which
+    checks passed (tests, linters: by name; the commands themselves are listed once, under Commands
+    run) and what the assistant found or concluded. Work before the first ask of these messages
+    continues the task of the previous summary. Announced work ("Let me run the tests") is not done.
+    """
+    starts = [i for i, _ in facts.tasks]
+    groups: dict[int, dict[str, list[str]]] = {}
+
+    def part(index: int, key: str) -> list[str]:
+        task = bisect_right(starts, index) - 1
+        return groups.setdefault(task, {}).setdefault(key, [])
+
+    for run in facts.runs:
         if not run.has_result or run.failed:
             continue
-        if run.kind == "shell":
-            pass  # a command is listed once, under Commands run; what it changed is listed below
-        elif run.kind == "modify":
-            items.extend(f"{phrase('modified', language)} {code_span(p)}" for p in run.paths_modified)
-        elif run.kind == "other":
-            items.append(f"{phrase('called', language)} {code_span(call_text(run))}")
-        if run.kind == "shell":
-            items.extend(f"{phrase('modified', language)} {code_span(p)}" for p in run.paths_modified)
-    return unique_keep_last(items)
+        part(run.index, "modified").extend(run.paths_modified)
+        if run.kind == "other":
+            part(run.index, "called").append(code_span(call_text(run)))
+        if run.commit:
+            part(run.index, "committed").append(code_span(run.commit))
+        part(run.index, "passed").extend(code_span(c) for c in checks_passed(run))
+    for index, sentence in facts.findings:
+        if sentence not in facts.intents:  # In Progress says it already
+            part(index, "found").append(sentence)
+    items = []
+    for task in sorted(groups):
+        said = {k: unique_keep_last(v) for k, v in groups[task].items() if v}
+        if not said:
+            continue
+        if "modified" in said:  # by file name (Files modified has the paths), the newest `_TASK_FILES`
+            files = said["modified"]
+            shown = [code_span(_file_name(p, files)) for p in files[-_TASK_FILES:]]
+            more = [phrase("more_files", language, n=len(files) - _TASK_FILES)] if len(files) > _TASK_FILES else []
+            said["modified"] = shown + more
+        pieces = [
+            f"{phrase(key, language)} {', '.join(said[key]) if key != 'found' else ' '.join(said[key])}"
+            for key in ("modified", "committed", "called", "passed", "found")
+            if key in said
+        ]
+        label = (
+            phrase("task", language, ask=clip(facts.tasks[task][1], _TASK_CHARS))
+            if task >= 0
+            else phrase("earlier_task", language)
+        )
+        items.append(f"{label} {'; '.join(pieces)}")
+    return items
+
+
+def _file_name(path: str, paths: Sequence[str]) -> str:
+    """`path`'s file name, or the whole path when another of `paths` has the same name."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    same = sum(p.rstrip("/").rsplit("/", 1)[-1] == name for p in paths)
+    return name if name and same == 1 else path
 
 
 def _commands(runs: Sequence[ToolRun], language: Language) -> list[tuple[str, str]]:
@@ -189,7 +247,37 @@ def _command_item(command: str, outcomes: Sequence[str]) -> str:
         return f"{code_span(command)} {ending}"
     longest = max((len(run) for run in re.findall(r"`+", command)), default=0)
     fence = "`" * max(3, longest + 1)
-    return f"{ending}\n{fence}\n{command}\n{fence}"
+    # its first line named above the fence, so two multi-line commands never share an item line
+    first = clip(command.split("\n", 1)[0].strip(), _LABEL_CHARS)
+    return f"{code_span(first)} {ending}\n{fence}\n{command}\n{fence}"
+
+
+def _commands_once(commands: Sequence[tuple[str, str]], language: Language) -> list[str]:
+    """The items of Commands run (newest first), a multi-line command that would repeat lines a newer one
+    already shows in its short form: its `command_head` and how many characters the archive has beyond it,
+    with its outcomes. A failing one when it repeats half its lines or more (a commit retried with the same
+    message, a script run again with a line changed); a successful one when it repeats any (a heredoc's
+    terminator, a commit's trailer: what it did is in Done, its text in the archive)."""
+    shown: set[str] = set()
+    items: list[str] = []
+    for command, item in commands:
+        body = [line.strip() for line in command.splitlines()[1:] if line.strip()]
+        repeats = sum(line in shown for line in body)
+        failing = _failed_command(item)
+        if "\n" in item and body and repeats and (not failing or 2 * repeats >= len(body)):
+            head = command_head(command)
+            more = phrase("truncated", language, n=len(command.strip()) - len(head))
+            item = f"{code_span(head)} … {more} {_outcomes(item)}"
+        elif "\n" in item:
+            shown.update(line.strip() for line in command.splitlines())
+        items.append(item)
+    return items
+
+
+def _outcomes(item: str) -> str:
+    """The outcomes an item of Commands run ends its first line with: "(exit 1 → ok)"."""
+    first = item.split("\n", 1)[0]
+    return first[first.rindex("(") :] if "(" in first else ""
 
 
 def _command_of_item(item: str) -> str | None:
@@ -353,6 +441,53 @@ def _merge(old: _Draft, new: _Draft, facts: Facts, language: Language) -> _Draft
     return merged
 
 
+def _distinct_notes(sections: Sections, language: Language) -> Sections:
+    """`sections` with an omission note that reads the same as an earlier list's naming its own list."""
+    seen: set[str] = set()
+    out: Sections = {}
+    for title, subs in sections.items():
+        out[title] = {}
+        for sub, items in subs.items():
+            kept = []
+            for item in items:
+                count = omitted_count(item)
+                if count is not None and item in seen:
+                    item = omission_note(count, language, where=sub or title)
+                seen.add(item)
+                kept.append(item)
+            out[title][sub] = kept
+    return out
+
+
+def _with_recovered_rules(draft: _Draft, previous: str) -> _Draft:
+    """`draft` with the rules of the user's messages the previous summary carried verbatim (`carried_rules`)."""
+    recovered = [clip(r, ITEM_CHARS) for r in carried_rules(previous)]
+    if recovered:
+        draft.constraints = mark_superseded(unique_keep_last(recovered + draft.constraints))
+    return draft
+
+
+def _said_once(draft: _Draft, appendix: str) -> _Draft:
+    """`draft` without what it would say twice.
+
+    A rule the verbatim part (`appendix`) carries as a list item the user wrote is not listed again
+    under Constraints (a superseded one is: its mark is news; a rule in a sentence is, so Constraints
+    still reads as the list of rules and the newest value of each), nor one another rule
+    contains; an ask that is itself a listed rule is not listed again under Goal (the overall goal and
+    the latest ask stay).
+    """
+    lines = listed_lines(appendix)
+    rules = [c for c in draft.constraints if c not in lines]
+    # a rule another one contains says nothing more (a superseded statement contains its rule: not that)
+    rules = [c for c in rules if not any(c != o and c in o and not o.endswith(SUPERSEDED) for o in rules)]
+    listed = set(draft.constraints)
+    last = len(draft.goal) - 1 if draft.has_latest else len(draft.goal)
+    draft.goal = [g for j, g in enumerate(draft.goal) if j == 0 or j >= last or g not in listed]
+    draft.has_latest = draft.has_latest and sum(omitted_count(g) is None for g in draft.goal) > 1
+    draft.constraints = rules
+    return draft
+
+
 def _merge_goal(old: list[str], new: list[str]) -> list[str]:
     """Overall goal first (the oldest), then the asks, each once, in the order last asked.
 
@@ -425,7 +560,7 @@ def _sections(
     for key, items in (
         ("files_read", [code_span(p) for p in draft.files_read]),
         ("files_modified", [code_span(p) for p in draft.files_modified]),
-        ("commands_run", [i for _, i in draft.commands]),
+        ("commands_run", _commands_once(draft.commands, language)),
         ("identifiers", [code_span(i) for i in draft.identifiers]),
     ):
         items = _cap(first(items), MAX_IDENTIFIERS if key == "identifiers" else len(items), "tail", language)
@@ -450,6 +585,9 @@ def _sections(
     }
     cc = "Critical Context"
     commands = phrase("commands_run", language)
+    modified = phrase("files_modified", language)
+    failing = [i for i in ctx.get(commands, []) if _failed_command(i)]
+    newest = set(ctx.get(modified, [])[:_LAST_KEPT] + failing[:_LAST_KEPT])
     plan: list[Step] = [Shorten(section=cc, subsection=commands, form=partial(_short_command, language=language))]
     plan += [
         Shorten(section=title, subsection=sub, form=partial(_short_item, language=language))
@@ -469,8 +607,11 @@ def _sections(
         Drop(section="Progress", subsection="Blocked"),
         Drop(section="Next Steps"),
         Drop(section="Progress", subsection="In Progress"),
+        # the newest few files modified and failing commands outlast the older ones of both
+        Drop(section=cc, subsection=modified, final=True, only=lambda i: i not in newest),
+        Drop(section=cc, subsection=commands, final=True, only=lambda i: i not in newest),
+        Drop(section=cc, subsection=modified, final=True),
         Drop(section=cc, subsection=commands, final=True),
-        Drop(section=cc, subsection=phrase("files_modified", language), final=True),
     ]
     return sections, plan
 
@@ -495,7 +636,7 @@ def _short_command(item: str, language: Language) -> str:
         return item
     lines = item.split("\n")
     if len(lines) >= 3 and re.fullmatch(r"`{3,}|~{3,}", lines[1].strip()):
-        ending = lines[0].strip()  # "(exit 1)" above a fenced command
+        ending = _outcomes(item)  # "(exit 1)" above a fenced command
     else:
         span = re.match(r"(`+).+?\1", item)
         ending = lines[0][span.end() :].strip() if span else ""  # "`command` (exit 1)"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, TypeAlias
 
 from ctxkeep.messages import Message
 from ctxkeep.settings import LANGUAGES, MIN_SUMMARY_CHARS
+from ctxkeep.store import OFFLOAD_KEY
 from ctxkeep.summarize.facts.identifiers import find_identifiers
 from ctxkeep.summarize.sections.markdown import PHRASES
 
@@ -17,6 +18,8 @@ Language: TypeAlias = Literal["en", "zh"]
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN_WORD = re.compile(r"[A-Za-z]+")
 _SAMPLE_CHARS = 2_000  # of each text: enough to tell the language, cheap on pasted logs
+# Of an offloaded result's saved original, the end a summarizer reads: where a failure says what went wrong.
+ORIGINAL_TAIL_CHARS = 4_000
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -25,7 +28,10 @@ class SummaryRequest:
 
     `previous` is the previous summary's text (None on the first compaction); `focus` is the
     user's instruction for a manual ``/compact``; `language` is "en", "zh" or "auto" (detected from
-    the messages); the summary has at most `max_chars` characters.
+    the messages); the summary has at most `max_chars` characters. `originals` maps the saved file of
+    an offloaded result among `messages` (``tool_result/<uuid>.txt``, as its offload record names it)
+    to the end of its full text (`with_originals` fills it): the kept head of a failed command's
+    output rarely says what went wrong, its end does.
     """
 
     messages: tuple[Message, ...]
@@ -33,6 +39,7 @@ class SummaryRequest:
     focus: str | None = None
     language: str = "auto"
     max_chars: int = 16_000
+    originals: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.messages, tuple):
@@ -50,6 +57,10 @@ class SummaryRequest:
             raise ValueError(f"language must be one of {', '.join(LANGUAGES)}; got {self.language!r}")
         if not isinstance(self.max_chars, int) or isinstance(self.max_chars, bool):
             raise TypeError(f"max_chars must be a whole number, got {type(self.max_chars).__name__}")
+        if not isinstance(self.originals, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.originals.items()
+        ):
+            raise TypeError("originals must map file names to text")
         if self.max_chars < MIN_SUMMARY_CHARS:
             raise ValueError(
                 f"max_chars must be at least {MIN_SUMMARY_CHARS} (room for the required sections); got {self.max_chars}"
@@ -62,6 +73,35 @@ class Summarizer(Protocol):
     def summarize(self, request: SummaryRequest) -> str:
         """The summary text for `request`, at most ``request.max_chars`` characters."""
         ...
+
+
+def offloaded_files(messages: Iterable[Message]) -> list[str]:
+    """The saved files of the offloaded outputs among `messages` (tool results and command outputs), in order."""
+    names: list[str] = []
+    for msg in messages:
+        result = msg.tool_result
+        record = (result.extra if result is not None else msg.extra).get(OFFLOAD_KEY)
+        name = record.get("file") if isinstance(record, Mapping) else None
+        if isinstance(name, str) and name not in names:
+            names.append(name)
+    return names
+
+
+def with_originals(request: SummaryRequest, read: Callable[[str], bytes | None]) -> SummaryRequest:
+    """`request` with the end of each offloaded output's saved original (`read` gives a file's bytes, or None).
+
+    The engine calls it before the summarizer, with its store's reader; the summarizers themselves
+    never read a file. A file `read` does not find (removed by retention) is left out: the output's
+    kept head is all there is then. Each text is its last `ORIGINAL_TAIL_CHARS` characters.
+    """
+    found: dict[str, str] = dict(request.originals)
+    for name in offloaded_files(request.messages):
+        if name in found:
+            continue
+        data = read(name)
+        if data is not None:
+            found[name] = data[-4 * ORIGINAL_TAIL_CHARS :].decode("utf-8", "replace")[-ORIGINAL_TAIL_CHARS:]
+    return replace(request, originals=found) if found != request.originals else request
 
 
 def detect_language(texts: Iterable[str]) -> Language:

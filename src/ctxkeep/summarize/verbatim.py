@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ctxkeep.messages import Message
 from ctxkeep.settings import MIN_SUMMARY_CHARS
-from ctxkeep.summarize.facts.collect import human_text
+from ctxkeep.summarize.facts.collect import human_text, rules_in
 from ctxkeep.summarize.facts.origin import HOST_SUMMARY_STARTS, origins
 from ctxkeep.summarize.sections.markdown import fence_state, headings
 
@@ -30,7 +30,12 @@ from ctxkeep.summarize.sections.markdown import fence_state, headings
 USER_SHARE = 0.2
 INSTRUCTIONS_SHARE = 0.2
 SECTIONS_FLOOR = MIN_SUMMARY_CHARS
-FIRST_FLOOR = 500  # the head and tail of the first message, when the cap leaves nothing else
+# When the engine squeezes the cap below the sections' floor plus the two shares, the parts keep these
+# (each at most a share of the cap, `SQUEEZED_SHARE`) and the sections are cut below their floor instead:
+# without them every later summary would lose the task, the user's latest word and the rules for good.
+USER_FLOOR = 500  # the first message's head and tail, and the newest message's
+INSTRUCTIONS_FLOOR = 400  # the head and tail of an instruction block or two
+SQUEEZED_SHARE = 0.25
 USER_TITLE = "User messages (verbatim)"
 INSTRUCTIONS_TITLE = "Standing instructions (verbatim)"
 _FIRST = "First"
@@ -38,9 +43,11 @@ _NEWEST = "Newest"
 _USER_NOTE = "What the user typed: the first message (the task), then the newest, oldest first."
 _INSTRUCTIONS_NOTE = "Injected instructions that still apply; the newest version of each."
 _CUT = "\n[… {n:,} characters omitted here; the whole text is in the archive …]\n"
-_MIN_PIECE = 160  # a cut text keeps at least this much of its head and tail together
+_MIN_PIECE = 240  # a cut text keeps at least this much of its head (two thirds) and tail together
+_CUT_NOTE = re.compile(r"\n\[… ([\d,]+) characters omitted here; the whole text is in the archive …\]\n")
 _TITLES = frozenset({USER_TITLE, INSTRUCTIONS_TITLE})
 _HOST_HEADER = re.compile(r"^\[Summary of [^\]\n]*\]\s*")
+_LIST_MARK = re.compile(r"^(?:[-*+•]|\d+[.)])\s+")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -104,16 +111,18 @@ def carried(messages: Sequence[Message], previous: str | None) -> Carried:
 def budgets(max_chars: int) -> tuple[int, int]:
     """The characters the user's messages and the standing instructions may take of a `max_chars` summary.
 
-    Their shares (`USER_SHARE`, `INSTRUCTIONS_SHARE`) of the cap, less what the sections' floor needs;
-    the user's messages keep at least `FIRST_FLOOR` (or their share, when less), taken from the floor.
+    Their shares (`USER_SHARE`, `INSTRUCTIONS_SHARE`) of the cap, as long as the sections keep
+    `SECTIONS_FLOOR`. Below that each part keeps its floor (`USER_FLOOR`, `INSTRUCTIONS_FLOOR`, at most
+    `SQUEEZED_SHARE` of the cap each), taken from the sections: a squeezed cap costs the summary's
+    lists, which the archive holds, not the task, the user's latest word or the rules.
     """
     user = int(max_chars * USER_SHARE)
     instructions = int(max_chars * INSTRUCTIONS_SHARE)
     spare = max(0, max_chars - SECTIONS_FLOOR)
     if user + instructions > spare:
-        # the first message keeps a floor even then: without it, every later summary would lose the task
-        user = max(min(FIRST_FLOOR, user), spare // 2)
-        instructions = max(0, spare - user)
+        squeezed = int(max_chars * SQUEEZED_SHARE)
+        user = max(spare // 2, min(USER_FLOOR, squeezed))
+        instructions = max(spare - spare // 2, min(INSTRUCTIONS_FLOOR, squeezed))
     return user, instructions
 
 
@@ -121,12 +130,33 @@ def render_carried(parts: Carried, *, max_chars: int) -> str:
     """The two parts as Markdown to append after a summary of at most `max_chars` characters; "" when empty.
 
     Each part stays within its budget (`budgets`): the first user message always (head and tail
-    when it alone is over), then the newest messages, newest first, while they fit (the newest
-    one cut when not even it fits whole); instruction blocks share their room fairly, the small
-    ones whole.
+    when it alone is over, leaving the newest message room for its own head and tail), then the
+    newest messages, newest first, while they fit (the newest one cut when not even it fits whole);
+    instruction blocks share their room fairly, the small ones whole, and none is ever left out:
+    a block with less room than its head and tail need (`_MIN_PIECE`) gets that much anyway.
     """
     user_room, instruction_room = budgets(max_chars)
     return _user_part(parts, user_room) + _instructions_part(parts.instructions, instruction_room)
+
+
+def listed_lines(appendix: str) -> frozenset[str]:
+    """The list items the user wrote that `appendix` (the verbatim parts) shows, without their marks: a rule
+    among them is said there already, and a summary's own list need not say it again."""
+    return frozenset(
+        _LIST_MARK.sub("", line.strip(), count=1) for line in appendix.splitlines() if _LIST_MARK.match(line.strip())
+    )
+
+
+def carried_rules(previous: str | None) -> list[str]:
+    """The rules stated in the user's messages a previous summary carried verbatim, oldest first.
+
+    A summary's own lists leave out a rule its verbatim part shows (`listed_lines`); once its message
+    leaves the verbatim part, the next summary takes the rule from here, so none is ever lost.
+    """
+    if not previous:
+        return []
+    old = read_carried(previous)
+    return [rule for text in (old.first, *old.newest) if text for rule in rules_in(text)]
 
 
 def split_carried(summary: str) -> tuple[str, str]:
@@ -182,11 +212,14 @@ def _user_part(parts: Carried, room: int) -> str:
     if parts.first is None:
         return ""
     head = f"\n## {USER_TITLE}\n{_USER_NOTE}\n\n### {_FIRST}\n"
-    first = _block(parts.first, room - len(head))
+    later = [t for t in parts.newest if t != parts.first]
+    # a long first message leaves the newest one room for its head and tail: the user's latest word counts too
+    sub = f"\n### {_NEWEST}\n"
+    reserve = min(len(_fenced(later[-1])), _least(later[-1])) + len(sub) if later else 0
+    first = _block(parts.first, room - len(head) - reserve) or _block(parts.first, room - len(head))
     if first is None:  # no room even for a cut first message: the sections' floor needs it all
         return ""
     out = head + first
-    sub = f"\n### {_NEWEST}\n"
     left = room - len(out) - len(sub)
     chosen: list[str] = []
     for j, text in enumerate(reversed(parts.newest)):
@@ -209,16 +242,20 @@ def _instructions_part(blocks: Sequence[str], room: int) -> str:
     left = room - len(head)
     shown: dict[int, str] = {}
     order = sorted(range(len(blocks)), key=lambda j: len(_fenced(blocks[j])))
+    least = max(_least(b) for b in blocks)
     for n, j in enumerate(order):
-        share = left // (len(order) - n)
+        share = max(least, left // (len(order) - n))  # never left out: its head and tail at least
         piece = _block(blocks[j], share)
-        if piece is None:
-            continue  # too little room for even its head and tail
+        if piece is None:  # cannot happen with `least`; kept whole-or-cut rather than silently dropped
+            piece = _fenced(_head_and_tail(blocks[j], _MIN_PIECE + len(_CUT.format(n=len(blocks[j])))))
         shown[j] = piece
         left -= len(piece)
-    if not shown:
-        return ""
     return head + "".join(shown[j] for j in sorted(shown))
+
+
+def _least(text: str) -> int:
+    """The room `_block` needs to show `text` at all: its fence, the cut note and `_MIN_PIECE` of it."""
+    return len(_fenced("")) + len(_CUT.format(n=len(text))) + _MIN_PIECE
 
 
 def _head_and_tail(text: str, room: int) -> str:
@@ -227,7 +264,10 @@ def _head_and_tail(text: str, room: int) -> str:
         return text
     keep = max(0, room - len(_CUT.format(n=len(text))))
     head = keep * 2 // 3
-    return text[:head] + _CUT.format(n=len(text) - keep) + text[len(text) - (keep - head) :]
+    tail = len(text) - (keep - head)
+    # a text cut before (read back from a previous summary) counts what its own note said was left out
+    before = sum(int(m.group(1).replace(",", "")) - len(m.group(0)) for m in _CUT_NOTE.finditer(text, head, tail))
+    return text[:head] + _CUT.format(n=len(text) - keep + max(0, before)) + text[tail:]
 
 
 def _block(text: str, room: int) -> str | None:

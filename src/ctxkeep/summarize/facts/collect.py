@@ -104,6 +104,16 @@ _PROCEDURAL = re.compile(
     r"|test|analy[sz]e|get|fetch|need|begin|continue|commit|push|wait|summari[sz]e|help|assist)\b"
     r"|我[将会](?:先)?(?:查看|检查|读取|阅读|运行|看看|看一下|搜索|确认)"
 )
+# what the assistant found or concluded: a cause, a result, a check that passed ("the cause is ...", "all 12
+# tests pass"); what it will do next or decided are intents and decisions, not findings
+_FINDING = re.compile(
+    r"(?i)\b(?:found|root cause|the cause|caused by|turns out|the (?:issue|problem|bug|error|failure) (?:is|was)"
+    r"|because|confirmed|the reason|(?:all )?(?:\d+ )?tests? (?:now )?pass(?:es|ed)?|now (?:works|passes)"
+    r"|(?:is|are|was) (?:now )?fixed|works now|conclusion|in summary|verified)\b"
+    r"|发现|原因是|根本原因|问题是|问题在于|已修复|测试通过|已通过|验证"
+)
+_MAX_FINDINGS = 3  # of each message
+_CONCLUSION_WORDS = 5  # a final answer's opening sentence with fewer words says nothing found ("Fixed.")
 _PLAN_HEADER = re.compile(r"(?i)next steps?|to ?do|remaining|下一步|待办|接下来|后续")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
 _LIST_MARK = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)]|#{1,6}|>)\s+")
@@ -156,6 +166,8 @@ class Facts:
     plans: tuple[str, ...] = ()  # what the latest assistant text says comes next
     todos: tuple[tuple[str, str], ...] = ()  # (status, text) from the latest todo or plan tool call
     runs: tuple[ToolRun, ...] = ()
+    tasks: tuple[tuple[int, str], ...] = ()  # (message index, ask shortened) of every ask, oldest first
+    findings: tuple[tuple[int, str], ...] = ()  # (message index, sentence): what the assistant found or concluded
     identifiers: tuple[str, ...] = ()  # most important first
     named: int = 0  # how many of the first identifiers the user, the assistant or a short tool argument named
 
@@ -190,10 +202,17 @@ class Facts:
         return fixes(self.runs, tool, target)
 
 
-def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None = MAX_IDENTIFIERS) -> Facts:
+def collect_facts(
+    messages: Sequence[Message],
+    *,
+    identifier_limit: int | None = MAX_IDENTIFIERS,
+    originals: Mapping[str, str] | None = None,
+) -> Facts:
     """The facts of `messages` (oldest first) that the summary is made of; no I/O.
 
     `identifier_limit` caps `Facts.identifiers` (the highest-ranked kept); None keeps them all.
+    `originals` (`SummaryRequest.originals`) gives the end of offloaded results' saved originals, from
+    which their failures are judged and quoted.
     """
     if identifier_limit is not None and (
         not isinstance(identifier_limit, int) or isinstance(identifier_limit, bool) or identifier_limit < 0
@@ -208,6 +227,7 @@ def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None =
     asks: list[tuple[int, str]] = []
     constraints: list[str] = []
     decisions: list[tuple[int, str]] = []  # (index, sentence)
+    findings: list[tuple[int, str]] = []  # (index, sentence)
     last_user = -1
     found: list[tuple[Identifier, float]] = []
     runs: list[ToolRun] = []
@@ -240,12 +260,18 @@ def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None =
                 sentences = _sentences(text)
                 said.append((i, " ".join(sentences[:2])))  # enough to call a failure expected
                 last_text = text
-                decisions.extend((i, s) for s in sentences if _DECISION_STRONG.search(s) or _DECISION_WEAK.search(s))
+                decided = [s for s in sentences if _DECISION_STRONG.search(s) or _DECISION_WEAK.search(s)]
+                decisions.extend((i, s) for s in decided)
+                found_here = [s for s in sentences if _FINDING.search(s) and s not in decided and not _INTENT.search(s)]
+                if not msg.tool_calls and not found_here and sentences and not _announces(text):
+                    # a final answer's opening sentence is its conclusion, unless it only says "Done." or "Good idea."
+                    found_here = [s for s in sentences[:1] if len(s.split()) >= _CONCLUSION_WORDS]
+                findings.extend((i, clip(s, ITEM_CHARS)) for s in found_here[-_MAX_FINDINGS:])
                 # a reply that only announces work ("I'll do X next") leaves the ask open
                 if not msg.tool_calls and not _announces(text):
                     last_answer = i
             for call in msg.tool_calls:
-                run = tool_run(call, results.get(call.id), i)
+                run = tool_run(call, results.get(call.id), i, originals=originals)
                 runs.append(run)
                 if run.command is not None:
                     commands[call.id] = run.command
@@ -273,6 +299,8 @@ def collect_facts(messages: Sequence[Message], *, identifier_limit: int | None =
         plans=tuple(clip(p, ITEM_CHARS) for p in plans),
         todos=todos,
         runs=tuple(mark_expected(runs, said)),
+        tasks=tuple(asks),
+        findings=tuple(findings),
         identifiers=tuple(identifiers),
         named=sum(i in named for i in identifiers),
     )

@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from ctxkeep.messages import ToolCall, ToolResult
+from ctxkeep.store import OFFLOAD_KEY
 from ctxkeep.summarize.facts.identifiers import find_identifiers
 from ctxkeep.summarize.facts.shell import command_head, command_paths, command_targets
 from ctxkeep.summarize.request import Language
@@ -109,6 +110,7 @@ class ToolRun:
     error_line: str = ""
     expected: bool = False
     index: int = 0
+    commit: str | None = None  # "abc1234 (main): message" of a successful git commit
 
     @property
     def key(self) -> str:
@@ -119,8 +121,15 @@ class ToolRun:
         return paths[0] if paths else f"{self.tool}({compact_json(self.arguments)})"
 
 
-def tool_run(call: ToolCall, result: ToolResult | None, index: int) -> ToolRun:
-    """The run of `call` with its `result` (None when it has none), `index` the position of its message."""
+def tool_run(
+    call: ToolCall, result: ToolResult | None, index: int, *, originals: Mapping[str, str] | None = None
+) -> ToolRun:
+    """The run of `call` with its `result` (None when it has none), `index` the position of its message.
+
+    `originals` maps the saved file of an offloaded result to the end of its full text
+    (`SummaryRequest.originals`): an offloaded result is judged, and its error line taken, from
+    that end rather than from the head it keeps.
+    """
     args = call.input_object()
     command = _command_of(call.name, args)
     kind = _kind_of(call.name, args, command)
@@ -147,15 +156,19 @@ def tool_run(call: ToolCall, result: ToolResult | None, index: int) -> ToolRun:
     if result is not None:
         exit_code = result.exit_code
         failed = result.is_error or (exit_code is not None and exit_code != 0)
+        end = _original_end(result, originals)  # the end of the full text, when only the head is here
         if not failed and exit_code is None:  # no flag (OpenAI chat, many harnesses): judged from its last lines
-            exit_code, failed = judged(result.text)
+            exit_code, failed = judged(end if end is not None else result.text)
         if failed:
             error = error_line(result.text)
             saved = _SAVED_IN.search(result.text) if _TRUNCATED_NOTICE.search(result.text) else None
-            if saved and not any(p.search(error) for p in _ERROR_LINES[:3]):
+            said = error_line(end) if end is not None else ""
+            if said and (_says_what(said) or not _says_what(error)):
+                error = said  # what the end of the full output says went wrong, not the head's first line
+            elif saved and not _says_what(error):
                 # only the head is here, and it says nothing that went wrong: point to where the error is
                 error = f"(the error is near the end of {saved.group(1)})"
-    return ToolRun(
+    run = ToolRun(
         tool=call.name,
         kind=kind,
         arguments=args,
@@ -168,6 +181,53 @@ def tool_run(call: ToolCall, result: ToolResult | None, index: int) -> ToolRun:
         error_line=error,
         index=index,
     )
+    committed = commit_of(run, result.text[:2_000]) if result is not None else None
+    return replace(run, commit=committed) if committed else run
+
+
+# Checks whose success is worth telling (tests, linters, type checkers, builds), by program or first operand.
+_CHECK = re.compile(
+    r"^(?:pytest|py\.test|tox|nox|jest|vitest|mocha|rspec|phpunit|mypy|pyright|eslint|tsc|flake8|pylint|ruff check"
+    r"|mix (?:test|compile|credo|format)|go (?:test|vet|build)|cargo (?:test|check|clippy|build)|make(?: \S+)?"
+    r"|npm (?:test|run \S*(?:test|lint|check|build)\S*)|yarn (?:test|lint|build)|pnpm (?:test|lint|build)"
+    r"|dotnet (?:test|build)|gradle \S*test|mvn \S*test|bundle exec rspec)$"
+)
+_COMMIT = re.compile(r"^\[([^\]\s]+)(?: \(root-commit\))? ([0-9a-f]{7,40})\] (.+)$", re.MULTILINE)
+
+
+def checks_passed(run: ToolRun) -> list[str]:
+    """The checks a successful shell `run` ran (``pytest``, ``ruff check``, ``mix test``), by name; else []."""
+    if run.command is None or run.failed or not run.has_result:
+        return []
+    names = []
+    for program, operands in _targets(run.command):
+        # `python -m pytest`, `uv run pytest`, `npx vitest`: the runner is an operand or the second word
+        words = sorted(operands)
+        candidates = [program, *(f"{program} {o}" for o in words), *words, program.split(" ", 1)[-1]]
+        name = next((c for c in candidates if _CHECK.match(c)), None)
+        if name is not None and name not in names:
+            names.append(name)
+    return names
+
+
+def commit_of(run: ToolRun, output: str) -> str | None:
+    """``abc1234 (main): message`` for a successful ``git commit`` `run` whose `output` names the commit; else None."""
+    if run.command is None or run.failed or "git commit" not in run.command:
+        return None
+    m = _COMMIT.search(output)
+    return f"{m.group(2)} ({m.group(1)}): {m.group(3).strip()}" if m else None
+
+
+def _original_end(result: ToolResult, originals: Mapping[str, str] | None) -> str | None:
+    """The end of an offloaded `result`'s saved original, when `originals` has it; else None."""
+    record = result.extra.get(OFFLOAD_KEY)
+    name = record.get("file") if isinstance(record, Mapping) else None
+    return originals.get(name) if originals and isinstance(name, str) else None
+
+
+def _says_what(line: str) -> bool:
+    """True for a line of the strong kinds of `_ERROR_LINES`: a test's FAILED line, an exception, an error line."""
+    return any(p.search(line) for p in _ERROR_LINES[:3])
 
 
 def _command_of(tool: str, args: Mapping[str, Any]) -> str | None:

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ctxkeep.summarize.facts.collect import Facts, collect_facts, unique
+from ctxkeep.summarize.facts.collect import Facts, collect_facts, mark_superseded, unique, unique_keep_last
 
 # the same failure items (tool, outcome, command, error line; 240 characters) and cap as the extractive summary
 from ctxkeep.summarize.facts.runs import MAX_FAILURES, failure_item
@@ -36,6 +36,7 @@ from ctxkeep.summarize.sections.markdown import (
     unfenced,
     unquote,
 )
+from ctxkeep.summarize.verbatim import listed_lines
 
 RULE_SECTIONS = ("Session Startup", "Red Lines")
 # The model's text keeps at least this much room (or all it needs, when less): its six headings and an omission
@@ -75,7 +76,16 @@ class _Uncut:
         return "\n".join([*self.notes, *self.failures, *self.stated, *self.rules.values()])
 
 
-def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None, notes: Sequence[str] = ()) -> str:
+def augment(
+    text: str,
+    request: SummaryRequest,
+    *,
+    agents_md: str | None = None,
+    notes: Sequence[str] = (),
+    carried: str = "",
+    recovered: Sequence[str] = (),
+    max_chars: int | None = None,
+) -> str:
     """The model's summary `text` fitted to ``request.max_chars`` with the appended parts.
 
     The identifiers are all those `collect_facts` ranks (no cap) and those of the previous summary's
@@ -83,22 +93,33 @@ def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None,
     identifiers subsection, the last of Critical Context. The file lists merge the previous summary's.
 
     `notes` are items the summary must carry whole (the parts of the history the model could not
-    summarize, say). Raises ValueError when the notes, tool failures and AGENTS.md rules alone leave
-    the model's text too little room.
+    summarize, say). `carried` is the verbatim part appended after all of it: a rule the user wrote
+    as a list item there is not stated again; `recovered` are the rules of the user's messages the
+    previous summary carried verbatim (`verbatim.carried_rules`), stated when the model's text lacks
+    them and they are no longer carried. `max_chars` (default ``request.max_chars``) is the size to fit
+    when the cap leaves the summary less than a request may ask for (the verbatim parts took the
+    rest). Raises ValueError when the notes, tool failures and AGENTS.md rules alone leave the
+    model's text too little room.
     """
     if isinstance(notes, str) or not all(isinstance(n, str) for n in notes):
         raise TypeError(f"notes must be a sequence of texts, got {notes!r}")
     language = resolve_language(request)
+    limit = request.max_chars if max_chars is None else max_chars
     # every identifier, not the built-in summarizer's first 300: the list's note counts those it cannot fit
-    facts = collect_facts(request.messages, identifier_limit=None)
+    facts = collect_facts(request.messages, identifier_limit=None, originals=request.originals)
     old = _previous_lists(request.previous)
     modified = unique([*facts.files_modified, *old["files_modified"]])
     read = [p for p in unique([*facts.files_read, *old["files_read"]]) if p not in set(modified)]
     uncut = _Uncut(
         notes=tuple(notes),
-        failures=_failure_items(facts, language, room=request.max_chars // 5),
+        failures=_failure_items(facts, language, room=limit // 5),
         rules=agents_rules(agents_md) if agents_md is not None else {},
-        stated=_stated(facts.constraints, text, room=request.max_chars // 10),
+        stated=_stated(
+            mark_superseded(unique_keep_last([*recovered, *facts.constraints])),
+            text,
+            room=limit // 10,
+            said=listed_lines(carried),
+        ),
     )
     whole = uncut.text()  # what these name needs no listing
     listed = set(read) | set(modified)
@@ -108,9 +129,11 @@ def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None,
     missing = [i for i in ranked if i not in text]
     slack = 0  # what moving the model's sections around added beyond the estimate
     while True:
-        room = request.max_chars - slack
+        room = limit - slack
         full: _Lists = (missing, read, modified)
-        kept = _shrink(full, uncut, room=room, floor=min(MODEL_FLOOR_CHARS, len(text)), language=language)
+        # the model's text keeps at least MODEL_FLOOR_CHARS, or a third of a squeezed size (its headings fit)
+        floor = min(MODEL_FLOOR_CHARS, len(text), limit // 3)
+        kept = _shrink(full, uncut, room=room, floor=floor, language=language)
         budget = room - _appended_len(full, kept, uncut, language)
         fitted = fit_text(text, max_chars=budget, language=language)
         absent = set(missing)
@@ -119,15 +142,16 @@ def augment(text: str, request: SummaryRequest, *, agents_md: str | None = None,
             missing = [i for i in ranked if i in absent or i in cut]
             continue
         out = _assemble(fitted, full, kept, uncut, language)
-        if len(out) <= request.max_chars:
+        if len(out) <= limit:
             return out
-        slack += len(out) - request.max_chars
+        slack += len(out) - limit
 
 
-def _stated(rules: Sequence[str], text: str, *, room: int) -> tuple[str, ...]:
-    """The user's rules `text` lacks verbatim, newest first while they fit `room`, in the order stated."""
+def _stated(rules: Sequence[str], text: str, *, room: int, said: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The user's rules `text` lacks verbatim and the verbatim part does not list (`said`), newest first while
+    they fit `room`, in the order stated."""
     kept: list[str] = []
-    for rule in reversed([r for r in rules if r not in text]):
+    for rule in reversed([r for r in rules if r not in text and r not in said]):
         if sum(len(r) + 3 for r in kept) + len(rule) + 3 > room:
             break
         kept.append(rule)
@@ -138,10 +162,12 @@ def _failure_items(facts: Facts, language: Language, *, room: int) -> tuple[str,
     """Every failed call: the first `MAX_FAILURES` (newest, unresolved first) with their error lines, the
     others as their command or file alone, while they fit `room` characters; a note counts the rest."""
     failures = facts.failures
-    items = [failure_item(r, facts.resolved(r), language) for r in failures[:MAX_FAILURES]]
+    items = unique(failure_item(r, facts.resolved(r), language) for r in failures[:MAX_FAILURES])
     used = sum(len(i) + 3 for i in items)
     for k, run in enumerate(failures[MAX_FAILURES:]):
         item = failure_item(replace(run, error_line=""), facts.resolved(run), language)
+        if item in items:  # the same call failing the same way again: said once
+            continue
         if used + len(item) + 3 > room:
             items.append(_MORE_FAILURES[language].format(n=len(failures) - MAX_FAILURES - k))
             break
@@ -318,6 +344,7 @@ def _insert_identifiers(text: str, items: str, language: Language) -> str:
     else:
         heading = lines[own[0][0]] if own else f"### {PHRASES['identifiers'][language]}"
         body = [line for a, b in own for line in _trimmed(lines[a + 1 : b])] + items.splitlines()
+        body = _items_once(body)  # an item the model wrote in two of its subsections is listed once
         subsection = [heading, *_without_placeholders(body)]
     # a subsection moved out of the end of a section leaves the blank line before the next section
     ends_section = {at for at, level, _ in heads if level == 2}
@@ -331,6 +358,18 @@ def _insert_identifiers(text: str, items: str, language: Language) -> str:
     section = _trimmed([line for j, line in enumerate(lines[a:b], start=a) if j not in moved])
     rest = _trimmed([*_trimmed(before), "", *after]) if before and after else _trimmed(before or after)
     return "\n".join([*rest, "", *section, *subsection] if rest else [*section, *subsection]) + "\n"
+
+
+def _items_once(lines: Sequence[str]) -> list[str]:
+    """`lines` without a one-line list item ("- ...") that an earlier line already is."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for line in lines:
+        if line.startswith("- ") and line in seen:
+            continue
+        seen.add(line)
+        out.append(line)
+    return out
 
 
 def _without_lines(text: str, drop: set[str]) -> str:

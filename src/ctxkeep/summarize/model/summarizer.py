@@ -23,6 +23,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ctxkeep.errors import ProviderError, SummaryError
@@ -37,7 +38,7 @@ from ctxkeep.summarize.model.prompts import Prompt, merge_prompt, render_message
 from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
 from ctxkeep.summarize.sections import structured
 from ctxkeep.summarize.sections.markdown import missing_sections
-from ctxkeep.summarize.verbatim import carried, host_summary, render_carried, split_carried
+from ctxkeep.summarize.verbatim import carried, carried_rules, host_summary, render_carried, split_carried
 from ctxkeep.tokens import Counter, get_counter
 
 # Feedback from the audit goes into the prompt too: a few reasons, a few identifiers each.
@@ -114,7 +115,9 @@ class ModelSummarizer:
         room = request.max_chars - len(appendix)
         inner = dataclasses.replace(request, previous=previous, max_chars=max(MIN_SUMMARY_CHARS, room))
         try:
-            text = self._summarize(inner, run)
+            text = self._summarize(
+                inner, run, carried=appendix, recovered=carried_rules(request.previous), room=max(1, room)
+            )
             # a cap squeezed below the sections' minimum (the first user message keeps its floor anyway)
             return (
                 text if len(text) <= room else fit_text(text, max_chars=room, language=resolve_language(inner))
@@ -122,12 +125,16 @@ class ModelSummarizer:
         finally:
             self.last_run = run.frozen()
 
-    def _summarize(self, request: SummaryRequest, run: _Run) -> str:
+    def _summarize(
+        self, request: SummaryRequest, run: _Run, *, carried: str, recovered: Sequence[str], room: int
+    ) -> str:
         language = resolve_language(request)
         request = dataclasses.replace(request, language=language)  # every part in the same language
         run.language = language
-        facts = collect_facts(request.messages)
+        facts = collect_facts(request.messages, originals=request.originals)
         settings = self.settings
+        # the model sees the previous summary within its share of the window (augment reads it whole)
+        augmented, request = request, dataclasses.replace(request, previous=self._previous_within(request))
         texts = render_messages(
             request.messages, result_chars=settings.result_chars, arguments_chars=settings.arguments_chars
         )
@@ -163,12 +170,42 @@ class ModelSummarizer:
             gaps = tuple(run.gaps)
             text = self._final(lambda fb: merge_prompt(partials, request, gaps=gaps, feedback=fb), facts, language, run)
         try:
-            out = augment(text, request, agents_md=settings.agents_md, notes=tuple(run.gaps))
+            fit = partial(
+                augment, text, augmented, agents_md=settings.agents_md, notes=tuple(run.gaps), carried=carried
+            )
+            try:  # within the room the verbatim parts leave, so its notes count what it drops
+                out = fit(recovered=recovered, max_chars=min(room, request.max_chars))
+            except ValueError:  # its fixed parts need more: fitted to the request's size, then cut (summarize)
+                out = fit(recovered=recovered)
         except ValueError as exc:
             raise SummaryError(str(exc), request=run.request, response=run.response) from exc
         run.identifiers = len(facts.identifiers)
         run.restored = sum(1 for i in facts.identifiers if i not in text and i in out)
         return out
+
+    def _previous_within(self, request: SummaryRequest) -> str | None:
+        """The previous summary as the prompts show it: whole when the prompt it makes up most of fits the
+        prompt's room, else fitted to it (its sections cut the way the cap cuts them, then head and tail).
+
+        The prompt's room is `PROMPT_RESERVE` tokens, or half of what the reply leaves of a larger window;
+        ctxkeep's own fixed parts must never make a compaction fail for want of room in the model's window.
+        """
+        previous = request.previous
+        if not previous:
+            return previous
+        window, max_tokens = self.settings.window, self.settings.max_tokens
+        rest = self._tokens(summary_prompt(dataclasses.replace(request, previous=None), conversation=""))
+        room = math.floor(max(PROMPT_RESERVE, (window - max_tokens) // 2) / SAFETY_MARGIN) - rest - _FEEDBACK_TOKENS
+        tokens = self.counter.count_text(previous)
+        if tokens <= room:
+            return previous
+        chars = max(0, len(previous) * room // max(1, tokens))
+        for _ in range(4):
+            fitted = fit_text(previous, max_chars=max(1, chars), language=resolve_language(request))
+            if self.counter.count_text(fitted) <= room:
+                return fitted
+            chars = chars * 4 // 5
+        return shorten(previous, max(0, chars))
 
     def _final(self, make: Callable[[Sequence[str]], Prompt], facts: Facts, language: Language, run: _Run) -> str:
         """The best valid reply to `make(feedback)`, asked again with the reasons while it fails."""

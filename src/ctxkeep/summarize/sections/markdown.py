@@ -35,6 +35,12 @@ PHRASES: Mapping[str, Mapping[str, str]] = {
         "zh": "[另有 {n} 个字符，其中有 {names}；详见归档]",
     },
     "modified": {"en": "Modified", "zh": "已修改"},
+    "task": {"en": "For “{ask}”:", "zh": "针对「{ask}」："},
+    "earlier_task": {"en": "Continuing the earlier task:", "zh": "继续之前的任务："},
+    "more_files": {"en": "and {n} more (see Files modified)", "zh": "另有 {n} 个（见已修改的文件）"},
+    "committed": {"en": "Committed", "zh": "已提交"},
+    "passed": {"en": "Passed:", "zh": "已通过："},
+    "found": {"en": "Found:", "zh": "发现："},
     "ran": {"en": "Ran", "zh": "已运行"},
     "called": {"en": "Called", "zh": "已调用"},
     "exit": {"en": "exit {code}", "zh": "退出码 {code}"},
@@ -49,7 +55,10 @@ HEADING = re.compile(r"^(#{2,3})[ \t]+(.*?)[ \t]*#*[ \t]*$")
 _BULLET = re.compile(r"^(?:[-*+]|\d{1,3}[.)])(?:[ \t]+(?:\[[ xX]\][ \t]+)?(.*))?$")
 # a line opening (or closing) a code fence; group 1 the fence
 FENCE = re.compile(r"^(`{3,}|~{3,})")
-_OMITTED = re.compile(r"^\((\d+) older items? omitted; see the archive\)$|^（已省略 (\d+) 条较早的条目；详见归档）$")
+_OMITTED = re.compile(
+    r"^\((\d+) older items? omitted(?: from [^;()]+)?; see the archive\)$"
+    r"|^（(?:[^；（）]+中)?已省略 (\d+) 条较早的条目；详见归档）$"
+)
 # The longest an item of a list (an ask, a rule, a decision, a failure) gets before it is cut.
 ITEM_CHARS = 240
 
@@ -195,9 +204,15 @@ def is_placeholder(item: str) -> bool:
     return item.strip() in {p for p in PHRASES["none"].values()} | {"None", "none", "N/A", "-"}
 
 
-def omission_note(count: int, language: str) -> str:
-    """The item that says `count` older items were dropped to fit the size."""
-    return phrase("omitted_one", language) if count == 1 else phrase("omitted", language, n=count)
+def omission_note(count: int, language: str, where: str = "") -> str:
+    """The item that says `count` older items were dropped to fit the size; naming the list `where` when given
+    (so that two lists' notes never read the same)."""
+    note = phrase("omitted_one", language) if count == 1 else phrase("omitted", language, n=count)
+    if not where:
+        return note
+    if language == "zh":
+        return f"（{where}中{note[1:]}"
+    return note.replace(" omitted;", f" omitted from {where};", 1)
 
 
 def omitted_count(item: str) -> int | None:
