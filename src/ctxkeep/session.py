@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -258,7 +258,7 @@ class Session:
         return self._setup.summarizer
 
     @property
-    def messages(self) -> tuple[Message, ...]:
+    def messages(self) -> Sequence[Message]:
         """The live messages, oldest first."""
         return self._live.messages
 
@@ -512,22 +512,23 @@ class Session:
         for generation in self.store.live_generations():
             if generation != state.generation:
                 self.store.drop_live(generation)
-        read = self._read_live(state.generation, now)
-        messages = read.messages
-        trusted = self._key is not None and read.counter == self._key
-        counts = self._counts(read) if trusted else self.counter.count_each(messages)
-        live = live_mod.add(
-            Live(
-                summary=state.summary,
-                summary_body=state.summary_body,
-                summary_tokens=summary_tokens_of(state.summary, self.counter),
-                archive=state.archive,
-                failed_at=state.failed_at,
-            ),
-            messages,
-            self.counter,
-            counts=counts,
-        )
+        with livelog.collector_paused():
+            read = self._read_live(state.generation, now)
+            messages = read.messages
+            trusted = self._key is not None and read.counter == self._key
+            counts = self._counts(read) if trusted else self.counter.count_each(messages)
+            live = live_mod.add(
+                Live(
+                    summary=state.summary,
+                    summary_body=state.summary_body,
+                    summary_tokens=summary_tokens_of(state.summary, self.counter),
+                    archive=state.archive,
+                    failed_at=state.failed_at,
+                ),
+                messages,
+                self.counter,
+                counts=counts,
+            )
         live = replace(live, pinned=frozenset(p for p in state.pinned if any(m.id == p for m in messages)))
         self._live = live
         self._restore_originals(read.replaced)
