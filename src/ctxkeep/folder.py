@@ -4,7 +4,9 @@ Both implement the `Store` seam through `FileStore` (`ctxkeep.store`). `LocalFol
 write durable before it returns: `write` replaces a file atomically (temporary file, fsync, rename,
 fsync of the directory) and `append` fdatasyncs, or cuts a refused append back to where it started. One
 exception, for speed: an offloaded original becomes durable with the next `start_live` (see
-`LocalFolder.save_original`). Its
+`LocalFolder.save_original`). While its lock is held it keeps the live log it last appended to
+open, so a step's append is one write and one fdatasync (closed when the file is replaced, cut or
+removed, and when the lock is released). Its
 files are private (0600, folders 0700) and nothing inside it is reached through a symbolic link. An
 `OSError` becomes a `StorageError` that names the file and says what to do (disk full, read-only,
 no permission, a link). `MemoryFolder` keeps files in a dict.

@@ -9,8 +9,8 @@
     dialog/YYYY-MM-DD.jsonl    the archive of compacted messages
     tool_result/<uuid>.txt     full texts of offloaded tool results and command outputs
 
-A step makes one durable write: `add` appends its line (fdatasync) after the offloads of the steps
-before it (a crash loses only offloads, which the next `prepare` redoes the same way). An original in
+A step makes one durable write: `add` appends its line (one write and one fdatasync, on the live log
+the folder keeps open) after the offloads of the steps before it (a crash loses only offloads, which the next `prepare` redoes the same way). An original in
 tool_result/ is fsynced at the next compaction: until then the live log holds its full text, and
 reopening rewrites an original a power loss cut short. A compaction appends to the archive (fsync),
 writes the next generation's live file (fsync), then replaces state.json; only that rename makes it
