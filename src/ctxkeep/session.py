@@ -10,9 +10,10 @@
     tool_result/<uuid>.txt     full texts of offloaded tool results and command outputs
 
 A step makes one durable write: `add` appends its line (one write and one fdatasync, on the live log
-the folder keeps open) after the offloads of the steps before it (a crash loses only offloads, which the next `prepare` redoes the same way). An original in
-tool_result/ is fsynced at the next compaction: until then the live log holds its full text, and
-reopening rewrites an original a power loss cut short. A compaction appends to the archive (fsync),
+the folder keeps open) after the offloads of the steps before it (a crash loses only offloads, which
+the next `prepare` redoes the same way). An original in tool_result/ is fsynced at the next
+compaction: until then the live log holds its full text, and reopening rewrites an original a power
+loss cut short. A compaction appends to the archive (fsync),
 writes the next generation's live file (fsync), then replaces state.json; only that rename makes it
 real. Killed at any point before, the workspace reopens with the old generation and the archive cut
 back to its committed size; after it, with the new one.
@@ -567,7 +568,7 @@ class Session:
         lines = raw.split(b"\n")[:-1]
         torn: list[tuple[int, int]] = []  # (line number, bytes dropped)
         for lineno, line in enumerate(lines, 1):
-            if not line.strip():
+            if not line or line.isspace():  # (strip would copy every line)
                 continue
             try:
                 livelog.apply(read, line)
