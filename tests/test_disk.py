@@ -3,6 +3,7 @@ its replaced lines, and originals rewritten from the live log when a power loss 
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -268,3 +269,19 @@ def test_a_refused_sync_on_the_kept_log_cuts_the_append_back_and_the_next_append
         s.add(Message.of("user", "second", id="m2"))
     with Session.open(tmp_path) as s:
         assert [m.id for m in s.messages] == ["m0", "m2"]
+
+
+def test_reopening_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:
+    with Session.open(tmp_path) as s:
+        s.add([Message.of("user", f"m{i}", id=f"m{i}") for i in range(3)])
+    assert gc.isenabled()
+    with Session.open(tmp_path) as s:
+        assert len(s.messages) == 3
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with Session.open(tmp_path) as s:
+            assert len(s.messages) == 3
+        assert not gc.isenabled()  # a host that turned it off keeps it off
+    finally:
+        gc.enable()
