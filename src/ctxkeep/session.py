@@ -530,7 +530,8 @@ class Session:
                 self.counter,
                 counts=counts,
             )
-        live = replace(live, pinned=frozenset(p for p in state.pinned if any(m.id == p for m in messages)))
+        held = live_mod.message_ids(live)  # the index `add` built: no pass over the messages per pin
+        live = replace(live, pinned=frozenset(p for p in state.pinned if p in held))
         self._live = live
         self._restore_originals(read.replaced)
         # A log with replaced lines, or counts of another counter, is rewritten: the next open reads it fast.
