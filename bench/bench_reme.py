@@ -537,11 +537,12 @@ def main() -> None:
                         durability(c, r, len(steps))
             if "disk" in args.modes.split(","):
                 print(
-                    "  on disk, ReMe keeps the conversation in memory only (none of it is written) and writes its"
-                    " offloaded\n  results without fsync: a kill -9 loses its whole context. ctxkeep appends every"
-                    " step to its live\n  log and fdatasyncs it (kill -9 and power loss lose nothing acknowledged)."
-                    " 'less its fsync time'\n  is ctxkeep at ReMe's durability for its offloaded results"
-                    " (its log still written, as a kill -9 needs)."
+                    "  on disk the two do not keep the same things. ReMe holds the conversation in the process"
+                    " only (what\n  survives a kill -9 is up to its host) and writes its offloaded results"
+                    " without fsync. ctxkeep appends\n  every step to its live log and fdatasyncs it: neither a"
+                    " kill -9 nor a power loss loses an acknowledged\n  step. 'less its fsync time' is ctxkeep's"
+                    " step without that sync (its writes still made: a kill -9 loses\n  nothing, a power loss"
+                    " may), the nearest to ReMe's durability."
                 )
             if collected:
                 print("  prefix reuse (o200k tokens of the common prefix with the previous step / tokens sent)")
