@@ -7,7 +7,8 @@ Run: .venv/bin/python bench/bench_disk.py [--sizes 400,1000,2000,50000] [--windo
    included; results from a few hundred bytes to 80 KB, browser pages among them) is replayed into
    a new workspace on disk (every commit fsynced), turn by turn: `add` of the turn's messages, then
    `prepare`, the way an agent runs. Printed: median and p95 ms per step (add + prepare), by
-   history length, over steps without a compaction, and the fsyncs per step. With `--window 0` no
+   history length, over steps without a compaction, the CPU time of the same steps, the time the
+   disk took for the step's fdatasync, and the fsyncs per step. With `--window 0` no
    compaction ever happens (a window of 10^9 tokens): every message stays live, which shows
    whether a step costs the new messages or the whole history.
 2. `--reopen N`: a workspace holding N live messages (no compaction) is closed and opened again,
@@ -85,10 +86,11 @@ def session_turns(n: int, seed: int = 15) -> Iterator[list[Message]]:
 
 
 class _Fsyncs:
-    """Counts os.fsync and os.fdatasync calls while active."""
+    """Counts os.fsync and os.fdatasync calls while active, and the wall time spent in them."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.seconds = 0.0
         self._saved = (os.fsync, getattr(os, "fdatasync", None))
 
     def __enter__(self) -> _Fsyncs:
@@ -96,8 +98,12 @@ class _Fsyncs:
 
         def counted(fn):  # type: ignore[no-untyped-def]
             def call(fd: int) -> None:
-                self.count += 1
-                fn(fd)
+                t = time.perf_counter()
+                try:
+                    fn(fd)
+                finally:
+                    self.count += 1
+                    self.seconds += time.perf_counter() - t
 
             return call
 
@@ -118,22 +124,23 @@ def _settings(window: int) -> EngineSettings:
     return EngineSettings(compact=CompactSettings(max_input_length=10**9))
 
 
-def run(n: int, window: int, folder: Path) -> tuple[list[tuple[int, float, float]], int, int, int]:
-    """Per-step (history length, wall seconds, CPU seconds) for steps without compaction; steps, compactions,
-    fsyncs. The CPU time leaves out waiting for the disk and for other processes (a loaded machine)."""
-    times: list[tuple[int, float, float]] = []
+def run(n: int, window: int, folder: Path) -> tuple[list[tuple[int, float, float, float]], int, int, int]:
+    """Per-step (history length, wall seconds, CPU seconds, seconds in fsync) for steps without compaction;
+    steps, compactions, fsyncs. The CPU time leaves out waiting for the disk and for other processes (a
+    loaded machine); the fsync time is what the disk took to make the step durable."""
+    times: list[tuple[int, float, float, float]] = []
     steps = compactions = 0
     added = 0
     with Session.open(folder, settings=_settings(window), counter=COUNTER) as session, _Fsyncs() as fs:
         for batch in session_turns(n):
-            t, c = time.perf_counter(), time.process_time()
+            t, c, f = time.perf_counter(), time.process_time(), fs.seconds
             session.add(batch)
             step = session.prepare("You are a careful coding agent.")
             elapsed, cpu = time.perf_counter() - t, time.process_time() - c
             added += len(batch)
             steps += 1
             if step.compaction is None:
-                times.append((added, elapsed, cpu))
+                times.append((added, elapsed, cpu, fs.seconds - f))
             else:
                 compactions += 1
         return times, steps, compactions, fs.count
@@ -152,26 +159,34 @@ def steps(sizes: list[int], window: int, tmp: Path) -> None:
     label = f"window {window:,}" if window else "no compaction"
     print(f"ms per step (add + prepare) on disk, {label}, steps without compaction, by history length")
     print("(wall: what the agent waits, fsync included; cpu: this process's CPU time, which a loaded machine")
-    print(" changes less)")
-    print(f"{'session':>8} {'history <=':>10} {'steps':>6} {'median':>8} {'p95':>8} {'cpu med':>8} {'cpu p95':>8}")
+    print(" changes less; fsync: the wall time of the step's fdatasync, which a disk shared with other work")
+    print(" changes most)")
+    print(
+        f"{'session':>8} {'history <=':>10} {'steps':>6} {'median':>8} {'p95':>8} {'cpu med':>8} {'cpu p95':>8}"
+        f" {'fsync med':>9}"
+    )
     for n in sizes:
         times, total, compactions, fsyncs = run(n, window, tmp / f"s{n}")
-        by: dict[int, list[tuple[float, float]]] = {}
-        for added, seconds, cpu in times:
-            by.setdefault(_bucket(added), []).append((seconds * 1000, cpu * 1000))
+        by: dict[int, list[tuple[float, float, float]]] = {}
+        for added, seconds, cpu, synced in times:
+            by.setdefault(_bucket(added), []).append((seconds * 1000, cpu * 1000, synced * 1000))
         for b in sorted(by):
             print(f"{n:>8,} {b:>10,} {len(by[b]):>6,} {_figures(by[b])}")
-        every = [(s * 1000, c * 1000) for _, s, c in times]
+        every = [(s * 1000, c * 1000, f * 1000) for _, s, c, f in times]
         print(
             f"{n:>8,} {'all':>10} {len(every):>6,} {_figures(every)}"
             f"   ({total:,} steps, {compactions} compactions, {fsyncs / total:.2f} fsyncs per step)"
         )
 
 
-def _figures(pairs: list[tuple[float, float]]) -> str:
-    wall = [w for w, _ in pairs]
-    cpu = [c for _, c in pairs]
-    return f"{statistics.median(wall):>8.3f} {_p95(wall):>8.3f} {statistics.median(cpu):>8.3f} {_p95(cpu):>8.3f}"
+def _figures(rows: list[tuple[float, float, float]]) -> str:
+    wall = [w for w, _, _ in rows]
+    cpu = [c for _, c, _ in rows]
+    synced = statistics.median(f for _, _, f in rows)
+    return (
+        f"{statistics.median(wall):>8.3f} {_p95(wall):>8.3f} {statistics.median(cpu):>8.3f} {_p95(cpu):>8.3f}"
+        f" {synced:>9.3f}"
+    )
 
 
 def reopen(n: int, tmp: Path) -> None:

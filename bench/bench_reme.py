@@ -270,6 +270,8 @@ class Run:
     compacted: list[bool] = field(default_factory=list)
     contexts: list[list[str]] = field(default_factory=list)
     texts: dict[str, str] = field(default_factory=dict)
+    fsyncs: int = 0  # fsync and fdatasync calls during the timed steps
+    synced: list[float] = field(default_factory=list)  # seconds of each step spent in them (ctxkeep's side)
 
 
 def render(role: str, content: Any) -> str:
@@ -290,14 +292,18 @@ def run_ctxkeep(
     store = LocalFolder(folder) if folder is not None else MemoryFolder()
     run = Run(times=[], compactions=0)
     start = 0
+    syncs = SyncClock()
     with Session(store, settings=SETTINGS, summarizer=summarizer) as session:
         for end in steps:
             batch: list[Message] = [m for group in messages[start:end] for m in group]
             start = end
+            before = syncs.seconds
             t0 = time.perf_counter()
-            session.add(batch)
-            step = session.prepare(SYSTEM)
+            with syncs:
+                session.add(batch)
+                step = session.prepare(SYSTEM)
             run.times.append(time.perf_counter() - t0)
+            run.synced.append(syncs.seconds - before)
             run.compactions += step.compaction is not None
             run.compacted.append(step.compaction is not None)
             if collect:
@@ -307,7 +313,39 @@ def run_ctxkeep(
                 for k, r in zip(keys, rendered, strict=True):
                     run.texts.setdefault(k, r)
                 run.contexts.append(keys)
+    run.fsyncs = syncs.count
     return run
+
+
+class SyncClock:
+    """Counts os.fsync and os.fdatasync calls while active, and the time spent in them."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.seconds = 0.0
+        self._saved = (os.fsync, getattr(os, "fdatasync", None))
+
+    def __enter__(self) -> SyncClock:
+        def timed(fn: Any) -> Any:
+            def call(fd: int) -> None:
+                t = time.perf_counter()
+                try:
+                    fn(fd)
+                finally:
+                    self.count += 1
+                    self.seconds += time.perf_counter() - t
+
+            return call
+
+        os.fsync = timed(self._saved[0])
+        if self._saved[1] is not None:
+            os.fdatasync = timed(self._saved[1])
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.fsync = self._saved[0]
+        if self._saved[1] is not None:
+            os.fdatasync = self._saved[1]
 
 
 def run_reme(
@@ -331,11 +369,23 @@ def run_reme(
         compacted=out["compacted"],
         contexts=out["contexts"],
         texts=out["texts"],
+        fsyncs=out.get("fsyncs", 0),
     )
     return run, out["estimates"]
 
 
 # --- the figures ------------------------------------------------------------------------------------
+
+
+def durability(c: Run, r: Run, steps: int) -> None:
+    """What each side makes durable on disk, and ctxkeep's step without its fsyncs (ReMe's durability)."""
+    bare = [t - s for t, s in zip(c.times, c.synced, strict=True)]
+    bm, bp, rm, rp = statistics.median(bare), p95(bare), statistics.median(r.times), p95(r.times)
+    print(
+        f"      fsyncs per step: ctxkeep {c.fsyncs / steps:.2f} ({ms(statistics.median(c.synced)).strip()} ms median),"
+        f" ReMe {r.fsyncs / steps:.2f}. ctxkeep less its fsync time {ms(bm)} / {ms(bp)}"
+        f"   ({rm / bm:.1f}x, {rp / bp:.1f}x)"
+    )
 
 
 def p95(values: Sequence[float]) -> float:
@@ -483,6 +533,17 @@ def main() -> None:
                         f"    pair {pair + 1} ({order[0]} first)   {ms(cm)} / {ms(cp)}   {ms(rm)} / {ms(rp)}"
                         f"     {rm / cm:7.1f}x, {rp / cp:6.1f}x   compactions {c.compactions} / {r.compactions}"
                     )
+                    if mode == "disk":
+                        durability(c, r, len(steps))
+            if "disk" in args.modes.split(","):
+                print(
+                    "  on disk the two do not keep the same things. ReMe holds the conversation in the process"
+                    " only (what\n  survives a kill -9 is up to its host) and writes its offloaded results"
+                    " without fsync. ctxkeep appends\n  every step to its live log and fdatasyncs it: neither a"
+                    " kill -9 nor a power loss loses an acknowledged\n  step. 'less its fsync time' is ctxkeep's"
+                    " step without that sync (its writes still made: a kill -9 loses\n  nothing, a power loss"
+                    " may), the nearest to ReMe's durability."
+                )
             if collected:
                 print("  prefix reuse (o200k tokens of the common prefix with the previous step / tokens sent)")
                 for side, run in collected.items():

@@ -12,7 +12,8 @@ memory), it times what CoPaw runs before a reasoning step: ReMeLight.compact_too
 ReMeLight.check_context; when that says compact (and the split is valid), the memory becomes the kept
 part (the summary, a model call, is not run: neither side summarizes in this benchmark). With "collect", it
 also returns each step's context as digests of its messages (with the text of each digest once) and
-ReMe's token estimate of every block as first seen, for the prefix reuse and token-count figures.
+ReMe's token estimate of every block as first seen, for the prefix reuse and token-count figures. It
+also counts the fsync and fdatasync calls made during the timed steps ("fsyncs"): what ReMe makes durable.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -38,6 +40,32 @@ def render(role: str, content: Any) -> str:
 
 def digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+class Syncs:
+    """Counts os.fsync and os.fdatasync calls while active (ReMe is Python: its files go through them)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._saved = (os.fsync, getattr(os, "fdatasync", None))
+
+    def __enter__(self) -> Syncs:
+        def counted(fn: Any) -> Any:
+            def call(fd: int) -> None:
+                self.count += 1
+                fn(fd)
+
+            return call
+
+        os.fsync = counted(self._saved[0])
+        if self._saved[1] is not None:
+            os.fdatasync = counted(self._saved[1])
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.fsync = self._saved[0]
+        if self._saved[1] is not None:
+            os.fdatasync = self._saved[1]
 
 
 async def run(reme: Any, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -64,21 +92,23 @@ async def run(reme: Any, cmd: dict[str, Any]) -> dict[str, Any]:
             estimates.append([b.token_count for b in stat.content])
     start = 0
     system = render("system", cmd["system"])
+    syncs = Syncs()
     for end in cmd["steps"]:
         batch = [Msg.from_dict(d) for d in dicts[start:end]]
         start = end
         t0 = time.perf_counter()
         memory.extend(batch)
-        memory = await reme.compact_tool_result(
-            memory,
-            old_max_bytes=off["old_max_bytes"],
-            recent_max_bytes=off["recent_max_bytes"],
-            retention_days=off["retention_days"],
-            recent_n=off["recent_n"],
-        )
-        to_compact, to_keep, valid = await reme.check_context(
-            memory, memory_compact_threshold=cmd["threshold"], memory_compact_reserve=cmd["reserve"]
-        )
+        with syncs:
+            memory = await reme.compact_tool_result(
+                memory,
+                old_max_bytes=off["old_max_bytes"],
+                recent_max_bytes=off["recent_max_bytes"],
+                retention_days=off["retention_days"],
+                recent_n=off["recent_n"],
+            )
+            to_compact, to_keep, valid = await reme.check_context(
+                memory, memory_compact_threshold=cmd["threshold"], memory_compact_reserve=cmd["reserve"]
+            )
         compacted.append(bool(to_compact and valid))
         if to_compact and valid:
             memory = list(to_keep)
@@ -98,6 +128,7 @@ async def run(reme: Any, cmd: dict[str, Any]) -> dict[str, Any]:
         "contexts": contexts,
         "texts": texts,
         "estimates": estimates,
+        "fsyncs": syncs.count,
     }
 
 

@@ -3,6 +3,7 @@ its replaced lines, and originals rewritten from the live log when a power loss 
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from ctxkeep.errors import StorageError
 from ctxkeep.folder import LocalFolder
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
 from ctxkeep.offload import original_file
@@ -213,3 +215,73 @@ def _python(script: str) -> None:
 def _text(msg: Message) -> str:
     result = msg.tool_result
     return msg.text if result is None else result.text
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to list open descriptors")
+def test_the_live_log_stays_open_while_the_session_holds_the_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _open_fds()
+    folder = LocalFolder(tmp_path)
+    with Session(folder, settings=SETTINGS) as s:
+        s.add(turn(0))
+        s.prepare("sys")
+        opened: list[str] = []
+        real_open = os.open
+
+        def counted(path, *args, **kw):  # type: ignore[no-untyped-def]
+            opened.append(str(path))
+            return real_open(path, *args, **kw)
+
+        monkeypatch.setattr(os, "open", counted)
+        for i in range(1, 4):
+            s.add(Message.of("user", f"more {i}", id=f"m{i}"))
+        assert opened == []  # appended through the descriptor kept open: no folder nor file opened again
+        monkeypatch.undo()
+        s.compact()  # the next generation's log replaces this one: appends go to the new file
+        s.add(Message.of("user", "after", id="after"))
+        held = [m.id for m in s.messages]
+    assert _open_fds() == before  # nothing left open once the lock is released
+    with Session(LocalFolder(tmp_path), settings=SETTINGS) as s:
+        assert [m.id for m in s.messages] == held and held[-1] == "after"
+
+
+def test_a_refused_sync_on_the_kept_log_cuts_the_append_back_and_the_next_append_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Session.open(tmp_path) as s:
+        s.add(Message.of("user", "first", id="m0"))
+        size = (tmp_path / LIVE).stat().st_size
+
+        def full(fd: int) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(os, "fdatasync", full, raising=False)
+        monkeypatch.setattr(os, "fsync", full)
+        with pytest.raises(StorageError, match="disk is full"):
+            s.add(Message.of("user", "refused", id="m1"))
+        monkeypatch.undo()
+        assert (tmp_path / LIVE).stat().st_size == size
+        s.add(Message.of("user", "second", id="m2"))
+    with Session.open(tmp_path) as s:
+        assert [m.id for m in s.messages] == ["m0", "m2"]
+
+
+def test_reopening_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:
+    with Session.open(tmp_path) as s:
+        s.add([Message.of("user", f"m{i}", id=f"m{i}") for i in range(3)])
+    assert gc.isenabled()
+    with Session.open(tmp_path) as s:
+        assert len(s.messages) == 3
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with Session.open(tmp_path) as s:
+            assert len(s.messages) == 3
+        assert not gc.isenabled()  # a host that turned it off keeps it off
+    finally:
+        gc.enable()

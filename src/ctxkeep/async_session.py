@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
@@ -77,7 +77,7 @@ class AsyncSession:
         return self._session.live
 
     @property
-    def messages(self) -> tuple[Message, ...]:
+    def messages(self) -> Sequence[Message]:
         """The live messages, oldest first."""
         return self._session.messages
 

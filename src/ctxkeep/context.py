@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -27,7 +28,7 @@ class Context:
 
     system: str | None
     summary: str | None
-    messages: tuple[Message, ...]
+    messages: Sequence[Message]  # a `ctxkeep.seq.Seq` (reads like a tuple) when it comes from a `Live`
     tokens: int
 
     def as_messages(self) -> list[Message]:

@@ -4,7 +4,9 @@ Both implement the `Store` seam through `FileStore` (`ctxkeep.store`). `LocalFol
 write durable before it returns: `write` replaces a file atomically (temporary file, fsync, rename,
 fsync of the directory) and `append` fdatasyncs, or cuts a refused append back to where it started. One
 exception, for speed: an offloaded original becomes durable with the next `start_live` (see
-`LocalFolder.save_original`). Its
+`LocalFolder.save_original`). While its lock is held it keeps the live log it last appended to
+open, so a step's append is one write and one fdatasync (closed when the file is replaced, cut or
+removed, and when the lock is released). Its
 files are private (0600, folders 0700) and nothing inside it is reached through a symbolic link. An
 `OSError` becomes a `StorageError` that names the file and says what to do (disk full, read-only,
 no permission, a link). `MemoryFolder` keeps files in a dict.
@@ -119,6 +121,10 @@ class LocalFolder(FileStore):
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).resolve()
         self._unsynced: set[str] = set()  # originals saved but not yet fsynced (see `save_original`)
+        # While the lock is held, the live log appended to last stays open (name, fd, size): a step's
+        # append is one write and one fdatasync, without opening the folders and the file again.
+        self._held = False
+        self._log: tuple[str, int, int] | None = None
 
     def __repr__(self) -> str:
         return f"LocalFolder({str(self.root)!r})"
@@ -270,6 +276,7 @@ class LocalFolder(FileStore):
     def _replace(self, name: str, data: bytes, *, durable: bool) -> None:
         *folders, base = self._parts(name)
         path = self.root / name
+        self._close_log(name)  # the file it has open is about to be replaced
         with self._folder(folders, create=True) as d:
             assert d is not None
             _not_a_link(d, base, path, "write")
@@ -298,6 +305,9 @@ class LocalFolder(FileStore):
     def append(self, name: str, data: bytes) -> int:
         *folders, base = self._parts(name)
         path = self.root / name
+        if self._held and folders == [LIVE_DIR]:
+            return self._append_log(name, data)
+        self._close_log(name)
         with self._folder(folders, create=True) as d:
             assert d is not None
             fd, made = self._create_file(d, base, path, os.O_WRONLY | os.O_APPEND, "append to")
@@ -319,6 +329,40 @@ class LocalFolder(FileStore):
             finally:
                 os.close(fd)
 
+    def _append_log(self, name: str, data: bytes) -> int:
+        """`append` to a live log through the descriptor kept open while the lock is held (opened when needed)."""
+        path = self.root / name
+        if self._log is None or self._log[0] != name:
+            self._close_log()
+            *folders, base = self._parts(name)
+            with self._folder(folders, create=True) as d:
+                assert d is not None
+                fd, made = self._create_file(d, base, path, os.O_WRONLY | os.O_APPEND, "append to")
+                try:
+                    if made:
+                        os.fsync(d)  # the new file's name is durable before anything is acknowledged in it
+                    self._log = (name, fd, os.fstat(fd).st_size)
+                except OSError as exc:
+                    os.close(fd)
+                    raise _storage_error(exc, "append to", path) from exc
+        _, fd, start = self._log
+        try:
+            _write_all(fd, data)
+            _datasync(fd)  # the size is flushed too: what reading the data back needs
+        except OSError as exc:
+            _cut_back(fd, start, path)  # as in `append`: the file still ends with its last complete line
+            self._close_log()  # reopened (and its size read again) by the next append
+            raise _storage_error(exc, "append to", path) from exc
+        self._log = (name, fd, start + len(data))
+        return start + len(data)
+
+    def _close_log(self, name: str | None = None) -> None:
+        """Close the kept live log (only when it is `name`, if given): it is about to be replaced, cut or removed."""
+        if self._log is not None and (name is None or self._log[0] == name):
+            fd = self._log[1]
+            self._log = None
+            os.close(fd)
+
     def size(self, name: str) -> int:
         *folders, base = self._parts(name)
         path = self.root / name
@@ -339,6 +383,7 @@ class LocalFolder(FileStore):
         if size == 0:
             self.remove(name)
             return
+        self._close_log(name)
         *folders, base = self._parts(name)
         path = self.root / name
         with self._folder(folders, create=False) as d:
@@ -356,6 +401,7 @@ class LocalFolder(FileStore):
     def remove(self, name: str) -> None:
         *folders, base = self._parts(name)
         path = self.root / name
+        self._close_log(name)
         with self._folder(folders, create=False) as d:
             if d is None:
                 return
@@ -417,9 +463,14 @@ class LocalFolder(FileStore):
             try:
                 # Held now: no write of ours is in progress, so every temporary of ours is a killed one's.
                 self._remove_temporaries()
+                self._held = True
                 yield
             finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                self._held = False
+                try:
+                    self._close_log()
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
 

@@ -21,6 +21,7 @@ from .archive import Archive
 from .errors import MessageError, PinnedOverBudgetError
 from .messages import Link, Message, Pairs, pair_walk, without_surrogates
 from .offload import is_output, offload
+from .seq import Seq
 from .settings import OffloadSettings
 from .split import pair_groups
 from .store import Store
@@ -63,8 +64,10 @@ class Ids:
 class Live:
     """The live context between steps. Build it with `add`; `ctxkeep.engine.prepare` returns the next one."""
 
-    messages: tuple[Message, ...] = ()
-    counts: tuple[int, ...] = ()
+    # `Seq`s (read like tuples), so a step appends and rewrites without copying the history; `add`
+    # takes tuples or lists given here too.
+    messages: Sequence[Message] = Seq()
+    counts: Sequence[int] = Seq()
     total: int = 0
     summary: str | None = None
     # The summary as the summarizer wrote it, without the archive guide (what the next update starts from).
@@ -149,8 +152,8 @@ def add(live: Live, messages: Sequence[Message], counter: Counter, *, counts: Se
     ids.extend(messages)  # last: nothing above may fail once the index has grown
     return replace(
         live,
-        messages=live.messages + tuple(messages),
-        counts=live.counts + tuple(counts),
+        messages=Seq.of(live.messages).extended(messages),
+        counts=Seq.of(live.counts).extended(counts),
         total=live.total + sum(counts),
         pairs=walk.pairs,
         result_tools=MappingProxyType(names),
@@ -237,7 +240,7 @@ def with_tools(live: Live, tools: Tools, counter: Counter) -> Live:
     return replace(live, tools=text, tools_tokens=counter.count_text(text) if text else 0)
 
 
-def rebuild(live: Live, kept: tuple[Message, ...]) -> Live:
+def rebuild(live: Live, kept: Sequence[Message]) -> Live:
     """A fresh `Live` holding `kept` (what a compaction left), counts carried over by identity: nothing is recounted.
 
     The messages of `live` not kept join the archived ids. Summary, archive and failure mark start
@@ -249,8 +252,8 @@ def rebuild(live: Live, kept: tuple[Message, ...]) -> Live:
     kept_ids = {m.id for m in kept}
     archived = live.archived.union(m.id for m in live.messages if m.id not in kept_ids)
     return Live(
-        messages=kept,
-        counts=counts,
+        messages=Seq(kept),
+        counts=Seq(counts),
         total=sum(counts),
         pinned=frozenset(p for p in live.pinned if p in kept_ids),
         pairs=walk.pairs,
@@ -320,18 +323,14 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
     )
     if not changed:
         return after
-    messages = list(live.messages)
-    counts = list(live.counts)
     fresh = counter.count_each([done[i] for i in changed])
-    total = live.total
-    for i, n in zip(changed, fresh, strict=True):
-        messages[start + i] = done[i]
-        total += n - counts[start + i]
-        counts[start + i] = n
+    counts = {start + i: n for i, n in zip(changed, fresh, strict=True)}
+    total = live.total + sum(n - live.counts[at] for at, n in counts.items())
     return replace(
         after,
-        messages=tuple(messages),
-        counts=tuple(counts),
+        # Only the blocks holding a rewritten message are copied (`Seq.replaced`), not the history.
+        messages=Seq.of(live.messages).replaced({start + i: done[i] for i in changed}),
+        counts=Seq.of(live.counts).replaced(counts),
         total=total,
         offloaded=tuple(sorted({*live.offloaded, *(start + i for i in changed)})),
     )

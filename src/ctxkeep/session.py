@@ -9,10 +9,11 @@
     dialog/YYYY-MM-DD.jsonl    the archive of compacted messages
     tool_result/<uuid>.txt     full texts of offloaded tool results and command outputs
 
-A step makes one durable write: `add` appends its line (fdatasync) after the offloads of the steps
-before it (a crash loses only offloads, which the next `prepare` redoes the same way). An original in
-tool_result/ is fsynced at the next compaction: until then the live log holds its full text, and
-reopening rewrites an original a power loss cut short. A compaction appends to the archive (fsync),
+A step makes one durable write: `add` appends its line (one write and one fdatasync, on the live log
+the folder keeps open) after the offloads of the steps before it (a crash loses only offloads, which
+the next `prepare` redoes the same way). An original in tool_result/ is fsynced at the next
+compaction: until then the live log holds its full text, and reopening rewrites an original a power
+loss cut short. A compaction appends to the archive (fsync),
 writes the next generation's live file (fsync), then replaces state.json; only that rename makes it
 real. Killed at any point before, the workspace reopens with the old generation and the archive cut
 back to its committed size; after it, with the new one.
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
@@ -276,7 +277,7 @@ class Session:
         return self._setup.summarizer
 
     @property
-    def messages(self) -> tuple[Message, ...]:
+    def messages(self) -> Sequence[Message]:
         """The live messages, oldest first."""
         return self._live.messages
 
@@ -556,23 +557,25 @@ class Session:
         for generation in self.store.live_generations():
             if generation != state.generation:
                 self.store.drop_live(generation)
-        read = self._read_live(state.generation, now)
-        messages = read.messages
-        trusted = self._key is not None and read.counter == self._key
-        counts = self._counts(read) if trusted else self.counter.count_each(messages)
-        live = live_mod.add(
-            Live(
-                summary=state.summary,
-                summary_body=state.summary_body,
-                summary_tokens=summary_tokens_of(state.summary, self.counter),
-                archive=state.archive,
-                failed_at=state.failed_at,
-            ),
-            messages,
-            self.counter,
-            counts=counts,
-        )
-        live = replace(live, pinned=frozenset(p for p in state.pinned if any(m.id == p for m in messages)))
+        with livelog.collector_paused():
+            read = self._read_live(state.generation, now)
+            messages = read.messages
+            trusted = self._key is not None and read.counter == self._key
+            counts = self._counts(read) if trusted else self.counter.count_each(messages)
+            live = live_mod.add(
+                Live(
+                    summary=state.summary,
+                    summary_body=state.summary_body,
+                    summary_tokens=summary_tokens_of(state.summary, self.counter),
+                    archive=state.archive,
+                    failed_at=state.failed_at,
+                ),
+                messages,
+                self.counter,
+                counts=counts,
+            )
+        held = live_mod.message_ids(live)  # the index `add` built: no pass over the messages per pin
+        live = replace(live, pinned=frozenset(p for p in state.pinned if p in held))
         self._live = live
         self._restore_originals(read.replaced)
         # A log with replaced lines, or counts of another counter, is rewritten: the next open reads it fast.
@@ -610,7 +613,7 @@ class Session:
         lines = raw.split(b"\n")[:-1]
         torn: list[tuple[int, int]] = []  # (line number, bytes dropped)
         for lineno, line in enumerate(lines, 1):
-            if not line.strip():
+            if not line or line.isspace():  # (strip would copy every line)
                 continue
             try:
                 livelog.apply(read, line)
