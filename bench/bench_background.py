@@ -8,8 +8,10 @@ result (~1,500 tokens in all, the result a command's output of varying size), th
 steps the agent's own model "thinks" for `--step-seconds` (a sleep). The summarizer is the extractive one
 behind a wait of `--model-seconds` per summary, standing for a compaction model that takes that long.
 
-Each `--step-seconds` runs twice, in the same folder kind and order: ``Session(background=False)`` (the
-summary written in `prepare`, the step waits for the model) and ``Session(background=True)`` (written in
+Each `--step-seconds` runs three times, in the same folder kind and order: ``Session(background=False)``
+with an instant model (the floor: what a compaction costs besides the model: the archive write, the
+rebuild, the commit), ``Session(background=False)`` with the slow model (the summary written in
+`prepare`, the step waits for the model) and ``Session(background=True)`` with the slow model (written in
 the session's thread from the soft threshold, applied at the threshold; see docs/engine.md). Printed per
 run: compactions (and how many used a background summary), steps put off (`Step.deferred`: a compaction
 was due, the summary not written yet, the context under `wait_threshold`), the largest context sent
@@ -17,7 +19,7 @@ against the threshold and the window, and the wall time of `prepare` on the step
 (median, p95, max) and on all other steps (median, max).
 
 Target (issue 15, part 4): with a model that takes 2 s, the time `prepare` blocks per compaction has a
-median of 0 (here: a few ms, the archive write and the rebuild, none of it the model's). `--step-seconds 0`
+median of 0: the background row's compacting median at the floor row's (none of it the model's). `--step-seconds 0`
 shows the limit: an agent that never waits gives the summary no time, and `prepare` waits for it once the
 context passes `wait_threshold`.
 """
@@ -72,10 +74,10 @@ class Run:
     peak: int = 0
 
 
-def run(folder: Path, *, background: bool, args: argparse.Namespace, step_seconds: float) -> Run:
+def run(folder: Path, *, background: bool, model_seconds: float, args: argparse.Namespace, step_seconds: float) -> Run:
     settings = EngineSettings.for_window(args.window)
     out = Run(background=background)
-    summarizer = SlowSummarizer(args.model_seconds)
+    summarizer = SlowSummarizer(model_seconds)
     with Session.open(folder, settings=settings, summarizer=summarizer, background=background) as session:
         for i in range(args.steps):
             session.add(step_messages(i))
@@ -120,10 +122,13 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for think in (float(s) for s in args.step_seconds.split(",")):
-            for background in (False, True):
-                folder = Path(tmp) / f"{think}-{background}"
-                r = run(folder, background=background, args=args, step_seconds=think)
-                mode = "background" if background else "inline"
+            for mode, background, model_seconds in (
+                ("floor", False, 0.0),
+                ("inline", False, args.model_seconds),
+                ("background", True, args.model_seconds),
+            ):
+                folder = Path(tmp) / f"{think}-{mode}"
+                r = run(folder, background=background, model_seconds=model_seconds, args=args, step_seconds=think)
                 print(
                     f"{think:>7g} {mode:<10} {len(r.compacted):>11} {r.from_background:>7} {r.deferred:>7}"
                     f" {r.peak:>7,} | {ms(r.compacted, 0.5):>18} {ms(r.compacted, 0.95):>8} {ms(r.compacted, 1.0):>8}"
