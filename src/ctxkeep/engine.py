@@ -186,24 +186,31 @@ def prepare(
     live = offload_recent(live, settings.offload, setup.store, counter)
     if system != live.system:
         live = replace(live, system=system, system_tokens=system_tokens_of(system, counter))
-    if live.waiting and live.tokens > settings.compact.compact_threshold:
-        # Over the threshold, the results waiting for their older cut get it now: it may spare a compaction.
-        live = offload_recent(live, settings.offload, setup.store, counter, age=True)
+    if settings.offload.age_over_threshold:
+        live = _aged_over(live, setup)  # a compaction may be spared, at the price of the prompt cache
     decision = plan(live, settings, now=now, force=force, focus=focus)
     if isinstance(decision, Skip):
-        step = _skipped(live, decision, now, counter)
+        step = _skipped(_aged_over(live, setup), decision, now, counter)
     else:
         began = time.perf_counter()
         summary = _summarize(setup.summarizer, decision.request)
         usage = usage_of(setup.summarizer, seconds=time.perf_counter() - began)
         if isinstance(summary, Failure):
-            step = _not_applied(live, replace(summary, at=now, tokens=decision.tokens, usage=usage), counter)
+            failure = replace(summary, at=now, tokens=decision.tokens, usage=usage)
+            step = _not_applied(_aged_over(live, setup), failure, counter)
         else:
             step = apply(live, decision, summary, setup=setup, started=started, usage=usage)
             # The first context after a compaction carries the workspace's AGENTS.md rules again, once.
             rules = after_compaction(step.context, setup.store, settings.memory, now.date(), counter)
             step = replace(step, context=rules)
     return _warn_over_window(step, settings.compact.max_input_length)
+
+
+def _aged_over(live: Live, setup: Setup) -> Live:
+    """Over the threshold with no compaction applied, the results waiting for their older cut get it now."""
+    if live.waiting and live.tokens > setup.settings.compact.compact_threshold:
+        return offload_recent(live, setup.settings.offload, setup.store, setup.counter, age=True)
+    return live
 
 
 def compact(live: Live, setup: Setup, *, system: str | None, now: datetime, focus: str | None = None) -> Step:

@@ -267,14 +267,19 @@ def rebuild(live: Live, kept: tuple[Message, ...]) -> Live:
 
 
 def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter: Counter, *, age: bool = False) -> Live:
-    """Offload the new results, and age the older ones a batch at a time, so the context grows at its end.
+    """Offload the new results, and age the older ones only where that keeps a prompt cache warm.
 
     A new result gets its "recent" cut. A result past the `recent_n` newest waits for its "old" cut
-    (one at most `old_max_bytes` already never needs it, and is left alone); the waiting ones get it
-    together once that frees `settings.age_batch_bytes`, or now when `age` is set (at a compaction,
-    where the prompt cache is lost anyway, or over the threshold). The cost is the new messages, and
-    the waiting ones when they age. The positions rewritten are added to the returned `Live.offloaded`,
-    for the caller to persist.
+    (one at most `old_max_bytes` already never needs it, and is left alone). Rewriting a message sent
+    before costs a prompt cache everything from it to the end, so waiting results age:
+
+    - at once, those with at most `settings.age_tail_tokens` tokens sent from them on (the cut is cheap
+      now and only dearer later; older waiting ones stay as they are);
+    - all together once they would free `settings.age_batch_bytes`, or when `age` is set (at a
+      compaction, where the prompt cache is lost anyway).
+
+    The cost is the new messages, the few within the tail budget, and the waiting ones when they age.
+    The positions rewritten are added to the returned `Live.offloaded`, for the caller to persist.
     """
     positions = live.tool_positions
     length = len(live.messages)
@@ -291,9 +296,17 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
             waiting.append(p)
             waiting_bytes += excess
     age = age or waiting_bytes >= settings.age_batch_bytes
+    first = 0 if age else _cheap(live, waiting, settings.age_tail_tokens)
     if age:
         start, run = positions[0], settings
         still, waiting, waiting_bytes = list(positions[passed:]), [], 0
+    elif first < len(waiting):
+        # Everything from the first of these on is rewritten anyway: the waiting results after it age too.
+        aged = waiting[first:]
+        start, run = max(positions[0], min(aged[0], live.checked)), settings
+        waiting = waiting[:first]
+        waiting_bytes = max(0, waiting_bytes - sum(_excess(live.messages[p], settings.old_max_bytes) for p in aged))
+        still = waiting + list(positions[passed:])
     else:
         # Only the new messages can change: each result among them is cut as a recent one.
         start = max(live.checked, positions[0])
@@ -335,6 +348,28 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
         total=total,
         offloaded=tuple(sorted({*live.offloaded, *(start + i for i in changed)})),
     )
+
+
+def _cheap(live: Live, waiting: Sequence[int], budget: int) -> int:
+    """The index in `waiting` of the first result with at most `budget` tokens from it to the end of what was
+    sent last (`live.checked`): what its cut would cost a prompt cache. `len(waiting)` when there is none.
+
+    Only the messages within the budget are looked at, so the cost is bounded whatever the history.
+    """
+    if not waiting or not budget:
+        return len(waiting)
+    end = min(live.checked, len(live.counts))
+    at, spent, first = end, 0, len(waiting)
+    counts = live.counts
+    while first > 0:
+        p = waiting[first - 1]
+        while at > p:
+            at -= 1
+            spent += counts[at]
+            if spent > budget:
+                return first
+        first -= 1
+    return first
 
 
 def _excess(message: Message, old_max_bytes: int) -> int:
