@@ -40,25 +40,30 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import bench_reme as reme
+import bench_summary as summary_bench
 from bench_replay import RAW, conversations
 from ctxkeep import from_agentscope, to_agentscope
 from ctxkeep.context import Context
+from ctxkeep.engine import PART_BREAK
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.messages import Message
 from ctxkeep.offload import record_in
 from ctxkeep.replay import turns
 from ctxkeep.session import Session
 from ctxkeep.settings import EngineSettings
+from ctxkeep.summarize import ExtractiveSummarizer
 from ctxkeep.tokens import get_counter
 from ctxkeep.tokens.encodings import TiktokenTokenizer
 
 COUNTER = get_counter("o200k_base")
+TOKENIZER = TiktokenTokenizer("o200k_base")
 
 
 def policies(base: EngineSettings) -> dict[str, EngineSettings]:
@@ -86,8 +91,16 @@ class Reuse:
     compactions: int = 0
     peak: int = 0
     per_step: list[float] = field(default_factory=list)
+    kept_across: int = 0  # prefix tokens at the compaction steps
+    before_across: int = 0  # tokens of the contexts before them
+    parts: int = 0  # the most parts a summary had ("frozen" layout)
+    consolidations: int = 0  # compactions that made several parts one
 
     def add(self, other: Reuse) -> None:
+        self.kept_across += other.kept_across
+        self.before_across += other.before_across
+        self.parts = max(self.parts, other.parts)
+        self.consolidations += other.consolidations
         self.kept_between += other.kept_between
         self.before_between += other.before_between
         self.sent_between += other.sent_between
@@ -107,14 +120,27 @@ class Reuse:
 
 
 def common(before: list[Message], now: list[Message], counts: list[int]) -> tuple[int, int | None]:
-    """Tokens of the messages `now` shares with `before` from the start, and where they first differ (None:
-    `now` starts with all of `before`)."""
+    """Tokens of the longest common prefix of `now` and `before`: the messages they share from the start, and
+    the common start of the first differing one's text when both have the same role (as bench_reme.py counts
+    into the first differing message); and where they first differ (None: `now` starts with all of `before`)."""
     kept = 0
     for i, (a, b, n) in enumerate(zip(before, now, counts, strict=False)):
         if a is not b and a != b:
+            if a.role == b.role:
+                kept += _common_tokens(_text(a), _text(b))
             return kept, i
         kept += n
     return kept, None if len(now) >= len(before) else len(now)
+
+
+def _text(message: Message) -> str:
+    result = message.tool_result
+    return result.text if result is not None else message.text
+
+
+def _common_tokens(a: str, b: str) -> int:
+    ta, tb = TOKENIZER.encoding.encode_ordinary(a), TOKENIZER.encoding.encode_ordinary(b)
+    return next((i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), min(len(ta), len(tb)))
 
 
 def why(before: list[Message], now: list[Message], at: int) -> str:
@@ -141,7 +167,7 @@ def replay(
 ) -> Reuse:
     reuse = Reuse()
     before: list[Message] = []
-    previous = 0
+    previous = last_parts = 0
     with Session(MemoryFolder(), settings=settings, counter=COUNTER) as session:
         for n, group in enumerate(turns(messages)):
             session.add(group)
@@ -155,7 +181,13 @@ def replay(
                 kept, at = common(before, now, counts)
                 reuse.kept += kept
                 reuse.before += previous
-                if step.compaction is None:
+                if step.compaction is not None:
+                    reuse.kept_across += kept
+                    reuse.before_across += previous
+                    parts = (step.live.summary or "").count(PART_BREAK) + 1
+                    reuse.consolidations += parts < last_parts
+                    reuse.parts, last_parts = max(reuse.parts, parts), parts
+                else:
                     reuse.kept_between += kept
                     reuse.before_between += previous
                     reuse.sent_between += sent
@@ -176,8 +208,12 @@ def _sent(context: Context) -> list[Message]:
 HEAD = f"{'':<40} {'between':>8} {'p5':>7} {'whole':>7} {'of sent':>8} {'comp':>5} {'peak':>8}"
 
 
-def shared(window: int, *, explain: bool) -> None:
-    inputs: list[tuple[str, list[tuple[str | None, list[Message]]]]] = []
+Inputs = list[tuple[str, list[tuple[str | None, list[Message]]]]]
+
+
+def shared_inputs() -> Inputs:
+    """The conversations of every shared transcript, by file name."""
+    inputs: Inputs = []
     files = sorted(p for p in RAW.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".json", ".traj"))
     for path in files:
         try:
@@ -187,9 +223,10 @@ def shared(window: int, *, explain: bool) -> None:
             continue
         if convs:
             inputs.append((path.name, convs))
-    if not inputs:
-        print(f"no shared transcripts at {RAW}")
-        return
+    return inputs
+
+
+def shared(window: int, inputs: Inputs, *, explain: bool) -> None:
     print(f"1. shared transcripts, prefix reuse at a {window:,}-token window\n")
     for mode, settings in policies(EngineSettings.for_window(window)).items():
         print(f"aging: {mode}\n{HEAD}")
@@ -202,6 +239,41 @@ def shared(window: int, *, explain: bool) -> None:
             print(f"{name[:40]:<40} {reuse.row()}")
             total.add(reuse)
         print(f"{'shared transcripts, all':<40} {total.row()}\n")
+
+
+# --- 3. the summary's layout through a compaction ----------------------------------------------------
+
+
+def layouts(window: int, inputs: Inputs) -> None:
+    """Prefix reuse at the compaction steps and what the summary keeps, "single" against "frozen"."""
+    print(f"3. the summary's layout through compactions, shared transcripts at {window:,}, extractive summarizer\n")
+    print(
+        f"{'layout':<8} {'comp':>5} {'across':>7} {'whole':>7} {'between':>8} {'parts':>5} {'consol':>6}"
+        f" | {'files now/end':>13} {'fails now/end':>13} {'ids now/end':>11} | {'first':>5} {'newest':>6}"
+        f" | {'summary chars med/max':>21}"
+    )
+    base = EngineSettings.for_window(window)
+    for layout in ("single", "frozen"):
+        settings = replace(base, summary_layout=layout)
+        reuse, tally = Reuse(), summary_bench.Tally()
+        for _, convs in inputs:
+            for system, messages in convs:
+                reuse.add(replay(messages, system, settings))
+                tally.add(summary_bench.replay(messages, system, settings, ExtractiveSummarizer))
+        across = reuse.kept_across / reuse.before_across if reuse.before_across else 1.0
+        whole = reuse.kept / reuse.before if reuse.before else 1.0
+        between = reuse.kept_between / reuse.before_between if reuse.before_between else 1.0
+        pct, t, v = summary_bench.pct, tally, tally.verbatim
+        kept = " ".join(f"{pct(t.now[k], t.total[k]):>6}/{pct(t.end[k], t.total[k]):<6}" for k in ("files", "fails"))
+        ids = f"{pct(t.now['ids'], t.total['ids']):>5}/{pct(t.end['ids'], t.total['ids']):<5}"
+        first = pct(v["first_whole"] + v["first_cut"], v["first"])
+        sizes = f"{statistics.median(t.sizes):,.0f} / {max(t.sizes):,}" if t.sizes else "-"
+        print(
+            f"{layout:<8} {reuse.compactions:>5} {across:>7.2%} {whole:>7.2%} {between:>8.2%} {reuse.parts:>5}"
+            f" {reuse.consolidations:>6} | {kept} {ids} | {first:>5} {pct(v['newest_kept'], v['newest']):>6}"
+            f" | {sizes:>21}"
+        )
+    print()
 
 
 # --- 2. the synthetic sessions of bench_reme.py, both sides ----------------------------------------
@@ -304,13 +376,20 @@ def main() -> None:
     parser.add_argument("--sizes", default="400,2000", help="Msgs of bench_reme's synthetic sessions; empty for none")
     parser.add_argument("--no-reme", action="store_true", help="leave ReMe out of the synthetic sessions")
     parser.add_argument("--explain", action="store_true", help="print every broken prefix between compactions")
+    parser.add_argument("--no-layouts", action="store_true", help="leave out the summary layouts (3.)")
     parser.add_argument("--cache", help="bench_reme's cache folder (sessions, ReMe's venv)")
     parser.add_argument("--reme-venv", help="ReMe's virtual environment (default: CACHE/reme-0.3.1.10)")
     args = parser.parse_args()
-    shared(args.window, explain=args.explain)
+    inputs = shared_inputs()
+    if inputs:
+        shared(args.window, inputs, explain=args.explain)
+    else:
+        print(f"no shared transcripts at {RAW}")
     sizes = [int(n) for n in args.sizes.split(",") if n]
     if sizes:
         synthetic(sizes, args)
+    if inputs and not args.no_layouts:
+        layouts(args.window, inputs)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,9 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
 
 log = logging.getLogger("ctxkeep")
+# Between two parts of a summary in the "frozen" layout: each part is what one compaction archived.
+_PART_DIVISOR = 4  # a part of a "frozen" summary gets at most this share of the cap
+PART_BREAK = "\n\n<!-- context-summary: the next part covers the messages compacted after the part above -->\n\n"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -146,6 +149,9 @@ class Plan:
     reason: str  # "threshold", "overflow" (over the model's window) or "manual"
     tokens: int  # the context's tokens before
     at: datetime
+    # The summary is a new part after the earlier ones, left as they were ("frozen" layout): the request
+    # covers only the messages compacted now.
+    append: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -257,15 +263,27 @@ def plan(
     # (Estimated in English, the longer of the two.)
     next_archive = archive_mod.projected(live.archive, len(cut.to_compact), now.date())
     guide_chars = len(archive_mod.with_guide("", next_archive, "en"))
+    previous, room = live.summary_body, cap - guide_chars
+    append = False
+    if settings.summary_layout == "frozen":
+        # The earlier parts stay as sent; a new part gets a quarter of the cap (or what they leave of it).
+        # When that is too little, they are consolidated: one summary of them all and of the new messages,
+        # in half the cap, so that parts can follow it again.
+        left = room - len(live.summary or "") - len(PART_BREAK)
+        if live.summary and previous and left >= MIN_SUMMARY_CHARS:
+            previous, room, append = None, min(left, room // _PART_DIVISOR), True
+        else:
+            previous = previous.replace(PART_BREAK, "\n\n") if previous else previous
+            room //= 2
     request = SummaryRequest(
         messages=cut.to_compact,
-        previous=live.summary_body,
+        previous=previous,
         focus=focus,
         language=settings.language,
-        max_chars=max(MIN_SUMMARY_CHARS, cap - guide_chars),
+        max_chars=max(MIN_SUMMARY_CHARS, room),
     )
     reason = "manual" if force else "overflow" if tokens > settings.compact.max_input_length else "threshold"
-    return Plan(cut=cut, request=request, reason=reason, tokens=tokens, at=now)
+    return Plan(cut=cut, request=request, reason=reason, tokens=tokens, at=now, append=append)
 
 
 def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float, usage: Usage | None = None) -> Step:
@@ -283,10 +301,14 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
     # Archive first: the compacted messages are on disk before they leave the live context.
     archive = archive_mod.append(setup.store, live.archive, cut.to_compact, now.date())
     text = archive_mod.with_guide(summary, archive, resolve_language(plan.request))
+    body = summary
+    if plan.append and live.summary and live.summary_body:
+        # "frozen" layout: the parts sent before are kept byte for byte, the new one (with its guide) follows.
+        text, body = f"{live.summary}{PART_BREAK}{text}", f"{live.summary_body}{PART_BREAK}{summary}"
     after = replace(
         kept,
         summary=text,
-        summary_body=summary,
+        summary_body=body,
         summary_tokens=summary_tokens_of(text, counter),
         archive=archive,
     )

@@ -40,6 +40,10 @@ _TAIL_SHARE = 1 / 30
 _MIN_OLD_BYTES = 256
 
 PolicyKind: TypeAlias = Literal["browser", "file_read", "default"]
+# How the summary is laid out across compactions: "single", one living summary rewritten at each
+# compaction; "frozen", the earlier parts sent unchanged and the newest appended (docs/engine.md).
+SummaryLayout: TypeAlias = Literal["single", "frozen"]
+SUMMARY_LAYOUTS: tuple[SummaryLayout, ...] = ("single", "frozen")
 
 
 def _positive(value: object, name: str, *, zero: bool = False) -> None:
@@ -183,6 +187,9 @@ class EngineSettings:
     language: str = "auto"
     summary_max_chars: int = 16_000
     memory: MemorySettings = field(default_factory=lambda: MemorySettings())
+    # "frozen": a compaction appends a part summarizing only what it archived, the earlier parts sent
+    # unchanged (a prompt cache keeps them), consolidated into one when the next would pass the cap.
+    summary_layout: SummaryLayout = "single"
 
     @classmethod
     def for_window(cls, window: int, **kw: Any) -> EngineSettings:
@@ -225,6 +232,10 @@ class EngineSettings:
             raise ValueError(f"language must be one of {', '.join(map(repr, LANGUAGES))}; got {self.language!r}")
         if not isinstance(self.memory, MemorySettings):
             raise TypeError(f"EngineSettings.memory must be a MemorySettings; got {self.memory!r}")
+        if self.summary_layout not in SUMMARY_LAYOUTS:
+            raise ValueError(
+                f"summary_layout must be one of {', '.join(map(repr, SUMMARY_LAYOUTS))}; got {self.summary_layout!r}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
