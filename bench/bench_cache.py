@@ -18,7 +18,8 @@ Run: PYTHONPATH=src .venv/bin/python bench/bench_cache.py [--window 128000] [--s
    - comp: compactions; peak: the largest context sent.
 
    `--explain` prints every step between compactions whose prefix broke: where, and why (a result
-   offloaded or aged, the summary or system prompt changed, a message gone).
+   offloaded or aged, the summary or system prompt changed, a message gone). `--agents-md FILE` puts
+   that AGENTS.md in every workspace, so its rules come back after each compaction (ctxkeep.memory.rules).
 
 2. The synthetic AgentScope sessions of bench_reme.py (`--sizes`, the same seeded files under the cache
    folder), each step as there (before every assistant Msg), ctxkeep under each policy with the seed's
@@ -50,9 +51,10 @@ import bench_reme as reme
 import bench_summary as summary_bench
 from bench_replay import RAW, conversations
 from ctxkeep import from_agentscope, to_agentscope
-from ctxkeep.context import Context
+from ctxkeep.context import SUMMARY_ID, Context
 from ctxkeep.engine import PART_BREAK
 from ctxkeep.folder import MemoryFolder
+from ctxkeep.memory.rules import RULES_TAG
 from ctxkeep.messages import Message
 from ctxkeep.offload import record_in
 from ctxkeep.replay import turns
@@ -64,6 +66,7 @@ from ctxkeep.tokens.encodings import TiktokenTokenizer
 
 COUNTER = get_counter("o200k_base")
 TOKENIZER = TiktokenTokenizer("o200k_base")
+AGENTS_MD = ""  # --agents-md: the workspace's AGENTS.md in every replay of the shared transcripts
 
 
 def policies(base: EngineSettings) -> dict[str, EngineSettings]:
@@ -148,6 +151,11 @@ def why(before: list[Message], now: list[Message], at: int) -> str:
     if at >= len(now):
         return "the context got shorter"
     a, b = before[at], now[at]
+    if a.id == SUMMARY_ID and b.id == SUMMARY_ID:
+        rules = f"<{RULES_TAG}"
+        if rules in a.text and rules not in b.text:
+            return "the summary lost the AGENTS.md rules"
+        return "the summary changed"
     if a.id != b.id:
         return f"another message there ({a.role} {a.id[:16]} was, {b.role} {b.id[:16]} is)"
     if a.role == "system":
@@ -168,7 +176,10 @@ def replay(
     reuse = Reuse()
     before: list[Message] = []
     previous = last_parts = 0
-    with Session(MemoryFolder(), settings=settings, counter=COUNTER) as session:
+    folder = MemoryFolder()
+    if AGENTS_MD:
+        folder.write("AGENTS.md", AGENTS_MD.encode())  # its rules come back into the context after each compaction
+    with Session(folder, settings=settings, counter=COUNTER) as session:
         for n, group in enumerate(turns(messages)):
             session.add(group)
             step = session.prepare(system)
@@ -377,9 +388,13 @@ def main() -> None:
     parser.add_argument("--no-reme", action="store_true", help="leave ReMe out of the synthetic sessions")
     parser.add_argument("--explain", action="store_true", help="print every broken prefix between compactions")
     parser.add_argument("--no-layouts", action="store_true", help="leave out the summary layouts (3.)")
+    parser.add_argument("--agents-md", help="an AGENTS.md for every workspace of the shared transcripts' replays")
     parser.add_argument("--cache", help="bench_reme's cache folder (sessions, ReMe's venv)")
     parser.add_argument("--reme-venv", help="ReMe's virtual environment (default: CACHE/reme-0.3.1.10)")
     args = parser.parse_args()
+    if args.agents_md:
+        global AGENTS_MD
+        AGENTS_MD = Path(args.agents_md).read_text(encoding="utf-8")
     inputs = shared_inputs()
     if inputs:
         shared(args.window, inputs, explain=args.explain)

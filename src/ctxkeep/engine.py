@@ -28,7 +28,7 @@ from .context import Context, summary_tokens_of, system_tokens_of
 from .context import of as context_of
 from .errors import CtxkeepError, SummaryError
 from .live import Live, age_all, check_pins, offload_recent, rebuild
-from .memory.rules import after_compaction
+from .memory.rules import RULES_TAG, after_compaction
 from .messages import Message
 from .offload import cleanup
 from .records import Usage, usage_of
@@ -206,8 +206,13 @@ def prepare(
             step = _not_applied(_aged_over(live, setup), failure, counter)
         else:
             step = apply(live, decision, summary, setup=setup, started=started, usage=usage)
-            # The first context after a compaction carries the workspace's AGENTS.md rules again, once.
+            # After a compaction the context carries the workspace's AGENTS.md rules again, at the end of the
+            # summary sent, until the next compaction: dropping them a step later would rewrite the prompt from
+            # there (the summary the summarizer builds on, `summary_body`, never holds them).
             rules = after_compaction(step.context, setup.store, settings.memory, now.date(), counter)
+            if rules.summary != step.context.summary and rules.summary is not None:
+                tokens = summary_tokens_of(rules.summary, counter)
+                step = replace(step, live=replace(step.live, summary=rules.summary, summary_tokens=tokens))
             step = replace(step, context=rules)
     return _warn_over_window(step, settings.compact.max_input_length)
 
@@ -303,8 +308,10 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
     text = archive_mod.with_guide(summary, archive, resolve_language(plan.request))
     body = summary
     if plan.append and live.summary and live.summary_body:
-        # "frozen" layout: the parts sent before are kept byte for byte, the new one (with its guide) follows.
-        text, body = f"{live.summary}{PART_BREAK}{text}", f"{live.summary_body}{PART_BREAK}{summary}"
+        # "frozen" layout: the parts sent before are kept byte for byte, the new one (with its guide) follows
+        # (the AGENTS.md rules that ended them come back after it).
+        frozen = _without_rules(live.summary)
+        text, body = f"{frozen}{PART_BREAK}{text}", f"{live.summary_body}{PART_BREAK}{summary}"
     after = replace(
         kept,
         summary=text,
@@ -355,6 +362,12 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
         archived=cut.to_compact,
         warnings=warnings,
     )
+
+
+def _without_rules(summary: str) -> str:
+    """`summary` without the AGENTS.md rules `after_compaction` put at its end, if it has them."""
+    at = summary.rfind(f"\n\n<{RULES_TAG}")
+    return summary[:at] if at >= 0 and summary.endswith(f"</{RULES_TAG}>") else summary
 
 
 def _warn_over_window(step: Step, window: int) -> Step:
