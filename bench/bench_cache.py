@@ -350,7 +350,7 @@ def synthetic(sizes: list[int], args: argparse.Namespace) -> None:
         worker = reme.ReMeWorker(python, cache / "reme-worker.log")
     print("2. bench_reme.py's synthetic AgentScope sessions, seed settings (128,000), fixed summary\n")
     print(
-        f"{'':<40} {'of sent, between':>17} {'lowest':>7} {'whole':>7} {'of previous':>12} {'uncached':>9}"
+        f"{'':<48} {'of sent, between':>17} {'lowest':>7} {'whole':>7} {'of previous':>12} {'uncached':>9}"
         f" {'comp':>5} {'mean':>7} {'peak':>8}"
     )
     shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
@@ -372,7 +372,7 @@ def synthetic(sizes: list[int], args: argparse.Namespace) -> None:
                 between, whole, lowest = reme.prefix_reuse(run, tokenizer)
                 previous, uncached, mean, peak = kept_of_previous(run, tokenizer)
                 print(
-                    f"{n:>5,} Msgs {side:<30} {between:>17.4f} {lowest:>7.4f} {whole:>7.4f} {previous:>12.4f}"
+                    f"{n:>5,} Msgs {side:<38} {between:>17.4f} {lowest:>7.4f} {whole:>7.4f} {previous:>12.4f}"
                     f" {uncached:>9,} {run.compactions:>5} {mean:>7,} {peak:>8,}"
                 )
             print()
