@@ -4,6 +4,7 @@ consolidated into one when the next part would pass the cap; "single" (the defau
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from itertools import pairwise
 
 import pytest
 
@@ -40,11 +41,16 @@ def turn(i: int) -> list[Message]:
     ]
 
 
-def replay(settings: EngineSettings, turns: int) -> tuple[list[tuple[bool, str | None, list[Message]]], Numbered]:
+def replay(
+    settings: EngineSettings, turns: int, agents_md: str | None = None
+) -> tuple[list[tuple[bool, str | None, list[Message]]], Numbered]:
     """Each step: whether it compacted, the summary sent, the context's messages."""
     summarizer = Numbered()
     steps = []
-    with Session(MemoryFolder(), settings=settings, summarizer=summarizer) as session:
+    folder = MemoryFolder()
+    if agents_md is not None:
+        folder.write("AGENTS.md", agents_md.encode())
+    with Session(folder, settings=settings, summarizer=summarizer) as session:
         for i in range(turns):
             session.add(turn(i))
             step = session.prepare("system prompt", now=NOW)
@@ -91,6 +97,18 @@ def test_parts_are_consolidated_when_the_next_would_pass_the_cap() -> None:
     assert merged and all("call 1:" in r.previous for r in merged[:1])
     # Every summary, parts included, stays within the cap.
     assert all(len(s) <= FROZEN.summary_max_chars for c, s, _ in steps if s is not None)
+
+
+def test_the_agents_md_rules_end_the_summary_once_and_the_parts_before_them_stay() -> None:
+    rules_md = "# Project\n\n## Red Lines\n\n- Never push to main.\n"
+    steps, _ = replay(FROZEN, 80, agents_md=rules_md)
+    summaries = [s for c, s, _ in steps if c and s is not None]
+    assert len(summaries) >= 3
+    for was, now in pairwise(summaries):
+        assert now.count("<workspace-rules") == 1 and now.endswith("</workspace-rules>")
+        if now.count(PART_BREAK) > was.count(PART_BREAK):
+            # The parts sent before, up to the rules that ended them, are the start of the new summary.
+            assert now.startswith(was[: was.index("\n\n<workspace-rules")] + PART_BREAK)
 
 
 def test_single_layout_rewrites_one_summary_from_the_previous_one() -> None:

@@ -50,8 +50,8 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
 
 log = logging.getLogger("ctxkeep")
-# Between two parts of a summary in the "frozen" layout: each part is what one compaction archived.
 _PART_DIVISOR = 4  # a part of a "frozen" summary gets at most this share of the cap
+# Between two parts of a summary in the "frozen" layout: each part is what one compaction archived.
 PART_BREAK = "\n\n<!-- context-summary: the next part covers the messages compacted after the part above -->\n\n"
 
 
