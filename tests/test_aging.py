@@ -5,10 +5,11 @@ results are never rewritten; over the threshold a compaction runs rather than an
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
-from ctxkeep.folder import MemoryFolder
+from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
 from ctxkeep.offload import record_of
 from ctxkeep.session import Session
@@ -186,3 +187,17 @@ def _stage(result: ToolResult) -> str | None:
 def _with(**kw: int | bool) -> OffloadSettings:
     values = {"recent_n": 2, "recent_max_bytes": 4_000, "old_max_bytes": 600, "age_batch_bytes": 20_000}
     return OffloadSettings(**{**values, "age_tail_tokens": 0, **kw})  # type: ignore[arg-type]
+
+
+def test_a_reopened_session_does_not_age_the_results_it_sent_before(tmp_path: Path) -> None:
+    settings = EngineSettings(compact=ROOMY.compact, offload=_with(age_tail_tokens=500, age_batch_bytes=50_000))
+    with Session(LocalFolder(tmp_path), settings=settings) as session:
+        for i in range(6):
+            session.add(turn(i))
+            before = list(session.prepare("sys", now=NOW).context.messages)
+        assert session.live.waiting == 4
+    with Session(LocalFolder(tmp_path), settings=settings) as session:
+        session.add(turn(6))
+        now = list(session.prepare("sys", now=NOW).context.messages)
+        # What was sent before the restart is sent again as it was: a provider's cache still holds it.
+        assert now[: len(before)] == before

@@ -354,9 +354,11 @@ def _cheap(live: Live, waiting: Sequence[int], budget: int) -> int:
     """The index in `waiting` of the first result with at most `budget` tokens from it to the end of what was
     sent last (`live.checked`): what its cut would cost a prompt cache. `len(waiting)` when there is none.
 
-    Only the messages within the budget are looked at, so the cost is bounded whatever the history.
+    Only the messages within the budget are looked at, so the cost is bounded whatever the history. Before
+    the first `offload_recent` of a `Live` (`checked` 0: a session just reopened, whose messages may have
+    been sent before it closed) nothing is cheap.
     """
-    if not waiting or not budget:
+    if not waiting or not budget or not live.checked:
         return len(waiting)
     end = min(live.checked, len(live.counts))
     at, spent, first = end, 0, len(waiting)
