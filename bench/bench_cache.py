@@ -5,7 +5,7 @@ Run: PYTHONPATH=src .venv/bin/python bench/bench_cache.py [--window 128000] [--s
 
 1. Every conversation of the shared transcripts is replayed through a `Session` at the window, `prepare`
    before each assistant turn, under three aging policies (what ctxkeep did, what it did next, the
-   default now; see POLICIES). At each step after the first, the tokens of the longest common prefix
+   default now; see `policies`). At each step after the first, the tokens of the longest common prefix
    with the previous step's context (system prompt, summary, messages; a message counts when it is the
    same as the one sent at its place before):
 
