@@ -273,8 +273,8 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
     (one at most `old_max_bytes` already never needs it, and is left alone). Rewriting a message sent
     before costs a prompt cache everything from it to the end, so waiting results age:
 
-    - at once, those with at most `settings.age_tail_tokens` tokens sent from them on (the cut is cheap
-      now and only dearer later; older waiting ones stay as they are);
+    - at once, those with at most `settings.age_tail_tokens` tokens from them to the end of the previous
+      request (the cut is cheap now and only dearer later; older waiting ones stay as they are);
     - all together once they would free `settings.age_batch_bytes`, or when `age` is set (at a
       compaction, where the prompt cache is lost anyway).
 
@@ -351,18 +351,21 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
 
 
 def _cheap(live: Live, waiting: Sequence[int], budget: int) -> int:
-    """The index in `waiting` of the first result with at most `budget` tokens from it to the end of what was
-    sent last (`live.checked`): what its cut would cost a prompt cache. `len(waiting)` when there is none.
+    """The index in `waiting` of the first result with at most `budget` tokens from it to the end of the
+    previous request: what its cut costs a prompt cache. `len(waiting)` when there is none.
 
-    Only the messages within the budget are looked at, so the cost is bounded whatever the history. Before
-    the first `offload_recent` of a `Live` (`checked` 0: a session just reopened, whose messages may have
-    been sent before it closed) nothing is cheap.
+    The previous request ended before the newest assistant message (a host asks for a context before each
+    assistant turn): read from the messages alone, so the rule is the same whether or not the process
+    restarted since. Only the new messages and those within the budget are looked at.
     """
-    if not waiting or not budget or not live.checked:
+    if not waiting or not budget:
         return len(waiting)
-    end = min(live.checked, len(live.counts))
-    at, spent, first = end, 0, len(waiting)
-    counts = live.counts
+    messages, counts = live.messages, live.counts
+    at = len(messages)
+    while at > waiting[-1] and messages[at - 1].role != "assistant":
+        at -= 1
+    at = max(at - 1, waiting[-1])  # the newest assistant message itself was not sent either
+    spent, first = 0, len(waiting)
     while first > 0:
         p = waiting[first - 1]
         while at > p:

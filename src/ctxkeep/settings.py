@@ -130,12 +130,12 @@ class OffloadSettings:
 
     The `recent_n` newest results are cut to `recent_max_bytes`, older ones to `old_max_bytes`. A
     rewritten message costs a prompt cache everything after it, so older ones get that second cut only
-    where it is cheap (docs/offload.md): at once when at most `age_tail_tokens` tokens were sent from
-    them on (0: never so), together once that frees `age_batch_bytes` (0: each one as soon as it passes
-    `recent_n`), and at every compaction. Over the compaction threshold they age first, instead of a
-    compaction, only with `age_over_threshold` (it spares compactions but rewrites the context from the
-    first of them, step after step near the threshold). The first policy whose pattern matches a tool's
-    name applies; no match means the default policy.
+    where it is cheap (docs/offload.md): at once when at most `age_tail_tokens` tokens were sent after
+    them in the previous request (0: never so), together once that frees `age_batch_bytes` (0: each
+    one as soon as it passes `recent_n`), and at every compaction. Over the compaction threshold they
+    age first, instead of a compaction, only with `age_over_threshold` (it spares compactions but
+    rewrites the context from the first of them, step after step near the threshold). The first
+    policy whose pattern matches a tool's name applies; no match means the default policy.
     """
 
     recent_n: int = 3
