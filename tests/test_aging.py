@@ -1,11 +1,15 @@
-"""Results age (get their "old" cut) a batch at a time, so between batches the context only grows at its end
-and a prompt cache keeps all of it; small results are never rewritten; a compaction ages what it keeps."""
+"""Results age (get their "old" cut) only where a prompt cache loses little: at once when little was sent after
+them, else a batch at a time and at every compaction, so the context otherwise only grows at its end; small
+results are never rewritten; over the threshold a compaction runs rather than an aging, unless asked."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
-from ctxkeep.folder import MemoryFolder
+import pytest
+
+from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
 from ctxkeep.offload import record_of
 from ctxkeep.session import Session
@@ -13,7 +17,9 @@ from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 # Results of 3,000 bytes: under the recent cut, over the old one by 2,400 bytes each.
-OFFLOAD = OffloadSettings(recent_n=2, recent_max_bytes=4_000, old_max_bytes=600, age_batch_bytes=20_000)
+OFFLOAD = OffloadSettings(
+    recent_n=2, recent_max_bytes=4_000, old_max_bytes=600, age_batch_bytes=20_000, age_tail_tokens=0
+)
 ROOMY = EngineSettings(compact=CompactSettings(max_input_length=1_000_000), offload=OFFLOAD)
 
 
@@ -62,8 +68,9 @@ def test_small_results_are_never_rewritten_and_cost_nothing_to_keep() -> None:
         assert len(session.live.result_tools) == OFFLOAD.recent_n
 
 
-def test_over_the_threshold_the_waiting_results_age_rather_than_compact() -> None:
-    tight = EngineSettings(compact=CompactSettings(max_input_length=10_000, compact_ratio=0.7), offload=OFFLOAD)
+def test_over_the_threshold_the_waiting_results_age_rather_than_compact_when_asked() -> None:
+    offload = _with(age_tail_tokens=0, age_over_threshold=True)
+    tight = EngineSettings(compact=CompactSettings(max_input_length=10_000, compact_ratio=0.7), offload=offload)
     with Session(MemoryFolder(), settings=tight) as session:
         for i in range(12):
             session.add(turn(i))
@@ -89,11 +96,108 @@ def test_a_compaction_ages_the_results_it_keeps() -> None:
         assert session.live.waiting == 0
 
 
+def test_by_default_over_the_threshold_a_compaction_runs_and_the_context_only_grew_before() -> None:
+    tight = EngineSettings(compact=CompactSettings(max_input_length=10_000, compact_ratio=0.7), offload=OFFLOAD)
+    sent: list[Message] = []
+    compactions = 0
+    with Session(MemoryFolder(), settings=tight) as session:
+        for i in range(12):
+            session.add(turn(i))
+            step = session.prepare("sys", now=NOW)
+            now = list(step.context.messages)
+            if step.compaction is None:
+                assert now[: len(sent)] == sent, f"step {i}: a message sent before changed without a compaction"
+            else:
+                compactions += 1
+                # The compaction aged what it kept: nothing waits after it.
+                assert session.live.waiting == 0
+            assert step.context.tokens <= tight.compact.compact_threshold
+            sent = now
+    assert compactions >= 1
+
+
+def test_when_no_compaction_can_run_over_the_threshold_the_waiting_results_age() -> None:
+    class Refusing:
+        def summarize(self, request: object) -> str:
+            raise RuntimeError("no summary today")
+
+    tight = EngineSettings(compact=CompactSettings(max_input_length=10_000, compact_ratio=0.7), offload=OFFLOAD)
+    with Session(MemoryFolder(), settings=tight, summarizer=Refusing()) as session:
+        failures = []
+        for i in range(12):
+            session.add(turn(i))
+            step = session.prepare("sys", now=NOW)
+            if step.failure is not None:
+                failures.append(i)
+                break
+            assert step.compaction is None and step.context.tokens <= tight.compact.compact_threshold
+        assert failures, "the compaction failed at some step"
+        # ...so the waiting results got their old cut instead: the context is back under the threshold.
+        assert session.live.waiting == 0
+        assert step.context.tokens <= tight.compact.compact_threshold
+
+
+def test_a_result_ages_at_once_when_little_was_sent_after_it() -> None:
+    cheap = EngineSettings(compact=ROOMY.compact, offload=_with(age_tail_tokens=3_000))
+    with Session(MemoryFolder(), settings=cheap) as session:
+        sent: list[Message] = []
+        for i in range(8):
+            session.add(turn(i))
+            step = session.prepare("sys", now=NOW)
+            now = list(step.context.messages)
+            # Each result ages at the step it passes recent_n: the rewrite starts at most at that result.
+            results = [k for k, m in enumerate(sent) if m.role == "tool"]
+            first = next((k for k, (a, b) in enumerate(zip(sent, now, strict=False)) if a != b), None)
+            if first is not None:
+                assert first == results[-OFFLOAD.recent_n], (i, first, results)
+                tail = sum(session.live.counts[first : len(sent)])
+                assert tail <= 3_000 + 1_000  # the old version of that result was ~1,000 tokens
+            sent = now
+        assert session.live.waiting == 0
+        stages = [_stage(m.tool_result) for m in session.messages if m.tool_result is not None]
+        assert stages == ["old"] * 6 + [None] * 2
+
+
+def test_a_waiting_result_with_too_much_sent_after_it_waits_for_its_batch() -> None:
+    # Big results after it: the cut would cost the cache more than the budget, so nothing ages between batches.
+    settings = EngineSettings(compact=ROOMY.compact, offload=_with(age_tail_tokens=500, age_batch_bytes=50_000))
+    changed, session = rewrites(settings, 12)
+    with session:
+        assert changed == [], changed
+        assert session.live.waiting == 10
+        # The budget bounds what is looked at: a step costs the same whatever the history.
+        assert len(session.live.tool_positions) == 12
+
+
+def test_aging_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="age_tail_tokens"):
+        OffloadSettings(age_tail_tokens=-1)
+    with pytest.raises(TypeError, match="age_over_threshold"):
+        OffloadSettings(age_over_threshold=1)  # type: ignore[arg-type]
+    derived = EngineSettings.for_window(32_000).offload
+    assert derived.age_tail_tokens == 22_400 // 30 and not derived.age_over_threshold
+    assert EngineSettings.for_window(128_000).offload == OffloadSettings()
+
+
 def _stage(result: ToolResult) -> str | None:
     record = record_of(result)
     return None if record is None else record.stage
 
 
-def _with(**kw: int) -> OffloadSettings:
+def _with(**kw: int | bool) -> OffloadSettings:
     values = {"recent_n": 2, "recent_max_bytes": 4_000, "old_max_bytes": 600, "age_batch_bytes": 20_000}
-    return OffloadSettings(**{**values, **kw})
+    return OffloadSettings(**{**values, "age_tail_tokens": 0, **kw})  # type: ignore[arg-type]
+
+
+def test_a_reopened_session_does_not_age_the_results_it_sent_before(tmp_path: Path) -> None:
+    settings = EngineSettings(compact=ROOMY.compact, offload=_with(age_tail_tokens=500, age_batch_bytes=50_000))
+    with Session(LocalFolder(tmp_path), settings=settings) as session:
+        for i in range(6):
+            session.add(turn(i))
+            before = list(session.prepare("sys", now=NOW).context.messages)
+        assert session.live.waiting == 4
+    with Session(LocalFolder(tmp_path), settings=settings) as session:
+        session.add(turn(6))
+        now = list(session.prepare("sys", now=NOW).context.messages)
+        # What was sent before the restart is sent again as it was: a provider's cache still holds it.
+        assert now[: len(before)] == before

@@ -15,6 +15,7 @@ import pytest
 from ctxkeep import engine
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.cli import main
+from ctxkeep.engine import PART_BREAK
 from ctxkeep.errors import SummaryError
 from ctxkeep.live import Live
 from ctxkeep.live import add as live_add
@@ -217,7 +218,7 @@ def test_a_draft_does_not_fit_once_its_cut_is_unsafe_or_the_summary_changed() ->
     assert isinstance(plan, engine.Plan)
     done: engine.Draft
     future: Future[engine.Written] = Future()
-    done = engine.Draft(plan=plan, future=future)
+    done = engine.Draft(plan=plan, future=future, summary_body=None)
     assert engine.fit(done, live) is not None
     # A summary since: the draft summarizes from an older one.
     assert engine.fit(done, replace(live, summary_body="## Goal\n- other")) is None
@@ -226,7 +227,7 @@ def test_a_draft_does_not_fit_once_its_cut_is_unsafe_or_the_summary_changed() ->
     result = Message(role="tool", content=(ToolResult(call_id="late", content="ok"),), id="result")
     live = _live([*first, call])
     unsafe = Split(to_compact=(*first, call), pinned=(), to_keep=(), is_valid=True, moved=0)
-    draft = engine.Draft(plan=replace(plan, cut=unsafe), future=future)
+    draft = engine.Draft(plan=replace(plan, cut=unsafe), future=future, summary_body=None)
     assert engine.fit(draft, live) is not None
     assert engine.fit(draft, live_add(live, [result], COUNTER)) is None
 
@@ -255,3 +256,18 @@ def test_an_async_session_writes_ahead_too(tmp_path: Path) -> None:
 def test_the_soft_ratio_is_checked(ratio: float) -> None:
     with pytest.raises(ValueError, match="soft_ratio"):
         CompactSettings(soft_ratio=ratio)
+
+
+def test_summaries_written_ahead_append_parts_in_the_frozen_layout(tmp_path: Path) -> None:
+    # A window where a part fits beside the first summary (at 4,000 tokens every compaction consolidates).
+    settings = replace(EngineSettings.for_window(16_000), summary_layout="frozen")
+    gated = Gated()
+    added: list[str] = []
+    with Session.open(tmp_path, settings=settings, summarizer=gated, background=True) as s:
+        steps = [add_turn(s, i, added) for i in range(130)]
+        held_once(s, added)
+    compactions = [st.compaction for st in steps if st.compaction is not None]
+    assert len(compactions) >= 2 and all(c.background for c in compactions)
+    # The second summary is the first, byte for byte, and a part after it.
+    first, second = (st.context.summary or "" for st in steps if st.compaction is not None)
+    assert second.startswith(first + PART_BREAK)

@@ -148,12 +148,13 @@ def test_rules_text_takes_the_sections_dates_them_and_fits_the_cap() -> None:
     assert rules_text(AGENTS_MD, MemorySettings(rules_sections=("Style",)), date(2026, 9, 3)) is not None
 
 
-def test_the_first_context_after_a_compaction_carries_the_rules_once_read_from_disk() -> None:
+def test_every_context_after_a_compaction_carries_the_rules_read_from_disk_then() -> None:
     store = MemoryFolder()
     store.write("AGENTS.md", AGENTS_MD.encode())
     settings = EngineSettings(compact=CompactSettings(max_input_length=4_000, reserve_cap=400), summary_max_chars=2_500)
     with Session(store, settings=settings) as session:
         seen = []
+        previous = None
         for i in range(80):
             session.add([Message.of("user", f"step {i} " + "words " * 40), Message.of("assistant", "ok " * 30)])
             if any(s[0] for s in seen):  # changed on disk after the first compaction
@@ -161,14 +162,19 @@ def test_the_first_context_after_a_compaction_carries_the_rules_once_read_from_d
             step = session.prepare("system", now=MIDNIGHT)
             summary = step.context.summary or ""
             seen.append((step.compaction is not None, "<workspace-rules" in summary, "Never delete backups" in summary))
-            if step.compaction is not None:
-                assert step.context.tokens == sum(session.counter.count_each(step.context.as_messages()))
+            assert step.context.tokens == sum(session.counter.count_each(step.context.as_messages()))
+            if step.compaction is None and previous is not None:
+                # Until the next compaction the summary sent, rules included, stays as it was: a prompt cache keeps it.
+                assert summary == previous
+            previous = summary
+            # The summary the next compaction builds on never holds them.
+            assert "<workspace-rules" not in (step.live.summary_body or "")
     compacted = [s for s in seen if s[0]]
     assert len(compacted) >= 2
-    assert all(s[1] for s in compacted)  # every first context after a compaction
-    assert not any(s[1] for s in seen if not s[0])  # and no other
-    assert compacted[-1][2] and not compacted[0][2]  # re-read from disk each time
-    assert "<workspace-rules" not in (session.summary or "")  # never stored in the summary itself
+    first = next(k for k, s in enumerate(seen) if s[0])
+    assert all(s[1] for s in seen[first:])  # every context from the first compaction on
+    assert not any(s[1] for s in seen[:first])  # and none before
+    assert compacted[-1][2] and not compacted[0][2]  # re-read from disk at each compaction
 
 
 def test_an_agents_md_link_leaves_the_rules_out_and_the_compaction_stands(

@@ -29,7 +29,7 @@ from .context import Context, summary_tokens_of, system_tokens_of
 from .context import of as context_of
 from .errors import CtxkeepError, SummaryError
 from .live import Live, age_all, check_pins, offload_recent, rebuild
-from .memory.rules import after_compaction
+from .memory.rules import RULES_TAG, after_compaction
 from .messages import Message
 from .offload import cleanup
 from .records import Usage, usage_of
@@ -52,6 +52,9 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
 
 log = logging.getLogger("ctxkeep")
+_PART_DIVISOR = 4  # a part of a "frozen" summary gets at most this share of the cap
+# Between two parts of a summary in the "frozen" layout: each part is what one compaction archived.
+PART_BREAK = "\n\n<!-- context-summary: the next part covers the messages compacted after the part above -->\n\n"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -155,6 +158,9 @@ class Plan:
     tokens: int  # the context's tokens before
     at: datetime
     background: bool = False  # the summary is a `Draft`'s, written before the threshold
+    # The summary is a new part after the earlier ones, left as they were ("frozen" layout): the request
+    # covers only the messages compacted now.
+    append: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -172,6 +178,9 @@ class Draft:
 
     plan: Plan
     future: Future[Written]
+    # The summary body of the live context it was planned on: a compaction since makes it stale (with the
+    # "frozen" layout the request's `previous` is not that body).
+    summary_body: str | None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -218,12 +227,13 @@ def prepare(
     live = offload_recent(live, settings.offload, setup.store, counter)
     if system != live.system:
         live = replace(live, system=system, system_tokens=system_tokens_of(system, counter))
-    if live.waiting and live.tokens > settings.compact.compact_threshold:
-        # Over the threshold, the results waiting for their older cut get it now: it may spare a compaction.
-        live = offload_recent(live, settings.offload, setup.store, counter, age=True)
+    if settings.offload.age_over_threshold:
+        live = _aged_over(live, setup)  # a compaction may be spared, at the price of the prompt cache
     decision = plan(live, settings, now=now, force=force, focus=focus)
     if isinstance(decision, Skip):
-        return _warn_over_window(_skipped(live, decision, now, counter), settings.compact.max_input_length)
+        return _warn_over_window(
+            _skipped(_aged_over(live, setup), decision, now, counter), settings.compact.max_input_length
+        )
     ahead = fit(draft, live) if draft is not None and not force else None
     if ahead is not None and draft is not None:
         if not draft.future.done() and decision.tokens <= settings.compact.wait_threshold:
@@ -243,11 +253,16 @@ def prepare(
         written = write(setup.summarizer, decision.request)
     if isinstance(written.summary, Failure):
         failure = replace(written.summary, at=now, tokens=decision.tokens, usage=written.usage)
-        step = _not_applied(live, failure, counter)
+        step = _not_applied(_aged_over(live, setup), failure, counter)
     else:
         step = apply(live, decision, written.summary, setup=setup, started=started, usage=written.usage)
-        # The first context after a compaction carries the workspace's AGENTS.md rules again, once.
+        # After a compaction the context carries the workspace's AGENTS.md rules again, at the end of the
+        # summary sent, until the next compaction: dropping them a step later would rewrite the prompt from
+        # there (the summary the summarizer builds on, `summary_body`, never holds them).
         rules = after_compaction(step.context, setup.store, settings.memory, now.date(), counter)
+        if rules.summary != step.context.summary and rules.summary is not None:
+            tokens = summary_tokens_of(rules.summary, counter)
+            step = replace(step, live=replace(step.live, summary=rules.summary, summary_tokens=tokens))
         step = replace(step, context=rules)
     return _warn_over_window(step, settings.compact.max_input_length)
 
@@ -268,6 +283,13 @@ def write(summarizer: Summarizer, request: SummaryRequest) -> Written:
     began = time.perf_counter()
     summary = _summarize(summarizer, request)
     return Written(summary=summary, usage=usage_of(summarizer, seconds=time.perf_counter() - began))
+
+
+def _aged_over(live: Live, setup: Setup) -> Live:
+    """Over the threshold with no compaction applied, the results waiting for their older cut get it now."""
+    if live.waiting and live.tokens > setup.settings.compact.compact_threshold:
+        return offload_recent(live, setup.settings.offload, setup.store, setup.counter, age=True)
+    return live
 
 
 def compact(live: Live, setup: Setup, *, system: str | None, now: datetime, focus: str | None = None) -> Step:
@@ -327,15 +349,27 @@ def plan(
     # (Estimated in English, the longer of the two.)
     next_archive = archive_mod.projected(live.archive, len(cut.to_compact), now.date())
     guide_chars = len(archive_mod.with_guide("", next_archive, "en"))
+    previous, room = live.summary_body, cap - guide_chars
+    append = False
+    if settings.summary_layout == "frozen":
+        # The earlier parts stay as sent; a new part gets a quarter of the cap (or what they leave of it).
+        # When that is too little, they are consolidated: one summary of them all and of the new messages,
+        # in half the cap, so that parts can follow it again.
+        left = room - len(live.summary or "") - len(PART_BREAK)
+        if live.summary and previous and left >= MIN_SUMMARY_CHARS:
+            previous, room, append = None, min(left, room // _PART_DIVISOR), True
+        else:
+            previous = previous.replace(PART_BREAK, "\n\n") if previous else previous
+            room //= 2
     request = SummaryRequest(
         messages=cut.to_compact,
-        previous=live.summary_body,
+        previous=previous,
         focus=focus,
         language=settings.language,
-        max_chars=max(MIN_SUMMARY_CHARS, cap - guide_chars),
+        max_chars=max(MIN_SUMMARY_CHARS, room),
     )
     reason = "manual" if force else "overflow" if tokens > settings.compact.max_input_length else "threshold"
-    return Plan(cut=cut, request=request, reason=reason, tokens=tokens, at=now, background=ahead)
+    return Plan(cut=cut, request=request, reason=reason, tokens=tokens, at=now, background=ahead, append=append)
 
 
 def fit(draft: Draft, live: Live) -> Plan | None:
@@ -347,7 +381,7 @@ def fit(draft: Draft, live: Live) -> Plan | None:
     archived is what was live.
     """
     old = draft.plan
-    if live.summary_body != old.request.previous:
+    if live.summary_body != draft.summary_body:
         return None
     end = old.cut.cut
     if end > len(live.messages):
@@ -372,7 +406,7 @@ def outgrown(draft: Draft, live: Live, settings: EngineSettings) -> bool:
     compact = settings.compact
     if not draft.future.done() or live.tokens <= compact.soft_threshold:
         return False
-    if live.summary_body != draft.plan.request.previous or draft.plan.cut.cut > len(live.messages):
+    if live.summary_body != draft.summary_body or draft.plan.cut.cut > len(live.messages):
         return True
     pinned = {m.id for m in draft.plan.cut.pinned}
     end = draft.plan.cut.cut
@@ -413,10 +447,16 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
     # Archive first: the compacted messages are on disk before they leave the live context.
     archive = archive_mod.append(setup.store, live.archive, cut.to_compact, now.date())
     text = archive_mod.with_guide(summary, archive, resolve_language(plan.request))
+    body = summary
+    if plan.append and live.summary and live.summary_body:
+        # "frozen" layout: the parts sent before are kept byte for byte, the new one (with its guide) follows
+        # (the AGENTS.md rules that ended them come back after it).
+        frozen = _without_rules(live.summary)
+        text, body = f"{frozen}{PART_BREAK}{text}", f"{live.summary_body}{PART_BREAK}{summary}"
     after = replace(
         kept,
         summary=text,
-        summary_body=summary,
+        summary_body=body,
         summary_tokens=summary_tokens_of(text, counter),
         archive=archive,
     )
@@ -464,6 +504,12 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
         archived=cut.to_compact,
         warnings=warnings,
     )
+
+
+def _without_rules(summary: str) -> str:
+    """`summary` without the AGENTS.md rules `after_compaction` put at its end, if it has them."""
+    at = summary.rfind(f"\n\n<{RULES_TAG}")
+    return summary[:at] if at >= 0 and summary.endswith(f"</{RULES_TAG}>") else summary
 
 
 def _warn_over_window(step: Step, window: int) -> Step:

@@ -270,14 +270,19 @@ def rebuild(live: Live, kept: Sequence[Message]) -> Live:
 
 
 def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter: Counter, *, age: bool = False) -> Live:
-    """Offload the new results, and age the older ones a batch at a time, so the context grows at its end.
+    """Offload the new results, and age the older ones only where that keeps a prompt cache warm.
 
     A new result gets its "recent" cut. A result past the `recent_n` newest waits for its "old" cut
-    (one at most `old_max_bytes` already never needs it, and is left alone); the waiting ones get it
-    together once that frees `settings.age_batch_bytes`, or now when `age` is set (at a compaction,
-    where the prompt cache is lost anyway, or over the threshold). The cost is the new messages, and
-    the waiting ones when they age. The positions rewritten are added to the returned `Live.offloaded`,
-    for the caller to persist.
+    (one at most `old_max_bytes` already never needs it, and is left alone). Rewriting a message sent
+    before costs a prompt cache everything from it to the end, so waiting results age:
+
+    - at once, those with at most `settings.age_tail_tokens` tokens from them to the end of the previous
+      request (the cut is cheap now and only dearer later; older waiting ones stay as they are);
+    - all together once they would free `settings.age_batch_bytes`, or when `age` is set (at a
+      compaction, where the prompt cache is lost anyway).
+
+    The cost is the new messages, the few within the tail budget, and the waiting ones when they age.
+    The positions rewritten are added to the returned `Live.offloaded`, for the caller to persist.
     """
     positions = live.tool_positions
     length = len(live.messages)
@@ -294,9 +299,17 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
             waiting.append(p)
             waiting_bytes += excess
     age = age or waiting_bytes >= settings.age_batch_bytes
+    first = 0 if age else _cheap(live, waiting, settings.age_tail_tokens)
     if age:
         start, run = positions[0], settings
         still, waiting, waiting_bytes = list(positions[passed:]), [], 0
+    elif first < len(waiting):
+        # Everything from the first of these on is rewritten anyway: the waiting results after it age too.
+        aged = waiting[first:]
+        start, run = max(positions[0], min(aged[0], live.checked)), settings
+        waiting = waiting[:first]
+        waiting_bytes = max(0, waiting_bytes - sum(_excess(live.messages[p], settings.old_max_bytes) for p in aged))
+        still = waiting + list(positions[passed:])
     else:
         # Only the new messages can change: each result among them is cut as a recent one.
         start = max(live.checked, positions[0])
@@ -334,6 +347,33 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
         total=total,
         offloaded=tuple(sorted({*live.offloaded, *(start + i for i in changed)})),
     )
+
+
+def _cheap(live: Live, waiting: Sequence[int], budget: int) -> int:
+    """The index in `waiting` of the first result with at most `budget` tokens from it to the end of the
+    previous request: what its cut costs a prompt cache. `len(waiting)` when there is none.
+
+    The previous request ended before the newest assistant message (a host asks for a context before each
+    assistant turn): read from the messages alone, so the rule is the same whether or not the process
+    restarted since. Only the new messages and those within the budget are looked at.
+    """
+    if not waiting or not budget:
+        return len(waiting)
+    messages, counts = live.messages, live.counts
+    at = len(messages)
+    while at > waiting[-1] and messages[at - 1].role != "assistant":
+        at -= 1
+    at = max(at - 1, waiting[-1])  # the newest assistant message itself was not sent either
+    spent, first = 0, len(waiting)
+    while first > 0:
+        p = waiting[first - 1]
+        while at > p:
+            at -= 1
+            spent += counts[at]
+            if spent > budget:
+                return first
+        first -= 1
+    return first
 
 
 def _excess(message: Message, old_max_bytes: int) -> int:

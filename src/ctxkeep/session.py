@@ -409,7 +409,7 @@ class Session:
             if self._writer is None:
                 self._writer = ThreadPoolExecutor(1, thread_name_prefix="ctxkeep-summary")
             future = self._writer.submit(engine.write, self.summarizer, ahead.request)
-            self._draft = engine.Draft(plan=ahead, future=future)
+            self._draft = engine.Draft(plan=ahead, future=future, summary_body=step.live.summary_body)
 
     def _drop_draft(self) -> None:
         """Forget the draft; a summary still being written is left to finish on its own (nothing waits for it)."""

@@ -34,9 +34,16 @@ _RECENT_SHARE = 0.25
 _OLD_SHARE = 0.02
 # Results past `recent_n` age (get the older cut) together once that would free half the threshold.
 _AGE_SHARE = 0.5
+# A result past `recent_n` ages at once when at most a thirtieth of the threshold was sent from it on
+# (measured in bench/bench_cache.py: 2,000 and 6,000 tokens at 128,000 both keep less of the prompts).
+_TAIL_SHARE = 1 / 30
 _MIN_OLD_BYTES = 256
 
 PolicyKind: TypeAlias = Literal["browser", "file_read", "default"]
+# How the summary is laid out across compactions: "single", one living summary rewritten at each
+# compaction; "frozen", the earlier parts sent unchanged and the newest appended (docs/engine.md).
+SummaryLayout: TypeAlias = Literal["single", "frozen"]
+SUMMARY_LAYOUTS: tuple[SummaryLayout, ...] = ("single", "frozen")
 
 
 def _positive(value: object, name: str, *, zero: bool = False) -> None:
@@ -138,11 +145,14 @@ DEFAULT_POLICIES: tuple[ToolPolicy, ...] = (
 class OffloadSettings:
     """How tool results are cut (bytes of UTF-8) and how long their saved files live.
 
-    The `recent_n` newest results are cut to `recent_max_bytes`, older ones to `old_max_bytes`. Older
-    ones get that second cut together, in a batch, once it frees `age_batch_bytes` (0: each one as soon
-    as it passes `recent_n`), so that between batches the context only grows at its end and a prompt
-    cache keeps all of it (docs/offload.md). The first policy whose pattern matches a tool's name
-    applies; no match means the default policy.
+    The `recent_n` newest results are cut to `recent_max_bytes`, older ones to `old_max_bytes`. A
+    rewritten message costs a prompt cache everything after it, so older ones get that second cut only
+    where it is cheap (docs/offload.md): at once when at most `age_tail_tokens` tokens were sent after
+    them in the previous request (0: never so), together once that frees `age_batch_bytes` (0: each
+    one as soon as it passes `recent_n`), and at every compaction. Over the compaction threshold they
+    age first, instead of a compaction, only with `age_over_threshold` (it spares compactions but
+    rewrites the context from the first of them, step after step near the threshold). The first
+    policy whose pattern matches a tool's name applies; no match means the default policy.
     """
 
     recent_n: int = 3
@@ -150,6 +160,9 @@ class OffloadSettings:
     old_max_bytes: int = 3_000
     # Half the seed's threshold in bytes (89,600 tokens at 3 bytes each), as `for_window` derives it.
     age_batch_bytes: int = 134_400
+    # A thirtieth of the seed's threshold, as `for_window` derives it.
+    age_tail_tokens: int = 2_986
+    age_over_threshold: bool = False
     retention_days: int = 30
     policies: tuple[ToolPolicy, ...] = field(default=DEFAULT_POLICIES)
 
@@ -158,6 +171,9 @@ class OffloadSettings:
         _positive(self.recent_max_bytes, "recent_max_bytes")
         _positive(self.old_max_bytes, "old_max_bytes")
         _positive(self.age_batch_bytes, "age_batch_bytes", zero=True)
+        _positive(self.age_tail_tokens, "age_tail_tokens", zero=True)
+        if not isinstance(self.age_over_threshold, bool):
+            raise TypeError(f"age_over_threshold must be True or False; got {self.age_over_threshold!r}")
         _positive(self.retention_days, "retention_days")
         if self.old_max_bytes > self.recent_max_bytes:
             raise ValueError(
@@ -188,6 +204,9 @@ class EngineSettings:
     language: str = "auto"
     summary_max_chars: int = 16_000
     memory: MemorySettings = field(default_factory=lambda: MemorySettings())
+    # "frozen": a compaction appends a part summarizing only what it archived, the earlier parts sent
+    # unchanged (a prompt cache keeps them), consolidated into one when the next would pass the cap.
+    summary_layout: SummaryLayout = "single"
 
     @classmethod
     def for_window(cls, window: int, **kw: Any) -> EngineSettings:
@@ -204,6 +223,7 @@ class EngineSettings:
             recent_max_bytes=max(_MIN_OLD_BYTES, min(50_000, int(room * _RECENT_SHARE))),
             old_max_bytes=max(_MIN_OLD_BYTES, min(3_000, int(room * _OLD_SHARE))),
             age_batch_bytes=int(room * _AGE_SHARE),
+            age_tail_tokens=int(compact.compact_threshold * _TAIL_SHARE),
         )
         summary_max_chars = max(MIN_SUMMARY_CHARS + GUIDE_CHARS, min(16_000, int(room * _SUMMARY_SHARE)))
         fields: dict[str, Any] = {"compact": compact, "offload": offload, "summary_max_chars": summary_max_chars}
@@ -229,6 +249,10 @@ class EngineSettings:
             raise ValueError(f"language must be one of {', '.join(map(repr, LANGUAGES))}; got {self.language!r}")
         if not isinstance(self.memory, MemorySettings):
             raise TypeError(f"EngineSettings.memory must be a MemorySettings; got {self.memory!r}")
+        if self.summary_layout not in SUMMARY_LAYOUTS:
+            raise ValueError(
+                f"summary_layout must be one of {', '.join(map(repr, SUMMARY_LAYOUTS))}; got {self.summary_layout!r}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
