@@ -95,6 +95,17 @@ def test_a_first_message_over_the_budget_keeps_its_head_and_tail(make: type[Summ
 
 
 @pytest.mark.parametrize("make", SUMMARIZERS)
+def test_a_first_message_with_code_fences_over_the_budget_keeps_its_head_and_tail(make: type[Summarizer]) -> None:
+    # Its own fences make the one around it longer (````): the cut must count that fence, not the shortest.
+    code = "```python\n" + "\n".join(f"x_{n} = {n}" for n in range(1_500)) + "\n```"
+    task = f"Fix the bug in this code:\n{code}\nKeep the API the same."
+    summary = make().summarize(SummaryRequest(messages=(user(task), said("Looking.")), max_chars=12_000))
+    assert len(summary) <= 12_000
+    first = read_carried(summary).first
+    assert first is not None and first.startswith("Fix the bug in this code:") and first.endswith("the same.")
+
+
+@pytest.mark.parametrize("make", SUMMARIZERS)
 def test_standing_instructions_are_carried_verbatim_and_the_newest_version_wins(make: type[Summarizer]) -> None:
     agents = "# AGENTS.md instructions for /repo\n\n<INSTRUCTIONS>\nALWAYS prefer MCP tools over grep.\n</INSTRUCTIONS>"
     env_old = "<environment_context>\n  <cwd>/repo</cwd>\n  <date>2026-01-01</date>\n</environment_context>"

@@ -255,7 +255,7 @@ def _instructions_part(blocks: Sequence[str], room: int) -> str:
 
 def _least(text: str) -> int:
     """The room `_block` needs to show `text` at all: its fence, the cut note and `_MIN_PIECE` of it."""
-    return len(_fenced("")) + len(_CUT.format(n=len(text))) + _MIN_PIECE
+    return len(_fenced(text)) - len(text) + len(_CUT.format(n=len(text))) + _MIN_PIECE
 
 
 def _head_and_tail(text: str, room: int) -> str:
@@ -275,7 +275,8 @@ def _block(text: str, room: int) -> str | None:
     whole = _fenced(text)
     if len(whole) <= room:
         return whole
-    overhead = len(_fenced("")) + len(_CUT.format(n=len(text)))
+    # the fence is the text's own (longer than any run of backticks in it), not the shortest
+    overhead = len(whole) - len(text) + len(_CUT.format(n=len(text)))
     keep = room - overhead
     if keep < _MIN_PIECE:
         return None
