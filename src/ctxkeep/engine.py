@@ -400,8 +400,9 @@ def fit(draft: Draft, live: Live) -> Plan | None:
 
 def outgrown(draft: Draft, live: Live, settings: EngineSettings) -> bool:
     """Whether a `draft` that is written should be planned again: the context is past the soft threshold and
-    applying the draft would free less than half of what a plan made now would (its results were offloaded
-    or aged since, or much has come after it), so that at the threshold it would not free enough.
+    applying the draft now would not bring it back under (its results were offloaded or aged since, or much
+    has come after it), so that at the threshold it would free too little. The new summary is reckoned at
+    the size of the one it replaces.
     """
     compact = settings.compact
     if not draft.future.done() or live.tokens <= compact.soft_threshold:
@@ -411,7 +412,7 @@ def outgrown(draft: Draft, live: Live, settings: EngineSettings) -> bool:
     pinned = {m.id for m in draft.plan.cut.pinned}
     end = draft.plan.cut.cut
     freed = sum(n for m, n in zip(live.messages[:end], live.counts[:end], strict=True) if m.id not in pinned)
-    return freed < (live.tokens - compact.reserve - live.fixed_tokens - live.summary_tokens) / 2
+    return live.tokens - freed > compact.soft_threshold
 
 
 def _outcome(draft: Draft) -> Written | None:
