@@ -173,7 +173,7 @@ class Written:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Draft:
-    """A compaction planned past the soft threshold (`plan_ahead`) whose summary is being written in the
+    """A compaction planned past the soft threshold (`plan(..., ahead=True)`) whose summary is being written in the
     background (`future`), to be applied at the threshold if it still fits the live context (`fit`)."""
 
     plan: Plan
@@ -215,7 +215,7 @@ def prepare(
     messages leave the returned `Live`). A summarizer that fails or returns an invalid summary leaves
     the live messages and the previous summary exactly as they were (`Step.failure`).
 
-    `draft` is a summary being written in the background since the soft threshold (`plan_ahead`). When a
+    `draft` is a summary being written in the background since the soft threshold (`plan(..., ahead=True)`). When a
     compaction is due and the draft still fits (`fit`), it is applied (waiting for it only once the context
     is over `CompactSettings.wait_threshold`; below, the step is `deferred`); else the summary is written
     now, as without one.
@@ -234,6 +234,7 @@ def prepare(
         return _warn_over_window(
             _skipped(_aged_over(live, setup), decision, now, counter), settings.compact.max_input_length
         )
+    written: Written | None = None
     ahead = fit(draft, live) if draft is not None and not force else None
     if ahead is not None and draft is not None:
         if not draft.future.done() and decision.tokens <= settings.compact.wait_threshold:
@@ -242,13 +243,10 @@ def prepare(
         drafted = _outcome(draft)
         if drafted is not None and _frees_enough(ahead, live, drafted, settings, counter):
             decision = replace(ahead, reason=decision.reason, tokens=decision.tokens, at=now)
-            written: Written = drafted
-        else:
-            decision = with_saved_originals(decision, setup.store)
-            written = write(setup.summarizer, decision.request)
-    else:
-        if draft is not None:
-            _outcome(draft)  # one summary at a time: a summarizer need not be thread-safe
+            written = drafted
+    elif draft is not None:
+        _outcome(draft)  # one summary at a time: a summarizer need not be thread-safe
+    if written is None:
         decision = with_saved_originals(decision, setup.store)
         written = write(setup.summarizer, decision.request)
     if isinstance(written.summary, Failure):

@@ -403,7 +403,11 @@ class Session:
             self._drop_draft()
         if not self._background or self._draft is not None:
             return
-        ahead = engine.plan(step.live, self.settings, now=now, ahead=True)
+        try:
+            ahead = engine.plan(step.live, self.settings, now=now, ahead=True)
+        except CtxkeepError as exc:  # pins over budget, say: the threshold's own pass will say so
+            log.debug("no summary written ahead: %s", exc)
+            return
         if isinstance(ahead, engine.Plan):
             ahead = engine.with_saved_originals(ahead, self.store)
             if self._writer is None:
