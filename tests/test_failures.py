@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ctxkeep.errors import StorageError
 from ctxkeep.folder import LocalFolder
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
 from ctxkeep.providers.deterministic import DeterministicModel
@@ -183,6 +184,28 @@ def test_a_session_quotes_the_error_from_the_end_of_the_saved_original(tmp_path:
         summary = session.summary or ""
     assert "FAILED tests/test_pay.py::test_refund - AssertionError: 300 != 250" in summary
     assert "`pytest -q tests/test_pay.py`" in summary
+
+
+def test_an_original_that_cannot_be_read_leaves_the_kept_head_and_the_compaction_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(self: LocalFolder, name: str) -> bytes | None:
+        raise StorageError(f"cannot read {name}: permission denied", path=name)
+
+    monkeypatch.setattr(LocalFolder, "read_original", refuse)
+    msgs = [
+        Message.of("user", "Run the payment tests."),
+        Message(role="assistant", content=(bash("c1", "pytest -q tests/test_pay.py"),)),
+        Message(role="tool", content=(result("c1", LOG_HEAD + LOG_TAIL),)),
+        Message.of("assistant", "One test fails."),
+        Message.of("user", "Fix it."),
+    ]
+    with Session(LocalFolder(tmp_path / "ws")) as session:
+        session.add(msgs)
+        session.prepare()
+        step = session.compact()
+    assert step.compaction is not None and step.failure is None
+    assert "`pytest -q tests/test_pay.py`" in (step.live.summary or "")
 
 
 def test_a_store_reads_only_the_originals_ctxkeep_names(tmp_path: Path) -> None:

@@ -267,9 +267,21 @@ def prepare(
 
 def with_saved_originals(plan: Plan, store: Store) -> Plan:
     """`plan` with the end of each offloaded output's saved original in its request: the summarizer reads no
-    file. (`read_original` is optional for a store: one without it leaves the kept heads alone.)"""
-    read = getattr(store, "read_original", None)
-    return replace(plan, request=with_originals(plan.request, read)) if callable(read) else plan
+    file. (`read_original` is optional for a store: one without it leaves the kept heads alone, as does a
+    file that cannot be read: the summary is not worth failing the compaction for.)"""
+    read_original = getattr(store, "read_original", None)
+    if not callable(read_original):
+        return plan
+
+    def read(name: str) -> bytes | None:
+        try:
+            data = read_original(name)
+        except CtxkeepError as exc:
+            log.warning("the summary judges %s by its kept head: %s", name, exc)
+            return None
+        return data if isinstance(data, bytes) else None
+
+    return replace(plan, request=with_originals(plan.request, read))
 
 
 def write(summarizer: Summarizer, request: SummaryRequest) -> Written:
