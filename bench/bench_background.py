@@ -8,10 +8,10 @@ result (~1,500 tokens in all, the result a command's output of varying size), th
 steps the agent's own model "thinks" for `--step-seconds` (a sleep). The summarizer is the extractive one
 behind a wait of `--model-seconds` per summary, standing for a compaction model that takes that long.
 
-Each `--step-seconds` runs three times, in the same folder kind and order: ``Session(background=False)``
+Each `--step-seconds` runs three times, in the same folder kind and order: ``Session.open(..., background=False)``
 with an instant model (the floor: what a compaction costs besides the model: the archive write, the
-rebuild, the commit), ``Session(background=False)`` with the slow model (the summary written in
-`prepare`, the step waits for the model) and ``Session(background=True)`` with the slow model (written in
+rebuild, the commit), ``Session.open(..., background=False)`` with the slow model (the summary written in
+`prepare`, the step waits for the model) and ``Session.open(..., background=True)`` with the slow model (written in
 the session's thread from the soft threshold, applied at the threshold; see docs/engine.md). Printed per
 run: compactions (and how many used a background summary), steps put off (`Step.deferred`: a compaction
 was due, the summary not written yet, the context under `wait_threshold`), the largest context sent

@@ -1,4 +1,4 @@
-"""Summaries written ahead (``Session(background=True)``): started past the soft threshold in the session's
+"""Summaries written ahead (``Session.open(..., background=True)``): started past the soft threshold in the session's
 own thread, applied at the threshold when they still fit, put off while being written, never two at once."""
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ def test_pinned_messages_stay_and_their_limit_is_enforced() -> None:
     assert step.live.messages[0].id == "u0" and "u0" not in {m.id for m in step.archived}
     over = add(Live(), [Message.of("user", "pinned " * 1_600, id="p"), *turn(1)], COUNTER)
     with pytest.raises(PinnedOverBudgetError, match="pinned messages take"):
-        run(replace(over, pinned=frozenset({"p"})), force=True)
+        run(replace(over, pinned=frozenset({"p"})), manual=engine.Manual())
 
 
 def test_manual_compaction_passes_the_focus() -> None:

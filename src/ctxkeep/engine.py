@@ -149,6 +149,13 @@ class Setup:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Manual:
+    """A compaction asked for by hand (a `/compact`): it runs whatever the size, on what `focus` names first."""
+
+    focus: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Plan:
     """A compaction decided on: where to cut, what to ask the summarizer, and why."""
 
@@ -205,11 +212,10 @@ def prepare(
     *,
     system: str | None,
     now: datetime,
-    force: bool = False,
-    focus: str | None = None,
+    manual: Manual | None = None,
     draft: Draft | None = None,
 ) -> Step:
-    """Run the pre-reasoning pass once. `force` compacts now (a manual `/compact`), with an optional `focus`.
+    """Run the pre-reasoning pass once. `manual` compacts now (a `/compact`), with its optional focus.
 
     Files are written through `setup.store` (offloaded results, then the archive, always before the
     messages leave the returned `Live`). A summarizer that fails or returns an invalid summary leaves
@@ -229,7 +235,8 @@ def prepare(
         live = replace(live, system=system, system_tokens=system_tokens_of(system, counter))
     if settings.offload.age_over_threshold:
         live = _aged_over(live, setup)  # a compaction may be spared, at the price of the prompt cache
-    decision = plan(live, settings, now=now, force=force, focus=focus)
+    force = manual is not None
+    decision = plan(live, settings, now=now, force=force, focus=manual.focus if manual else None)
     if isinstance(decision, Skip):
         return _warn_over_window(
             _skipped(_aged_over(live, setup), decision, now, counter), settings.compact.max_input_length
@@ -304,7 +311,7 @@ def _aged_over(live: Live, setup: Setup) -> Live:
 
 def compact(live: Live, setup: Setup, *, system: str | None, now: datetime, focus: str | None = None) -> Step:
     """Compact now, whatever the size (a manual `/compact`)."""
-    return prepare(live, setup, system=system, now=now, force=True, focus=focus)
+    return prepare(live, setup, system=system, now=now, manual=Manual(focus=focus))
 
 
 def plan(

@@ -179,14 +179,14 @@ class Session:
         summarizer: Summarizer | None = None,
         lock_timeout: float = 10.0,
         now: datetime | None = None,
-        background: bool = False,
     ) -> None:
         """Open the workspace in `store`, waiting up to `lock_timeout` seconds (``float("inf")``: as long as
         it takes) for another process to release it. Raises `WorkspaceError` for a bad `lock_timeout`.
 
-        `background` writes each summary ahead, in a thread of the session's own, from the step the context
-        passes `CompactSettings.soft_threshold`: at the threshold it is applied without waiting for the
-        summarizer (see `ctxkeep.engine.prepare`). The summarizer then runs outside the caller's thread.
+        With `CompactSettings.background` each summary is written ahead, in a thread of the session's own,
+        from the step the context passes `CompactSettings.soft_threshold`: at the threshold it is applied
+        without waiting for the summarizer (see `ctxkeep.engine.prepare`), which then runs outside the
+        caller's thread.
         """
         if not isinstance(lock_timeout, int | float) or isinstance(lock_timeout, bool) or not lock_timeout >= 0:
             raise WorkspaceError(
@@ -209,7 +209,6 @@ class Session:
         # depends on either, so a crash or a close loses only the work.
         # The generation of the newest compaction record in compactions.jsonl; None until read.
         self._recorded: int | None = None
-        self._background = background
         self._draft: engine.Draft | None = None
         self._writer: ThreadPoolExecutor | None = None
         self._stack.enter_context(store.lock(lock_timeout))
@@ -221,14 +220,18 @@ class Session:
             raise
 
     @classmethod
-    def open(cls, path: str | Path, *, window: int | None = None, **kw: Any) -> Session:
+    def open(cls, path: str | Path, *, window: int | None = None, background: bool = False, **kw: Any) -> Session:
         """The session in folder `path` (created when missing). Keyword arguments as for `Session`.
 
         `window` (the model's context window, tokens) derives every size from it
-        (`EngineSettings.for_window`); explicit `settings` win over it.
+        (`EngineSettings.for_window`); explicit `settings` win over it. `background` writes summaries ahead
+        (`CompactSettings.background`), whatever the settings say.
         """
         if window is not None and kw.get("settings") is None:
             kw["settings"] = EngineSettings.for_window(window)
+        if background:
+            settings = kw.get("settings") or EngineSettings()
+            kw["settings"] = replace(settings, compact=replace(settings.compact, background=True))
         return cls(LocalFolder(path), **kw)
 
     def __enter__(self) -> Session:
@@ -360,7 +363,7 @@ class Session:
         the window like the system prompt. `now` (default: the local time) names the day's archive file
         when a compaction happens.
         """
-        return self._run(system, tools, now, force=False, focus=None)
+        return self._run(system, tools, now, manual=None)
 
     def compact(
         self,
@@ -371,17 +374,17 @@ class Session:
         now: datetime | None = None,
     ) -> Step:
         """Compact now, whatever the size; `focus` tells the summarizer what matters most."""
-        return self._run(system, tools, now, force=True, focus=focus)
+        return self._run(system, tools, now, manual=engine.Manual(focus=focus))
 
     # --- internals --------------------------------------------------------------------
 
-    def _run(self, system: str | None, tools: Tools, now: datetime | None, *, force: bool, focus: str | None) -> Step:
+    def _run(self, system: str | None, tools: Tools, now: datetime | None, *, manual: engine.Manual | None) -> Step:
         at = now or datetime.now().astimezone()
         before = self._live
         live = live_mod.with_tools(before, tools, self.counter)
         # Before a compaction, once per cycle: preferences and lessons to the day's log (off by default).
-        memory_flush.before_pass(self._setup, live, cycle=self._state.generation, now=at, force=force)
-        step = engine.prepare(live, self._setup, system=system, now=at, force=force, focus=focus, draft=self._draft)
+        memory_flush.before_pass(self._setup, live, cycle=self._state.generation, now=at, force=manual is not None)
+        step = engine.prepare(live, self._setup, system=system, now=at, manual=manual, draft=self._draft)
         self._steps.append(step.context.tokens)
         self._steps_span = (self._steps_span[0] if self._steps_span else at, at)
         if step.compaction is not None:
@@ -401,7 +404,7 @@ class Session:
         done = step.compaction is not None or step.failure is not None
         if done or (self._draft is not None and engine.outgrown(self._draft, step.live, self.settings)):
             self._drop_draft()
-        if not self._background or self._draft is not None:
+        if not self.settings.compact.background or self._draft is not None:
             return
         try:
             ahead = engine.plan(step.live, self.settings, now=now, ahead=True)

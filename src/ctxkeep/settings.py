@@ -64,9 +64,10 @@ class CompactSettings:
     Defaults are the seed's: a 128,000-token window, compaction at 0.7 of it (89,600 tokens),
     and a kept tail of 0.1 of it capped at 12,800 tokens.
 
-    A session that writes summaries in the background (``Session(background=True)``) starts one once the
-    context passes `soft_threshold` (`soft_ratio` of the threshold), applies it at the threshold, and lets
-    the context grow up to `wait_threshold` before it waits for a summary still being written.
+    With `background` (``Session.open(path, background=True)``) a session writes each summary ahead: it
+    starts one once the context passes `soft_threshold` (`soft_ratio` of the threshold), applies it at the
+    threshold, and lets the context grow up to `wait_threshold` before it waits for a summary still being
+    written.
     """
 
     max_input_length: int = 128_000
@@ -74,6 +75,7 @@ class CompactSettings:
     reserve_ratio: float = 0.1
     reserve_cap: int = 12_800
     soft_ratio: float = 0.85
+    background: bool = False
 
     def __post_init__(self) -> None:
         _positive(self.max_input_length, "max_input_length")
@@ -99,7 +101,7 @@ class CompactSettings:
 
     @property
     def soft_threshold(self) -> int:
-        """Tokens above which a background summary of the next compaction starts (`Session(background=True)`)."""
+        """Tokens above which a background summary of the next compaction starts (with `background`)."""
         return int(self.compact_threshold * self.soft_ratio)
 
     @property

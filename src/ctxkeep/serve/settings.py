@@ -28,8 +28,8 @@ class ServeSettings:
     max_open: int = 256
     # Seconds a request waits for another process holding the same workspace, before a 503.
     lock_timeout: float = 30.0
-    # Write each conversation's next summary in the background from its soft threshold (`Session(background=
-    # True)`): a request that reaches the threshold does not wait for the compaction model.
+    # Write each conversation's next summary in the background from its soft threshold (`Session.open(...,
+    # background=True)`): a request that reaches the threshold does not wait for the compaction model.
     background: bool = False
 
     def __post_init__(self) -> None:
