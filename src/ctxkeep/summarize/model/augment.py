@@ -76,14 +76,27 @@ class _Uncut:
         return "\n".join([*self.notes, *self.failures, *self.stated, *self.rules.values()])
 
 
+@dataclass(frozen=True, slots=True)
+class Verbatim:
+    """The verbatim parts, as `augment` needs them: `text` is what is appended after all of it (a rule the
+    user wrote as a list item there is not stated again); `recovered` are the rules of the user's messages
+    the previous summary carried verbatim (`verbatim.carried_rules`), stated when the model's text lacks
+    them and they are no longer carried."""
+
+    text: str = ""
+    recovered: tuple[str, ...] = ()
+
+
+NO_VERBATIM = Verbatim()
+
+
 def augment(
     text: str,
     request: SummaryRequest,
     *,
     agents_md: str | None = None,
     notes: Sequence[str] = (),
-    carried: str = "",
-    recovered: Sequence[str] = (),
+    verbatim: Verbatim = NO_VERBATIM,
     max_chars: int | None = None,
 ) -> str:
     """The model's summary `text` fitted to ``request.max_chars`` with the appended parts.
@@ -93,13 +106,10 @@ def augment(
     identifiers subsection, the last of Critical Context. The file lists merge the previous summary's.
 
     `notes` are items the summary must carry whole (the parts of the history the model could not
-    summarize, say). `carried` is the verbatim part appended after all of it: a rule the user wrote
-    as a list item there is not stated again; `recovered` are the rules of the user's messages the
-    previous summary carried verbatim (`verbatim.carried_rules`), stated when the model's text lacks
-    them and they are no longer carried. `max_chars` (default ``request.max_chars``) is the size to fit
-    when the cap leaves the summary less than a request may ask for (the verbatim parts took the
-    rest). Raises ValueError when the notes, tool failures and AGENTS.md rules alone leave the
-    model's text too little room.
+    summarize, say). `verbatim` is what the verbatim parts appended after all of it say (`Verbatim`).
+    `max_chars` (default ``request.max_chars``) is the size to fit when the cap leaves the summary less
+    than a request may ask for (the verbatim parts took the rest). Raises ValueError when the notes,
+    tool failures and AGENTS.md rules alone leave the model's text too little room.
     """
     if isinstance(notes, str) or not all(isinstance(n, str) for n in notes):
         raise TypeError(f"notes must be a sequence of texts, got {notes!r}")
@@ -115,10 +125,10 @@ def augment(
         failures=_failure_items(facts, language, room=limit // 5),
         rules=agents_rules(agents_md) if agents_md is not None else {},
         stated=_stated(
-            mark_superseded(unique_keep_last([*recovered, *facts.constraints])),
+            mark_superseded(unique_keep_last([*verbatim.recovered, *facts.constraints])),
             text,
             room=limit // 10,
-            said=listed_lines(carried),
+            said=listed_lines(verbatim.text),
         ),
     )
     whole = uncut.text()  # what these name needs no listing

@@ -32,7 +32,7 @@ from ctxkeep.settings import MIN_SUMMARY_CHARS, PROMPT_RESERVE, SAFETY_MARGIN, M
 from ctxkeep.split import safe_cuts
 from ctxkeep.summarize.facts.collect import Facts, collect_facts
 from ctxkeep.summarize.model.audit import audit
-from ctxkeep.summarize.model.augment import augment, fit_text
+from ctxkeep.summarize.model.augment import Verbatim, augment, fit_text
 from ctxkeep.summarize.model.chunks import chunk_limit, plan_chunks
 from ctxkeep.summarize.model.prompts import Prompt, merge_prompt, render_messages, shorten, summary_prompt
 from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
@@ -115,9 +115,8 @@ class ModelSummarizer:
         room = request.max_chars - len(appendix)
         inner = dataclasses.replace(request, previous=previous, max_chars=max(MIN_SUMMARY_CHARS, room))
         try:
-            text = self._summarize(
-                inner, run, carried=appendix, recovered=carried_rules(request.previous), room=max(1, room)
-            )
+            verbatim = Verbatim(text=appendix, recovered=tuple(carried_rules(request.previous)))
+            text = self._summarize(inner, run, verbatim=verbatim, room=max(1, room))
             # a cap squeezed below the sections' minimum (the first user message keeps its floor anyway)
             return (
                 text if len(text) <= room else fit_text(text, max_chars=room, language=resolve_language(inner))
@@ -125,9 +124,7 @@ class ModelSummarizer:
         finally:
             self.last_run = run.frozen()
 
-    def _summarize(
-        self, request: SummaryRequest, run: _Run, *, carried: str, recovered: Sequence[str], room: int
-    ) -> str:
+    def _summarize(self, request: SummaryRequest, run: _Run, *, verbatim: Verbatim, room: int) -> str:
         language = resolve_language(request)
         request = dataclasses.replace(request, language=language)  # every part in the same language
         run.language = language
@@ -171,12 +168,12 @@ class ModelSummarizer:
             text = self._final(lambda fb: merge_prompt(partials, request, gaps=gaps, feedback=fb), facts, language, run)
         try:
             fit = partial(
-                augment, text, augmented, agents_md=settings.agents_md, notes=tuple(run.gaps), carried=carried
+                augment, text, augmented, agents_md=settings.agents_md, notes=tuple(run.gaps), verbatim=verbatim
             )
             try:  # within the room the verbatim parts leave, so its notes count what it drops
-                out = fit(recovered=recovered, max_chars=min(room, request.max_chars))
+                out = fit(max_chars=min(room, request.max_chars))
             except ValueError:  # its fixed parts need more: fitted to the request's size, then cut (summarize)
-                out = fit(recovered=recovered)
+                out = fit()
         except ValueError as exc:
             raise SummaryError(str(exc), request=run.request, response=run.response) from exc
         run.identifiers = len(facts.identifiers)
