@@ -33,6 +33,7 @@ from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings
 from ctxkeep.tokens import get_counter
+from sync_clock import SyncClock  # bench/ is the script's folder
 
 COUNTER = get_counter("o200k_base")
 BUCKETS = (100, 400, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000)
@@ -85,39 +86,6 @@ def session_turns(n: int, seed: int = 15) -> Iterator[list[Message]]:
         made += len(batch)
 
 
-class _Fsyncs:
-    """Counts os.fsync and os.fdatasync calls while active, and the wall time spent in them."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.seconds = 0.0
-        self._saved = (os.fsync, getattr(os, "fdatasync", None))
-
-    def __enter__(self) -> _Fsyncs:
-        fsync, fdatasync = self._saved
-
-        def counted(fn):  # type: ignore[no-untyped-def]
-            def call(fd: int) -> None:
-                t = time.perf_counter()
-                try:
-                    fn(fd)
-                finally:
-                    self.count += 1
-                    self.seconds += time.perf_counter() - t
-
-            return call
-
-        os.fsync = counted(fsync)
-        if fdatasync is not None:
-            os.fdatasync = counted(fdatasync)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.fsync, fdatasync = self._saved
-        if fdatasync is not None:
-            os.fdatasync = fdatasync
-
-
 def _settings(window: int) -> EngineSettings:
     if window:
         return EngineSettings.for_window(window)
@@ -131,7 +99,7 @@ def run(n: int, window: int, folder: Path) -> tuple[list[tuple[int, float, float
     times: list[tuple[int, float, float, float]] = []
     steps = compactions = 0
     added = 0
-    with Session.open(folder, settings=_settings(window), counter=COUNTER) as session, _Fsyncs() as fs:
+    with Session.open(folder, settings=_settings(window), counter=COUNTER) as session, SyncClock() as fs:
         for batch in session_turns(n):
             t, c, f = time.perf_counter(), time.process_time(), fs.seconds
             session.add(batch)

@@ -56,6 +56,7 @@ from ctxkeep import (  # noqa: E402
     to_agentscope,
 )
 from ctxkeep.tokens.encodings import TiktokenTokenizer  # noqa: E402
+from sync_clock import SyncClock  # noqa: E402  (bench/ is the script's folder)
 
 REME_PINS = ["reme-ai==0.3.1.10", "agentscope==1.0.20", "mcp==1.25.0", "fastmcp==2.14.1", "greenlet"]
 SYSTEM = "You are a careful coding agent. Use the tools; read before you edit; keep answers short."
@@ -315,37 +316,6 @@ def run_ctxkeep(
                 run.contexts.append(keys)
     run.fsyncs = syncs.count
     return run
-
-
-class SyncClock:
-    """Counts os.fsync and os.fdatasync calls while active, and the time spent in them."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.seconds = 0.0
-        self._saved = (os.fsync, getattr(os, "fdatasync", None))
-
-    def __enter__(self) -> SyncClock:
-        def timed(fn: Any) -> Any:
-            def call(fd: int) -> None:
-                t = time.perf_counter()
-                try:
-                    fn(fd)
-                finally:
-                    self.count += 1
-                    self.seconds += time.perf_counter() - t
-
-            return call
-
-        os.fsync = timed(self._saved[0])
-        if self._saved[1] is not None:
-            os.fdatasync = timed(self._saved[1])
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.fsync = self._saved[0]
-        if self._saved[1] is not None:
-            os.fdatasync = self._saved[1]
 
 
 def run_reme(

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -29,6 +28,8 @@ import time
 import warnings
 from pathlib import Path
 from typing import Any
+
+from sync_clock import SyncClock  # bench/ is the script's folder
 
 warnings.filterwarnings("ignore")
 
@@ -40,32 +41,6 @@ def render(role: str, content: Any) -> str:
 
 def digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
-
-
-class Syncs:
-    """Counts os.fsync and os.fdatasync calls while active (ReMe is Python: its files go through them)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._saved = (os.fsync, getattr(os, "fdatasync", None))
-
-    def __enter__(self) -> Syncs:
-        def counted(fn: Any) -> Any:
-            def call(fd: int) -> None:
-                self.count += 1
-                fn(fd)
-
-            return call
-
-        os.fsync = counted(self._saved[0])
-        if self._saved[1] is not None:
-            os.fdatasync = counted(self._saved[1])
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.fsync = self._saved[0]
-        if self._saved[1] is not None:
-            os.fdatasync = self._saved[1]
 
 
 async def run(reme: Any, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -92,7 +67,7 @@ async def run(reme: Any, cmd: dict[str, Any]) -> dict[str, Any]:
             estimates.append([b.token_count for b in stat.content])
     start = 0
     system = render("system", cmd["system"])
-    syncs = Syncs()
+    syncs = SyncClock()
     for end in cmd["steps"]:
         batch = [Msg.from_dict(d) for d in dicts[start:end]]
         start = end
