@@ -308,6 +308,29 @@ def test_agentscope_compression_keeps_the_history_and_an_explicit_one_compacts(t
     assert done[2] == done[0] + 1  # an explicit request compacts the workspace
 
 
+def test_the_readme_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_readme import readme_block
+
+    (tmp_path / "settings.py").write_text("RETRY_LIMIT = 5\n")
+    monkeypatch.chdir(tmp_path)
+    with ValidatingServer(window=WINDOW) as api:
+        monkeypatch.setenv("OPENAI_BASE_URL", api.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-local")
+        monkeypatch.setenv("MODEL", "local-model")  # a local server's name: no SDK special-cases it
+        readme: dict[str, Any] = {"__name__": "readme"}
+        exec(compile(readme_block("Use it with AgentScope"), "README.md", "exec"), readme)
+    assert api.refused == []
+    assert len(api.records) == 4  # per question: the grep call, then the answer
+    # The tool ran without asking first: the server searched for the question's words, which no file holds.
+    results = [m["content"] for m in api.records[1].body["messages"] if m["role"] == "tool"]
+    assert results
+    assert set(results) == {"no match"}
+    with Session.open(tmp_path / "workspace") as session:
+        roles = [m.role for m in session.messages]
+    assert roles[0] == "user"
+    assert "tool" in roles  # the workspace holds the run
+
+
 @pytest.mark.slow
 def test_150_tasks_at_16k_with_a_restart_halfway(tmp_path: Path) -> None:
     with ValidatingServer(window=WINDOW) as api:

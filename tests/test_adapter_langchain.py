@@ -212,8 +212,9 @@ def test_the_readme_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.
     (tmp_path / "settings.py").write_text("RETRY_LIMIT = 5\n")
     monkeypatch.chdir(tmp_path)
     with ValidatingServer(window=WINDOW) as api:
-        monkeypatch.setenv("OPENAI_BASE_URL", api.base_url)  # "openai:gpt-5-mini" is ChatOpenAI, which reads these
+        monkeypatch.setenv("OPENAI_BASE_URL", api.base_url)  # "openai:<model>" is ChatOpenAI, which reads these
         monkeypatch.setenv("OPENAI_API_KEY", "sk-local")
+        monkeypatch.setenv("MODEL", "local-model")  # a local server's name: no SDK special-cases it
         readme: dict[str, Any] = {"__name__": "readme"}
         exec(compile(readme_block("Use it with LangChain"), "README.md", "exec"), readme)
     assert api.refused == []

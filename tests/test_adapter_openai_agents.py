@@ -212,6 +212,7 @@ def test_the_readme_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.
         with ValidatingServer(window=WINDOW) as api:
             monkeypatch.setenv("OPENAI_BASE_URL", api.base_url)
             monkeypatch.setenv("OPENAI_API_KEY", "sk-local")
+            monkeypatch.setenv("MODEL", "local-model")  # a local server's name: no SDK special-cases it
             readme: dict[str, Any] = {"__name__": "readme"}
             exec(compile(readme_block("Use it with the OpenAI Agents SDK"), "README.md", "exec"), readme)
     finally:

