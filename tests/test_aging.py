@@ -158,6 +158,31 @@ def test_a_result_ages_at_once_when_little_was_sent_after_it() -> None:
         assert stages == ["old"] * 6 + [None] * 2
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"rows": [' + ", ".join(f'{{"id": {k}, "name": "item-{k}", "ok": true}}' for k in range(14_000)) + "]}",
+        "\n".join(f"第{k}行：构建日志，编译通过，没有错误。" for k in range(6_000)),
+    ],
+    ids=["one-line-json", "chinese-lines"],
+)
+def test_a_big_result_ages_once_little_is_sent_after_it(body: str) -> None:
+    # Its own tokens are not what its cut costs a cache (its old size is no longer sent at all): with the
+    # defaults at 128k, a result cut to 50 KB gets its 3 KB cut once it passes the 3 newest, not never.
+    defaults = EngineSettings(compact=CompactSettings(max_input_length=128_000))
+    with Session(MemoryFolder(), settings=defaults) as session:
+        call = Message(role="assistant", content=(ToolCall(id="big", name="bash"),), id="a-big")
+        session.add([Message.of("user", "read it", id="u"), call])
+        session.add([Message(role="tool", content=(ToolResult(call_id="big", content=body),), id="r-big")])
+        for i in range(6):
+            session.add(turn(i, size=600))
+            session.prepare("sys", now=NOW)
+        big = next(m for m in session.messages if m.id == "r-big")
+        assert big.tool_result is not None
+        assert _stage(big.tool_result) == "old"
+        assert len(big.tool_result.text.encode()) <= defaults.offload.old_max_bytes + 1_000  # the cut and its note
+
+
 def test_a_waiting_result_with_too_much_sent_after_it_waits_for_its_batch() -> None:
     # Big results after it: the cut would cost the cache more than the budget, so nothing ages between batches.
     settings = EngineSettings(compact=ROOMY.compact, offload=_with(age_tail_tokens=500, age_batch_bytes=50_000))

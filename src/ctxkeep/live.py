@@ -299,7 +299,7 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
             waiting.append(p)
             waiting_bytes += excess
     age = age or waiting_bytes >= settings.age_batch_bytes
-    first = 0 if age else _cheap(live, waiting, settings.age_tail_tokens)
+    first = 0 if age else _cheap(live, waiting, settings)
     if age:
         start, run = positions[0], settings
         still, waiting, waiting_bytes = list(positions[passed:]), [], 0
@@ -349,14 +349,20 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
     )
 
 
-def _cheap(live: Live, waiting: Sequence[int], budget: int) -> int:
-    """The index in `waiting` of the first result with at most `budget` tokens from it to the end of the
-    previous request: what its cut costs a prompt cache. `len(waiting)` when there is none.
+def _cheap(live: Live, waiting: Sequence[int], settings: OffloadSettings) -> int:
+    """The index in `waiting` of the first result whose cut costs a prompt cache at most
+    `settings.age_tail_tokens`; `len(waiting)` when there is none.
+
+    Cutting a result makes the cache re-read what follows it up to the end of the previous request, and
+    the result itself at its new, cut size; its old size is not sent at all, so a big result is not dear
+    to cut for being big (counting it whole left the results most worth cutting uncut for good). Results
+    after it among `waiting` age with it, so they count at their cut size too.
 
     The previous request ended before the newest assistant message (a host asks for a context before each
     assistant turn): read from the messages alone, so the rule is the same whether or not the process
     restarted since. Only the new messages and those within the budget are looked at.
     """
+    budget = settings.age_tail_tokens
     if not waiting or not budget:
         return len(waiting)
     messages, counts = live.messages, live.counts
@@ -364,16 +370,27 @@ def _cheap(live: Live, waiting: Sequence[int], budget: int) -> int:
     while at > waiting[-1] and messages[at - 1].role != "assistant":
         at -= 1
     at = max(at - 1, waiting[-1])  # the newest assistant message itself was not sent either
+    aging = set(waiting)
     spent, first = 0, len(waiting)
     while first > 0:
         p = waiting[first - 1]
-        while at > p:
+        while at > p + 1:
             at -= 1
-            spent += counts[at]
+            spent += _cut_tokens(messages[at], counts[at], settings.old_max_bytes) if at in aging else counts[at]
             if spent > budget:
                 return first
+        if spent + _cut_tokens(messages[p], counts[p], settings.old_max_bytes) > budget:
+            return first
         first -= 1
     return first
+
+
+def _cut_tokens(message: Message, tokens: int, old_max_bytes: int) -> int:
+    """About the tokens a result takes after its "old" cut: its tokens in the share of its bytes that stays."""
+    excess = _excess(message, old_max_bytes)
+    if not excess:
+        return tokens
+    return -(-tokens * old_max_bytes // (excess + old_max_bytes))
 
 
 def _excess(message: Message, old_max_bytes: int) -> int:
