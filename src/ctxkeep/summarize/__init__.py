@@ -9,7 +9,7 @@
     verbatim    what both append word for word: the user's messages, the standing instructions
     extractive  the model-free summarizer: facts -> sections, merged with the previous summary
     model/      the model-written summary: prompts, parts, audit, augmentation
-    testing     the fixed summary a `DeterministicModel` answers with
+    testing     `fixed_summary_model()`: a `DeterministicModel` that answers with a fixed, valid summary
 
 The format and the rules of each part: docs/summarize.md.
 """
@@ -17,7 +17,6 @@ The format and the rules of each part: docs/summarize.md.
 from __future__ import annotations
 
 from ctxkeep.settings import LANGUAGES, MIN_SUMMARY_CHARS
-from ctxkeep.summarize import testing as testing  # makes the fixed summary the DeterministicModel's answer
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
 from ctxkeep.summarize.model.summarizer import ModelSummarizer
 from ctxkeep.summarize.request import (
