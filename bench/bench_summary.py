@@ -90,6 +90,7 @@ from typing import Any, Literal
 from bench_replay import conversations
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.messages import Message, ToolResult
+from ctxkeep.origin import origins
 from ctxkeep.providers import get_model
 from ctxkeep.replay import turns
 from ctxkeep.session import Session
@@ -98,7 +99,6 @@ from ctxkeep.summarize import Summarizer, SummaryRequest, with_originals
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
 from ctxkeep.summarize.facts.collect import collect_facts
 from ctxkeep.summarize.facts.identifiers import extract_identifiers
-from ctxkeep.summarize.facts.origin import origins
 from ctxkeep.summarize.facts.runs import ToolRun, tool_run
 from ctxkeep.summarize.facts.shell import command_head
 from ctxkeep.summarize.model.summarizer import ModelSummarizer, SummaryRun

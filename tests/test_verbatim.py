@@ -7,9 +7,9 @@ import re
 import pytest
 
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
+from ctxkeep.origin import origin, origins
 from ctxkeep.settings import ModelSummarySettings
 from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, Summarizer, SummaryRequest, missing_sections
-from ctxkeep.summarize.facts.origin import origin, origins
 from ctxkeep.summarize.sections.markdown import parse_sections
 from ctxkeep.summarize.testing import fixed_summary_model
 from ctxkeep.summarize.verbatim import (

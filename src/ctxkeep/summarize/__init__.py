@@ -5,7 +5,7 @@
     assert why_rejected(summary) is None                      # the check the engine applies
 
     sections/   the summary's format: Markdown parse, render and fit to a size; its JSON form
-    facts/      what a summary is made of: identifiers, shell commands, tool runs, asks and rules, origins
+    facts/      what a summary is made of: identifiers, shell commands, tool runs, asks and rules
     verbatim    what both append word for word: the user's messages, the standing instructions
     extractive  the model-free summarizer: facts -> sections, merged with the previous summary
     model/      the model-written summary: prompts, parts, audit, augmentation
