@@ -15,6 +15,7 @@ where CTXKEEP_REQUIRE_EXTRAS requires the llama part.
 from __future__ import annotations
 
 import pytest
+from tests.conftest import LLAMA_CONTEXT
 
 from ctxkeep import (
     ExtractiveSummarizer,
@@ -25,7 +26,7 @@ from ctxkeep import (
     get_model,
 )
 
-CONTEXT = 8_192  # the server's window (tests/conftest.py's LLAMA_CONTEXT), and the summarizer's
+CONTEXT = LLAMA_CONTEXT  # the session server's window, and the summarizer's
 WINDOW = 8_000  # the agent's: small enough that a few tasks compact more than once
 TASKS = 4  # two compactions or more, each one call: a few minutes at most on 2 idle cores
 SECONDS = 1_800  # per call: 10-20 s on 2 idle cores, minutes on a busy machine; this only stops a hung server
