@@ -40,6 +40,7 @@ from ctxkeep.memory.index import MemoryIndex
 from ctxkeep.memory.search import MODES, search
 from ctxkeep.memory.terms import index_terms, match_query
 from ctxkeep.settings import EngineSettings
+from ctxkeep.summarize.testing import fixed_summary_model
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "data" / "memory_retrieval.json"
@@ -282,7 +283,7 @@ def flush_cost(model_spec: str | None, base_url: str | None) -> None:
 
 
 def _scripted(replies: list[str]) -> DeterministicModel:
-    model = DeterministicModel()
+    model = fixed_summary_model()
     model.enqueue(*replies)
     return model
 

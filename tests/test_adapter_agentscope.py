@@ -5,8 +5,8 @@ the validating server, with `ContextMiddleware`: 150 tasks of ~30 KB tool output
 a restart halfway. 1.x cannot be installed beside 2.x: its test builds a venv of its own once, under
 the user's cache folder, and runs `tests/agentscope_v1_run.py` there against the server running here.
 
-Without AgentScope these tests skip, unless CTXKEEP_REQUIRE_ADAPTERS=1 (scripts/test sets it), when
-they fail: CI must run them.
+Without AgentScope these tests skip, unless CTXKEEP_REQUIRE_EXTRAS requires it (tests/extras.py),
+when they fail: CI must run them.
 """
 
 from __future__ import annotations
@@ -16,26 +16,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import agentscope
 import pytest
-from tests import local_model
-from tests.validating_server import ValidatingServer, held_ids, task, tool_output
-
-from ctxkeep import MemoryFolder, Session
-from ctxkeep.formats.agentscope2 import from_agentscope2, to_agentscope2
-from ctxkeep.messages import ImageBlock, ToolResult, validate
-
-if os.environ.get("CTXKEEP_REQUIRE_ADAPTERS") == "1":
-    import agentscope  # a missing framework fails the run: CI must test the adapter
-else:
-    agentscope = pytest.importorskip("agentscope")
-if not agentscope.__version__.startswith("2."):
-    pytest.fail(f"the agentscope extra pins 2.x; found {agentscope.__version__}", pytrace=False)
-
 from agentscope.agent import Agent
 from agentscope.credential import OpenAICredential
 from agentscope.formatter import OpenAIChatFormatter
@@ -55,8 +41,17 @@ from agentscope.model import OpenAIChatModel
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.state import AgentState
 from agentscope.tool import FunctionTool, Toolkit
+from tests import local_model
+from tests.validating_server import ValidatingServer, held_ids, task, tool_output
 
+from ctxkeep import MemoryFolder, Session
 from ctxkeep.adapters.agentscope import ContextMiddleware, context_msgs, history_messages
+from ctxkeep.formats.agentscope2 import from_agentscope2, to_agentscope2
+from ctxkeep.messages import ImageBlock, ToolResult, validate
+
+pytestmark = pytest.mark.extra("agentscope")
+if not agentscope.__version__.startswith("2."):
+    pytest.fail(f"the agentscope extra pins 2.x; found {agentscope.__version__}", pytrace=False)
 
 WINDOW = 16_000
 SYSTEM = "You are a build engineer. Use the tools, then answer briefly."
@@ -346,12 +341,6 @@ def test_150_tasks_at_16k_with_a_restart_halfway(tmp_path: Path) -> None:
 # The shared short run (tests/local_model.py): SmolLM2 as the summarizer, its summary used when ctxkeep accepts
 # it and the extractive one otherwise, so the run stays short on a slow machine; what it checks is that a real
 # model summarizer runs inside the middleware, every request inside the window, no message lost.
-
-
-@pytest.fixture(scope="module")
-def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with local_model.llama_server(tmp_path_factory) as url:
-        yield url
 
 
 @pytest.mark.slow

@@ -9,21 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import agentscope
 import pytest
-from tests.validating_server import ValidatingServer, task
-
-if os.environ.get("CTXKEEP_REQUIRE_ADAPTERS") == "1":
-    import agentscope  # a missing framework fails the run: CI must test the adapter
-else:
-    agentscope = pytest.importorskip("agentscope")
-if not agentscope.__version__.startswith("2."):
-    pytest.skip(f"the memory tools are for AgentScope 2.x; found {agentscope.__version__}", allow_module_level=True)
-
 from agentscope.agent import Agent
 from agentscope.credential import OpenAICredential
 from agentscope.message import ToolResultState, UserMsg
@@ -32,9 +23,14 @@ from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.state import AgentState
 from agentscope.tool import FunctionTool, ToolBase, Toolkit
 from tests.test_adapter_agentscope import SYSTEM, WINDOW, ToolNamelessFormatter, search_logs
+from tests.validating_server import ValidatingServer, task
 
 from ctxkeep import memory_tools
 from ctxkeep.adapters.agentscope import ContextMiddleware
+
+pytestmark = pytest.mark.extra("agentscope")
+if not agentscope.__version__.startswith("2."):
+    pytest.skip(f"the memory tools are for AgentScope 2.x; found {agentscope.__version__}", allow_module_level=True)
 
 
 def build_agent(

@@ -12,31 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests import local_model
-from tests.validating_server import ValidatingServer, held_ids, task, tool_output
-
-if os.environ.get("CTXKEEP_REQUIRE_ADAPTERS") == "1":
-    import langchain  # noqa: F401  (CI must run these tests: a missing framework fails them)
-    import langchain_openai  # noqa: F401
-else:
-    pytest.importorskip("langchain")
-    pytest.importorskip("langchain_openai")
-
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+from tests import local_model
+from tests.validating_server import ValidatingServer, held_ids, task, tool_output
 
 from ctxkeep import MemoryFolder, MessageError, Session, memory_tools, to_messages
 from ctxkeep.adapters.langchain import CtxkeepMiddleware, as_chat_dicts, to_langchain
 from ctxkeep.context import SUMMARY_TAG
 from ctxkeep.messages import Message, ToolCall, ToolResult, validate
+
+pytestmark = pytest.mark.extra("langchain")
 
 WINDOW = 16_000
 SYSTEM = "You are a build engineer. Use the tools, then answer briefly."
@@ -376,12 +368,6 @@ def test_memory_must_be_true_false_or_memory_tools(tmp_path: Path) -> None:
 
 
 # --- through the real llama-server ------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with local_model.llama_server(tmp_path_factory) as url:
-        yield url
 
 
 @pytest.mark.slow

@@ -15,20 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests import local_model
-from tests.validating_server import ValidatingServer, held_ids, task, tool_output
-
-if os.environ.get("CTXKEEP_REQUIRE_ADAPTERS") == "1":
-    import agents  # noqa: F401  (CI must run these tests: a missing framework fails them)
-else:
-    pytest.importorskip("agents")
-
 from agents import (
     Agent,
     FunctionTool,
@@ -41,12 +32,16 @@ from agents import (
 )
 from agents.items import TResponseInputItem
 from openai import AsyncOpenAI
+from tests import local_model
+from tests.validating_server import ValidatingServer, held_ids, task, tool_output
 
 from ctxkeep import Session, WorkspaceError, memory_tools, to_messages
 from ctxkeep.adapters.openai_agents import CtxkeepInputFilter, CtxkeepSession, tool_schemas
 from ctxkeep.context import SUMMARY_TAG
 from ctxkeep.formats.responses import to_responses
 from ctxkeep.messages import validate
+
+pytestmark = pytest.mark.extra("openai-agents")
 
 WINDOW = 16_000
 SYSTEM = "You are a build engineer. Use the tools, then answer briefly."
@@ -371,12 +366,6 @@ def test_tool_schemas_are_the_function_tools_and_handoffs() -> None:
 
 
 # --- through the real llama-server ------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with local_model.llama_server(tmp_path_factory) as url:
-        yield url
 
 
 @pytest.mark.slow

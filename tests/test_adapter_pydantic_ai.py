@@ -11,22 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests import local_model
-from tests.test_readme import readme_block
-from tests.validating_server import ValidatingServer, held_ids, task, tool_output
-
-if os.environ.get("CTXKEEP_REQUIRE_ADAPTERS") == "1":
-    import pydantic_ai  # noqa: F401  (CI must run these tests: without the framework they fail)
-else:
-    pytest.importorskip("pydantic_ai")
-
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     AgentInstructionSource,
@@ -54,6 +44,9 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
+from tests import local_model
+from tests.test_readme import readme_block
+from tests.validating_server import ValidatingServer, held_ids, task, tool_output
 
 from ctxkeep import (
     AsyncSession,
@@ -65,6 +58,8 @@ from ctxkeep import (
     WorkspaceError,
 )
 from ctxkeep.adapters.pydantic_ai import CtxkeepCapability, from_pydantic_ai, to_pydantic_ai
+
+pytestmark = pytest.mark.extra("pydantic-ai")
 
 WINDOW = 16_000
 SYSTEM = "You are a build engineer. Use the tools, then answer briefly."
@@ -457,12 +452,6 @@ def test_what_is_not_a_pydantic_ai_message_is_refused_with_its_position() -> Non
 # The shared short run (tests/local_model.py): SmolLM2 as the summarizer, its summary used when ctxkeep accepts
 # it and the extractive one otherwise, so the run stays short on a slow machine; what it checks is that a real
 # model summarizer runs inside the adapter, every request inside the window, no message lost.
-
-
-@pytest.fixture(scope="module")
-def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with local_model.llama_server(tmp_path_factory) as url:
-        yield url
 
 
 @pytest.mark.slow

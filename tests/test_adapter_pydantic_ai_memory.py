@@ -8,25 +8,20 @@ model calls memory_write, then (after a restart, memory_search alone) a search t
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import pytest
-from tests.validating_server import ValidatingServer, task
-
-if os.environ.get("CTXKEEP_REQUIRE_ADAPTERS") == "1":
-    import pydantic_ai  # noqa: F401  (CI must run these tests: without the framework they fail)
-else:
-    pytest.importorskip("pydantic_ai")
-
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from tests.test_adapter_pydantic_ai import SYSTEM, WINDOW, check_held
+from tests.validating_server import ValidatingServer, task
 
 from ctxkeep import memory_tools
 from ctxkeep.adapters.pydantic_ai import CtxkeepCapability
+
+pytestmark = pytest.mark.extra("pydantic-ai")
 
 
 def tool_results(api: ValidatingServer, request: int) -> list[str]:

@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from tests.builders import shell_turn
 
 from ctxkeep.folder import LocalFolder, MemoryFolder
-from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
+from ctxkeep.messages import Message, ToolResult
 from ctxkeep.offload import record_of
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
@@ -25,11 +26,7 @@ ROOMY = EngineSettings(compact=CompactSettings(max_input_length=1_000_000), offl
 
 def turn(i: int, size: int = 3_000) -> list[Message]:
     body = "\n".join(f"{i:04d}:{k:05d} " + "x" * 18 for k in range(size // 30))
-    return [
-        Message.of("user", f"step {i}", id=f"u{i}"),
-        Message(role="assistant", content=(TextBlock(text="run"), ToolCall(id=f"c{i}", name="bash")), id=f"a{i}"),
-        Message(role="tool", content=(ToolResult(call_id=f"c{i}", content=body),), id=f"r{i}"),
-    ]
+    return shell_turn(i, ask=f"step {i}", output=body, note="run")
 
 
 def rewrites(settings: EngineSettings, turns: int, size: int = 3_000) -> tuple[list[int], Session]:

@@ -21,11 +21,11 @@ from ctxkeep.formats import claude_code, codex, load, pi
 from ctxkeep.formats.source import Source
 from ctxkeep.messages import Message, repair
 from ctxkeep.offload import OFFLOAD_KEY, is_output, offload, record_in, referenced_files, saved_texts
+from ctxkeep.origin import origin
 from ctxkeep.records import offloaded
 from ctxkeep.replay import split_system, turns
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
-from ctxkeep.summarize.facts.origin import origin
 from ctxkeep.tokens import get_counter
 
 TS = "2026-01-02T03:04:05.678Z"

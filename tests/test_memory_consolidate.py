@@ -15,6 +15,7 @@ from ctxkeep.memory.files import MEMORY_FILE, append_daily, append_to_section, e
 from ctxkeep.memory.rules import rules_text
 from ctxkeep.messages import Message
 from ctxkeep.settings import CompactSettings, MemorySettings
+from ctxkeep.summarize.testing import fixed_summary_model
 
 DAY1 = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
 DAY2 = datetime(2026, 9, 2, 11, 30, tzinfo=UTC)
@@ -70,7 +71,7 @@ def test_a_log_written_to_after_its_merge_is_merged_again_without_repeats() -> N
 def test_the_model_may_merge_and_supersede_but_never_drop_an_entry() -> None:
     folder = _two_days()
     append_daily(folder, "The user now prefers detailed answers", at=DAY2, tag="preference")
-    model = DeterministicModel()
+    model = fixed_summary_model()
     tidy = (
         "# MEMORY\n\n## Rules\n\n- Deploys go out on Tuesdays\n\n## Preferences\n\n"
         "- The user now prefers detailed answers (2026-09-02)\n"

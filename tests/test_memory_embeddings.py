@@ -75,6 +75,7 @@ def _url(server: _Server) -> str:
     return f"http://127.0.0.1:{server.server_address[1]}/v1"
 
 
+@pytest.mark.extra("memory")
 def test_the_endpoints_vectors_index_and_search(server: _Server, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EMBEDDINGS_KEY", "sk-test-embeddings")
     embedder = OpenAIEmbedder("all-minilm", dim=384, base_url=_url(server), api_key_env="EMBEDDINGS_KEY")
@@ -91,6 +92,7 @@ def test_the_endpoints_vectors_index_and_search(server: _Server, monkeypatch: py
     assert hit.path == "memory/2026-02-02.md"
 
 
+@pytest.mark.extra("memory")
 def test_a_wrong_dim_and_a_dead_server_are_clear_errors(server: _Server, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EMBEDDINGS_KEY", "sk-test-embeddings")
     server.dim_cut = 100

@@ -17,6 +17,7 @@ from ctxkeep.memory.files import entries_of
 from ctxkeep.memory.flush import STATE_FILE, flush, flushed_cycle
 from ctxkeep.messages import Message, ToolCall, ToolResult
 from ctxkeep.settings import CompactSettings, MemorySettings, ModelSummarySettings
+from ctxkeep.summarize.testing import fixed_summary_model
 
 NOW = datetime(2026, 5, 2, 18, 30, tzinfo=UTC)
 
@@ -91,7 +92,7 @@ def test_the_rule_writes_tagged_entries_to_the_days_log() -> None:
 
 def test_the_model_searches_writes_and_stops_within_its_steps() -> None:
     folder = MemoryFolder()
-    model = DeterministicModel()
+    model = fixed_summary_model()
     model.enqueue(
         json.dumps({"action": "search", "query": "package manager", "entries": []}),
         json.dumps(
@@ -118,7 +119,7 @@ def test_a_model_that_never_stops_is_cut_off_and_one_that_fails_falls_back_to_th
     looping = DeterministicModel(default=lambda _: '{"action": "search", "query": "x", "entries": []}')
     run = flush(MemoryFolder(), CONVERSATION, now=NOW, model=looping, steps=2)
     assert (run.by, run.calls, run.notes) == ("model", 2, ())
-    broken = DeterministicModel()
+    broken = fixed_summary_model()
     broken.enqueue(ProviderError("down", provider="deterministic"))
     folder = MemoryFolder()
     run = flush(folder, CONVERSATION, now=NOW, model=broken)
@@ -176,7 +177,7 @@ def test_flush_state_is_kept_in_the_workspace_and_off_by_default(tmp_path: os.Pa
 
 
 def test_the_compaction_model_is_the_flush_model() -> None:
-    model = DeterministicModel()
+    model = fixed_summary_model()
     model.enqueue(json.dumps({"action": "done", "query": "", "entries": []}))
     summarizer = ModelSummarizer(model, settings=ModelSummarySettings(window=16_000, max_tokens=1_000))
     store = MemoryFolder()

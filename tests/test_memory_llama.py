@@ -7,12 +7,10 @@ no entry is lost by a consolidation the model rewrote). Marked slow, like tests/
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from tests import local_model
 
 from ctxkeep.folder import LocalFolder
 from ctxkeep.memory.consolidate import SUPERSEDED, _key, consolidate
@@ -23,12 +21,6 @@ from ctxkeep.providers import get_model
 
 pytestmark = pytest.mark.slow
 NOW = datetime(2026, 10, 10, 21, 0, tzinfo=UTC)
-
-
-@pytest.fixture(scope="module")
-def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with local_model.llama_server(tmp_path_factory) as url:
-        yield url
 
 
 def test_a_real_model_flush_writes_only_tagged_entries(llama_url: str, tmp_path: Path) -> None:

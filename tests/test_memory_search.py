@@ -105,6 +105,7 @@ def test_a_link_where_the_index_belongs_is_refused(tmp_path: os.PathLike[str]) -
     assert not os.path.exists(target)
 
 
+@pytest.mark.extra("memory")
 def test_vectors_answer_a_query_that_shares_no_word_and_hybrid_keeps_both(minilm: MiniLMEmbedder) -> None:
     folder = MemoryFolder()
     _memory(folder)
@@ -131,6 +132,7 @@ def test_vectors_answer_a_query_that_shares_no_word_and_hybrid_keeps_both(minilm
         assert exact[0].path == "memory/2026-03-02.md" and exact[0].fts_rank == 1
 
 
+@pytest.mark.extra("memory")
 def test_a_changed_model_starts_the_vectors_over(minilm: MiniLMEmbedder, tmp_path: os.PathLike[str]) -> None:
     class Halves:
         name = "halves"
@@ -171,6 +173,7 @@ def test_the_archive_is_searched_by_message_line() -> None:
         search(MemoryIndex(folder), "x", source="elsewhere")
 
 
+@pytest.mark.extra("memory")
 def test_the_archive_gets_vectors_only_when_asked(minilm: MiniLMEmbedder) -> None:
     folder = MemoryFolder()
     archive_append(

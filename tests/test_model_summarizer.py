@@ -30,6 +30,7 @@ from ctxkeep.summarize.model.prompts import (
     system_prompt,
 )
 from ctxkeep.summarize.model.summarizer import unwrap
+from ctxkeep.summarize.testing import fixed_summary_model
 from ctxkeep.summarize.verbatim import split_carried
 from ctxkeep.tokens import get_counter
 
@@ -432,7 +433,6 @@ def test_engine_keeps_the_context_and_records_the_exchange_when_the_reply_is_inv
 
 
 def test_at_a_squeezed_cap_every_identifier_is_in_the_summary_or_counted_by_its_note() -> None:
-    from ctxkeep.providers.deterministic import DeterministicModel
     from ctxkeep.summarize.facts.collect import collect_facts
 
     names = [f"WidgetNumber{n}FactoryImplementation" for n in range(150)]
@@ -442,7 +442,7 @@ def test_at_a_squeezed_cap_every_identifier_is_in_the_summary_or_counted_by_its_
         Message.of("user", "Keep going."),
     )
     settings = ModelSummarySettings(window=8_192, max_tokens=1_024)
-    summary = ModelSummarizer(DeterministicModel(), settings=settings).summarize(
+    summary = ModelSummarizer(fixed_summary_model(), settings=settings).summarize(
         SummaryRequest(messages=messages, max_chars=2_000)
     )
     assert missing_sections(summary) == []

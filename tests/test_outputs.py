@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -13,22 +12,24 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from tests.builders import shell_turn
 from tests.test_providers import FakeAPI, anthropic_success, openai_success
 
-from ctxkeep import EngineSettings, MemoryFolder, Message, Session, Step, TextBlock, ToolCall, ToolResult
+from ctxkeep import EngineSettings, MemoryFolder, Message, Session, Step
 from ctxkeep.settings import CompactSettings
 
 SETTINGS = EngineSettings(compact=CompactSettings(max_input_length=1_500, compact_ratio=0.7, reserve_ratio=0.2))
 
 
 def turn(i: int) -> list[Message]:
-    call = ToolCall(id=f"call_{i}", name="bash", arguments=json.dumps({"command": f"ls /srv/{i}"}))
-    return [
-        Message.of("user", f"request {i}: " + "word " * 60, id=f"u{i}"),
-        Message(role="assistant", content=(TextBlock(text=f"running {i}"), call), id=f"a{i}"),
-        Message(role="tool", content=(ToolResult(call_id=f"call_{i}", content="out\n" * 40),), id=f"r{i}"),
-        Message.of("assistant", f"step {i} done", id=f"d{i}"),
-    ]
+    return shell_turn(
+        i,
+        ask=f"request {i}: " + "word " * 60,
+        output="out\n" * 40,
+        command=f"ls /srv/{i}",
+        note=f"running {i}",
+        answer=f"step {i} done",
+    )
 
 
 @pytest.fixture

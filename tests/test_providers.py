@@ -306,7 +306,7 @@ def test_get_model_by_name(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
 
 
 def test_deterministic_model_replays_the_queue_then_summarizes() -> None:
-    model = DeterministicModel()
+    model = DeterministicModel(default=fixed_summary)
     assert isinstance(model, Model)
     failure = ProviderError("overloaded", provider="test", retryable=True)
     model.enqueue("first", failure, "second")
@@ -315,7 +315,7 @@ def test_deterministic_model_replays_the_queue_then_summarizes() -> None:
         model.complete(REQUEST)
     assert model.complete(REQUEST).text == "second"
     summary = model.complete(REQUEST).text
-    assert summary == fixed_summary(REQUEST) == DeterministicModel().complete(REQUEST).text
+    assert summary == fixed_summary(REQUEST) == get_model("deterministic").complete(REQUEST).text
     assert missing_sections(summary) == []
     assert "- go" in summary.split("## Goal")[1].split("##")[0]
     assert "`/srv/app/main.py`" in summary

@@ -24,7 +24,7 @@ from ctxkeep.providers.sdk import Connection
 from ctxkeep.records import offloaded, read, usage_of
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
-from ctxkeep.summarize.testing import fixed_summary
+from ctxkeep.summarize.testing import fixed_summary, fixed_summary_model
 
 NOW = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
 SETTINGS = EngineSettings(
@@ -130,7 +130,7 @@ def test_a_context_over_the_window_is_compacted_as_an_overflow_and_by_hand_as_ma
 
 
 def test_a_model_summarizer_records_its_calls_and_tokens(tmp_path: Path) -> None:
-    model = DeterministicModel()
+    model = fixed_summary_model()
     summarizer = ModelSummarizer(model, settings=ModelSummarySettings(window=16_000, audit=False))
     with Session.open(tmp_path, settings=SETTINGS, summarizer=summarizer) as s:
         play(s, range(12))

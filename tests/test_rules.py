@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from ctxkeep.messages import Message
-from ctxkeep.providers.deterministic import DeterministicModel
 from ctxkeep.settings import ModelSummarySettings
 from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, SummaryRequest
 from ctxkeep.summarize.facts.collect import REJECTED, SUPERSEDED, mark_superseded, rules_in
 from ctxkeep.summarize.sections.markdown import parse_sections
+from ctxkeep.summarize.testing import fixed_summary_model
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,7 @@ def test_the_extractive_summary_marks_the_superseded_value() -> None:
 
 
 def test_the_model_summary_gets_the_rules_it_left_out_appended_verbatim() -> None:
-    model = DeterministicModel()
+    model = fixed_summary_model()
     model.enqueue(
         "".join(f"## {t}\n- (none)\n\n" for t in ("Goal", "Constraints & Preferences", "Progress"))
         + "".join(f"## {t}\n- (none)\n\n" for t in ("Key Decisions", "Next Steps", "Critical Context"))
@@ -91,7 +91,7 @@ EMPTY_REPLY = "".join(
 
 def test_the_model_summary_states_a_listed_rule_once_and_again_when_its_message_leaves() -> None:
     settings = ModelSummarySettings(window=8_192, max_tokens=1_024, audit=False, retries=0)
-    model = DeterministicModel()
+    model = fixed_summary_model()
     summarizer = ModelSummarizer(model, settings=settings)
     rule = "never retry more than 3 times"
     model.enqueue(EMPTY_REPLY)

@@ -10,20 +10,19 @@ held once. Slow (each prompt is prefilled on one CPU thread), so marked `slow` a
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from anthropic import Anthropic
 from openai import OpenAI
-from tests import local_model
 from tests.proxy_harness import running_proxy
 from tests.validating_server import held_ids
 
 from ctxkeep import Session, to_messages
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.extra("serve")]
 
 CONTEXT = 3_072  # the server's window
 # The proxy's window, well below the server's: ctxkeep counts o200k, the model its own (about twice as many
@@ -33,12 +32,6 @@ CONTEXT = 3_072  # the server's window
 WINDOW = 1_400
 SECONDS = 900  # per request: only a hung server should reach it, even on a very slow machine
 SYSTEM = "You are a build engineer. Answer in one short sentence."
-
-
-@pytest.fixture(scope="module")
-def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with local_model.llama_server(tmp_path_factory, context=CONTEXT) as url:
-        yield url
 
 
 def report(i: int) -> str:
@@ -58,8 +51,8 @@ def held_once(root: Path, session: str, history: list[Any]) -> None:
     assert len(held) == len(set(held)) == len(to_messages(history))
 
 
-def test_openai_sdk_through_the_proxy_to_llama_server(llama_url: str, tmp_path: Path) -> None:
-    with running_proxy(llama_url, tmp_path, window=WINDOW, timeout=SECONDS) as url:
+def test_openai_sdk_through_the_proxy_to_llama_server(llama_servers: Callable[[int], str], tmp_path: Path) -> None:
+    with running_proxy(llama_servers(CONTEXT), tmp_path, window=WINDOW, timeout=SECONDS) as url:
         client = OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=SECONDS)
         history: list[Any] = [{"role": "system", "content": SYSTEM}]
         sessions, prompts = set(), []
@@ -89,8 +82,8 @@ def test_openai_sdk_through_the_proxy_to_llama_server(llama_url: str, tmp_path: 
     held_once(tmp_path, next(iter(sessions)), history[1:])
 
 
-def test_anthropic_sdk_through_the_proxy_to_llama_server(llama_url: str, tmp_path: Path) -> None:
-    with running_proxy(llama_url, tmp_path, window=WINDOW, timeout=SECONDS) as url:
+def test_anthropic_sdk_through_the_proxy_to_llama_server(llama_servers: Callable[[int], str], tmp_path: Path) -> None:
+    with running_proxy(llama_servers(CONTEXT), tmp_path, window=WINDOW, timeout=SECONDS) as url:
         client = Anthropic(base_url=url, api_key="none", max_retries=0, timeout=SECONDS)
         history: list[Any] = []
         sessions, prompts = set(), []

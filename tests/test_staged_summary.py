@@ -3,9 +3,12 @@ the audit's retries with feedback, the best reply kept, and JSON replies held to
 
 from __future__ import annotations
 
-import ast
 import json
 import math
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -20,7 +23,7 @@ from ctxkeep.providers.deterministic import DeterministicModel
 from ctxkeep.settings import SAFETY_MARGIN, ModelSummarySettings
 from ctxkeep.summarize import ModelSummarizer, SummaryRequest, missing_sections
 from ctxkeep.summarize.sections.structured import SCHEMA, to_markdown
-from ctxkeep.summarize.testing import fixed_summary
+from ctxkeep.summarize.testing import fixed_summary, fixed_summary_model
 from ctxkeep.tokens import get_counter
 
 COUNTER = get_counter("o200k_base")
@@ -79,7 +82,7 @@ def fits(request: Completion) -> bool:
 
 
 def test_a_long_history_is_summarized_in_parts_then_merged_within_the_window() -> None:
-    model = DeterministicModel()
+    model = fixed_summary_model()
     summarizer = ModelSummarizer(model, settings=ModelSummarySettings(window=WINDOW, max_tokens=MAX_TOKENS))
     messages = history(60)
     summary = summarizer.summarize(SummaryRequest(messages=messages, language="en"))
@@ -97,7 +100,7 @@ def test_a_long_history_is_summarized_in_parts_then_merged_within_the_window() -
 
 
 def test_many_parts_are_merged_in_rounds() -> None:
-    model = DeterministicModel()
+    model = fixed_summary_model()
     summarizer = ModelSummarizer(model, settings=ModelSummarySettings(window=WINDOW, max_tokens=MAX_TOKENS))
     summarizer.summarize(SummaryRequest(messages=history(240), language="en"))
     merges = [r for r in model.requests if "<partial-summary" in r.turns[0].text]
@@ -163,7 +166,7 @@ def test_the_valid_reply_with_the_fewest_failures_is_kept() -> None:
 def test_a_message_over_half_the_window_is_sent_truncated() -> None:
     huge = "\n".join(f"row {i}: {'x' * 40}" for i in range(3_000))
     messages = (Message.of("user", "Load the table"), Message.of("user", huge), Message.of("assistant", "Loaded."))
-    model = DeterministicModel()
+    model = fixed_summary_model()
     summarizer = ModelSummarizer(model, settings=ModelSummarySettings(window=WINDOW, max_tokens=MAX_TOKENS))
     summarizer.summarize(SummaryRequest(messages=messages, language="en"))
     assert summarizer.last_run is not None and summarizer.last_run.shortened == 1
@@ -173,7 +176,7 @@ def test_a_message_over_half_the_window_is_sent_truncated() -> None:
 
 
 def test_json_replies_are_held_to_the_schema_and_rendered_as_sections() -> None:
-    model = DeterministicModel()
+    model = fixed_summary_model()
     summarizer = ModelSummarizer(model, settings=ModelSummarySettings(reply_format="json"))
     summary = summarizer.summarize(SummaryRequest(messages=history(3), language="en"))
     assert all(r.schema == SCHEMA for r in model.requests)
@@ -206,7 +209,7 @@ def test_a_window_too_small_for_the_reply_is_refused() -> None:
     with pytest.raises(ValueError, match="reply_format"):
         ModelSummarySettings(reply_format="yaml")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="ModelSummarySettings"):
-        ModelSummarizer(DeterministicModel(), settings={"window": 8_192})  # type: ignore[arg-type]
+        ModelSummarizer(fixed_summary_model(), settings={"window": 8_192})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("path", raw_params())
@@ -215,7 +218,7 @@ def test_every_transcript_fits_the_window_of_a_small_model(path: Path) -> None:
         messages = conversation.messages
         if len(messages) < 4:
             continue
-        model = DeterministicModel()
+        model = fixed_summary_model()
         summarizer = ModelSummarizer(model, settings=ModelSummarySettings(window=WINDOW, max_tokens=MAX_TOKENS))
         summary = summarizer.summarize(SummaryRequest(messages=messages))
         assert missing_sections(summary) == []
@@ -226,7 +229,7 @@ def test_every_transcript_fits_the_window_of_a_small_model(path: Path) -> None:
 def test_a_large_previous_summary_never_pushes_a_request_past_the_window(findings: int) -> None:
     lines = "".join(f"- finding {i}: value {i * 7}\n" for i in range(findings))
     previous = GOOD.replace("- (none)\n### Exact identifiers", lines + "### Exact identifiers")
-    model = DeterministicModel()
+    model = fixed_summary_model()
     summarizer = ModelSummarizer(model, settings=ModelSummarySettings(window=WINDOW, max_tokens=2_048))
     request = SummaryRequest(messages=history(40), previous=previous, language="en")
     summary = summarizer.summarize(request)
@@ -240,18 +243,35 @@ def test_a_large_previous_summary_never_pushes_a_request_past_the_window(finding
     assert all(fits(r) for r in model.requests)
 
 
-def test_the_deterministic_model_answers_with_the_fixed_summary_though_providers_know_no_summaries(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_fixed_summary_model_answers_with_the_fixed_summary_and_a_bare_one_raises() -> None:
     request = Completion(system="Summarize.", turns=(Turn(role="user", text="[user]\nShip `app.py` today"),))
-    summary = DeterministicModel().complete(request).text
+    summary = fixed_summary_model().complete(request).text
     assert summary == fixed_summary(request) and missing_sections(summary) == []
     assert DeterministicModel(default=lambda r: "mine").complete(request).text == "mine"
-    monkeypatch.setattr(DeterministicModel, "fallback", None)
-    with pytest.raises(ProviderError, match="enqueue a reply"):
+    with pytest.raises(ProviderError, match="fixed_summary_model"):
         DeterministicModel().complete(request)
-    for path in (ROOT / "src" / "ctxkeep" / "providers").rglob("*.py"):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-        imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-        assert not [m for m in imported if m.startswith("ctxkeep.summarize")], path
+
+
+IMPORT_ORDERS = {
+    "summarize first": "import ctxkeep.summarize\nfrom ctxkeep.providers.deterministic import DeterministicModel\n",
+    "model alone": "from ctxkeep.providers.deterministic import DeterministicModel\n",
+    "model first": "from ctxkeep.providers.deterministic import DeterministicModel\nimport ctxkeep.summarize\n",
+}
+
+
+@pytest.mark.parametrize("imports", IMPORT_ORDERS.values(), ids=IMPORT_ORDERS.keys())
+def test_a_deterministic_model_answers_the_same_whatever_was_imported_first(imports: str) -> None:
+    probe = imports + textwrap.dedent("""\
+        from ctxkeep.errors import ProviderError
+        from ctxkeep.providers import Completion, Turn
+        request = Completion(system="s", turns=(Turn(role="user", text="hi"),))
+        try:
+            DeterministicModel().complete(request)
+        except ProviderError:
+            print("raises")
+        from ctxkeep.summarize.testing import fixed_summary_model
+        print(fixed_summary_model().complete(request).text.startswith("## Goal"))
+        """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.split() == ["raises", "True"]

@@ -7,11 +7,11 @@ import re
 import pytest
 
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
-from ctxkeep.providers.deterministic import DeterministicModel
+from ctxkeep.origin import origin, origins
 from ctxkeep.settings import ModelSummarySettings
 from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, Summarizer, SummaryRequest, missing_sections
-from ctxkeep.summarize.facts.origin import origin, origins
 from ctxkeep.summarize.sections.markdown import parse_sections
+from ctxkeep.summarize.testing import fixed_summary_model
 from ctxkeep.summarize.verbatim import (
     INSTRUCTIONS_TITLE,
     USER_TITLE,
@@ -38,7 +38,7 @@ def run(cid: str, command: str, output: str) -> list[Message]:
 
 
 def model_summarizer() -> ModelSummarizer:
-    return ModelSummarizer(DeterministicModel(), settings=ModelSummarySettings(window=8_192, max_tokens=1_024))
+    return ModelSummarizer(fixed_summary_model(), settings=ModelSummarySettings(window=8_192, max_tokens=1_024))
 
 
 SUMMARIZERS = [pytest.param(ExtractiveSummarizer, id="extractive"), pytest.param(model_summarizer, id="model")]
@@ -232,7 +232,7 @@ def test_a_host_summary_becomes_the_previous_summary_not_a_user_message() -> Non
     msgs = [user(text, claude_code={"isCompactSummary": True}), user("Carry on with the refactor."), said("OK.")]
     assert host_summary(msgs) == text
     assert carried(msgs, None).first == "Carry on with the refactor."
-    model = DeterministicModel()
+    model = fixed_summary_model()
     summarizer = ModelSummarizer(model, settings=ModelSummarySettings(window=8_192, max_tokens=1_024))
     summarizer.summarize(SummaryRequest(messages=tuple(msgs)))
     assert f"<previous-summary>\n{text}\n</previous-summary>" in model.requests[0].turns[-1].text

@@ -20,10 +20,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias, get_args
 
 from .messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
+from .origin import origin
 from .settings import OffloadSettings, PolicyKind
 from .store import OFFLOAD_KEY as OFFLOAD_KEY
 from .store import ORIGINAL_NAME, TOOL_RESULT_DIR, Store
-from .summarize.facts.origin import origin
 
 Stage: TypeAlias = Literal["recent", "old"]
 
@@ -102,7 +102,7 @@ def record_in(message: Message) -> OffloadRecord | None:
 def is_output(message: Message) -> bool:
     """True for a message `offload` may cut: a tool result, or a user message that is a command's output.
 
-    Which user messages are command outputs is what the importers mark and `ctxkeep.summarize.facts.origin`
+    Which user messages are command outputs is what the importers mark and `ctxkeep.origin`
     tells apart (pi's ``bashExecution``, ``<user_shell_command>``, ``<bash-stdout>``...): one classifier
     for the summary and for offloading, so a message the user typed is never cut.
     """

@@ -1,10 +1,9 @@
 """`DeterministicModel`: a `Model` that makes no calls, for tests (yours and ours).
 
 It answers with the replies queued by `enqueue`, in order; a queued `ProviderError` is raised
-instead, to test the failure paths. With nothing queued it answers `default(request)`, or, made
-without one, `DeterministicModel.fallback(request)`: a fixed, valid summary of the request, which
-`ctxkeep.summarize` sets when it is imported (providers know no summaries; the summarizers do).
-Every request is kept in `requests`.
+instead, to test the failure paths. With nothing queued it answers `default(request)`; made without
+one, it raises. Providers know no summaries: the model that answers with a fixed, valid summary is
+made by `ctxkeep.summarize.testing.fixed_summary_model()`. Every request is kept in `requests`.
 
     model = DeterministicModel()
     model.enqueue("## Goal\\n- ship it\\n...", ProviderError("overloaded", provider="test", retryable=True))
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import ClassVar
 
 from ctxkeep.errors import ProviderError
 from ctxkeep.providers import Completion, Reply
@@ -23,9 +21,6 @@ from ctxkeep.providers import Completion, Reply
 
 class DeterministicModel:
     """Queued replies in order, else `default` of the request; `name` is ``"deterministic"``."""
-
-    # The answer of a model made without `default` when nothing is queued; ctxkeep.summarize.testing sets it.
-    fallback: ClassVar[Callable[[Completion], str] | None] = None
 
     def __init__(self, default: Callable[[Completion], str] | None = None) -> None:
         if default is not None and not callable(default):
@@ -58,11 +53,11 @@ class DeterministicModel:
         return Reply(text=reply, model="deterministic")
 
     def _answer(self, request: Completion) -> str:
-        answer = self._default if self._default is not None else DeterministicModel.fallback
-        if answer is None:
+        if self._default is None:
             raise ProviderError(
                 "nothing is queued and there is no default answer: enqueue a reply, give"
-                " DeterministicModel(default=...), or import ctxkeep.summarize for its fixed summary",
+                " DeterministicModel(default=...), or make the model with"
+                " ctxkeep.summarize.testing.fixed_summary_model() for its fixed summary",
                 provider="deterministic",
             )
-        return answer(request)
+        return self._default(request)

@@ -5,11 +5,11 @@
     assert why_rejected(summary) is None                      # the check the engine applies
 
     sections/   the summary's format: Markdown parse, render and fit to a size; its JSON form
-    facts/      what a summary is made of: identifiers, shell commands, tool runs, asks and rules, origins
+    facts/      what a summary is made of: identifiers, shell commands, tool runs, asks and rules
     verbatim    what both append word for word: the user's messages, the standing instructions
     extractive  the model-free summarizer: facts -> sections, merged with the previous summary
     model/      the model-written summary: prompts, parts, audit, augmentation
-    testing     the fixed summary a `DeterministicModel` answers with
+    testing     `fixed_summary_model()`: a `DeterministicModel` that answers with a fixed, valid summary
 
 The format and the rules of each part: docs/summarize.md.
 """
@@ -17,7 +17,6 @@ The format and the rules of each part: docs/summarize.md.
 from __future__ import annotations
 
 from ctxkeep.settings import LANGUAGES, MIN_SUMMARY_CHARS
-from ctxkeep.summarize import testing as testing  # makes the fixed summary the DeterministicModel's answer
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
 from ctxkeep.summarize.model.summarizer import ModelSummarizer
 from ctxkeep.summarize.request import (

@@ -1,8 +1,10 @@
-"""The summary a `DeterministicModel` answers with when nothing is queued: valid, and the same for the same
-request, so a model summarizer can be tested (and benchmarked) without a model.
+"""A model for testing (and benchmarking) a model summarizer without a model: `fixed_summary_model()`
+makes a `DeterministicModel` that answers, when nothing is queued, with `fixed_summary`, a valid
+summary that is the same for the same request.
 
-Importing this module makes `fixed_summary` the answer of every `DeterministicModel` made without
-its own (``ctxkeep.summarize`` imports it, so any use of the summarizers does).
+    summarizer = ModelSummarizer(fixed_summary_model())
+
+Made explicitly, so a `DeterministicModel()` answers the same whatever was imported before it.
 """
 
 from __future__ import annotations
@@ -66,4 +68,6 @@ def fixed_summary(request: Completion) -> str:
     )
 
 
-DeterministicModel.fallback = fixed_summary
+def fixed_summary_model() -> DeterministicModel:
+    """A `DeterministicModel` that answers `fixed_summary(request)` when nothing is queued."""
+    return DeterministicModel(default=fixed_summary)

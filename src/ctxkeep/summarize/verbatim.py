@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxkeep.messages import Message
+from ctxkeep.origin import HOST_SUMMARY_STARTS, origins
 from ctxkeep.settings import MIN_SUMMARY_CHARS
 from ctxkeep.summarize.facts.collect import human_text, rules_in
-from ctxkeep.summarize.facts.origin import HOST_SUMMARY_STARTS, origins
 from ctxkeep.summarize.sections.markdown import fence_state, headings
 
 # Shares of the summary's cap: the user's messages, then the standing instructions. The summary's

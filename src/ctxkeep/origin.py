@@ -2,11 +2,12 @@
 command's output, or a tool; no model, no I/O.
 
 A summary carries what the user typed and what the agent must obey verbatim (`ctxkeep.summarize.verbatim`),
-so each message of the compacted part is told apart first. The importers record what their source
-says (Claude Code's ``isMeta`` and ``isCompactSummary``, pi's ``compaction`` and ``bashExecution``
-entries, Codex's developer messages and compacted records); text that came through an API with no
-such marks is recognised by its shape (an ``# AGENTS.md instructions`` block, ``<user_instructions>``,
-a CLAUDE.md reminder, a skill's body). The rules: docs/summarize.md.
+so each message of the compacted part is told apart first; offloading cuts only a command's output,
+never what the user typed (`ctxkeep.offload.is_output`). One classifier for both, below either of them.
+The importers record what their source says (Claude Code's ``isMeta`` and ``isCompactSummary``, pi's
+``compaction`` and ``bashExecution`` entries, Codex's developer messages and compacted records); text
+that came through an API with no such marks is recognised by its shape (an ``# AGENTS.md instructions``
+block, ``<user_instructions>``, a CLAUDE.md reminder, a skill's body). The rules: docs/summarize.md.
 """
 
 from __future__ import annotations
