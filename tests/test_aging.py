@@ -11,7 +11,7 @@ import pytest
 from tests.builders import shell_turn
 
 from ctxkeep.folder import LocalFolder, MemoryFolder
-from ctxkeep.messages import Message, ToolResult
+from ctxkeep.messages import Message, ToolCall, ToolResult
 from ctxkeep.offload import record_of
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
@@ -134,25 +134,29 @@ def test_when_no_compaction_can_run_over_the_threshold_the_waiting_results_age()
         assert step.context.tokens <= tight.compact.compact_threshold
 
 
-def test_a_result_ages_at_once_when_little_was_sent_after_it() -> None:
-    cheap = EngineSettings(compact=ROOMY.compact, offload=_with(age_tail_tokens=3_000))
+def test_a_result_ages_at_once_when_little_was_sent_after_it_and_its_cut_frees_more() -> None:
+    # Every third result is big (12 KB, ~4x the small ones): once two results are newer, its cut re-sends
+    # little and frees more than that, so it ages at that step. The small ones (3 KB) free less than the
+    # two newer results they would make a cache re-send: alone, they wait for their batch.
+    cheap = EngineSettings(compact=ROOMY.compact, offload=_with(age_tail_tokens=3_000, recent_max_bytes=16_000))
+    sizes = [12_000 if i % 3 == 0 else 3_000 for i in range(9)]
     with Session(MemoryFolder(), settings=cheap) as session:
         sent: list[Message] = []
-        for i in range(8):
-            session.add(turn(i))
+        for i, size in enumerate(sizes):
+            session.add(turn(i, size))
             step = session.prepare("sys", now=NOW)
             now = list(step.context.messages)
-            # Each result ages at the step it passes recent_n: the rewrite starts at most at that result.
             results = [k for k, m in enumerate(sent) if m.role == "tool"]
             first = next((k for k, (a, b) in enumerate(zip(sent, now, strict=False)) if a != b), None)
-            if first is not None:
-                assert first == results[-OFFLOAD.recent_n], (i, first, results)
-                tail = sum(session.live.counts[first : len(sent)])
-                assert tail <= 3_000 + 1_000  # the old version of that result was ~1,000 tokens
+            if i >= 2 and sizes[i - 2] == 12_000:
+                # The big one ages, and the small ones waiting before it with it while the whole cut still
+                # frees more than it re-sends.
+                assert first is not None and first <= results[-cheap.offload.recent_n], (i, first, results)
+            else:
+                assert first is None, (i, first)  # nothing else was rewritten
             sent = now
-        assert session.live.waiting == 0
         stages = [_stage(m.tool_result) for m in session.messages if m.tool_result is not None]
-        assert stages == ["old"] * 6 + [None] * 2
+        assert stages == ["old"] * 7 + [None] * 2, stages
 
 
 @pytest.mark.parametrize(

@@ -276,8 +276,10 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
     (one at most `old_max_bytes` already never needs it, and is left alone). Rewriting a message sent
     before costs a prompt cache everything from it to the end, so waiting results age:
 
-    - at once, those with at most `settings.age_tail_tokens` tokens from them to the end of the previous
-      request (the cut is cheap now and only dearer later; older waiting ones stay as they are);
+    - at once, those whose cut makes a cache re-send at most `settings.age_tail_tokens` tokens (what
+      follows them up to the end of the previous request, and their own cut size) and frees at least
+      that much (the cut is cheap now, only dearer later, and pays for the break in about ten requests at
+      cached prices; older waiting ones stay as they are);
     - all together once they would free `settings.age_batch_bytes`, or when `age` is set (at a
       compaction, where the prompt cache is lost anyway).
 
@@ -371,18 +373,22 @@ def _cheap(live: Live, waiting: Sequence[int], settings: OffloadSettings) -> int
         at -= 1
     at = max(at - 1, waiting[-1])  # the newest assistant message itself was not sent either
     aging = set(waiting)
-    spent, first = 0, len(waiting)
+    spent, freed, first, chosen = 0, 0, len(waiting), len(waiting)
     while first > 0:
         p = waiting[first - 1]
         while at > p + 1:
             at -= 1
             spent += _cut_tokens(messages[at], counts[at], settings.old_max_bytes) if at in aging else counts[at]
             if spent > budget:
-                return first
-        if spent + _cut_tokens(messages[p], counts[p], settings.old_max_bytes) > budget:
-            return first
+                return chosen
+        cut = _cut_tokens(messages[p], counts[p], settings.old_max_bytes)
+        if spent + cut > budget:
+            return chosen
         first -= 1
-    return first
+        freed += counts[p] - cut
+        if freed >= spent + cut:  # the cut pays for the cache break: it frees at least what is sent again
+            chosen = first
+    return chosen
 
 
 def _cut_tokens(message: Message, tokens: int, old_max_bytes: int) -> int:
