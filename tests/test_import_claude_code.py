@@ -542,6 +542,30 @@ def test_attachments_with_text_the_model_saw_are_user_text() -> None:
     assert notes == ["attachments of unknown kind not imported: 1 'brand_new_kind'"]
 
 
+def test_a_session_start_hook_output_is_user_text_naming_its_hook_and_the_rest_is_counted() -> None:
+    rules = "# Beads Workflow Context\n- Do NOT use TodoWrite for task tracking"
+    lines = [
+        attachment(
+            "h1", "", type="hook_success", hookName="SessionStart:startup", hookEvent="SessionStart", content=rules
+        ),
+        attachment("h2", "h1", type="hook_success", hookName="PostToolUse:Bash", hookEvent="PostToolUse", content="ok"),
+        entry("user", "u1", "h2", "fix the build"),
+        {"type": "progress", "uuid": "p1", "parentUuid": "u1", "data": {"type": "hook_progress"}},
+        {"type": "file-history-snapshot", "messageId": "u1", "snapshot": {}},
+        entry("assistant", "a1", "u1", text("on it"), mid="m1"),
+    ]
+    lines[0]["parentUuid"] = None
+    source = Source.from_bytes("\n".join(json.dumps(e) for e in lines).encode(), path="session.jsonl")
+    [conv] = claude_code.parse(source)
+    assert shape(conv.messages) == [f"user {rules}", "user fix the build", "assistant on it"]
+    assert conv.messages[0].extra["claude_code"] == {"attachment": "hook_success", "hookName": "SessionStart:startup"}
+    assert source.left_out == {
+        "attachment hook_success (no text the model saw)": 1,
+        "progress entry (not conversation)": 1,
+        "file-history-snapshot entry (not conversation)": 1,
+    }
+
+
 def test_repeated_uuids_are_reported_once() -> None:
     convs, notes = load(
         entry("user", "u1", None, "hi"),

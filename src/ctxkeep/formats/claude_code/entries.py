@@ -94,19 +94,25 @@ def _read(source: Source) -> tuple[list[_Entry], dict[str, list[tuple[str, str]]
             titles[kind].append((str(obj.get("leafUuid") or ""), title))
         if kind not in _CONVERSATION and kind not in _METADATA:
             unknown[kind] += 1
+            source.leave_out(f"{kind} entry (unknown type)")
         if kind == "attachment":
             what = _attachment_kind(obj)
             if what not in _ATTACHMENT_TEXT and what not in _ATTACHMENT_METADATA:
                 attachments[what] += 1
+        elif kind in _METADATA:
+            source.leave_out(f"{kind} entry (not conversation)")
         try:
             entry = _entry(obj, kind, lineno, len(entries))
         except RECORD_ERRORS as exc:
             source.skip(lineno, f"bad {kind} entry: {describe(exc)}")
             continue
+        if kind == "attachment" and (entry is None or not entry.blocks):
+            source.leave_out(f"attachment {_attachment_kind(obj)} (no text the model saw)")
         if entry is None:
             continue
         if entry.uuid in seen:
             repeats.append(lineno)
+            source.leave_out(f"{kind} entry (repeats an earlier uuid)")
             continue
         seen.add(entry.uuid)
         entries.append(entry)
@@ -146,6 +152,9 @@ def _entry(obj: Mapping[str, Any], kind: str, lineno: int, pos: int) -> _Entry |
             _fill(entry, obj, "user")
             entry.blocks = blocks
             entry.info["attachment"] = _attachment_kind(obj)
+            hook = obj["attachment"].get("hookName")
+            if isinstance(hook, str) and hook:  # the hook whose output it is: a standing rule may come that way
+                entry.info["hookName"] = hook
         return entry
     if kind not in _CONVERSATION:
         return entry
