@@ -24,6 +24,7 @@ from ctxkeep.settings import MIN_SUMMARY_CHARS
 from ctxkeep.summarize.facts.collect import human_text, rules_in
 from ctxkeep.summarize.facts.origin import HOST_SUMMARY_STARTS, origins
 from ctxkeep.summarize.sections.markdown import fence_state, headings
+from ctxkeep.summarize.voices import voices
 
 # Shares of the summary's cap: the user's messages, then the standing instructions. The summary's
 # own sections get the rest, and never less than `SECTIONS_FLOOR` characters.
@@ -36,6 +37,8 @@ SECTIONS_FLOOR = MIN_SUMMARY_CHARS
 USER_FLOOR = 500  # the first message's head and tail, and the newest message's
 INSTRUCTIONS_FLOOR = 400  # the head and tail of an instruction block or two
 SQUEEZED_SHARE = 0.25
+# What the sections keep at the least when the cap is squeezed: their headings, "(none)" lines and a line or two.
+SECTIONS_SKELETON = 700
 USER_TITLE = "User messages (verbatim)"
 INSTRUCTIONS_TITLE = "Standing instructions (verbatim)"
 _FIRST = "First"
@@ -85,26 +88,25 @@ def carried(messages: Sequence[Message], previous: str | None) -> Carried:
     """The verbatim texts of the previous summary's parts and of `messages` (oldest first), merged.
 
     The previous summary's first message stays the first; the user's messages follow in order,
-    each once; an instruction block replaces an older one of the same kind (its first line). The
-    system prompt is a layer of its own, never compacted: a system message among `messages` came
-    after it (a developer message, a harness's reminder) and is one of the instructions.
+    each once; an instruction block replaces an older one of the same kind (its first line). Who
+    said what is read by `voices`: the first message is the first real ask, never a bare slash
+    command or a harness note (a command is carried among the newest); the system prompt is a
+    layer of its own, never compacted: a system message among `messages` came after it (a
+    developer message, a harness's reminder) and is one of the instructions, and so are hook
+    output and reminders that state rules.
     """
     old = read_carried(previous) if previous else Carried()
     first = old.first
     newest = list(old.newest)
     blocks = list(old.instructions)
-    for msg, kind in zip(messages, origins(messages), strict=True):
-        if kind == "typed":
-            text = typed_text(msg)
-            if text is None:
-                continue
-            if first is None:
-                first = text
-            elif text != first:
-                newest = [t for t in newest if t != text] + [text]
-        elif kind == "instructions" and msg.text.strip():
-            text = msg.text.strip()
+    for said in (s for parts in voices(messages) for s in parts):
+        text = said.text
+        if said.voice == "standing":
             blocks = [b for b in blocks if _kind_of(b) != _kind_of(text) and b != text] + [text]
+        elif said.voice == "ask" and first is None:
+            first = text
+        elif text != first:
+            newest = [t for t in newest if t != text] + [text]
     return Carried(first=first, newest=tuple(newest), instructions=tuple(blocks))
 
 
@@ -126,16 +128,26 @@ def budgets(max_chars: int) -> tuple[int, int]:
     return user, instructions
 
 
-def render_carried(parts: Carried, *, max_chars: int) -> str:
+def render_carried(parts: Carried, *, max_chars: int, sections: int = SECTIONS_SKELETON) -> str:
     """The two parts as Markdown to append after a summary of at most `max_chars` characters; "" when empty.
 
     Each part stays within its budget (`budgets`): the first user message always (head and tail
     when it alone is over, leaving the newest message room for its own head and tail), then the
-    newest messages, newest first, while they fit (the newest one cut when not even it fits whole);
-    instruction blocks share their room fairly, the small ones whole, and none is ever left out:
-    a block with less room than its head and tail need (`_MIN_PIECE`) gets that much anyway.
+    newest messages, newest first, each whole while it fits, else its head and tail, one with no
+    room at all passed over (never the shorter older ones); instruction blocks share their room
+    fairly, the small ones whole, and none is ever left out: a block with less room than its head
+    and tail need (`_MIN_PIECE`) gets that much anyway. When the cap is squeezed, the budget order
+    holds: the user's words take what they need of all but `SECTIONS_SKELETON`, then the standing
+    instructions what is left of it, and the summary's own sections (the state of the work, which
+    the archive holds) the rest, at least `sections` characters (a summarizer whose sections need more
+    asks again with more).
     """
     user_room, instruction_room = budgets(max_chars)
+    if user_room + instruction_room > max(0, max_chars - SECTIONS_FLOOR):  # squeezed
+        room = max(0, max_chars - sections)
+        reserve = min(instruction_room, max(_least(b) for b in parts.instructions)) if parts.instructions else 0
+        user = _user_part(parts, max(user_room, room - reserve))
+        return user + _instructions_part(parts.instructions, max(instruction_room, room - len(user)))
     return _user_part(parts, user_room) + _instructions_part(parts.instructions, instruction_room)
 
 
@@ -209,30 +221,46 @@ def read_carried(summary: str) -> Carried:
 
 
 def _user_part(parts: Carried, room: int) -> str:
-    if parts.first is None:
-        return ""
-    head = f"\n## {USER_TITLE}\n{_USER_NOTE}\n\n### {_FIRST}\n"
     later = [t for t in parts.newest if t != parts.first]
-    # a long first message leaves the newest one room for its head and tail: the user's latest word counts too
-    sub = f"\n### {_NEWEST}\n"
-    reserve = min(len(_fenced(later[-1])), _least(later[-1])) + len(sub) if later else 0
-    first = _block(parts.first, room - len(head) - reserve) or _block(parts.first, room - len(head))
-    if first is None:  # no room even for a cut first message: the sections' floor needs it all
+    if parts.first is None and not later:
         return ""
-    out = head + first
-    left = room - len(out) - len(sub)
+    head = f"\n## {USER_TITLE}\n{_USER_NOTE}\n\n"
+    sub = f"\n### {_NEWEST}\n"
+    out = head
+    if parts.first is not None:
+        # a long first message leaves the newest one room for its head and tail: the user's latest word counts too
+        reserve = min(len(_fenced(later[-1])), _least(later[-1])) + len(sub) if later else 0
+        title = f"### {_FIRST}\n"
+        first = _block(parts.first, room - len(head) - len(title) - reserve)
+        first = first or _block(parts.first, room - len(head) - len(title))
+        if first is None:  # no room even for a cut first message: the sections' floor needs it all
+            return ""
+        out += title + first
+    chosen = _newest_blocks(later, room - len(out) - len(sub))
+    if not chosen:
+        return out if parts.first is not None else ""
+    return out + sub + "".join(chosen)
+
+
+def _newest_blocks(texts: Sequence[str], room: int) -> list[str]:
+    """`texts` (oldest first) fenced within `room`, in order: newest first each whole while it fits, else its
+    head and tail; one that has no room even for that is passed over, never the older ones after it: a
+    long message does not push the short asks before it («delete the file») out of the summary."""
     chosen: list[str] = []
-    for j, text in enumerate(reversed(parts.newest)):
+    left = room
+    for text in reversed(texts):
         whole = _fenced(text)
         if len(whole) <= left:
-            chosen.append(whole)
-            left -= len(whole)
-        elif j == 0 and (cut := _block(text, left)) is not None:
-            chosen.append(cut)  # the newest message, over the room alone: its head and tail
-            break
+            piece: str | None = whole
         else:
-            break
-    return out + (sub + "".join(reversed(chosen)) if chosen else "")
+            # what a cut message may keep: the room left, less the least each shorter older one needs
+            older = [t for t in texts[: texts.index(text)] if len(_fenced(t)) <= left]
+            piece = _block(text, left - sum(min(len(_fenced(t)), _least(t)) for t in older[-3:]))
+            piece = piece or _block(text, left)
+        if piece is not None:
+            chosen.append(piece)
+            left -= len(piece)
+    return list(reversed(chosen))
 
 
 def _instructions_part(blocks: Sequence[str], room: int) -> str:
