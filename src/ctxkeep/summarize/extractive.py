@@ -56,10 +56,9 @@ from ctxkeep.summarize.verbatim import (
     SECTIONS_SKELETON,
     carried,
     carried_rules,
-    host_summary,
+    earlier_summaries,
     listed_lines,
     render_carried,
-    split_carried,
 )
 
 # Caps before fitting to size: enough to be useful, few enough that one section cannot crowd out the rest.
@@ -116,12 +115,12 @@ class ExtractiveSummarizer:
         facts = collect_facts(request.messages, originals=request.originals)
         draft = _draft(facts, language)
         parts = carried(request.messages, request.previous)
-        if request.previous:
-            previous: str | None = split_carried(request.previous)[0]
-        else:  # the host's own summary, when it compacted before us
-            previous = host_summary(request.messages, max_chars=request.max_chars)
-        if previous is not None and previous.strip():
-            draft = _merge(_parse_draft(previous), draft, facts, language)
+        # the previous summary, then the host's own when it compacted too (before us, or since our last summary)
+        base: _Draft | None = None
+        for text in earlier_summaries(request):
+            base = _parse_draft(text) if base is None else _merge(base, _parse_draft(text), facts, language)
+        if base is not None:
+            draft = _merge(base, draft, facts, language)
         if request.previous:
             draft = _with_recovered_rules(draft, request.previous)
         terms = _focus_terms(request.focus) if request.focus else ()

@@ -23,6 +23,7 @@ from ctxkeep.messages import Message
 from ctxkeep.settings import MIN_SUMMARY_CHARS
 from ctxkeep.summarize.facts.collect import human_text, rules_in
 from ctxkeep.summarize.facts.origin import HOST_SUMMARY_STARTS, origins
+from ctxkeep.summarize.request import SummaryRequest
 from ctxkeep.summarize.sections.markdown import fence_state, headings
 from ctxkeep.summarize.voices import voices
 
@@ -82,6 +83,15 @@ def host_summary(messages: Sequence[Message], *, max_chars: int | None = None) -
             text = _HOST_HEADER.sub("", text, count=1) if text.startswith(HOST_SUMMARY_STARTS[1:]) else text
             return text if max_chars is None else _head_and_tail(text, max_chars // 2)
     return None
+
+
+def earlier_summaries(request: SummaryRequest) -> list[str]:
+    """The summaries a new one builds on, oldest first: the previous summary without its verbatim parts, then
+    the host's own summary among the messages (`host_summary`, within the cap), when the host compacted its
+    context too, before ctxkeep's first summary or since the last one: merged, never ignored."""
+    out = [split_carried(request.previous)[0]] if request.previous else []
+    host = host_summary(request.messages, max_chars=request.max_chars)
+    return [text for text in (*out, host) if text is not None and text.strip()]
 
 
 def carried(messages: Sequence[Message], previous: str | None) -> Carried:
@@ -148,7 +158,20 @@ def render_carried(parts: Carried, *, max_chars: int, sections: int = SECTIONS_S
         reserve = min(instruction_room, max(_least(b) for b in parts.instructions)) if parts.instructions else 0
         user = _user_part(parts, max(user_room, room - reserve))
         return user + _instructions_part(parts.instructions, max(instruction_room, room - len(user)))
+    # The task whole before the sections' lists: a first message over the user's share takes up to a quarter
+    # of the cap, from the sections' part above their floor, so it is not cut while the summary has room.
+    spare = max_chars - SECTIONS_FLOOR - instruction_room
+    user_room = max(user_room, min(_first_need(parts), max_chars // 4, spare))
     return _user_part(parts, user_room) + _instructions_part(parts.instructions, instruction_room)
+
+
+def _first_need(parts: Carried) -> int:
+    """The room the user part needs to show the first message whole, beside the newest one's head and tail."""
+    if parts.first is None:
+        return 0
+    later = [t for t in parts.newest if t != parts.first]
+    newest = min(len(_fenced(later[-1])), _least(later[-1])) + 20 if later else 0
+    return len(_fenced(parts.first)) + len(USER_TITLE) + len(_USER_NOTE) + 40 + newest
 
 
 def listed_lines(appendix: str) -> frozenset[str]:

@@ -28,7 +28,7 @@ from typing import Literal, TypeAlias
 
 from ctxkeep.messages import Message
 from ctxkeep.summarize.facts.collect import human_text, rules_in
-from ctxkeep.summarize.facts.origin import Origin, origins
+from ctxkeep.summarize.facts.origin import Origin, origin, origins
 
 Voice: TypeAlias = Literal["ask", "command", "standing"]
 
@@ -53,6 +53,7 @@ CONTROL_COMMANDS = frozenset(
 )  # fmt: skip
 # A command typed as plain text (hosts that record it as the user's message): one line, "/name args".
 _TYPED_COMMAND = re.compile(r"^/([A-Za-z][\w:.-]*)(?:[ \t]+(\S[^\n]*))?$")
+_COMMAND_NAME = re.compile(r"<command-name>\s*/?([^<\s]*)")
 _REMINDER = re.compile(r"<(system-reminder|user-prompt-submit-hook)>\s*(.*?)\s*</\1>", re.DOTALL)
 # Hook output as Claude Code words it for the model: "SessionStart:startup hook success: ...",
 # "UserPromptSubmit hook additional context: ...".
@@ -75,8 +76,20 @@ _TYPED_ATTACHMENTS = frozenset({"queued_command"})
 
 
 def voices(messages: Sequence[Message]) -> list[list[Said]]:
-    """What each of `messages` (oldest first) carries verbatim, in order; empty for a message that carries nothing."""
-    return [list(_voices(msg, kind)) for msg, kind in zip(messages, origins(messages), strict=True)]
+    """What each of `messages` (oldest first) carries verbatim, in order; empty for a message that carries nothing.
+
+    `origins` reads a user message right after a slash command as the prompt the command expanded to; a
+    command that changes a setting (`CONTROL_COMMANDS`) expands to nothing, so what follows it is typed.
+    """
+    out: list[list[Said]] = []
+    control = False
+    for msg, kind in zip(messages, origins(messages), strict=True):
+        if control and kind == "instructions" and origin(msg) == "typed":
+            kind = "typed"
+        out.append(list(_voices(msg, kind)))
+        name = _COMMAND_NAME.search(msg.text) if msg.role == "user" else None
+        control = name is not None and name.group(1).split(":")[0].lower() in CONTROL_COMMANDS
+    return out
 
 
 def _voices(msg: Message, kind: Origin) -> Iterator[Said]:

@@ -42,9 +42,8 @@ from ctxkeep.summarize.verbatim import (
     SECTIONS_SKELETON,
     carried,
     carried_rules,
-    host_summary,
+    earlier_summaries,
     render_carried,
-    split_carried,
 )
 from ctxkeep.tokens import Counter, get_counter
 
@@ -120,10 +119,8 @@ class ModelSummarizer:
         # count what it had no room for, and a model is not asked twice.
         parts = carried(request.messages, request.previous)
         appendix = render_carried(parts, max_chars=request.max_chars, sections=_SQUEEZED_TEXT)
-        if request.previous:
-            previous: str | None = split_carried(request.previous)[0]
-        else:  # the host's own summary, when it compacted before us
-            previous = host_summary(request.messages, max_chars=request.max_chars)
+        # the previous summary, then the host's own when it compacted too (before us, or since our last summary)
+        previous = "\n\n".join(earlier_summaries(request)) or None
         room = request.max_chars - len(appendix)
         inner = dataclasses.replace(request, previous=previous, max_chars=max(MIN_SUMMARY_CHARS, room))
         try:
