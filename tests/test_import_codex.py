@@ -649,3 +649,29 @@ def test_tool_end_events_give_call_and_result(end: dict[str, Any], name: str, co
     assert messages[1].tool_calls[0].name == name
     result = messages[2].tool_result
     assert result is not None and (result.content, result.is_error) == (content, is_error)
+
+
+def test_inspect_counts_the_records_left_out_by_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ctxkeep.cli import main
+
+    records = [
+        meta(),
+        msg("user", "show tools"),
+        event({"type": "user_message", "message": "show tools"}),
+        event({"type": "token_count", "info": None}),
+        event({"type": "token_count", "info": None}),
+        msg("assistant", "Here."),
+        "{not json",
+    ]
+    path = tmp_path / "rollout.jsonl"
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in records) + "\n")
+    assert main(["inspect", str(path), "--lenient", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["left_out"] == {
+        "event_msg token_count (not conversation)": 2,
+        "event_msg user_message (repeats a response item)": 1,
+        "unreadable": 1,
+    }
+    assert main(["inspect", str(path), "--lenient"]) == 0
+    text = capsys.readouterr().out
+    assert "records left out (no message made of them): 4" in text
+    assert "2  event_msg token_count (not conversation)" in text
