@@ -566,6 +566,35 @@ def test_a_session_start_hook_output_is_user_text_naming_its_hook_and_the_rest_i
     }
 
 
+def test_a_prompt_queued_mid_turn_that_no_entry_holds_is_read_from_the_queue() -> None:
+    def queue(operation: str, content: str | None = None) -> dict[str, Any]:
+        op = {"type": "queue-operation", "operation": operation, "sessionId": "sess"}
+        return op if content is None else {**op, "content": content}
+
+    convs, notes = load(
+        entry("user", "u1", None, "fix the build"),
+        queue("enqueue", "also run the linter"),  # sent as the next prompt: a user entry holds it
+        queue("dequeue"),
+        queue("enqueue", "and check the logs"),  # taken back to the input box: never sent
+        queue("popAll", "and check the logs"),
+        queue("enqueue", "and delete the temp file"),  # sent mid-turn: on no entry
+        entry("assistant", "a1", "u1", [call("t1")], mid="m1"),
+        queue("remove"),
+        entry("user", "r1", "a1", result("t1")),
+        entry("assistant", "a2", "r1", text("on it"), mid="m2"),
+        entry("user", "u2", "a2", "also run the linter"),
+    )
+    assert shape(convs[0].messages) == [
+        "user fix the build",
+        "assistant t1",
+        "tool t1",
+        "user and delete the temp file",
+        "assistant on it",
+        "user also run the linter",
+    ]
+    assert notes == ["1 prompt(s) the user queued mid-turn are on no entry; read from the queue"]
+
+
 def test_repeated_uuids_are_reported_once() -> None:
     convs, notes = load(
         entry("user", "u1", None, "hi"),
