@@ -164,10 +164,19 @@ def _with_queued(entries: list[_Entry], queue: Sequence[_QueueOp], source: Sourc
         if not text or text in said or end is None or end.op != "remove" or host is None:
             source.leave_out("queue-operation enqueue (sent as a user entry, or never sent)")
             continue
-        entry = _Entry(pos=0, line=op.line, kind="user", uuid=f"queued:{op.line}", parent=host.uuid)
-        entry.logical_parent, entry.sidechain, entry.session_id = None, False, host.session_id
-        entry.blocks, entry.timestamp = [TextBlock(text=text)], host.timestamp
-        entry.info = {"attachment": "queued_command", "queue": "remove"}
+        entry = _Entry(
+            pos=0,
+            line=op.line,
+            kind="user",
+            uuid=f"queued:{op.line}",
+            parent=host.uuid,
+            logical_parent=None,
+            sidechain=False,
+            session_id=host.session_id,
+            blocks=[TextBlock(text=text)],
+            timestamp=host.timestamp,
+            info={"attachment": "queued_command", "queue": "remove"},
+        )
         added.append((entries.index(host), entry))
         said.add(text)
     if not added:
