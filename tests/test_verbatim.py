@@ -13,6 +13,7 @@ from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, Summarizer,
 from ctxkeep.summarize.facts.origin import origin, origins
 from ctxkeep.summarize.sections.markdown import parse_sections
 from ctxkeep.summarize.verbatim import (
+    INSTRUCTIONS_MAX_SHARE,
     INSTRUCTIONS_TITLE,
     SECTIONS_SKELETON,
     USER_TITLE,
@@ -130,8 +131,8 @@ def test_instruction_blocks_over_their_room_share_it_and_keep_head_and_tail() ->
         [user(small), Message.of("user", "go"), Message(role="system", content=(TextBlock(text=big),))], None
     )
     text = render_carried(parts, max_chars=16_000)
-    _, room = budgets(16_000)
-    assert len(text) - text.index(f"## {INSTRUCTIONS_TITLE}") <= room + 1
+    # they take what they need to stay whole, before the sections' lists, up to 40% of the cap
+    assert len(text) - text.index(f"## {INSTRUCTIONS_TITLE}") <= 16_000 * INSTRUCTIONS_MAX_SHARE + 1
     assert small in text  # the small one whole
     kept = read_carried(text).instructions
     assert kept[0] == small and kept[1].startswith("<permissions instructions>") and "omitted here" in kept[1]

@@ -38,6 +38,8 @@ SECTIONS_FLOOR = MIN_SUMMARY_CHARS
 USER_FLOOR = 500  # the first message's head and tail, and the newest message's
 INSTRUCTIONS_FLOOR = 400  # the head and tail of an instruction block or two
 SQUEEZED_SHARE = 0.25
+# The most the standing instructions take of the cap to stay whole, from the sections' part above their floor.
+INSTRUCTIONS_MAX_SHARE = 0.4
 # What the sections keep at the least when the cap is squeezed: their headings, "(none)" lines and a line or two.
 SECTIONS_SKELETON = 700
 USER_TITLE = "User messages (verbatim)"
@@ -46,6 +48,7 @@ _FIRST = "First"
 _NEWEST = "Newest"
 _USER_NOTE = "What the user typed: the first message (the task), then the newest, oldest first."
 _INSTRUCTIONS_NOTE = "Injected instructions that still apply; the newest version of each."
+_INSTRUCTIONS_HEAD = f"\n## {INSTRUCTIONS_TITLE}\n{_INSTRUCTIONS_NOTE}\n\n"
 _CUT = "\n[… {n:,} characters omitted here; the whole text is in the archive …]\n"
 _MIN_PIECE = 240  # a cut text keeps at least this much of its head (two thirds) and tail together
 _CUT_NOTE = re.compile(r"\n\[… ([\d,]+) characters omitted here; the whole text is in the archive …\]\n")
@@ -161,8 +164,12 @@ def render_carried(parts: Carried, *, max_chars: int, sections: int = SECTIONS_S
     # The task whole before the sections' lists: a first message over the user's share takes up to a quarter
     # of the cap, from the sections' part above their floor, so it is not cut while the summary has room.
     spare = max_chars - SECTIONS_FLOOR - instruction_room
-    user_room = max(user_room, min(_first_need(parts), max_chars // 4, spare))
-    return _user_part(parts, user_room) + _instructions_part(parts.instructions, instruction_room)
+    user = _user_part(parts, max(user_room, min(_first_need(parts), max_chars // 4, spare)))
+    # Standing instructions whole before the state of the work, up to `INSTRUCTIONS_MAX_SHARE` of the cap.
+    need = len(_INSTRUCTIONS_HEAD) + sum(len(_fenced(b)) for b in parts.instructions)
+    spare = max_chars - SECTIONS_FLOOR - len(user)
+    room = max(instruction_room, min(need, spare, int(max_chars * INSTRUCTIONS_MAX_SHARE)))
+    return user + _instructions_part(parts.instructions, room)
 
 
 def _first_need(parts: Carried) -> int:
@@ -289,7 +296,7 @@ def _newest_blocks(texts: Sequence[str], room: int) -> list[str]:
 def _instructions_part(blocks: Sequence[str], room: int) -> str:
     if not blocks:
         return ""
-    head = f"\n## {INSTRUCTIONS_TITLE}\n{_INSTRUCTIONS_NOTE}\n\n"
+    head = _INSTRUCTIONS_HEAD
     left = room - len(head)
     shown: dict[int, str] = {}
     order = sorted(range(len(blocks)), key=lambda j: len(_fenced(blocks[j])))
