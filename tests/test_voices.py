@@ -122,6 +122,14 @@ def test_skill_bodies_caveats_and_nagging_reminders_are_not_standing_but_reminde
     assert voices([rule])[0] == [Said(voice="standing", text=parts.instructions[0])]
 
 
+def test_a_pi_extension_message_is_never_an_ask_and_stands_when_it_states_rules() -> None:
+    rules = user("Always run the linter before committing; never push to main.", **{"pi:role": "hookMessage"})
+    status = user("Indexed 42 files.", **{"pi:role": "custom", "pi:customType": "indexer"})
+    parts = carried([rules, status, user("Refactor the parser.")], None)
+    assert parts.first == "Refactor the parser." and parts.newest == ()
+    assert parts.instructions == ("Always run the linter before committing; never push to main.",)
+
+
 def test_short_recent_asks_survive_behind_a_long_newest_message() -> None:
     asks = ["delete the file", "ok, create a new theme for me", "Paste:\n" + "log line with details\n" * 300]
     parts = carried([user("Set up the project."), *(user(a) for a in asks)], None)

@@ -73,6 +73,8 @@ _ONE_OFF = re.compile(r"^\s*(?:Base directory for this skill:|<skill>|<local-com
 # Claude Code attachments (the importer's mark) that state rules, and the one that is a typed prompt.
 _STANDING_ATTACHMENTS = frozenset({"hook_additional_context", "hook_success", "nested_memory"})
 _TYPED_ATTACHMENTS = frozenset({"queued_command"})
+# pi messages an extension or a hook injects as user content (`custom_message` entries too).
+_EXTENSION_ROLES = frozenset({"custom", "hookMessage"})
 
 
 def voices(messages: Sequence[Message]) -> list[list[Said]]:
@@ -106,6 +108,10 @@ def _voices(msg: Message, kind: Origin) -> Iterator[Said]:
         return  # an @-mentioned file, a skill's body, a reminder: context for the moment
     raw = msg.text.strip()
     if not raw or _HARNESS_NOTE.match(raw):
+        return
+    if _mark(msg.extra, "pi:role") in _EXTENSION_ROLES:  # an extension's or a hook's message, never typed
+        if _is_standing(raw):
+            yield Said(voice="standing", text=raw)
         return
     for block in _REMINDER.finditer(raw):
         if _is_standing(block.group(2)):
