@@ -29,7 +29,7 @@ NOTIFICATION = (
     "<task-notification>\n<task-id>b0</task-id>\n<status>completed</status>\n</task-notification>\n"
     "Read the output file to retrieve the result: /tmp/tasks/b0.output"
 )
-CLOSE = "SESSION CLOSE PROTOCOL: before saying done, run git status, git commit and git push."
+CLOSE = 'SESSION CLOSE PROTOCOL: before saying "done", you MUST run git status, git commit and git push.'
 
 
 def user(text: str, **extra: object) -> Message:
@@ -83,7 +83,8 @@ def test_hook_output_that_states_rules_is_a_standing_instruction_and_the_newest_
     startup = user(reminder(f"SessionStart:startup hook success: {BEADS}"), isMeta=True)
     closing = user(reminder(f"SessionStart:compact hook success: {BEADS}\n- {CLOSE}"), isMeta=True)
     other = user(reminder(f"UserPromptSubmit hook additional context: {CLOSE}") + "\nfix the login bug")
-    parts = carried([startup, user("Port the client."), other, said("ok"), closing], None)
+    status = user(reminder("SessionStart:resume hook success: Current branch: main, 3 files changed"), isMeta=True)
+    parts = carried([startup, user("Port the client."), other, said("ok"), closing, status], None)
     assert parts.instructions == (
         f"UserPromptSubmit hook output: {CLOSE}",
         f"SessionStart hook output: {BEADS}\n- {CLOSE}",

@@ -70,8 +70,8 @@ _HARNESS_NOTE = re.compile(
 )
 # One-off bodies: a skill's text (it applies to the task it was invoked for) and the caveat.
 _ONE_OFF = re.compile(r"^\s*(?:Base directory for this skill:|<skill>|<local-command-caveat>|Caveat: )")
-# Claude Code attachments (the importer's mark) that state rules, and the one that is a typed prompt.
-_STANDING_ATTACHMENTS = frozenset({"hook_additional_context", "hook_success", "nested_memory"})
+# Claude Code attachments (the importer's mark) of a hook's output, and the one that is a typed prompt.
+_HOOK_ATTACHMENTS = frozenset({"hook_additional_context", "hook_success"})
 _TYPED_ATTACHMENTS = frozenset({"queued_command"})
 # pi messages an extension or a hook injects as user content (`custom_message` entries too).
 _EXTENSION_ROLES = frozenset({"custom", "hookMessage"})
@@ -102,7 +102,9 @@ def _voices(msg: Message, kind: Origin) -> Iterator[Said]:
         text = msg.text.strip()
         if attachment in _TYPED_ATTACHMENTS and text:
             yield Said(voice="ask", text=text)
-        elif attachment in _STANDING_ATTACHMENTS and text:
+        elif attachment == "nested_memory" and text:  # a CLAUDE.md file
+            yield Said(voice="standing", text=text)
+        elif attachment in _HOOK_ATTACHMENTS and rules_in(text):
             hook = _mark(msg.extra, "hookName")
             yield Said(voice="standing", text=_hook_block(str(hook), text) if isinstance(hook, str) else text)
         return  # an @-mentioned file, a skill's body, a reminder: context for the moment
@@ -139,10 +141,10 @@ def _typed(raw: str) -> Iterator[Said]:
 
 
 def _is_standing(reminder: str) -> bool:
-    """True for a reminder that states rules that keep applying: a hook's output or CLAUDE.md, or rules
-    that are not a nag about the moment."""
-    if _HOOK_OUTPUT.match(reminder):
-        return bool(_HOOK_OUTPUT.sub("", reminder, count=1).strip())
+    """True for a reminder that states rules that keep applying: CLAUDE.md, a hook's output that states
+    rules, or other rules that are not a nag about the moment."""
+    if _HOOK_OUTPUT.match(reminder):  # a hook's status ("Success", the branch name) is not a rule
+        return bool(rules_in(_HOOK_OUTPUT.sub("", reminder, count=1)))
     if _CLAUDE_MD.match(reminder):
         return True
     return not _NAG.search(reminder) and bool(rules_in(reminder))
