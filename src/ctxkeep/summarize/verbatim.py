@@ -5,12 +5,13 @@
 
 Both summarizers append the same two parts after their sections, the way identifiers are appended
 after a model's text, so a model cannot paraphrase them away and the extractive summary does not
-clip them: "User messages (verbatim)" (the first message the user typed, always, and the newest
-ones within a budget) and "Standing instructions (verbatim)" (system and developer messages after
-the system prompt, AGENTS.md and CLAUDE.md blocks, skill and slash-command bodies, each kind once,
-its newest version). Each part has its own budget, a share of the summary's cap, so it follows the
-window; a text over its room keeps its head and tail around a note pointing to the archive. The
-rules: docs/summarize.md.
+clip them: "User messages (verbatim)" (the first real ask, always, and the newest messages within a
+budget) and "Standing instructions (verbatim)" (system and developer messages after the system
+prompt, AGENTS.md and CLAUDE.md blocks, slash-command bodies, hook output and reminders that state
+rules, each kind once, its newest version); who said what is read by `voices`. Each part has its own
+budget, a share of the summary's cap, so it follows the window, and the budget order holds when the
+cap is squeezed: the user's words, then the standing instructions, then the sections. A text over
+its room keeps its head and tail around a note pointing to the archive. The rules: docs/summarize.md.
 """
 
 from __future__ import annotations
