@@ -55,7 +55,7 @@ the model writes: augment appends what the model left out. Every compaction shou
 one fails only when no reply of the model is a valid summary (nothing is archived then).
 
 What the summary right after each compaction carries verbatim of every message archived so far
-(read with the summarizers' own `origin` and `typed_text`): the session's first user-typed message
+(read with the summarizers' own `voices`): the session's first real ask
 (whole, or its head and tail around the cut note when it alone is over its budget), the newest
 user-typed message, the typed messages that fit the user budget newest first (`budgets`, less the
 first message and the headings), and each standing-instruction block (each kind once, its newest
@@ -90,7 +90,6 @@ from typing import Any, Literal
 from bench_replay import conversations
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.messages import Message, ToolResult
-from ctxkeep.origin import origins
 from ctxkeep.providers import get_model
 from ctxkeep.replay import turns
 from ctxkeep.session import Session
@@ -104,7 +103,8 @@ from ctxkeep.summarize.facts.shell import command_head
 from ctxkeep.summarize.model.summarizer import ModelSummarizer, SummaryRun
 from ctxkeep.summarize.sections.markdown import PHRASES, omitted_count, parse_sections, unquote
 from ctxkeep.summarize.testing import fixed_summary_model
-from ctxkeep.summarize.verbatim import Carried, budgets, typed_text
+from ctxkeep.summarize.verbatim import Carried, budgets
+from ctxkeep.summarize.voices import voices
 from ctxkeep.tokens import get_counter
 
 # the local model server's launcher (scripts/ is not a package; the repository root is its parent)
@@ -317,19 +317,17 @@ def replay(
 
 
 def merged(so_far: Carried, archived: tuple[Message, ...]) -> Carried:
-    """The user's typed messages and the instruction blocks of the messages archived so far (the oracle's own
-    reading: origin and typed_text, each instruction kind once, its newest version)."""
+    """The user's words and the instruction blocks of the messages archived so far (the summarizers' own reading,
+    `voices`: the first real ask, then the newest, each once; each instruction kind once, its newest version)."""
     first, newest, blocks = so_far.first, list(so_far.newest), list(so_far.instructions)
-    for msg, kind in zip(archived, origins(archived), strict=True):
-        if kind == "typed" and (text := typed_text(msg)) is not None:
-            if first is None:
-                first = text
-            else:
-                newest.append(text)
-        elif kind == "instructions" and msg.text.strip():
-            text = msg.text.strip()
-            head = text.split("\n", 1)[0]
-            blocks = [b for b in blocks if b.split("\n", 1)[0] != head and b != text] + [text]
+    for said in (s for parts in voices(archived) for s in parts):
+        if said.voice == "standing":
+            head = said.text.split("\n", 1)[0]
+            blocks = [b for b in blocks if b.split("\n", 1)[0] != head and b != said.text] + [said.text]
+        elif said.voice == "ask" and first is None:
+            first = said.text
+        elif said.text != first:
+            newest = [t for t in newest if t != said.text] + [said.text]
     return Carried(first=first, newest=tuple(newest), instructions=tuple(blocks))
 
 

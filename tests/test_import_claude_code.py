@@ -542,6 +542,59 @@ def test_attachments_with_text_the_model_saw_are_user_text() -> None:
     assert notes == ["attachments of unknown kind not imported: 1 'brand_new_kind'"]
 
 
+def test_a_session_start_hook_output_is_user_text_naming_its_hook_and_the_rest_is_counted() -> None:
+    rules = "# Beads Workflow Context\n- Do NOT use TodoWrite for task tracking"
+    lines = [
+        attachment(
+            "h1", "", type="hook_success", hookName="SessionStart:startup", hookEvent="SessionStart", content=rules
+        ),
+        attachment("h2", "h1", type="hook_success", hookName="PostToolUse:Bash", hookEvent="PostToolUse", content="ok"),
+        entry("user", "u1", "h2", "fix the build"),
+        {"type": "progress", "uuid": "p1", "parentUuid": "u1", "data": {"type": "hook_progress"}},
+        {"type": "file-history-snapshot", "messageId": "u1", "snapshot": {}},
+        entry("assistant", "a1", "u1", text("on it"), mid="m1"),
+    ]
+    lines[0]["parentUuid"] = None
+    source = Source.from_bytes("\n".join(json.dumps(e) for e in lines).encode(), path="session.jsonl")
+    [conv] = claude_code.parse(source)
+    assert shape(conv.messages) == [f"user {rules}", "user fix the build", "assistant on it"]
+    assert conv.messages[0].extra["claude_code"] == {"attachment": "hook_success", "hookName": "SessionStart:startup"}
+    assert source.left_out == {
+        "attachment hook_success (no text the model saw)": 1,
+        "progress entry (not conversation)": 1,
+        "file-history-snapshot entry (not conversation)": 1,
+    }
+
+
+def test_a_prompt_queued_mid_turn_that_no_entry_holds_is_read_from_the_queue() -> None:
+    def queue(operation: str, content: str | None = None) -> dict[str, Any]:
+        op = {"type": "queue-operation", "operation": operation, "sessionId": "sess"}
+        return op if content is None else {**op, "content": content}
+
+    convs, notes = load(
+        entry("user", "u1", None, "fix the build"),
+        queue("enqueue", "also run the linter"),  # sent as the next prompt: a user entry holds it
+        queue("dequeue"),
+        queue("enqueue", "and check the logs"),  # taken back to the input box: never sent
+        queue("popAll", "and check the logs"),
+        queue("enqueue", "and delete the temp file"),  # sent mid-turn: on no entry
+        entry("assistant", "a1", "u1", [call("t1")], mid="m1"),
+        queue("remove"),
+        entry("user", "r1", "a1", result("t1")),
+        entry("assistant", "a2", "r1", text("on it"), mid="m2"),
+        entry("user", "u2", "a2", "also run the linter"),
+    )
+    assert shape(convs[0].messages) == [
+        "user fix the build",
+        "assistant t1",
+        "tool t1",
+        "user and delete the temp file",
+        "assistant on it",
+        "user also run the linter",
+    ]
+    assert notes == ["1 prompt(s) the user queued mid-turn are on no entry; read from the queue"]
+
+
 def test_repeated_uuids_are_reported_once() -> None:
     convs, notes = load(
         entry("user", "u1", None, "hi"),

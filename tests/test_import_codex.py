@@ -511,12 +511,95 @@ def test_file_with_only_events_is_read_from_them() -> None:
     assert any("1 tool call(s) whose begin event has no end event" in n for n in src.notes)
 
 
-def test_events_are_noted_not_imported_when_response_items_hold_no_message() -> None:
-    records = [meta(), event({"type": "user_message", "message": "hi"}), call("c1"), output("c1", "x")]
+def test_user_asks_kept_only_as_events_are_read_at_their_place() -> None:
+    records = [
+        meta(),
+        event({"type": "task_started", "turn_id": "t1"}),
+        event({"type": "user_message", "message": "pin the deps", "images": []}),
+        call("c1"),
+        output("c1", "Exit code: 0\nOutput:\nuv.lock"),
+        msg("assistant", "Pinned."),
+        event({"type": "agent_message", "message": "Pinned."}),
+        line("turn_context", {"cwd": "/w"}),
+        event({"type": "user_message", "message": "now delete the file", "images": []}),
+        msg("assistant", "Deleted."),
+        event({"type": "token_count", "info": None}),
+    ]
     src = source_of(records)
     [conv] = codex.parse(src)
-    assert shape(list(conv.messages)) == ["assistant:c1", "tool:c1"]
-    assert any("user_message/agent_message events" in n for n in src.notes)
+    assert shape(list(conv.messages)) == [
+        "user:pin the deps",
+        "assistant:c1",
+        "tool:c1",
+        "assistant:Pinned.",
+        "user:now delete the file",
+        "assistant:Deleted.",
+    ]
+    assert any("read 2 event_msg record(s) that no response item repeats (user_message)" in n for n in src.notes)
+    assert src.left_out == {
+        "event_msg agent_message (repeats a response item)": 1,
+        "event_msg task_started (not conversation)": 1,
+        "event_msg token_count (not conversation)": 1,
+    }
+
+
+def test_an_event_repeating_a_response_item_is_read_once_even_when_the_text_comes_twice() -> None:
+    records = [
+        meta(),
+        msg("user", "ok"),
+        event({"type": "user_message", "message": "ok"}),
+        msg("assistant", "Done."),
+        event({"type": "user_message", "message": "ok"}),  # typed again; only the event has it
+        msg("assistant", "Done again."),
+    ]
+    assert shape(parse(records)) == ["user:ok", "assistant:Done.", "user:ok", "assistant:Done again."]
+
+
+def test_a_failing_command_kept_only_as_its_end_event_is_read_with_its_exit_code() -> None:
+    records = [
+        meta(),
+        msg("user", "run the tests"),
+        event({"type": "exec_command_begin", "call_id": "e1", "command": ["pytest"], "cwd": "/w"}),
+        event(
+            {
+                "type": "exec_command_end",
+                "call_id": "e1",
+                "command": ["pytest"],
+                "aggregated_output": "1 failed",
+                "exit_code": 1,
+            }
+        ),
+        call("c2"),
+        event({"type": "exec_command_end", "call_id": "c2", "aggregated_output": "a\n", "exit_code": 0}),
+        output("c2", "Exit code: 0\nOutput:\na"),
+        msg("assistant", "One test fails."),
+    ]
+    src = source_of(records)
+    messages = list(codex.parse(src)[0].messages)
+    assert shape(messages) == [
+        "user:run the tests",
+        "assistant:e1",
+        "tool:e1",
+        "assistant:c2",
+        "tool:c2",
+        *["assistant:One test fails."],
+    ]
+    failed = messages[2].tool_result
+    assert failed is not None and (failed.content, failed.exit_code, failed.is_error) == ("1 failed", 1, True)
+    assert validate(messages) == []
+    assert src.left_out == {"event_msg exec_command_end (repeats a response item)": 1}
+
+
+def test_a_web_search_event_repeating_its_item_is_read_once() -> None:
+    action = {"type": "search", "query": "uv lock"}
+    records = [
+        meta(),
+        msg("user", "look it up"),
+        event({"type": "web_search_end", "call_id": "ws1", "query": "uv lock", "action": action}),
+        item({"type": "web_search_call", "status": "completed", "action": action}),
+        event({"type": "web_search_end", "call_id": "ws2", "action": {"type": "search", "query": "pip"}}),
+    ]
+    assert shape(parse(records)) == ["user:look it up", "assistant:[web search: uv lock]\n[web search: pip]"]
 
 
 @pytest.mark.parametrize("lenient", [False, True])
@@ -566,3 +649,29 @@ def test_tool_end_events_give_call_and_result(end: dict[str, Any], name: str, co
     assert messages[1].tool_calls[0].name == name
     result = messages[2].tool_result
     assert result is not None and (result.content, result.is_error) == (content, is_error)
+
+
+def test_inspect_counts_the_records_left_out_by_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ctxkeep.cli import main
+
+    records = [
+        meta(),
+        msg("user", "show tools"),
+        event({"type": "user_message", "message": "show tools"}),
+        event({"type": "token_count", "info": None}),
+        event({"type": "token_count", "info": None}),
+        msg("assistant", "Here."),
+        "{not json",
+    ]
+    path = tmp_path / "rollout.jsonl"
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in records) + "\n")
+    assert main(["inspect", str(path), "--lenient", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["left_out"] == {
+        "event_msg token_count (not conversation)": 2,
+        "event_msg user_message (repeats a response item)": 1,
+        "unreadable": 1,
+    }
+    assert main(["inspect", str(path), "--lenient"]) == 0
+    text = capsys.readouterr().out
+    assert "records left out (no message made of them): 4" in text
+    assert "2  event_msg token_count (not conversation)" in text

@@ -94,9 +94,10 @@ def test_the_model_summary_states_a_listed_rule_once_and_again_when_its_message_
     model = fixed_summary_model()
     summarizer = ModelSummarizer(model, settings=settings)
     rule = "never retry more than 3 times"
+    also = f"Also:\n- {rule}\n\n" + "Some background on the client. " * 12  # too long to fit beside the newest
     model.enqueue(EMPTY_REPLY)
     first = summarizer.summarize(
-        SummaryRequest(messages=(Message.of("user", "Port the client."), Message.of("user", f"Also:\n- {rule}")))
+        SummaryRequest(messages=(Message.of("user", "Port the client."), Message.of("user", also)))
     )
     assert first.count(rule) == 1  # in the user's message, carried verbatim; not under "Rules the user stated"
     model.enqueue(EMPTY_REPLY)

@@ -1054,7 +1054,8 @@ def test_a_rule_the_user_wrote_as_a_list_item_is_said_once_and_comes_back_when_i
     assert repeated_lines(later) == [] and "never touch the schema" not in section(later, "Goal")
     # once the message is no longer carried verbatim (newer ones fill the budget), its rule is back under Constraints
     rule = "Also:\n- never retry more than 3 times"
-    previous = summarize([user("Start the port."), user(rule), said("Noted.")], max_chars=6_000)
+    padded = rule + "\n\n" + "Some background on the port. " * 12  # too long to fit beside the newest
+    previous = summarize([user("Start the port."), user(padded), said("Noted.")], max_chars=6_000)
     assert "never retry more than 3 times" not in section(previous, "Constraints & Preferences")
     newer = [user(f"Look at module {n}: " + "details " * 120) for n in range(3)]
     after = summarize([*newer, said("Looking.")], previous=previous, max_chars=6_000)

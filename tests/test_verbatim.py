@@ -13,7 +13,9 @@ from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, Summarizer,
 from ctxkeep.summarize.sections.markdown import parse_sections
 from ctxkeep.summarize.testing import fixed_summary_model
 from ctxkeep.summarize.verbatim import (
+    INSTRUCTIONS_MAX_SHARE,
     INSTRUCTIONS_TITLE,
+    SECTIONS_SKELETON,
     USER_TITLE,
     budgets,
     carried,
@@ -117,7 +119,7 @@ def test_standing_instructions_are_carried_verbatim_and_the_newest_version_wins(
     msgs = [user(agents), user(env_old), user("Fix the login bug."), developer, skill, said("On it."), user(env_new)]
     summary = make().summarize(SummaryRequest(messages=tuple(msgs), max_chars=8_000))
     blocks = read_carried(summary).instructions
-    assert list(blocks) == [agents, developer.text, skill.text, env_new]
+    assert list(blocks) == [agents, developer.text, env_new]  # a skill's body is for its task, not standing
     assert env_old not in summary
     assert read_carried(summary).first == "Fix the login bug."  # injected blocks are not the user's messages
 
@@ -129,8 +131,8 @@ def test_instruction_blocks_over_their_room_share_it_and_keep_head_and_tail() ->
         [user(small), Message.of("user", "go"), Message(role="system", content=(TextBlock(text=big),))], None
     )
     text = render_carried(parts, max_chars=16_000)
-    _, room = budgets(16_000)
-    assert len(text) - text.index(f"## {INSTRUCTIONS_TITLE}") <= room + 1
+    # they take what they need to stay whole, before the sections' lists, up to 40% of the cap
+    assert len(text) - text.index(f"## {INSTRUCTIONS_TITLE}") <= 16_000 * INSTRUCTIONS_MAX_SHARE + 1
     assert small in text  # the small one whole
     kept = read_carried(text).instructions
     assert kept[0] == small and kept[1].startswith("<permissions instructions>") and "omitted here" in kept[1]
@@ -159,9 +161,14 @@ def test_budgets_follow_the_cap_and_keep_their_floors_when_it_is_squeezed() -> N
     # below the sections' floor plus the shares, each part keeps its floor, taken from the sections
     assert budgets(3_000) == (500, 500)  # the sections keep their floor of 2,000 while the parts keep theirs
     assert budgets(2_000) == (500, 400)  # at the smallest cap the floors come from the sections
+    # a squeezed cap keeps the budget order: the user's words take all but the sections' skeleton
     squeezed = render_carried(carried([user("a task " * 200), user("more")], None), max_chars=2_000)
-    assert 0 < len(squeezed) <= 500 and read_carried(squeezed).first.startswith("a task a task")
+    assert 500 < len(squeezed) <= 2_000 - SECTIONS_SKELETON and read_carried(squeezed).first.startswith("a task a task")
     assert read_carried(squeezed).newest == ("more",)  # the long first message leaves the newest its room
+    short = [user("Port the client to the new API."), *(user(f"ask {n}: " + "do it " * 12) for n in range(8))]
+    whole = render_carried(carried(short, None), max_chars=2_000)
+    assert [m.text.strip() for m in short] == [read_carried(whole).first, *read_carried(whole).newest]
+    assert render_carried(carried(short, None), max_chars=2_000, sections=1_500) != whole  # the sections asked more
 
 
 def test_no_instruction_block_is_ever_left_out_even_at_the_smallest_cap() -> None:

@@ -82,6 +82,7 @@ def build_report(
         "largest_tool_results": results[:TOP_RESULTS],
         "pairing_problems": problems,
         "notes": list(transcript.notes),
+        "left_out": dict(transcript.left_out),
         "per_conversation": conversations,
     }
 
@@ -132,6 +133,10 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(f"  {conv}message {p['index']}: {p['kind'].replace('_', ' ')}{call}")
     if len(problems) > 20:
         lines.append(f"  ... {len(problems) - 20} more (see --json)")
+    left_out = report["left_out"]
+    if left_out:
+        lines += ["", f"records left out (no message made of them): {sum(left_out.values()):,}"]
+        lines += [f"  {n:>7,}  {kind}" for kind, n in left_out.items()]
     for note in report["notes"]:
         lines.append(f"note: {note}")
     return "\n".join(lines)

@@ -13,8 +13,8 @@ and two-way formats (openai, anthropic, agentscope) also `to_<format>(messages)`
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
@@ -27,12 +27,16 @@ __all__ = ["Conversation", "Source", "Transcript", "detect", "format_names", "lo
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Transcript:
-    """What `load` returns: the conversations of one file and notes on anything skipped."""
+    """What `load` returns: the conversations of one file and notes on anything skipped.
+
+    `left_out` counts the records that became no message, by kind (see `Source.left_out`).
+    """
 
     path: str
     format: str
     conversations: tuple[Conversation, ...]
     notes: tuple[str, ...] = ()
+    left_out: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -93,7 +97,13 @@ def parse(source: Source, format: str | None = None) -> Transcript:
     conversations = _importer(name).parse(source)
     if not any(c.messages for c in conversations):
         raise source.error(_nothing_read(source, name, forced=format is not None, found=len(conversations)))
-    return Transcript(path=source.path, format=name, conversations=tuple(conversations), notes=tuple(source.notes))
+    return Transcript(
+        path=source.path,
+        format=name,
+        conversations=tuple(conversations),
+        notes=tuple(source.notes),
+        left_out=dict(sorted(source.left_out.items(), key=lambda kv: (-kv[1], kv[0]))),
+    )
 
 
 def _nothing_read(source: Source, name: str, *, forced: bool, found: int) -> str:

@@ -136,6 +136,7 @@ def _active_path(source: Source, entries: Sequence[_Entry]) -> list[_Entry]:
     path.reverse()
     left_out = len(by_id) - len(path)
     if left_out:
+        source.leave_out("entry on another branch of the session tree", left_out)
         source.notes.append(
             f"left out {left_out} entries on other branches of the session tree (the active one is imported)"
         )
@@ -196,6 +197,7 @@ class _Builder:
         elif kind in _SETTINGS:
             if kind == "session_info" and isinstance(data.get("name"), str):
                 self.title = data["name"]
+            self.source.leave_out(f"{kind} entry (settings)")
         else:
             self.unknown[kind] = self.unknown.get(kind, 0) + 1
 
@@ -262,8 +264,10 @@ class _Builder:
                 self.messages[msg_index] = dataclasses.replace(msg, extra=extra)
         for kind, n in sorted(self.unknown.items()):
             self.source.notes.append(f"left out {n} entries of unknown type {kind!r}")
+            self.source.leave_out(f"{kind} entry (unknown type)", n)
         self.source.notes.extend(_unanswered_calls(self.messages))
         if self.excluded_bash:
+            self.source.leave_out("bashExecution message (excludeFromContext)", self.excluded_bash)
             self.source.notes.append(
                 f"left out {self.excluded_bash} bash execution(s) marked excludeFromContext (never sent to the model)"
             )

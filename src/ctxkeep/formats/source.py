@@ -122,13 +122,16 @@ class Source:
     """A transcript's text and what went wrong reading it.
 
     `notes` collects human-readable reports (replaced bytes, skipped lines) as an importer
-    runs; they end up in `Transcript.notes`.
+    runs; they end up in `Transcript.notes`. `left_out` counts the records that became no message,
+    by kind (``event_msg token_count``, ``unreadable``): what `ctxkeep inspect` lists as left out,
+    so nothing an importer drops goes unseen.
     """
 
     path: str
     text: str
     lenient: bool = False
     notes: list[str] = field(default_factory=list)
+    left_out: dict[str, int] = field(default_factory=dict)
     _whole: Any = field(default=_UNSET, init=False, repr=False)
     _sample: Any = field(default=_UNSET, init=False, repr=False)
     _surrogates: set[int] = field(default_factory=set, init=False, repr=False)  # lines noted
@@ -253,6 +256,12 @@ class Source:
             raise self.error(reason + " (use --lenient to skip bad lines)", line)
         where = f"line {line}" if line is not None else "record"
         self.notes.append(f"skipped {where}: {reason}")
+        self.leave_out("unreadable")
+
+    def leave_out(self, kind: str, n: int = 1) -> None:
+        """Count `n` records of `kind` that the importer read and made no message of."""
+        if n > 0:
+            self.left_out[kind] = self.left_out.get(kind, 0) + n
 
 
 def parse_timestamp(value: Any) -> datetime | None:

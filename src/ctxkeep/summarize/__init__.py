@@ -7,6 +7,7 @@
     sections/   the summary's format: Markdown parse, render and fit to a size; its JSON form
     facts/      what a summary is made of: identifiers, shell commands, tool runs, asks and rules
     verbatim    what both append word for word: the user's messages, the standing instructions
+    voices      whose words a message carries: a real ask, a slash command, a standing instruction
     extractive  the model-free summarizer: facts -> sections, merged with the previous summary
     model/      the model-written summary: prompts, parts, audit, augmentation
     testing     `fixed_summary_model()`: a `DeterministicModel` that answers with a fixed, valid summary

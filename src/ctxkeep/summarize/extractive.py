@@ -53,12 +53,12 @@ from ctxkeep.summarize.sections.markdown import (
     unquote,
 )
 from ctxkeep.summarize.verbatim import (
+    SECTIONS_SKELETON,
     carried,
     carried_rules,
-    host_summary,
+    earlier_summaries,
     listed_lines,
     render_carried,
-    split_carried,
 )
 
 # Caps before fitting to size: enough to be useful, few enough that one section cannot crowd out the rest.
@@ -114,27 +114,35 @@ class ExtractiveSummarizer:
         language = resolve_language(request)
         facts = collect_facts(request.messages, originals=request.originals)
         draft = _draft(facts, language)
-        appendix = render_carried(carried(request.messages, request.previous), max_chars=request.max_chars)
-        if request.previous:
-            previous: str | None = split_carried(request.previous)[0]
-        else:  # the host's own summary, when it compacted before us
-            previous = host_summary(request.messages, max_chars=request.max_chars)
-        if previous is not None and previous.strip():
-            draft = _merge(_parse_draft(previous), draft, facts, language)
+        parts = carried(request.messages, request.previous)
+        # the previous summary, then the host's own when it compacted too (before us, or since our last summary)
+        base: _Draft | None = None
+        for text in earlier_summaries(request):
+            base = _parse_draft(text) if base is None else _merge(base, _parse_draft(text), facts, language)
+        if base is not None:
+            draft = _merge(base, draft, facts, language)
         if request.previous:
             draft = _with_recovered_rules(draft, request.previous)
-        draft = _said_once(draft, appendix)
         terms = _focus_terms(request.focus) if request.focus else ()
-        sections, plan = _sections(draft, language, request.focus, terms)
 
         def protect(item: str) -> bool:
             low = item.lower()
             return any(t in low for t in terms)
 
-        room = request.max_chars - len(appendix)
-        fitted = fit_sections(
-            sections, max_chars=room, plan=plan, language=language, protect=protect if terms else None
-        )
+        # The user's words and the rules come first in a squeezed cap; should the sections' own minimum
+        # (the goal, the files) need more than the room they leave, the verbatim parts give some back.
+        for least in (SECTIONS_SKELETON, 2 * SECTIONS_SKELETON, request.max_chars):
+            appendix = render_carried(parts, max_chars=request.max_chars, sections=least)
+            sections, plan = _sections(_said_once(draft, appendix), language, request.focus, terms)
+            room = request.max_chars - len(appendix)
+            try:
+                fitted = fit_sections(
+                    sections, max_chars=room, plan=plan, language=language, protect=protect if terms else None
+                )
+                break
+            except ValueError:
+                if least == request.max_chars:
+                    raise
         named = _distinct_notes(fitted, language)
         if len(render_sections(named, language=language)) <= room:  # naming the list costs a few characters
             fitted = named

@@ -5,12 +5,13 @@
 
 Both summarizers append the same two parts after their sections, the way identifiers are appended
 after a model's text, so a model cannot paraphrase them away and the extractive summary does not
-clip them: "User messages (verbatim)" (the first message the user typed, always, and the newest
-ones within a budget) and "Standing instructions (verbatim)" (system and developer messages after
-the system prompt, AGENTS.md and CLAUDE.md blocks, skill and slash-command bodies, each kind once,
-its newest version). Each part has its own budget, a share of the summary's cap, so it follows the
-window; a text over its room keeps its head and tail around a note pointing to the archive. The
-rules: docs/summarize.md.
+clip them: "User messages (verbatim)" (the first real ask, always, and the newest messages within a
+budget) and "Standing instructions (verbatim)" (system and developer messages after the system
+prompt, AGENTS.md and CLAUDE.md blocks, slash-command bodies, hook output and reminders that state
+rules, each kind once, its newest version); who said what is read by `voices`. Each part has its own
+budget, a share of the summary's cap, so it follows the window, and the budget order holds when the
+cap is squeezed: the user's words, then the standing instructions, then the sections. A text over
+its room keeps its head and tail around a note pointing to the archive. The rules: docs/summarize.md.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from ctxkeep.messages import Message
 from ctxkeep.origin import HOST_SUMMARY_STARTS, origins
 from ctxkeep.settings import MIN_SUMMARY_CHARS
 from ctxkeep.summarize.facts.collect import human_text, rules_in
+from ctxkeep.summarize.request import SummaryRequest
 from ctxkeep.summarize.sections.markdown import fence_state, headings
+from ctxkeep.summarize.voices import voices
 
 # Shares of the summary's cap: the user's messages, then the standing instructions. The summary's
 # own sections get the rest, and never less than `SECTIONS_FLOOR` characters.
@@ -36,12 +39,17 @@ SECTIONS_FLOOR = MIN_SUMMARY_CHARS
 USER_FLOOR = 500  # the first message's head and tail, and the newest message's
 INSTRUCTIONS_FLOOR = 400  # the head and tail of an instruction block or two
 SQUEEZED_SHARE = 0.25
+# The most the standing instructions take of the cap to stay whole, from the sections' part above their floor.
+INSTRUCTIONS_MAX_SHARE = 0.4
+# What the sections keep at the least when the cap is squeezed: their headings, "(none)" lines and a line or two.
+SECTIONS_SKELETON = 700
 USER_TITLE = "User messages (verbatim)"
 INSTRUCTIONS_TITLE = "Standing instructions (verbatim)"
 _FIRST = "First"
 _NEWEST = "Newest"
 _USER_NOTE = "What the user typed: the first message (the task), then the newest, oldest first."
 _INSTRUCTIONS_NOTE = "Injected instructions that still apply; the newest version of each."
+_INSTRUCTIONS_HEAD = f"\n## {INSTRUCTIONS_TITLE}\n{_INSTRUCTIONS_NOTE}\n\n"
 _CUT = "\n[… {n:,} characters omitted here; the whole text is in the archive …]\n"
 _MIN_PIECE = 240  # a cut text keeps at least this much of its head (two thirds) and tail together
 _CUT_NOTE = re.compile(r"\n\[… ([\d,]+) characters omitted here; the whole text is in the archive …\]\n")
@@ -81,30 +89,38 @@ def host_summary(messages: Sequence[Message], *, max_chars: int | None = None) -
     return None
 
 
+def earlier_summaries(request: SummaryRequest) -> list[str]:
+    """The summaries a new one builds on, oldest first: the previous summary without its verbatim parts, then
+    the host's own summary among the messages (`host_summary`, within the cap), when the host compacted its
+    context too, before ctxkeep's first summary or since the last one: merged, never ignored."""
+    out = [split_carried(request.previous)[0]] if request.previous else []
+    host = host_summary(request.messages, max_chars=request.max_chars)
+    return [text for text in (*out, host) if text is not None and text.strip()]
+
+
 def carried(messages: Sequence[Message], previous: str | None) -> Carried:
     """The verbatim texts of the previous summary's parts and of `messages` (oldest first), merged.
 
     The previous summary's first message stays the first; the user's messages follow in order,
-    each once; an instruction block replaces an older one of the same kind (its first line). The
-    system prompt is a layer of its own, never compacted: a system message among `messages` came
-    after it (a developer message, a harness's reminder) and is one of the instructions.
+    each once; an instruction block replaces an older one of the same kind (its first line). Who
+    said what is read by `voices`: the first message is the first real ask, never a bare slash
+    command or a harness note (a command is carried among the newest); the system prompt is a
+    layer of its own, never compacted: a system message among `messages` came after it (a
+    developer message, a harness's reminder) and is one of the instructions, and so are hook
+    output and reminders that state rules.
     """
     old = read_carried(previous) if previous else Carried()
     first = old.first
     newest = list(old.newest)
     blocks = list(old.instructions)
-    for msg, kind in zip(messages, origins(messages), strict=True):
-        if kind == "typed":
-            text = typed_text(msg)
-            if text is None:
-                continue
-            if first is None:
-                first = text
-            elif text != first:
-                newest = [t for t in newest if t != text] + [text]
-        elif kind == "instructions" and msg.text.strip():
-            text = msg.text.strip()
+    for said in (s for parts in voices(messages) for s in parts):
+        text = said.text
+        if said.voice == "standing":
             blocks = [b for b in blocks if _kind_of(b) != _kind_of(text) and b != text] + [text]
+        elif said.voice == "ask" and first is None:
+            first = text
+        elif text != first:
+            newest = [t for t in newest if t != text] + [text]
     return Carried(first=first, newest=tuple(newest), instructions=tuple(blocks))
 
 
@@ -126,17 +142,44 @@ def budgets(max_chars: int) -> tuple[int, int]:
     return user, instructions
 
 
-def render_carried(parts: Carried, *, max_chars: int) -> str:
+def render_carried(parts: Carried, *, max_chars: int, sections: int = SECTIONS_SKELETON) -> str:
     """The two parts as Markdown to append after a summary of at most `max_chars` characters; "" when empty.
 
     Each part stays within its budget (`budgets`): the first user message always (head and tail
     when it alone is over, leaving the newest message room for its own head and tail), then the
-    newest messages, newest first, while they fit (the newest one cut when not even it fits whole);
-    instruction blocks share their room fairly, the small ones whole, and none is ever left out:
-    a block with less room than its head and tail need (`_MIN_PIECE`) gets that much anyway.
+    newest messages, newest first, each whole while it fits, else its head and tail, one with no
+    room at all passed over (never the shorter older ones); instruction blocks share their room
+    fairly, the small ones whole, and none is ever left out: a block with less room than its head
+    and tail need (`_MIN_PIECE`) gets that much anyway. When the cap is squeezed, the budget order
+    holds: the user's words take what they need of all but `SECTIONS_SKELETON`, then the standing
+    instructions what is left of it, and the summary's own sections (the state of the work, which
+    the archive holds) the rest, at least `sections` characters (a summarizer whose sections need more
+    asks again with more).
     """
     user_room, instruction_room = budgets(max_chars)
-    return _user_part(parts, user_room) + _instructions_part(parts.instructions, instruction_room)
+    if user_room + instruction_room > max(0, max_chars - SECTIONS_FLOOR):  # squeezed
+        room = max(0, max_chars - sections)
+        reserve = min(instruction_room, max(_least(b) for b in parts.instructions)) if parts.instructions else 0
+        user = _user_part(parts, max(user_room, room - reserve))
+        return user + _instructions_part(parts.instructions, max(instruction_room, room - len(user)))
+    # The task whole before the sections' lists: a first message over the user's share takes up to a quarter
+    # of the cap, from the sections' part above their floor, so it is not cut while the summary has room.
+    spare = max_chars - SECTIONS_FLOOR - instruction_room
+    user = _user_part(parts, max(user_room, min(_first_need(parts), max_chars // 4, spare)))
+    # Standing instructions whole before the state of the work, up to `INSTRUCTIONS_MAX_SHARE` of the cap.
+    need = len(_INSTRUCTIONS_HEAD) + sum(len(_fenced(b)) for b in parts.instructions)
+    spare = max_chars - SECTIONS_FLOOR - len(user)
+    room = max(instruction_room, min(need, spare, int(max_chars * INSTRUCTIONS_MAX_SHARE)))
+    return user + _instructions_part(parts.instructions, room)
+
+
+def _first_need(parts: Carried) -> int:
+    """The room the user part needs to show the first message whole, beside the newest one's head and tail."""
+    if parts.first is None:
+        return 0
+    later = [t for t in parts.newest if t != parts.first]
+    newest = min(len(_fenced(later[-1])), _least(later[-1])) + 20 if later else 0
+    return len(_fenced(parts.first)) + len(USER_TITLE) + len(_USER_NOTE) + 40 + newest
 
 
 def listed_lines(appendix: str) -> frozenset[str]:
@@ -209,36 +252,52 @@ def read_carried(summary: str) -> Carried:
 
 
 def _user_part(parts: Carried, room: int) -> str:
-    if parts.first is None:
-        return ""
-    head = f"\n## {USER_TITLE}\n{_USER_NOTE}\n\n### {_FIRST}\n"
     later = [t for t in parts.newest if t != parts.first]
-    # a long first message leaves the newest one room for its head and tail: the user's latest word counts too
-    sub = f"\n### {_NEWEST}\n"
-    reserve = min(len(_fenced(later[-1])), _least(later[-1])) + len(sub) if later else 0
-    first = _block(parts.first, room - len(head) - reserve) or _block(parts.first, room - len(head))
-    if first is None:  # no room even for a cut first message: the sections' floor needs it all
+    if parts.first is None and not later:
         return ""
-    out = head + first
-    left = room - len(out) - len(sub)
+    head = f"\n## {USER_TITLE}\n{_USER_NOTE}\n\n"
+    sub = f"\n### {_NEWEST}\n"
+    out = head
+    if parts.first is not None:
+        # a long first message leaves the newest one room for its head and tail: the user's latest word counts too
+        reserve = min(len(_fenced(later[-1])), _least(later[-1])) + len(sub) if later else 0
+        title = f"### {_FIRST}\n"
+        first = _block(parts.first, room - len(head) - len(title) - reserve)
+        first = first or _block(parts.first, room - len(head) - len(title))
+        if first is None:  # no room even for a cut first message: the sections' floor needs it all
+            return ""
+        out += title + first
+    chosen = _newest_blocks(later, room - len(out) - len(sub))
+    if not chosen:
+        return out if parts.first is not None else ""
+    return out + sub + "".join(chosen)
+
+
+def _newest_blocks(texts: Sequence[str], room: int) -> list[str]:
+    """`texts` (oldest first) fenced within `room`, in order: newest first each whole while it fits, else its
+    head and tail; one that has no room even for that is passed over, never the older ones after it: a
+    long message does not push the short asks before it («delete the file») out of the summary."""
     chosen: list[str] = []
-    for j, text in enumerate(reversed(parts.newest)):
+    left = room
+    for text in reversed(texts):
         whole = _fenced(text)
         if len(whole) <= left:
-            chosen.append(whole)
-            left -= len(whole)
-        elif j == 0 and (cut := _block(text, left)) is not None:
-            chosen.append(cut)  # the newest message, over the room alone: its head and tail
-            break
+            piece: str | None = whole
         else:
-            break
-    return out + (sub + "".join(reversed(chosen)) if chosen else "")
+            # what a cut message may keep: the room left, less the least each shorter older one needs
+            older = [t for t in texts[: texts.index(text)] if len(_fenced(t)) <= left]
+            piece = _block(text, left - sum(min(len(_fenced(t)), _least(t)) for t in older[-3:]))
+            piece = piece or _block(text, left)
+        if piece is not None:
+            chosen.append(piece)
+            left -= len(piece)
+    return list(reversed(chosen))
 
 
 def _instructions_part(blocks: Sequence[str], room: int) -> str:
     if not blocks:
         return ""
-    head = f"\n## {INSTRUCTIONS_TITLE}\n{_INSTRUCTIONS_NOTE}\n\n"
+    head = _INSTRUCTIONS_HEAD
     left = room - len(head)
     shown: dict[int, str] = {}
     order = sorted(range(len(blocks)), key=lambda j: len(_fenced(blocks[j])))

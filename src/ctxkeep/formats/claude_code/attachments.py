@@ -22,6 +22,9 @@ _ATTACHMENT_TEXT: dict[str, tuple[str, ...]] = {
     "silent_turn_reminder": ("text",),
     "batching_reminder_sent": ("text",),
 }
+# Hooks whose success output Claude Code shows the model (as "<hook> hook success: <output>"); the output of
+# the others' success is for the terminal only.
+_SEEN_HOOK_SUCCESS = frozenset({"SessionStart", "UserPromptSubmit", "UserPromptExpansion"})
 # Attachments the model saw only as wording Claude Code builds from their fields, or never saw: metadata.
 _ATTACHMENT_METADATA = frozenset(
     {
@@ -58,7 +61,14 @@ def _attachment_kind(obj: Mapping[str, Any]) -> str:
 
 def _attachment_blocks(obj: Mapping[str, Any]) -> list[Block]:
     """The text (and images) an attachment sent the model; empty for one that is metadata."""
-    where = _ATTACHMENT_TEXT.get(_attachment_kind(obj))
+    kind = _attachment_kind(obj)
+    if kind == "hook_success":  # a SessionStart hook's output (`bd prime`, a project's rules) reaches the model
+        attachment = obj["attachment"]
+        event = attachment.get("hookEvent") or str(attachment.get("hookName") or "").split(":")[0]
+        content = attachment.get("content")
+        seen = event in _SEEN_HOOK_SUCCESS and isinstance(content, str) and content.strip()
+        return [TextBlock(text=content)] if seen else []
+    where = _ATTACHMENT_TEXT.get(kind)
     if where is None:
         return []
     blocks: list[Block] = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -16,7 +16,7 @@ from ctxkeep.formats.claude_code.attachments import (
 )
 from ctxkeep.formats.claude_code.blocks import _blocks, _str
 from ctxkeep.formats.source import RECORD_ERRORS, Source, describe, parse_timestamp
-from ctxkeep.messages import Block, ToolCall, ToolResult
+from ctxkeep.messages import Block, TextBlock, ToolCall, ToolResult
 
 _CONVERSATION = frozenset({"user", "assistant"})
 # Entry types that carry no conversation; left out without a note (see docs/formats.md, Claude Code).
@@ -84,6 +84,7 @@ def _read(source: Source) -> tuple[list[_Entry], dict[str, list[tuple[str, str]]
     attachments: Counter[str] = Counter()
     seen: set[str] = set()
     repeats: list[int] = []  # lines of entries whose uuid an earlier entry has
+    queue: list[_QueueOp] = []
     for lineno, obj in source.records():
         if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
             source.skip(lineno, "not a Claude Code entry (no 'type')")
@@ -94,19 +95,27 @@ def _read(source: Source) -> tuple[list[_Entry], dict[str, list[tuple[str, str]]
             titles[kind].append((str(obj.get("leafUuid") or ""), title))
         if kind not in _CONVERSATION and kind not in _METADATA:
             unknown[kind] += 1
+            source.leave_out(f"{kind} entry (unknown type)")
         if kind == "attachment":
             what = _attachment_kind(obj)
             if what not in _ATTACHMENT_TEXT and what not in _ATTACHMENT_METADATA:
                 attachments[what] += 1
+        elif kind == "queue-operation":
+            queue.append(_QueueOp(line=lineno, at=len(entries), op=str(obj.get("operation")), text=obj.get("content")))
+        elif kind in _METADATA:
+            source.leave_out(f"{kind} entry (not conversation)")
         try:
             entry = _entry(obj, kind, lineno, len(entries))
         except RECORD_ERRORS as exc:
             source.skip(lineno, f"bad {kind} entry: {describe(exc)}")
             continue
+        if kind == "attachment" and (entry is None or not entry.blocks):
+            source.leave_out(f"attachment {_attachment_kind(obj)} (no text the model saw)")
         if entry is None:
             continue
         if entry.uuid in seen:
             repeats.append(lineno)
+            source.leave_out(f"{kind} entry (repeats an earlier uuid)")
             continue
         seen.add(entry.uuid)
         entries.append(entry)
@@ -121,7 +130,64 @@ def _read(source: Source) -> tuple[list[_Entry], dict[str, list[tuple[str, str]]
         source.notes.append(
             f"{len(repeats)} entries repeat the uuid of an earlier entry and were not imported (lines {lines})"
         )
-    return _pair_unnamed(entries, source), titles
+    return _pair_unnamed(_with_queued(entries, queue, source), source), titles
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _QueueOp:
+    """A ``queue-operation`` line: a prompt the user typed while the agent worked (``enqueue``), and its end."""
+
+    line: int
+    at: int  # how many entries came before it in the file
+    op: str  # enqueue, dequeue (sent as the next prompt), remove (sent mid-turn), popAll (back to the input box)
+    text: Any
+
+
+def _with_queued(entries: list[_Entry], queue: Sequence[_QueueOp], source: Source) -> list[_Entry]:
+    """`entries` with each prompt the user queued that reached the model but no entry of the file holds.
+
+    Claude Code 2.0 records a prompt typed while the agent works as ``enqueue``; sent as the next prompt
+    (``dequeue``) it is a user entry too, but sent mid-turn (``remove``) it is on no entry (2.1 writes a
+    ``queued_command`` attachment instead). Such a prompt becomes a user entry hung on the first user
+    entry after its removal, as the attachment would be; one taken back to the input box (``popAll``)
+    was never sent.
+    """
+    said = {b.text.strip() for e in entries if e.kind == "user" for b in e.blocks if isinstance(b, TextBlock)}
+    added: list[tuple[int, _Entry]] = []
+    for n, op in enumerate(queue):
+        if op.op != "enqueue":
+            source.leave_out(f"queue-operation {op.op} (not conversation)")
+            continue
+        end = next((later for later in queue[n + 1 :] if later.op != "enqueue"), None)
+        text = op.text.strip() if isinstance(op.text, str) else ""
+        host = next((e for e in entries[end.at :] if e.kind == "user" and not e.sidechain), None) if end else None
+        if not text or text in said or end is None or end.op != "remove" or host is None:
+            source.leave_out("queue-operation enqueue (sent as a user entry, or never sent)")
+            continue
+        entry = _Entry(
+            pos=0,
+            line=op.line,
+            kind="user",
+            uuid=f"queued:{op.line}",
+            parent=host.uuid,
+            logical_parent=None,
+            sidechain=False,
+            session_id=host.session_id,
+            blocks=[TextBlock(text=text)],
+            timestamp=host.timestamp,
+            info={"attachment": "queued_command", "queue": "remove"},
+        )
+        added.append((entries.index(host), entry))
+        said.add(text)
+    if not added:
+        return entries
+    source.notes.append(f"{len(added)} prompt(s) the user queued mid-turn are on no entry; read from the queue")
+    out = list(entries)
+    for index, entry in sorted(added, key=lambda a: -a[0]):
+        out.insert(index + 1, entry)
+    for pos, e in enumerate(out):
+        e.pos = pos
+    return out
 
 
 def _entry(obj: Mapping[str, Any], kind: str, lineno: int, pos: int) -> _Entry | None:
@@ -146,6 +212,9 @@ def _entry(obj: Mapping[str, Any], kind: str, lineno: int, pos: int) -> _Entry |
             _fill(entry, obj, "user")
             entry.blocks = blocks
             entry.info["attachment"] = _attachment_kind(obj)
+            hook = obj["attachment"].get("hookName")
+            if isinstance(hook, str) and hook:  # the hook whose output it is: a standing rule may come that way
+                entry.info["hookName"] = hook
         return entry
     if kind not in _CONVERSATION:
         return entry

@@ -98,6 +98,7 @@ def _branch(tree: list[_Entry], parents: Mapping[str, _Entry], source: Source, w
         stack.extend(children.get(e.uuid, ()))
     left_out = sum(1 for e in tree if e.talks and e.uuid not in chosen)
     if left_out:
+        source.leave_out("user/assistant entry on another branch", left_out)
         source.notes.append(
             f"{what}: {left_out} user/assistant entries on other (rewound or abandoned) branches were not imported"
         )

@@ -57,13 +57,14 @@ def _records(source: Source) -> tuple[list[_Record], list[_Record]]:
         elif is_first and kind is None and "id" in rec:  # old files: a bare session meta first
             out.append(("session_meta", lineno, rec, parse_timestamp(rec.get("timestamp"))))
         elif "record_type" in rec:  # old files: {"record_type": "state"} bookkeeping lines
-            continue
+            source.leave_out(f"{rec['record_type']} record (bookkeeping)")
         elif isinstance(kind, str) and kind in _ITEM_TYPES:  # old files: a bare response item
             out.append(("response_item", lineno, rec, parse_timestamp(rec.get("timestamp"))))
         else:
             source.skip(lineno, "not a Codex rollout record (no 'payload', not a response item)")
     for kind, n in sorted(unknown.items()):
         source.notes.append(f"left out {n} record(s) of unknown type {kind!r}")
+        source.leave_out(f"{kind} record (unknown type)", n)
     return out, events
 
 

@@ -51,7 +51,6 @@ class _Builder:
     held: list[_Held] = field(default_factory=list)
     held_passed: bool = False  # an output was placed while messages were held: releasing them moves them
     moved: int = 0
-    spoken: bool = False  # a user or assistant message item was seen
 
     # --- emitting ----------------------------------------------------------------------
 
@@ -145,6 +144,7 @@ class _Builder:
         """Note what was left out or moved."""
         for kind, n in sorted(self.unknown.items()):
             self.source.notes.append(f"left out {n} response item(s) of unknown type {kind!r}")
+            self.source.leave_out(f"response_item {kind} (unknown type)", n)
         if self.moved:
             self.source.notes.append(
                 f"moved {self.moved} message(s) that Codex recorded between tool calls and their outputs "
@@ -198,7 +198,7 @@ class _Builder:
             self.source.notes.append(f"a {kind} item holds an encrypted summary; a marker message stands in for it")
             self.emit("user", [TextBlock(text=ENCRYPTED_COMPACTION_TEXT)], ts, source_id, extra)
         elif kind in _IGNORED_ITEMS:
-            pass
+            self.source.leave_out(f"response_item {kind} (harness bookkeeping)")
         elif isinstance(kind, str):
             self.unknown[kind] = self.unknown.get(kind, 0) + 1
         else:
@@ -213,7 +213,6 @@ class _Builder:
         if role not in ("user", "assistant", "developer", "system"):
             raise _Bad(f"message with unknown role {role!r}")
         blocks = [self.content_item(part) for part in content]
-        self.spoken = self.spoken or role in ("user", "assistant")
         if role == "assistant":
             phase = item.get("phase")
             for block in blocks:

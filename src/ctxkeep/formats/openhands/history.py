@@ -25,12 +25,15 @@ class _Builder(_ClassicEvents, _SdkEvents):
             self._v1(event, index)
         elif "action" in event:
             if event.get("action") in _STATE_ACTIONS:
+                self.state_events[f"{event['action']} action"] += 1
                 return
             self.pending = None
             self._action(event, index)
         elif event.get("observation") not in _STATE_OBSERVATIONS:
             pending, self.pending = self.pending, None
             self._observation(event, index, pending)
+        else:
+            self.state_events[f"{event.get('observation')} observation"] += 1
 
 
 def _build(source: Source, lineno: int | None, conv_id: str, history: list[Any]) -> list[Message]:
@@ -45,6 +48,9 @@ def _build(source: Source, lineno: int | None, conv_id: str, history: list[Any])
             source.skip(lineno, f"history event {index} of {conv_id} is malformed ({describe(exc)})")
     for kind, n in sorted(builder.left_out.items()):
         source.notes.append(f"{conv_id}: left out {n} {kind} event(s), which carry no message")
+        source.leave_out(f"{kind} event (no message)", n)
+    for kind, n in sorted(builder.state_events.items()):  # the agent's state, on purpose: counted, not noted
+        source.leave_out(f"{kind} (agent state)", n)
     return builder.messages()
 
 

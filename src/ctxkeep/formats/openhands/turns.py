@@ -60,6 +60,7 @@ class _Assembly:
         self.pending: _Answer | None = None  # the action just before, for an observation naming none
         self.agent_acted = False
         self.left_out: Counter[str] = Counter()
+        self.state_events: Counter[str] = Counter()  # the agent's state changes, left out on purpose
 
     def messages(self) -> list[Message]:
         out: list[Message] = []

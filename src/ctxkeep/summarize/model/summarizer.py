@@ -38,11 +38,19 @@ from ctxkeep.summarize.model.prompts import Prompt, merge_prompt, render_message
 from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
 from ctxkeep.summarize.sections import structured
 from ctxkeep.summarize.sections.markdown import missing_sections
-from ctxkeep.summarize.verbatim import carried, carried_rules, host_summary, render_carried, split_carried
+from ctxkeep.summarize.verbatim import (
+    SECTIONS_SKELETON,
+    carried,
+    carried_rules,
+    earlier_summaries,
+    render_carried,
+)
 from ctxkeep.tokens import Counter, get_counter
 
 # Feedback from the audit goes into the prompt too: a few reasons, a few identifiers each.
 _FEEDBACK_TOKENS = 400
+# What the model's text keeps at the least in a squeezed cap, beside the verbatim parts (see `render_carried`).
+_SQUEEZED_TEXT = 2 * SECTIONS_SKELETON
 
 _THINK = re.compile(r"<(think|thinking)>.*?</\1>\s*", re.DOTALL | re.IGNORECASE)
 # Any fence line, indented or not. A reply wrapped in a fence is not valid nested Markdown (the fences of the
@@ -107,11 +115,12 @@ class ModelSummarizer:
         # The user's messages and the standing instructions are appended verbatim, after the model's text
         # and its augmentation, which share what is left of the cap; the model sees the previous summary
         # without them (or the host's own summary, the first time).
-        appendix = render_carried(carried(request.messages, request.previous), max_chars=request.max_chars)
-        if request.previous:
-            previous: str | None = split_carried(request.previous)[0]
-        else:  # the host's own summary, when it compacted before us
-            previous = host_summary(request.messages, max_chars=request.max_chars)
+        # In a squeezed cap the model's text keeps more than the extractive skeleton: its augmentation's notes
+        # count what it had no room for, and a model is not asked twice.
+        parts = carried(request.messages, request.previous)
+        appendix = render_carried(parts, max_chars=request.max_chars, sections=_SQUEEZED_TEXT)
+        # the previous summary, then the host's own when it compacted too (before us, or since our last summary)
+        previous = "\n\n".join(earlier_summaries(request)) or None
         room = request.max_chars - len(appendix)
         inner = dataclasses.replace(request, previous=previous, max_chars=max(MIN_SUMMARY_CHARS, room))
         try:
