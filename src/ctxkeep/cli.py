@@ -271,34 +271,21 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    import contextlib
-    import tempfile
     from pathlib import Path
 
     from ctxkeep import html_report, workspace_view  # here, so --help stays fast
-    from ctxkeep.errors import CtxkeepError, StorageError
+    from ctxkeep.cli_output import check_output, write_output
     from ctxkeep.folder import LocalFolder
 
+    out = None if args.output == "-" else Path(args.output)
+    if out is not None:
+        check_output(out, "-o")  # before the page is built: a refused path costs nothing
     page = html_report.render(workspace_view.read(LocalFolder(args.workspace), name=args.workspace)).encode()
-    if args.output == "-":
+    if out is None:
         sys.stdout.buffer.write(page)
         return 0
-    out = Path(args.output)
-    if out.is_dir():
-        raise CtxkeepError(f"-o {out} is a folder; give the path of the HTML file to write")
-    # Private (the page holds the conversation) and whole: a temporary file beside it, then one rename.
-    try:
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(page)
-            os.replace(tmp, out)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-    except OSError as exc:
-        raise StorageError(f"cannot write {out}: {exc.strerror or exc}", path=str(out), errno=exc.errno) from None
+    # Private (the page holds the conversation) and whole.
+    write_output(out, page, "-o")
     print(f"wrote {out} ({len(page):,} bytes)")
     return 0
 

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from ctxkeep.cli import Progress, read_transcript
+from ctxkeep.cli_output import check_output
 from ctxkeep.errors import CtxkeepError, FormatError, StorageError, WorkspaceLockedError
 from ctxkeep.folder import LocalFolder
 from ctxkeep.formats.anthropic import to_anthropic
@@ -131,18 +132,10 @@ class _Staged(LocalFolder):
 
 def _check_output(out: Path, *, replace: bool) -> bool:
     """Whether `out` is a workspace `--replace` will replace; False when it is new or an empty folder."""
-    try:
-        mode = out.lstat().st_mode
-    except FileNotFoundError:
+    # Never through a link, with --replace or without: the workspace is the folder named, not what a link names.
+    if not check_output(out, "-o", folder=True):
         return False
-    except OSError as exc:
-        raise CtxkeepError(f"cannot use {out} as the workspace folder: {exc.strerror or exc}") from None
-    if replace and stat.S_ISLNK(mode):
-        raise CtxkeepError(
-            f"{out} is a symbolic link; --replace replaces only a workspace folder itself, never through a link:"
-            " give the folder's own path"
-        )
-    if out.is_dir() and not any(out.iterdir()):
+    if not any(out.iterdir()):
         return False
     if not replace:
         raise CtxkeepError(
