@@ -10,7 +10,7 @@
     ctxkeep show WORKSPACE [--compaction N]
     ctxkeep report WORKSPACE -o report.html
     ctxkeep serve --upstream URL [--host 127.0.0.1] [--port 8787] [--window N] [--root DIR] [--model SPEC]
-                  [--timeout SECONDS] [--allow-remote --auth-token TOKEN]
+                  [--timeout SECONDS] [--max-body SIZE] [--allow-remote --auth-token TOKEN]
 
 FILE is a regular file, or ``-`` for standard input; at most `--max-bytes` of it are read.
 `compact` summarizes with the built-in extractive summarizer (no model, no key) unless `--model`
@@ -176,6 +176,13 @@ def _serve_parser(serve: argparse.ArgumentParser) -> None:
         "--background", action="store_true", help="write summaries ahead, so no request waits for the compaction model"
     )
     serve.add_argument(
+        "--max-body",
+        type=_byte_size,
+        default=32 * 1024 * 1024,
+        metavar="SIZE",
+        help="the largest request body taken, e.g. 32M (the default), 500K or 1G; larger ones get a 413",
+    )
+    serve.add_argument(
         "--allow-remote", action="store_true", help="allow a --host other machines can reach (needs a token)"
     )
     serve.add_argument(
@@ -207,6 +214,14 @@ class _FormatNames:
         from ctxkeep.formats import format_names
 
         return format_names()
+
+
+def _byte_size(text: str) -> int:
+    """A size in bytes from ``1048576``, ``500K``, ``32M`` or ``1G`` (powers of 1024)."""
+    number, unit = (text[:-1], text[-1].upper()) if text[-1:].isalpha() else (text, "")
+    if not number.isdigit() or unit not in ("", "K", "M", "G"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: give bytes, or a number with K, M or G (32M)")
+    return int(number) * 1024 ** ("KMG".index(unit) + 1 if unit else 0)
 
 
 def _max_bytes_flag(parser: argparse.ArgumentParser) -> None:
@@ -313,6 +328,7 @@ def _serve(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             auth_token=token,
             background=args.background,
+            max_body=args.max_body,
         )
         print(
             f"ctxkeep serve: http://{args.host}:{args.port}/v1 -> the upstream; workspaces in {root}", file=sys.stderr

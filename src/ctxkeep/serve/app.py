@@ -2,7 +2,7 @@
 
 client ──► POST /v1/chat/completions | /v1/messages
              parse ─► conversation's turn (lock) ─► sync + prepare ─► upstream ─► relay ─► record reply
-           GET /v1/models and every other /v1 path: passed through unchanged
+           GET /v1/models and every other /v1 path: passed through unchanged (never above the upstream's /v1)
            GET /healthz
 """
 
@@ -12,6 +12,7 @@ import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -28,7 +29,7 @@ from ctxkeep.summarize import Summarizer
 
 from .chat import ChatCompletions
 from .dialect import BadRequest, Dialect, Reassembler, Reply
-from .forward import Upstream, UpstreamTimeout, UpstreamUnreachable, returned
+from .forward import Upstream, UpstreamTimeout, UpstreamUnreachable, returned, under_base
 from .messages_api import AnthropicMessages
 from .sessions import HEADER, Lease, Sessions, conversation_key
 from .settings import ServeSettings
@@ -65,7 +66,15 @@ def create_app(
         Route("/v1/messages", proxy.messages, methods=["POST"]),
         Route("/v1/{rest:path}", proxy.passthrough, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: internal_error})
+
+
+async def internal_error(request: Request, exc: Exception) -> Response:
+    """What no handler expected (a bug): a 500 in the route's error shape, which the SDKs read, not plain text."""
+    log.error("%s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+    dialect = _MESSAGES if request.url.path == "/v1/messages" else _CHAT
+    message = f"ctxkeep serve failed on this request ({type(exc).__name__}); its log says more"
+    return JSONResponse(dialect.error("api_error", message), status_code=500)
 
 
 async def healthz(request: Request) -> Response:
@@ -100,11 +109,18 @@ class Proxy:
         """Any other ``/v1`` request (``GET /v1/models``, ...), forwarded and answered unchanged."""
         if (refused := self._refuse_unauthorized(request, _CHAT)) is not None:
             return refused
-        path = "/" + request.path_params["rest"]
+        raw = request.scope.get("raw_path")
+        path = under_base(raw.decode("latin-1") if isinstance(raw, bytes) else quote(request.url.path))
+        if path is None:
+            return _bad_request(_CHAT, "the path leaves the API's /v1 (a '..' or an encoded '/'); ask for a /v1 path")
         if request.url.query:
             path += "?" + request.url.query
         try:
-            answer = await self._upstream.open(request.method, path, request.headers.items(), await request.body())
+            body = await _body(request, self._settings.max_body)
+        except _TooLarge as exc:
+            return _too_large(_CHAT, exc)
+        try:
+            answer = await self._upstream.open(request.method, path, request.headers.items(), body)
         except (UpstreamTimeout, UpstreamUnreachable) as exc:
             return _upstream_failure(_CHAT, exc)
         return _Relay(_relay(answer, None), answer, status_code=answer.status_code, headers=returned(answer.headers))
@@ -113,11 +129,13 @@ class Proxy:
         if (refused := self._refuse_unauthorized(request, dialect)) is not None:
             return refused
         try:
-            body = orjson.loads(await request.body())
+            body = orjson.loads(await _body(request, self._settings.max_body))
             if not isinstance(body, dict):
                 raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
             turn = dialect.parse(body)
             key = conversation_key(request.headers.get(HEADER), path, turn)
+        except _TooLarge as exc:
+            return _too_large(dialect, exc)
         except orjson.JSONDecodeError as exc:
             return _bad_request(dialect, f"the request body is not valid JSON: {exc}")
         except BadRequest as exc:
@@ -211,21 +229,46 @@ def _record_json(content: bytes, recorder: _Recorder) -> None:
 
 
 async def _relay(answer: httpx.Response, recorder: _Recorder | None) -> AsyncIterator[bytes]:
-    """The upstream's bytes as they arrive; with a recorder, the reply put together and recorded at the end."""
+    """The upstream's bytes as they arrive; with a recorder, the stream's whole events as they arrive, the reply
+    put together and recorded at the end, and a stream that broke or stopped short ended with an error event."""
+    if recorder is None:
+        try:
+            async for chunk in answer.aiter_bytes():
+                yield chunk
+        except (httpx.TimeoutException, httpx.TransportError):
+            log.warning("the upstream broke off a passed-through answer")
+        return
     reader = EventReader()
-    assembler = recorder.dialect.reassembler() if recorder is not None else None
+    assembler: Reassembler | None = recorder.dialect.reassembler()
+    last: Event | None = None
     try:
         async for chunk in answer.aiter_bytes():
-            yield chunk
+            events = reader.feed(chunk)
+            if whole := reader.whole():
+                yield whole
+            last = events[-1] if events else last
             if assembler is not None:
-                assembler = _fed(assembler, reader.feed(chunk))
+                assembler = _fed(assembler, events)
     except (httpx.TimeoutException, httpx.TransportError) as exc:
-        # The status line is long gone: the stream ends with an error event, which the SDKs raise.
-        if recorder is not None:
-            kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "upstream_error"
-            yield recorder.dialect.stream_error(kind, f"the upstream broke off the stream ({type(exc).__name__})")
+        # The status line is long gone: the stream ends with an error event, which the SDKs raise. Half an
+        # event was held back (never sent), so the error event is read alone.
+        kind = "timeout_error" if isinstance(exc, httpx.TimeoutException) else "api_error"
+        log.warning("conversation %s: the upstream broke off its stream (%s)", recorder.key, type(exc).__name__)
+        yield recorder.dialect.stream_error(kind, f"the upstream broke off the stream ({type(exc).__name__})")
         return
-    if recorder is not None and assembler is not None:
+    # The connection closed. An event its blank line never ended may still be the stream's last one.
+    tail = reader.feed(b"\n\n") if reader.partial().strip() else []
+    if tail and recorder.dialect.ends(tail[-1]):
+        last = tail[-1]
+        yield reader.whole()
+        if assembler is not None:
+            assembler = _fed(assembler, tail)
+    if last is None or not recorder.dialect.ends(last):
+        # A close before the API's closing event is a cut, not a finished reply: said so, not recorded.
+        log.warning("conversation %s: the upstream's stream stopped before its end", recorder.key)
+        yield recorder.dialect.stream_error("api_error", "the upstream's stream stopped before its end (cut short)")
+        return
+    if assembler is not None:
         recorder.record(assembler.reply())
 
 
@@ -273,6 +316,34 @@ class _Relay(StreamingResponse):
 def _ctxkeep_headers(lease: Lease, step: Step) -> dict[str, str]:
     """Where the conversation is kept and what was sent, for the client's logs."""
     return {HEADER: f"{lease.key}/{lease.branch}", "x-ctxkeep-context-tokens": str(step.context.tokens)}
+
+
+class _TooLarge(Exception):
+    """A request body over `ServeSettings.max_body`."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.limit = limit
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    """The request's body, read up to `limit` bytes: past it `_TooLarge`, before more is held in memory."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _TooLarge(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(dialect: Dialect, exc: _TooLarge) -> Response:
+    message = f"the request body is over {exc.limit:,} bytes, the proxy's limit (ctxkeep serve --max-body)"
+    return JSONResponse(dialect.error("request_too_large", message), status_code=413)
 
 
 def _bad_request(dialect: Dialect, message: str) -> Response:

@@ -56,6 +56,16 @@ class ChatCompletions:
         """An error as a data event, which the openai SDK raises as an `APIError`."""
         return b"data: " + orjson.dumps(self.error(kind, message)) + b"\n\n"
 
+    def ends(self, event: Event) -> bool:
+        """``data: [DONE]``, or an error chunk: what a whole stream ends with."""
+        if event.data == "[DONE]":
+            return True
+        try:
+            chunk = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            return False
+        return isinstance(chunk, dict) and "error" in chunk
+
 
 class ChunkReassembler:
     """The reply of a streamed chat completion: content and tool calls put back together from the deltas."""

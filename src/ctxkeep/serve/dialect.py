@@ -79,6 +79,9 @@ class Dialect(Protocol):
     def stream_error(self, kind: str, message: str) -> bytes:
         """An error event to end a stream that broke after its first bytes were sent."""
 
+    def ends(self, event: Event) -> bool:
+        """Whether `event` is one a whole stream ends with (a stream that stops before one was cut)."""
+
 
 def text_of(content: Any) -> str:
     """The text of a message's content: a string, or the text parts/blocks of a list."""

@@ -53,6 +53,10 @@ class AnthropicMessages:
         """An ``error`` event, which the anthropic SDK raises as an `APIStatusError`."""
         return b"event: error\ndata: " + orjson.dumps(self.error(kind, message)) + b"\n\n"
 
+    def ends(self, event: Event) -> bool:
+        """``message_stop``, or an ``error`` event: what a whole stream ends with."""
+        return event.name in ("message_stop", "error")
+
 
 def alternate(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Consecutive messages of one role joined into one (the summary, a user message, before a user message):

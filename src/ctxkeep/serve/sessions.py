@@ -32,7 +32,7 @@ import orjson
 
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.engine import Step
-from ctxkeep.errors import CtxkeepError, MessageError
+from ctxkeep.errors import MessageError
 from ctxkeep.session import Session
 from ctxkeep.summarize import Summarizer
 
@@ -59,13 +59,29 @@ def conversation_key(header: str | None, route: str, turn: Turn) -> str:
     return "c-" + hashlib.sha256(seed).hexdigest()[:32]
 
 
+class _Turns:
+    """A conversation's lock, and how many requests hold it or wait for it."""
+
+    def __init__(self) -> None:
+        # FIFO (asyncio's lock wakes its waiters in order): a conversation's requests run in the order they came.
+        self.lock = asyncio.Lock()
+        # Requests holding or waiting for the lock. A conversation is closed only at 0, and its `_Turns` is
+        # dropped only then: a waiter never holds a lock that a later request no longer shares.
+        self.users = 0
+
+
 class Sessions:
-    """The conversations' workspaces, opened on first use and kept open (up to `ServeSettings.max_open`)."""
+    """The conversations' workspaces, opened on first use and kept open (up to `ServeSettings.max_open`).
+
+    Every change to a conversation's workspaces (open, reopen, close, discard) happens under its lock,
+    from a request's turn or from `evict`, which takes the lock of an idle conversation like a request.
+    """
 
     def __init__(self, settings: ServeSettings, summarizer: Callable[[], Summarizer | None]) -> None:
         self._settings = settings
         self._summarizer = summarizer
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._turns: dict[str, _Turns] = {}
+        self._evicting = False  # one eviction at a time; it goes on while any conversation can be closed
         self._open: OrderedDict[tuple[str, int], AsyncSession] = OrderedDict()
         self._branches: dict[str, list[int]] = {}  # most recently used first
         self._pending: dict[tuple[str, int], Reply] = {}  # the last reply of each branch, until the next request
@@ -75,9 +91,21 @@ class Sessions:
 
     async def enter(self, key: str) -> Lease:
         """Wait for the conversation's turn; the `Lease` must be released (`Lease.release`) when done."""
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        await lock.acquire()
-        return Lease(self, key, lock)
+        turns = self._turns.setdefault(key, _Turns())
+        turns.users += 1
+        try:
+            await turns.lock.acquire()
+        except BaseException:  # cancelled while waiting (the client went away)
+            self.leave(key, turns)
+            raise
+        return Lease(self, key, turns)
+
+    def leave(self, key: str, turns: _Turns) -> None:
+        """A request is done with the conversation (`Lease.release`), or gave up waiting for it."""
+        turns.users -= 1
+        if turns.users == 0 and not any(k == key for k, _ in self._open) and self._turns.get(key) is turns:
+            del self._turns[key]
+            self._branches.pop(key, None)
 
     async def close(self) -> None:
         """Close every open workspace, with its pending reply added (their locks are released)."""
@@ -204,26 +232,36 @@ class Sessions:
         await asyncio.to_thread(shutil.rmtree, self._path(key, branch), ignore_errors=True)
 
     async def evict(self) -> None:
-        """Close the least recently used workspaces past `max_open` whose conversation is idle."""
-        for key, branch in list(self._open):
-            if len(self._open) <= self._settings.max_open:
-                return
-            lock = self._locks.get(key)
-            if lock is not None and lock.locked():
-                continue
-            session = self._open.pop((key, branch))
-            await self._close((key, branch), session)
-            if not any(k == key for k, _ in self._open):
-                self._locks.pop(key, None)
-                self._branches.pop(key, None)
+        """Close the least recently used workspaces past `max_open` whose conversation no request holds or
+        waits for; each under its conversation's lock, so a request that comes meanwhile waits for the close."""
+        if self._evicting:
+            return  # the running eviction goes on until nothing more can be closed
+        self._evicting = True
+        try:
+            while len(self._open) > self._settings.max_open:
+                idle = next((w for w in self._open if w[0] not in self._turns or not self._turns[w[0]].users), None)
+                if idle is None:
+                    return  # every open workspace is in use: closed when its requests are done
+                turns = self._turns.setdefault(idle[0], _Turns())
+                turns.users += 1
+                try:
+                    async with turns.lock:  # free at once: nobody held or waited for it
+                        session = self._open.pop(idle, None)
+                        if session is not None:
+                            await self._close(idle, session)
+                finally:
+                    self.leave(idle[0], turns)
+        finally:
+            self._evicting = False
 
 
 class Lease:
     """A conversation's turn: its requests wait for one another; other conversations go on in parallel."""
 
-    def __init__(self, sessions: Sessions, key: str, lock: asyncio.Lock) -> None:
+    def __init__(self, sessions: Sessions, key: str, turns: _Turns) -> None:
         self._sessions = sessions
-        self._lock = lock
+        self._turns = turns
+        self._held = True
         self.key = key
         self.session: AsyncSession | None = None
         self.branch = 0
@@ -240,13 +278,19 @@ class Lease:
             self._sessions.hold(self.key, self.branch, reply, counted)
 
     async def release(self) -> None:
-        """Let the conversation's next request in, and close idle workspaces past the limit."""
-        if self._lock.locked():
-            self._lock.release()
-            try:
-                await self._sessions.evict()
-            except CtxkeepError as exc:
-                log.warning("closing idle workspaces failed: %s", exc)
+        """Let the conversation's next request in, and close idle workspaces past the limit.
+
+        Never raises: the request's answer is on its way; a workspace that fails to close is logged.
+        """
+        if not self._held:
+            return
+        self._held = False
+        self._turns.lock.release()
+        self._sessions.leave(self.key, self._turns)
+        try:
+            await self._sessions.evict()
+        except Exception as exc:  # the answer must not become a 500 over another conversation's close
+            log.warning("closing idle workspaces failed: %s: %s", type(exc).__name__, exc)
 
 
 def _digests(history: Sequence[Any]) -> list[bytes]:

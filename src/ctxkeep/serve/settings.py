@@ -31,6 +31,8 @@ class ServeSettings:
     # Write each conversation's next summary in the background from its soft threshold (`Session.open(...,
     # background=True)`): a request that reaches the threshold does not wait for the compaction model.
     background: bool = False
+    # The largest request body taken, bytes (a 413 past it): a body is held whole in memory while it is read.
+    max_body: int = 32 * 1024 * 1024
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.upstream)
@@ -47,6 +49,8 @@ class ServeSettings:
             raise ValueError("the auth token must be at least 16 characters (a random one: `openssl rand -hex 16`)")
         if self.max_open < 1:
             raise ValueError(f"max_open must be 1 or more; got {self.max_open!r}")
+        if not isinstance(self.max_body, int) or isinstance(self.max_body, bool) or self.max_body < 1024:
+            raise ValueError(f"max_body must be 1024 bytes or more (32 MiB by default); got {self.max_body!r}")
         if not self.lock_timeout >= 0:
             raise ValueError(f"lock_timeout must be 0 seconds or more; got {self.lock_timeout!r}")
 
