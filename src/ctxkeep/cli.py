@@ -221,7 +221,7 @@ def _byte_size(text: str) -> int:
     number, unit = (text[:-1], text[-1].upper()) if text[-1:].isalpha() else (text, "")
     if not number.isdigit() or unit not in ("", "K", "M", "G"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a size: give bytes, or a number with K, M or G (32M)")
-    return int(number) * 1024 ** ("KMG".index(unit) + 1 if unit else 0)
+    return int(number) << (10 * ("KMG".index(unit) + 1) if unit else 0)
 
 
 def _max_bytes_flag(parser: argparse.ArgumentParser) -> None:
