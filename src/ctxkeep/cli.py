@@ -7,10 +7,12 @@
                          [--progress|--no-progress]
                          [--model SPEC [--base-url URL] [--model-window N] [--reply-format markdown|json]
                           [--agents-md FILE]]
+    ctxkeep sessions [--root DIR] [--json]        (also: ctxkeep serve ls)
     ctxkeep show WORKSPACE [--compaction N]
     ctxkeep report WORKSPACE -o report.html
     ctxkeep serve --upstream URL [--host 127.0.0.1] [--port 8787] [--window N] [--root DIR] [--model SPEC]
-                  [--timeout SECONDS] [--max-body SIZE] [--allow-remote --auth-token TOKEN]
+                  [--timeout SECONDS] [--max-body SIZE] [--log-format text|json]
+                  [--allow-remote --auth-token TOKEN]
 
 FILE is a regular file, or ``-`` for standard input; at most `--max-bytes` of it are read.
 `compact` summarizes with the built-in extractive summarizer (no model, no key) unless `--model`
@@ -56,6 +58,7 @@ COMMANDS: dict[str, str] = {
     "inspect": "tokens by role and tool, largest tool results, pairing problems",
     "compact": "replay a transcript through the engine and write the final context and workspace",
     "serve": "an OpenAI- and Anthropic-compatible proxy that compacts before forwarding",
+    "sessions": "the proxy's conversations: last use, size, compactions (also `ctxkeep serve ls`)",
     "show": "a workspace's steps and compactions, in the terminal",
     "report": "a workspace as one self-contained HTML page",
     "memory": "long-term memory: search, write, index, consolidate, schedule",
@@ -154,6 +157,11 @@ def _compact_parser(compact: argparse.ArgumentParser) -> None:
     _progress_flags(compact)
 
 
+def _sessions_parser(sessions: argparse.ArgumentParser) -> None:
+    sessions.add_argument("--root", help="the folder `ctxkeep serve --root` keeps them in (default ~/.ctxkeep/serve)")
+    sessions.add_argument("--json", action="store_true", help="print them as JSON")
+
+
 def _show_parser(show: argparse.ArgumentParser) -> None:
     show.add_argument("workspace", help="a folder a ctxkeep session wrote")
     show.add_argument("--compaction", type=int, metavar="N", help="also what compaction N archived and changed")
@@ -183,6 +191,12 @@ def _serve_parser(serve: argparse.ArgumentParser) -> None:
         help="the largest request body taken, e.g. 32M (the default), 500K or 1G; larger ones get a 413",
     )
     serve.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="one line per request on stderr, as text (default) or as one JSON object a line",
+    )
+    serve.add_argument(
         "--allow-remote", action="store_true", help="allow a --host other machines can reach (needs a token)"
     )
     serve.add_argument(
@@ -195,6 +209,7 @@ _OPTIONS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "inspect": _inspect_parser,
     "compact": _compact_parser,
     "serve": _serve_parser,
+    "sessions": _sessions_parser,
     "show": _show_parser,
     "report": _report_parser,
 }
@@ -243,12 +258,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     words = sys.argv[1:] if argv is None else list(argv)
     command = _command(words)
+    if command == "serve" and words[words.index("serve") + 1 : words.index("serve") + 2] == ["ls"]:
+        at = words.index("serve")  # `ctxkeep serve ls` is `ctxkeep sessions`
+        words, command = [*words[:at], "sessions", *words[at + 2 :]], "sessions"
     args = _parser([] if command is None else [command]).parse_args(words)
     from ctxkeep.errors import CtxkeepError  # after parsing: `--help` and usage errors never need it
 
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "sessions":
+            from ctxkeep import cli_sessions
+
+            return cli_sessions.run(args)
         if args.command == "memory":
             from ctxkeep.memory import cli as memory_cli
 
@@ -318,7 +340,9 @@ def _serve(args: argparse.Namespace) -> int:
             raise CtxkeepError(f"--host {args.host} can be reached from other machines: add --allow-remote to mean it")
         if token is None:
             raise CtxkeepError(f"--host {args.host} needs --auth-token (or CTXKEEP_AUTH_TOKEN): clients must send it")
-    root = Path(args.root) if args.root else Path.home() / ".ctxkeep" / "serve"
+    from ctxkeep.cli_sessions import default_root
+
+    root = Path(args.root) if args.root else default_root()
     try:
         settings = ServeSettings(
             upstream=args.upstream,
@@ -333,7 +357,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(
             f"ctxkeep serve: http://{args.host}:{args.port}/v1 -> the upstream; workspaces in {root}", file=sys.stderr
         )
-        run(settings, host=args.host, port=args.port)
+        run(settings, host=args.host, port=args.port, log_format=args.log_format)
     except ValueError as exc:
         raise CtxkeepError(str(exc)) from None
     return 0

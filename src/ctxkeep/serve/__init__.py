@@ -2,9 +2,9 @@
 
 The client keeps sending its whole history to the proxy's base URL; the upstream model sees the compacted
 context. Design and choices: docs/serve.md. Modules: `settings` (what it runs with), `app` (the ASGI
-application and the request's path), `sessions` (a workspace per conversation, one request at a time in
-each), `forward` (the upstream), `chat` and `messages_api` (the two wire formats), `sse` (events read back).
-"""
+application and the request's path), `access` (a log line per request), `sessions` (a workspace per
+conversation, one request at a time in each), `forward` (the upstream), `chat` and `messages_api` (the
+two wire formats), `sse` (events read back)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from ctxkeep.providers import get_model
 from ctxkeep.summarize import ModelSummarizer, Summarizer
 
+from .access import logging_config
 from .app import create_app
 from .settings import ServeSettings
 
@@ -30,14 +31,18 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def run(settings: ServeSettings, *, host: str, port: int) -> None:
-    """Serve until interrupted. A host other than a loopback address needs `settings.auth_token`."""
+def run(settings: ServeSettings, *, host: str, port: int, log_format: str = "text") -> None:
+    """Serve until interrupted, one log line per request on standard error (`log_format`: ``text`` or
+    ``json``, uvicorn's own lines alike). A host other than a loopback address needs `settings.auth_token`."""
     import uvicorn
 
     if not is_loopback(host) and settings.auth_token is None:
         raise ValueError(f"binding {host} lets other machines in: give an auth token that clients must send")
+    config = logging_config(log_format)
     app = create_app(settings, summarizer=summarizers(settings.model))
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, server_header=False)
+    uvicorn.run(
+        app, host=host, port=port, log_config=config, log_level="warning", access_log=False, server_header=False
+    )
 
 
 def summarizers(spec: str | None) -> Callable[[], Summarizer | None]:

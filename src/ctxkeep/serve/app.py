@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from urllib.parse import quote
@@ -18,7 +19,7 @@ import anyio
 import httpx
 import orjson
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -27,11 +28,12 @@ from ctxkeep.engine import Step
 from ctxkeep.errors import CtxkeepError, WorkspaceLockedError
 from ctxkeep.summarize import Summarizer
 
+from .access import Exchange
 from .chat import ChatCompletions
 from .dialect import BadRequest, Dialect, Reassembler, Reply
 from .forward import Upstream, UpstreamTimeout, UpstreamUnreachable, returned, under_base
 from .messages_api import AnthropicMessages
-from .sessions import HEADER, Lease, Sessions, conversation_key
+from .sessions import HEADER, Lease, Sessions
 from .settings import ServeSettings
 from .sse import Event, EventReader
 
@@ -99,14 +101,17 @@ class Proxy:
 
     async def chat(self, request: Request) -> Response:
         """``POST /v1/chat/completions`` (OpenAI)."""
-        return await self._converse(request, _CHAT, "/chat/completions")
+        return await _watched(request, lambda exchange: self._converse(request, _CHAT, "/chat/completions", exchange))
 
     async def messages(self, request: Request) -> Response:
         """``POST /v1/messages`` (Anthropic)."""
-        return await self._converse(request, _MESSAGES, "/messages")
+        return await _watched(request, lambda exchange: self._converse(request, _MESSAGES, "/messages", exchange))
 
     async def passthrough(self, request: Request) -> Response:
         """Any other ``/v1`` request (``GET /v1/models``, ...), forwarded and answered unchanged."""
+        return await _watched(request, lambda exchange: self._pass(request, exchange))
+
+    async def _pass(self, request: Request, exchange: Exchange) -> Response:
         if (refused := self._refuse_unauthorized(request, _CHAT)) is not None:
             return refused
         raw = request.scope.get("raw_path")
@@ -119,13 +124,14 @@ class Proxy:
             body = await _body(request, self._settings.max_body)
         except _TooLarge as exc:
             return _too_large(_CHAT, exc)
+        exchange.forwarded()
         try:
             answer = await self._upstream.open(request.method, path, request.headers.items(), body)
         except (UpstreamTimeout, UpstreamUnreachable) as exc:
             return _upstream_failure(_CHAT, exc)
         return _Relay(_relay(answer, None), answer, status_code=answer.status_code, headers=returned(answer.headers))
 
-    async def _converse(self, request: Request, dialect: Dialect, path: str) -> Response:
+    async def _converse(self, request: Request, dialect: Dialect, path: str, exchange: Exchange) -> Response:
         if (refused := self._refuse_unauthorized(request, dialect)) is not None:
             return refused
         try:
@@ -133,13 +139,15 @@ class Proxy:
             if not isinstance(body, dict):
                 raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
             turn = dialect.parse(body)
-            key = conversation_key(request.headers.get(HEADER), path, turn)
+            exchange.stream = turn.stream
+            key = self._sessions.key(request.headers.get(HEADER), path, turn)
         except _TooLarge as exc:
             return _too_large(dialect, exc)
         except orjson.JSONDecodeError as exc:
             return _bad_request(dialect, f"the request body is not valid JSON: {exc}")
         except BadRequest as exc:
             return _bad_request(dialect, str(exc))
+        exchange.conversation = key
         lease = await self._sessions.enter(key)
         handed_over = False  # to a relay, which releases the lease when the stream ends, however it ends
         try:
@@ -157,10 +165,15 @@ class Proxy:
                 log.error("conversation %s: the workspace could not be used: %s", key, exc)
                 message = f"ctxkeep could not use the workspace of conversation {key}: {exc}"
                 return JSONResponse(dialect.error("api_error", message), status_code=500)
+            exchange.conversation = f"{key}/{lease.branch}"
+            exchange.tokens_in = step.context.tokens
+            if step.compaction is not None:
+                exchange.compacted, exchange.tokens_before = True, step.compaction.tokens_before
             for warning in step.warnings:
                 log.warning("conversation %s: %s", key, warning)
             outgoing = orjson.dumps(dialect.outgoing(body, turn, step))
             target = f"{path}?{request.url.query}" if request.url.query else path  # e.g. ?beta=true
+            exchange.forwarded()
             try:
                 answer = await self._upstream.open("POST", target, request.headers.items(), outgoing)
             except (UpstreamTimeout, UpstreamUnreachable) as exc:
@@ -168,7 +181,7 @@ class Proxy:
             headers = returned(answer.headers) | _ctxkeep_headers(lease, step)
             streamed = turn.stream and answer.status_code == 200
             if streamed and answer.headers.get("content-type", "").startswith("text/event-stream"):
-                relay = _relay(answer, _Recorder(dialect, lease, step))
+                relay = _relay(answer, _Recorder(dialect, lease, step, exchange))
                 response: Response = _Relay(relay, answer, status_code=200, headers=headers, on_close=lease.release)
                 handed_over = True
                 return response
@@ -179,7 +192,7 @@ class Proxy:
             finally:
                 await answer.aclose()
             if answer.status_code == 200:
-                _record_json(content, _Recorder(dialect, lease, step))
+                _record_json(content, _Recorder(dialect, lease, step, exchange))
             return Response(content, status_code=answer.status_code, headers=headers)
         finally:
             if not handed_over:
@@ -199,9 +212,10 @@ class Proxy:
 class _Recorder:
     """Records a conversation's reply once the upstream's answer is whole."""
 
-    def __init__(self, dialect: Dialect, lease: Lease, step: Step) -> None:
+    def __init__(self, dialect: Dialect, lease: Lease, step: Step, exchange: Exchange) -> None:
         self.dialect = dialect
         self.key = lease.key
+        self.exchange = exchange
         self._lease = lease
         self._step = step
 
@@ -209,6 +223,7 @@ class _Recorder:
         """Keep a whole reply for the conversation (`Lease.record`); note the upstream's count beside ctxkeep's."""
         if reply is None:
             return
+        self.exchange.tokens_out = reply.output_tokens
         if reply.prompt_tokens is not None:
             log.debug(
                 "conversation %s: ctxkeep counted %d tokens, the upstream %d",
@@ -253,7 +268,7 @@ async def _relay(answer: httpx.Response, recorder: _Recorder | None) -> AsyncIte
         # The status line is long gone: the stream ends with an error event, which the SDKs raise. Half an
         # event was held back (never sent), so the error event is read alone.
         kind = "timeout_error" if isinstance(exc, httpx.TimeoutException) else "api_error"
-        log.warning("conversation %s: the upstream broke off its stream (%s)", recorder.key, type(exc).__name__)
+        recorder.exchange.error = f"the upstream broke off the stream ({type(exc).__name__})"
         yield recorder.dialect.stream_error(kind, f"the upstream broke off the stream ({type(exc).__name__})")
         return
     # The connection closed. An event its blank line never ended may still be the stream's last one.
@@ -265,7 +280,7 @@ async def _relay(answer: httpx.Response, recorder: _Recorder | None) -> AsyncIte
             assembler = _fed(assembler, tail)
     if last is None or not recorder.dialect.ends(last):
         # A close before the API's closing event is a cut, not a finished reply: said so, not recorded.
-        log.warning("conversation %s: the upstream's stream stopped before its end", recorder.key)
+        recorder.exchange.error = "the upstream's stream stopped before its end"
         yield recorder.dialect.stream_error("api_error", "the upstream's stream stopped before its end (cut short)")
         return
     if assembler is not None:
@@ -300,17 +315,42 @@ class _Relay(StreamingResponse):
         super().__init__(content, status_code=status_code, headers=headers)
         self._answer = answer
         self._on_close = on_close
+        self.exchange: Exchange | None = None  # its log line is written when the stream ends (`_watched`)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
+        except (ClientDisconnect, OSError):
+            # The client went away mid-stream: one line (the request's), not a traceback.
+            if self.exchange is not None:
+                self.exchange.error = "the client went away"
         finally:
             with anyio.CancelScope(shield=True):
                 try:
                     await self._answer.aclose()
                 finally:
-                    if self._on_close is not None:
-                        await self._on_close()
+                    try:
+                        if self._on_close is not None:
+                            await self._on_close()
+                    finally:
+                        if self.exchange is not None:
+                            self.exchange.done(self.status_code)
+
+
+async def _watched(request: Request, handle: Callable[[Exchange], Awaitable[Response]]) -> Response:
+    """`handle`'s response, and the request's log line: now, or when its stream ends."""
+    exchange = Exchange(method=request.method, path=request.url.path, started=time.monotonic())
+    try:
+        response = await handle(exchange)
+    except Exception as exc:
+        exchange.error = type(exc).__name__
+        exchange.done(500)  # `internal_error` answers it
+        raise
+    if isinstance(response, _Relay):
+        response.exchange = exchange
+    else:
+        exchange.done(response.status_code)
+    return response
 
 
 def _ctxkeep_headers(lease: Lease, step: Step) -> dict[str, str]:

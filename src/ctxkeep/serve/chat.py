@@ -42,7 +42,8 @@ class ChatCompletions:
             return None
         if not isinstance(message, dict):
             return None
-        return Reply(_sendable(message), _prompt_tokens(answer.get("usage")))
+        usage = answer.get("usage")
+        return Reply(_sendable(message), _prompt_tokens(usage), _usage(usage, "completion_tokens"))
 
     def reassembler(self) -> ChunkReassembler:
         """A reassembler for ``chat.completion.chunk`` events."""
@@ -77,6 +78,7 @@ class ChunkReassembler:
         self._finished = False
         self._broken = False
         self._prompt_tokens: int | None = None
+        self._output_tokens: int | None = None
 
     def feed(self, event: Event) -> None:
         """Take one ``data:`` event (``[DONE]`` ends the stream)."""
@@ -91,6 +93,7 @@ class ChunkReassembler:
             self._broken = True
             return
         self._prompt_tokens = _prompt_tokens(chunk.get("usage")) or self._prompt_tokens
+        self._output_tokens = _usage(chunk.get("usage"), "completion_tokens") or self._output_tokens
         for choice in chunk.get("choices") or []:
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 self._take(choice)
@@ -123,7 +126,7 @@ class ChunkReassembler:
         if self._calls:
             calls = [c for _, c in sorted(self._calls.items())]
             message["tool_calls"] = [{**c, "function": {"name": "", "arguments": "", **c["function"]}} for c in calls]
-        return Reply(_sendable(message), self._prompt_tokens)
+        return Reply(_sendable(message), self._prompt_tokens, self._output_tokens)
 
 
 def _sendable(message: dict[str, Any]) -> dict[str, Any]:
@@ -138,5 +141,9 @@ def _sendable(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def _prompt_tokens(usage: Any) -> int | None:
-    tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-    return tokens if isinstance(tokens, int) else None
+    return _usage(usage, "prompt_tokens")
+
+
+def _usage(usage: Any, field: str) -> int | None:
+    tokens = usage.get(field) if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None

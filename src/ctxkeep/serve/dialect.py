@@ -46,6 +46,8 @@ class Reply:
     message: dict[str, Any]
     # The prompt's tokens as the upstream counted them (usage), when it said.
     prompt_tokens: int | None = None
+    # The reply's tokens as the upstream counted them (usage), when it said: for the request's log line.
+    output_tokens: int | None = None
 
 
 class Reassembler(Protocol):

@@ -2,12 +2,12 @@
 
     <root>/<conversation>/<branch>/     a ctxkeep workspace (`Session`): branch 0 first
 
-A conversation is named by the client's ``X-Ctxkeep-Session`` header, else by a hash of how it begins
-(the route, the system prompt, the first message). Each request syncs the client's whole history into
-the conversation's current branch. A history that no longer extends what a branch holds (the client
-edited or removed a message, or is another conversation that begins the same way) goes to the first
-other branch it extends, else to a new branch that takes it whole: nothing a branch holds is rewritten
-or lost, and the upstream always gets a valid context.
+A conversation is named by the client's ``X-Ctxkeep-Session`` header, else by the first words of its
+first ask and a hash of how it begins (the route, the system prompt, the first message). Each request
+syncs the client's whole history into the conversation's current branch. A history that no longer extends
+what a branch holds (the client edited or removed a message, or is another conversation that begins the
+same way) goes to the first other branch it extends, else to a new branch that takes it whole: nothing a
+branch holds is rewritten or lost, and the upstream always gets a valid context.
 
 The upstream's reply is recorded as the branch's pending reply: the next request that extends the
 branch carries it back as the client kept it, and sync adds it from there; a retry or a regenerate
@@ -19,6 +19,7 @@ against ctxkeep: a conversation whose upstream counts more gets a window smaller
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import re
@@ -36,27 +37,67 @@ from ctxkeep.errors import MessageError
 from ctxkeep.session import Session
 from ctxkeep.summarize import Summarizer
 
-from .dialect import BadRequest, Reply, Turn
+from .dialect import BadRequest, Reply, Turn, text_of
 from .settings import ServeSettings
 
 log = logging.getLogger("ctxkeep")
 
 HEADER = "x-ctxkeep-session"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_WORD = re.compile(r"[a-z0-9]+")
+# The words of a conversation's first ask kept in its name: enough to recognise it in a listing.
+_SLUG_CHARS = 32
 
 
-def conversation_key(header: str | None, route: str, turn: Turn) -> str:
-    """The conversation a request belongs to: the client's header, else derived from how it begins."""
+def conversation_key(header: str | None, route: str, turn: Turn, *, root: Path | None = None) -> str:
+    """The conversation a request belongs to, which names its folder under `root`.
+
+    The client's header, as it is when it is already a folder name, else made one (other characters turned
+    into ``-``, a hash of the whole value added so two values never share a folder). Without a header, a
+    short name from the first ask and a hash of how the conversation begins (the route, the system prompt,
+    the first message): ``fix-the-login-bug-in-auth-3f2a9c01d4``. A folder under `root` named the way
+    earlier versions named it (``c-<hash>``) is found by that name.
+    """
     if header is not None:
-        if not _NAME.fullmatch(header) or ".." in header:
-            raise BadRequest(
-                f"the {HEADER} header must be 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or"
-                " digit (it names a folder)"
-            )
-        return header
+        return _header_name(header)
     first = turn.history[0] if turn.history else None
     seed = orjson.dumps([route, turn.system, first], option=orjson.OPT_SORT_KEYS)
-    return "c-" + hashlib.sha256(seed).hexdigest()[:32]
+    digest = hashlib.sha256(seed).hexdigest()
+    old = "c-" + digest[:32]
+    if root is not None and (root / old).is_dir():
+        return old
+    return f"{_slug(_first_ask(turn.history))}-{digest[:10]}"
+
+
+def _header_name(header: str) -> str:
+    if _NAME.fullmatch(header) and ".." not in header:
+        return header
+    if "/" in header or "\\" in header or ".." in header:
+        raise BadRequest(
+            f"the {HEADER} header must not hold '/', '\\' or '..' (it names a folder): use letters, digits,"
+            " '.', '_' or '-'"
+        )
+    readable = _UNSAFE.sub("-", header).strip("-.")[:_SLUG_CHARS].rstrip("-.") or "session"
+    return f"{readable}-{hashlib.sha256(header.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+
+
+def _first_ask(history: Sequence[Any]) -> str:
+    for message in history:
+        if isinstance(message, dict) and message.get("role") == "user":
+            return text_of(message.get("content"))
+    return ""
+
+
+def _slug(text: str) -> str:
+    """The first words of `text`, lower case, joined by ``-``, at most `_SLUG_CHARS` characters."""
+    slug = ""
+    for word in _WORD.findall(text.lower()):
+        longer = f"{slug}-{word}" if slug else word[:_SLUG_CHARS]
+        if len(longer) > _SLUG_CHARS:
+            break
+        slug = longer
+    return slug or "conversation"
 
 
 class _Turns:
@@ -88,6 +129,10 @@ class Sessions:
         self._seen: dict[tuple[str, int], list[bytes]] = {}  # digests of the history items each branch took last
         self._scale: dict[str, float] = {}  # per conversation: the upstream's token count over ctxkeep's, at most
         self._windows: dict[tuple[str, int], int] = {}  # the window each open workspace was opened with
+
+    def key(self, header: str | None, route: str, turn: Turn) -> str:
+        """The request's conversation (`conversation_key`), found among the folders under the root."""
+        return conversation_key(header, route, turn, root=self._settings.root)
 
     async def enter(self, key: str) -> Lease:
         """Wait for the conversation's turn; the `Lease` must be released (`Lease.release`) when done."""
@@ -230,6 +275,8 @@ class Sessions:
         if session is not None:
             await self._close((key, branch), session)
         await asyncio.to_thread(shutil.rmtree, self._path(key, branch), ignore_errors=True)
+        with contextlib.suppress(OSError):  # a refused request leaves no folder: only an empty one goes
+            await asyncio.to_thread((self._settings.root / key).rmdir)
 
     async def evict(self) -> None:
         """Close the least recently used workspaces past `max_open` whose conversation no request holds or
