@@ -258,6 +258,7 @@ def test_malformed_request_gets_400_and_the_upstream_is_not_called(
     assert says in answer.json()["error"]["message"]
     assert answer.json()["error"]["type"] == "invalid_request_error"
     assert up.calls == []
+    assert list((tmp_path / "root").iterdir()) == []  # a refused request leaves no folder
     assert [p for p in (tmp_path / "root").rglob("*") if p.is_file()] == []  # no workspace left behind
 
 
