@@ -435,3 +435,46 @@ def test_compact_never_builds_a_workspace_through_a_link(tmp_path: Path) -> None
     link.symlink_to(tmp_path / "empty")
     refused(ctxkeep("compact", GOOD, "-o", link), str(link), "symbolic link")
     assert list((tmp_path / "empty").iterdir()) == []
+
+
+# --- a missing extra is named in one line ------------------------------------------------------------------------
+
+_BLOCKER = """
+import importlib.abc, sys
+
+class _Missing(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in {BLOCKED!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, _Missing())
+"""
+
+
+def without(tmp_path: Path, *modules: str) -> dict[str, str]:
+    """An environment where `modules` cannot be imported, as if their extra were not installed."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_BLOCKER.format(BLOCKED=set(modules)))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.mark.parametrize("missing", ["starlette", "uvicorn"])
+def test_serve_without_its_extra_names_it(tmp_path: Path, missing: str) -> None:
+    argv = [_exe(), "serve", "--upstream", "http://127.0.0.1:9/v1", "--root", str(tmp_path / "root")]
+    proc = subprocess.run(argv, env=without(tmp_path, missing), capture_output=True, text=True, timeout=TIMEOUT)
+    refused(
+        proc, "ctxkeep serve needs the serve extra", f"({missing} is not installed)", "pip install 'ctxkeep[serve]'"
+    )
+    assert not (tmp_path / "root").exists()
+
+
+def test_sessions_needs_no_extra(tmp_path: Path) -> None:
+    (tmp_path / "root" / "conv" / "0").mkdir(parents=True)
+    argv = [_exe(), "sessions", "--root", str(tmp_path / "root")]
+    proc = subprocess.run(
+        argv, env=without(tmp_path, "starlette", "uvicorn"), capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1].split()[0] == "conv"

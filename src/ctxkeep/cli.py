@@ -261,6 +261,53 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "serve" and words[words.index("serve") + 1 : words.index("serve") + 2] == ["ls"]:
         at = words.index("serve")  # `ctxkeep serve ls` is `ctxkeep sessions`
         words, command = [*words[:at], "sessions", *words[at + 2 :]], "sessions"
+    try:
+        return _run(words, command)
+    except ModuleNotFoundError as exc:
+        extra = _extra_of(exc, command)
+        if extra is None:
+            raise  # not a package an extra brings: a bug, whose traceback says where
+        print(
+            f"ctxkeep: error: ctxkeep {command} needs the {extra} extra ({_top(exc)} is not installed):"
+            f" pip install 'ctxkeep[{extra}]'",
+            file=sys.stderr,
+        )
+        return 2
+
+
+# The extra each command needs, when ctxkeep's installed metadata cannot say which one brings a package.
+_COMMAND_EXTRAS = {"serve": "serve", "memory": "memory"}
+
+
+def _extra_of(exc: ModuleNotFoundError, command: str | None) -> str | None:
+    """The extra that brings the module `exc` could not import: read from ctxkeep's own metadata (the extras
+    of pyproject.toml), else the extra of `command`; None for a module no extra brings."""
+    import importlib.metadata
+    import re
+
+    top = _top(exc).lower().replace("-", "_")
+    if not top or top == "ctxkeep" or top in sys.stdlib_module_names:
+        return None
+    try:
+        requires = importlib.metadata.requires("ctxkeep") or []
+    except importlib.metadata.PackageNotFoundError:
+        return _COMMAND_EXTRAS.get(command or "")
+    for requirement in requires:
+        found = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*).*extra\s*==\s*['\"]([\w.-]+)['\"]", requirement)
+        if found is None or found[2] in ("all", "dev"):
+            continue
+        package = re.sub(r"[-.]+", "_", found[1].lower())
+        if package == top or package.startswith(top + "_"):  # pysqlite3-binary brings pysqlite3
+            return found[2]
+    return None
+
+
+def _top(exc: ModuleNotFoundError) -> str:
+    """The top-level package of the module that could not be imported."""
+    return (exc.name or "").partition(".")[0]
+
+
+def _run(words: list[str], command: str | None) -> int:
     args = _parser([] if command is None else [command]).parse_args(words)
     from ctxkeep.errors import CtxkeepError  # after parsing: `--help` and usage errors never need it
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable
 
+import uvicorn  # here, not in `run`: a missing `serve` extra is named before anything is printed or made
+
 from ctxkeep.providers import get_model
 from ctxkeep.summarize import ModelSummarizer, Summarizer
 
@@ -34,8 +36,6 @@ def is_loopback(host: str) -> bool:
 def run(settings: ServeSettings, *, host: str, port: int, log_format: str = "text") -> None:
     """Serve until interrupted, one log line per request on standard error (`log_format`: ``text`` or
     ``json``, uvicorn's own lines alike). A host other than a loopback address needs `settings.auth_token`."""
-    import uvicorn
-
     if not is_loopback(host) and settings.auth_token is None:
         raise ValueError(f"binding {host} lets other machines in: give an auth token that clients must send")
     config = logging_config(log_format)
