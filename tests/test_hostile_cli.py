@@ -422,7 +422,7 @@ def test_report_refuses_another_users_file(workspace: Path, tmp_path: Path) -> N
 def test_a_device_is_refused_before_anything_is_written() -> None:
     """As root, `-o /dev/null` once turned the system's /dev/null into a regular file: the check alone, here,
     so a regression cannot do that again on the machine running the tests."""
-    from ctxkeep.cli_output import check_output
+    from ctxkeep.cli.output import check_output
     from ctxkeep.errors import CtxkeepError
 
     with pytest.raises(CtxkeepError, match="is a character device; ctxkeep never writes through or replaces it"):

@@ -1,7 +1,8 @@
-"""``ctxkeep compact``: replay a transcript through the engine into a new (or replaced) workspace.
+"""What ``ctxkeep compact`` does: replay a transcript through the engine into a new workspace, or build
+one beside the old and swap them (``--replace``).
 
-Its own module so that the other commands, and ``--help``, do not import the engine, the session and
-the summarizer; `ctxkeep.cli` imports it only when the command runs.
+Imported only when the command runs (`ctxkeep.cli.compact` has its options): the other commands, and
+``--help``, do not import the engine, the session and the summarizer.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from typing import Any
 
 import orjson
 
-from ctxkeep.cli import Progress, read_transcript
-from ctxkeep.cli_output import check_output
 from ctxkeep.errors import CtxkeepError, FormatError, StorageError, WorkspaceLockedError
 from ctxkeep.folder import LocalFolder
 from ctxkeep.formats.anthropic import to_anthropic
@@ -39,13 +38,17 @@ from ctxkeep.store import STATE, TOOL_RESULT_DIR
 from ctxkeep.summarize import ModelSummarizer
 from ctxkeep.tokens import TokenCounter, get_counter
 
-__all__ = ["run"]
+from .output import check_output
+from .progress import Progress
+from .transcripts import read_transcript
+
+__all__ = ["build"]
 
 # How long `--replace` waits for a process that holds the old workspace, in seconds.
 REPLACE_LOCK_WAIT = 2.0
 
 
-def run(args: argparse.Namespace) -> int:
+def build(args: argparse.Namespace) -> int:
     """Replay FILE into the workspace -o names and print what it did; returns the exit code."""
     out = Path(args.output)
     # Everything that can be wrong with the arguments or the input is found before any folder is touched.

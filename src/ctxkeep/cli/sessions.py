@@ -17,7 +17,13 @@ from ctxkeep import records
 from ctxkeep.errors import CtxkeepError
 from ctxkeep.folder import LocalFolder
 
-__all__ = ["Conversation", "conversations", "default_root", "run"]
+__all__ = ["Conversation", "add_arguments", "conversations", "default_root", "run"]
+
+
+def add_arguments(sessions: argparse.ArgumentParser) -> None:
+    """The command's options."""
+    sessions.add_argument("--root", help="the folder `ctxkeep serve --root` keeps them in (default ~/.ctxkeep/serve)")
+    sessions.add_argument("--json", action="store_true", help="print them as JSON")
 
 
 def default_root() -> Path:
