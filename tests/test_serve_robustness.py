@@ -722,3 +722,24 @@ def test_a_broken_anthropic_stream_ends_with_an_error_event_the_sdk_reads(tmp_pa
                 model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}], stream=True
             ):
                 pass
+
+
+@pytest.mark.parametrize(("path", "shape"), [("/v1/chat/completions", "openai"), ("/v1/messages", "anthropic")])
+def test_an_unexpected_error_is_a_json_500_in_the_routes_shape(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str, shape: str
+) -> None:
+    async def broken(*args: object) -> object:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("ctxkeep.serve.sessions.Sessions.step", broken)
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
+        answer = post(url, body, path=path)
+        monkeypatch.undo()
+        after = post(url, body, path=path, **{"x-ctxkeep-session": "after"})  # the proxy goes on
+    assert answer.status_code == 500
+    error = answer.json()["error"]
+    assert "ctxkeep serve failed on this request (RuntimeError)" in error["message"]
+    assert (answer.json().get("type") == "error") == (shape == "anthropic")
+    assert after.status_code == 200
+    assert len(up.calls) == 1  # the failed request never reached the upstream
