@@ -239,6 +239,11 @@ def test_upstream_killed_mid_stream(tmp_path: Path) -> None:
         ({"model": "m"}, {}, "'messages' must be a non-empty array"),
         ({"model": "m", "messages": ["hi"]}, {}, "messages[0] must be an object"),
         ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, {}, "messages[0].role must be one of"),
+        (
+            {"model": "m", "messages": [*history(0), {"role": "function", "name": "f", "content": "x"}]},
+            {},
+            "messages[2].role must be one of assistant, developer, system, tool, user; got 'function' (send a",
+        ),
         ({"model": "m", "messages": history(0), "stream": "yes"}, {}, "'stream' must be true or false"),
         ({"model": "m", "messages": history(0), "tools": {"a": 1}}, {}, "'tools' must be an array"),
         ({"model": "m", "messages": history(0)}, {"x-ctxkeep-session": "../etc"}, "x-ctxkeep-session header must"),
@@ -413,6 +418,12 @@ def test_settings_refuse_a_bad_upstream_without_echoing_it() -> None:
     with pytest.raises(ValueError, match="http\\(s\\) base URL") as raised:
         ServeSettings(upstream="user:secret@example.com", root=Path("x"))
     assert "secret" not in str(raised.value)
+
+
+@pytest.mark.parametrize("token", ["tökén-" + "x" * 20, "tab\t" + "x" * 20, "x" * 20 + "\u2028"])
+def test_an_auth_token_that_no_header_can_carry_is_refused(token: str) -> None:
+    with pytest.raises(ValueError, match="printable ASCII"):
+        ServeSettings(upstream="http://127.0.0.1:9/v1", root=Path("x"), auth_token=token)
 
 
 def test_the_reply_is_recorded_and_recognised_after_a_restart(tmp_path: Path) -> None:

@@ -11,7 +11,9 @@ from ctxkeep.engine import Step
 from .dialect import Reply, Turn, check_messages, check_stream, check_tools, text_of, without_none
 from .sse import Event
 
-ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# Not the legacy "function" role: ctxkeep holds tool calls and their results as `tool` messages, and a
+# history with one is refused up front, with the roles it takes (`check_messages`), not after parsing.
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 _SYSTEM_ROLES = ("system", "developer")
 
 

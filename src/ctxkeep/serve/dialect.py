@@ -103,8 +103,9 @@ def check_messages(body: dict[str, Any], roles: frozenset[str]) -> list[Any]:
         if not isinstance(msg, dict):
             raise BadRequest(f"messages[{i}] must be an object, got {type(msg).__name__}", param=f"messages[{i}]")
         if msg.get("role") not in roles:
+            legacy = " (send a function's result as a 'tool' message)" if msg.get("role") == "function" else ""
             raise BadRequest(
-                f"messages[{i}].role must be one of {', '.join(sorted(roles))}; got {msg.get('role')!r}",
+                f"messages[{i}].role must be one of {', '.join(sorted(roles))}; got {msg.get('role')!r}{legacy}",
                 param=f"messages[{i}].role",
             )
     return messages

@@ -45,6 +45,9 @@ class ServeSettings:
             raise ValueError(f"window must be the model's context window in tokens, 1024 or more; got {self.window!r}")
         if not self.timeout > 0:
             raise ValueError(f"timeout must be a number of seconds above 0; got {self.timeout!r}")
+        if self.auth_token is not None and not (self.auth_token.isascii() and self.auth_token.isprintable()):
+            # A header carries bytes: a client's other characters would never compare equal to these.
+            raise ValueError("the auth token must be printable ASCII (a random one: `openssl rand -hex 16`)")
         if self.auth_token is not None and len(self.auth_token) < 16:
             raise ValueError("the auth token must be at least 16 characters (a random one: `openssl rand -hex 16`)")
         if self.max_open < 1:
