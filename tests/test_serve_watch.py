@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.proxy_harness import running_proxy
-from tests.test_serve_robustness import SYSTEM, ScriptedUpstream, history, post
+from tests.test_serve_robustness import SYSTEM, Handler, ScriptedUpstream, history, post
 
 from ctxkeep.cli import main
 from ctxkeep.serve.access import FIELDS, Exchange, JsonFormatter
@@ -168,3 +168,35 @@ def test_sessions_names_a_missing_root(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["sessions", "--root", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "does not exist" in err and "--root" in err
+
+
+def slow_stream(handler: Handler) -> None:
+    """Twenty events a tenth of a second apart, for a client that leaves after the first."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream")
+    handler.end_headers()
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    for i in range(20):
+        delta = {"index": 0, "delta": {"content": f"p{i}"}, "finish_reason": None}
+        try:
+            handler.wfile.write(f"data: {json.dumps(chunk | {'choices': [delta]})}\n\n".encode())
+            handler.wfile.flush()
+        except OSError:
+            return
+        time.sleep(0.1)
+    handler.close_connection = True
+
+
+def test_a_client_gone_mid_stream_is_noted_in_its_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
+        up.plan.append(slow_stream)
+        body = {"model": "m", "messages": history(0), "stream": True}
+        with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as answer:
+            next(answer.iter_bytes())
+        deadline = time.monotonic() + 60
+        while not request_lines(caplog) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    (line,) = request_lines(caplog)
+    assert line["error"] == "the client went away before the end" and line["stream"] is True
+    assert [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR] == []

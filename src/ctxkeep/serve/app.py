@@ -312,19 +312,25 @@ class _Relay(StreamingResponse):
         headers: dict[str, str],
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        super().__init__(content, status_code=status_code, headers=headers)
+        super().__init__(self._tracked(content), status_code=status_code, headers=headers)
         self._answer = answer
         self._on_close = on_close
+        self._finished = False  # the whole answer went to the client
         self.exchange: Exchange | None = None  # its log line is written when the stream ends (`_watched`)
+
+    async def _tracked(self, content: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        async for chunk in content:
+            yield chunk
+        self._finished = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         except (ClientDisconnect, OSError):
-            # The client went away mid-stream: one line (the request's), not a traceback.
-            if self.exchange is not None:
-                self.exchange.error = "the client went away"
+            pass  # the client went away mid-stream: said in the request's line below, not in a traceback
         finally:
+            if not self._finished and self.exchange is not None and self.exchange.error is None:
+                self.exchange.error = "the client went away before the end"
             with anyio.CancelScope(shield=True):
                 try:
                     await self._answer.aclose()
