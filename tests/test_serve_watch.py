@@ -103,11 +103,12 @@ def test_the_command_logs_json_lines(tmp_path: Path) -> None:
         finally:
             process.send_signal(signal.SIGTERM)
             _, err = process.communicate(timeout=120)
-    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in err.splitlines()]  # every line, the first one too
     requests = [line for line in lines if line.get("path") == "/v1/chat/completions"]
     assert len(requests) == 1, err
     assert requests[0]["conversation"] == "j/0" and requests[0]["status"] == 200
     assert "question 0" not in err
+    assert lines[0]["message"].startswith(f"serving http://127.0.0.1:{port}/v1 -> the upstream; workspaces in")
 
 
 def turn(first: str) -> Turn:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 __all__ = ["add_arguments", "byte_size", "run"]
 
@@ -72,9 +71,6 @@ def run(args: argparse.Namespace) -> int:
             auth_token=token,
             background=args.background,
             max_body=args.max_body,
-        )
-        print(
-            f"ctxkeep serve: http://{args.host}:{args.port}/v1 -> the upstream; workspaces in {root}", file=sys.stderr
         )
         serve(settings, host=args.host, port=args.port, log_format=args.log_format)
     except ValueError as exc:

@@ -9,6 +9,8 @@ two wire formats), `sse` (events read back)."""
 from __future__ import annotations
 
 import ipaddress
+import logging
+import logging.config
 from collections.abc import Callable
 
 import uvicorn  # here, not in `run`: a missing `serve` extra is named before anything is printed or made
@@ -38,11 +40,13 @@ def run(settings: ServeSettings, *, host: str, port: int, log_format: str = "tex
     ``json``, uvicorn's own lines alike). A host other than a loopback address needs `settings.auth_token`."""
     if not is_loopback(host) and settings.auth_token is None:
         raise ValueError(f"binding {host} lets other machines in: give an auth token that clients must send")
-    config = logging_config(log_format)
     app = create_app(settings, summarizer=summarizers(settings.model))
-    uvicorn.run(
-        app, host=host, port=port, log_config=config, log_level="warning", access_log=False, server_header=False
+    # Configured here rather than by uvicorn (`log_config=None`), so that the first line is in the same form.
+    logging.config.dictConfig(logging_config(log_format))
+    logging.getLogger("ctxkeep").info(
+        "serving http://%s:%d/v1 -> the upstream; workspaces in %s", host, port, settings.root
     )
+    uvicorn.run(app, host=host, port=port, log_config=None, log_level="warning", access_log=False, server_header=False)
 
 
 def summarizers(spec: str | None) -> Callable[[], Summarizer | None]:
