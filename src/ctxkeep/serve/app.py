@@ -19,6 +19,7 @@ import anyio
 import httpx
 import orjson
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -101,15 +102,33 @@ class Proxy:
 
     async def chat(self, request: Request) -> Response:
         """``POST /v1/chat/completions`` (OpenAI)."""
-        return await _watched(request, lambda exchange: self._converse(request, _CHAT, "/chat/completions", exchange))
+        return await self._watched(request, lambda ex: self._converse(request, _CHAT, "/chat/completions", ex))
 
     async def messages(self, request: Request) -> Response:
         """``POST /v1/messages`` (Anthropic)."""
-        return await _watched(request, lambda exchange: self._converse(request, _MESSAGES, "/messages", exchange))
+        return await self._watched(request, lambda ex: self._converse(request, _MESSAGES, "/messages", ex))
 
     async def passthrough(self, request: Request) -> Response:
         """Any other ``/v1`` request (``GET /v1/models``, ...), forwarded and answered unchanged."""
-        return await _watched(request, lambda exchange: self._pass(request, exchange))
+        return await self._watched(request, lambda exchange: self._pass(request, exchange))
+
+    async def _watched(self, request: Request, handle: Callable[[Exchange], Awaitable[Response]]) -> Response:
+        """`handle`'s response, and the request's log line: now, or when its stream ends. Idle workspaces
+        past the limit are closed after the answer is sent (`Sessions.tidy`), so no answer waits for them."""
+        exchange = Exchange(method=request.method, path=request.url.path, started=time.monotonic())
+        try:
+            response = await handle(exchange)
+        except Exception as exc:
+            exchange.error = type(exc).__name__
+            exchange.done(500)  # `internal_error` answers it
+            raise
+        if isinstance(response, _Relay):
+            response.exchange = exchange
+        else:
+            exchange.done(response.status_code)
+            if response.background is None:
+                response.background = BackgroundTask(self._sessions.tidy)
+        return response
 
     async def _pass(self, request: Request, exchange: Exchange) -> Response:
         if (refused := self._refuse_unauthorized(request, _CHAT)) is not None:
@@ -181,8 +200,13 @@ class Proxy:
             headers = returned(answer.headers) | _ctxkeep_headers(lease, step)
             streamed = turn.stream and answer.status_code == 200
             if streamed and answer.headers.get("content-type", "").startswith("text/event-stream"):
+
+                async def finish() -> None:  # when the stream ends, however it ends
+                    await lease.release()
+                    await self._sessions.tidy()
+
                 relay = _relay(answer, _Recorder(dialect, lease, step, exchange))
-                response: Response = _Relay(relay, answer, status_code=200, headers=headers, on_close=lease.release)
+                response: Response = _Relay(relay, answer, status_code=200, headers=headers, on_close=finish)
                 handed_over = True
                 return response
             try:
@@ -316,7 +340,7 @@ class _Relay(StreamingResponse):
         self._answer = answer
         self._on_close = on_close
         self._finished = False  # the whole answer went to the client
-        self.exchange: Exchange | None = None  # its log line is written when the stream ends (`_watched`)
+        self.exchange: Exchange | None = None  # its log line is written when the stream ends (`Proxy._watched`)
 
     async def _tracked(self, content: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         async for chunk in content:
@@ -341,22 +365,6 @@ class _Relay(StreamingResponse):
                     finally:
                         if self.exchange is not None:
                             self.exchange.done(self.status_code)
-
-
-async def _watched(request: Request, handle: Callable[[Exchange], Awaitable[Response]]) -> Response:
-    """`handle`'s response, and the request's log line: now, or when its stream ends."""
-    exchange = Exchange(method=request.method, path=request.url.path, started=time.monotonic())
-    try:
-        response = await handle(exchange)
-    except Exception as exc:
-        exchange.error = type(exc).__name__
-        exchange.done(500)  # `internal_error` answers it
-        raise
-    if isinstance(response, _Relay):
-        response.exchange = exchange
-    else:
-        exchange.done(response.status_code)
-    return response
 
 
 def _ctxkeep_headers(lease: Lease, step: Step) -> dict[str, str]:

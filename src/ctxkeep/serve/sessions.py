@@ -278,6 +278,13 @@ class Sessions:
         with contextlib.suppress(OSError):  # a refused request leaves no folder: only an empty one goes
             await asyncio.to_thread((self._settings.root / key).rmdir)
 
+    async def tidy(self) -> None:
+        """`evict`, after a request's answer is sent; never raises: a workspace that fails to close is logged."""
+        try:
+            await self.evict()
+        except Exception as exc:  # the answer is gone: nobody else to tell
+            log.warning("closing idle workspaces failed: %s: %s", type(exc).__name__, exc)
+
     async def evict(self) -> None:
         """Close the least recently used workspaces past `max_open` whose conversation no request holds or
         waits for; each under its conversation's lock, so a request that comes meanwhile waits for the close."""
@@ -325,19 +332,12 @@ class Lease:
             self._sessions.hold(self.key, self.branch, reply, counted)
 
     async def release(self) -> None:
-        """Let the conversation's next request in, and close idle workspaces past the limit.
-
-        Never raises: the request's answer is on its way; a workspace that fails to close is logged.
-        """
+        """Let the conversation's next request in (once; later calls do nothing)."""
         if not self._held:
             return
         self._held = False
         self._turns.lock.release()
         self._sessions.leave(self.key, self._turns)
-        try:
-            await self._sessions.evict()
-        except Exception as exc:  # the answer must not become a 500 over another conversation's close
-            log.warning("closing idle workspaces failed: %s: %s", type(exc).__name__, exc)
 
 
 def _digests(history: Sequence[Any]) -> list[bytes]:
