@@ -350,3 +350,131 @@ def test_lenient_reading_of_binary_garbage_is_an_error(tmp_path: Path) -> None:
     garbage.write_bytes(bytes(range(256)) * 16 + b"\n\x00\x01\x02\n")
     refused(ctxkeep("inspect", garbage, "--lenient", "--format", "openai"), str(garbage), "no messages", "skipped")
     refused(ctxkeep("compact", garbage, "-o", tmp_path / "ws", "--lenient", "--format", "openai"), "no messages")
+
+
+# --- output paths: only a new file or the user's own regular file is written -----------------------------------
+
+
+def _link(tmp_path: Path) -> Path:
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    link = tmp_path / "out.html"
+    link.symlink_to(target)
+    return link
+
+
+def _fifo(tmp_path: Path) -> Path:
+    fifo = tmp_path / "out.html"
+    os.mkfifo(fifo)
+    return fifo
+
+
+def _folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "out.html"
+    folder.mkdir()
+    (folder / "inside").write_text("keep me")
+    return folder
+
+
+def _dangling_link(tmp_path: Path) -> Path:
+    link = tmp_path / "out.html"
+    link.symlink_to(tmp_path / "nowhere.html")
+    return link
+
+
+@pytest.mark.parametrize(
+    ("make", "kind"),
+    [(_link, "symbolic link"), (_fifo, "named pipe"), (_folder, "folder"), (_dangling_link, "symbolic link")],
+    ids=["symlink", "fifo", "folder", "dangling-symlink"],
+)
+def test_report_never_replaces_what_is_not_a_regular_file(
+    workspace: Path, tmp_path: Path, make: Callable[[Path], Path], kind: str
+) -> None:
+    out = make(tmp_path)
+    before = tree(tmp_path)
+    refused(ctxkeep("report", workspace, "-o", out), str(out), kind)
+    assert tree(tmp_path) == before  # nothing replaced, followed, or left behind
+
+
+def test_report_writes_a_new_file_and_replaces_its_own(workspace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    for _ in range(2):
+        proc = ctxkeep("report", workspace, "-o", out)
+        assert proc.returncode == 0, proc.stderr
+        assert out.read_bytes().startswith(b"<!") and not out.is_symlink()
+    assert stat_mode(out) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".report")) == []
+
+
+def stat_mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+def test_report_refuses_another_users_file(workspace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "theirs.html"
+    out.write_text("theirs")
+    os.chown(out, 65534, 65534)
+    refused(ctxkeep("report", workspace, "-o", out), str(out), "another user")
+    assert out.read_text() == "theirs" and out.stat().st_uid == 65534
+
+
+def test_a_device_is_refused_before_anything_is_written() -> None:
+    """As root, `-o /dev/null` once turned the system's /dev/null into a regular file: the check alone, here,
+    so a regression cannot do that again on the machine running the tests."""
+    from ctxkeep.cli.output import check_output
+    from ctxkeep.errors import CtxkeepError
+
+    with pytest.raises(CtxkeepError, match="is a character device; ctxkeep never writes through or replaces it"):
+        check_output(Path(os.devnull), "-o")
+
+
+def test_compact_never_builds_a_workspace_through_a_link(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    link = tmp_path / "ws"
+    link.symlink_to(tmp_path / "empty")
+    refused(ctxkeep("compact", GOOD, "-o", link), str(link), "symbolic link")
+    assert list((tmp_path / "empty").iterdir()) == []
+
+
+# --- a missing extra is named in one line ------------------------------------------------------------------------
+
+_BLOCKER = """
+import importlib.abc, sys
+
+class _Missing(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in {BLOCKED!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, _Missing())
+"""
+
+
+def without(tmp_path: Path, *modules: str) -> dict[str, str]:
+    """An environment where `modules` cannot be imported, as if their extra were not installed."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_BLOCKER.format(BLOCKED=set(modules)))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.mark.parametrize("missing", ["starlette", "uvicorn"])
+def test_serve_without_its_extra_names_it(tmp_path: Path, missing: str) -> None:
+    argv = [_exe(), "serve", "--upstream", "http://127.0.0.1:9/v1", "--root", str(tmp_path / "root")]
+    proc = subprocess.run(argv, env=without(tmp_path, missing), capture_output=True, text=True, timeout=TIMEOUT)
+    refused(
+        proc, "ctxkeep serve needs the serve extra", f"({missing} is not installed)", "pip install 'ctxkeep[serve]'"
+    )
+    assert not (tmp_path / "root").exists()
+
+
+def test_sessions_needs_no_extra(tmp_path: Path) -> None:
+    (tmp_path / "root" / "conv" / "0").mkdir(parents=True)
+    argv = [_exe(), "sessions", "--root", str(tmp_path / "root")]
+    proc = subprocess.run(
+        argv, env=without(tmp_path, "starlette", "uvicorn"), capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1].split()[0] == "conv"

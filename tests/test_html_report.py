@@ -224,3 +224,25 @@ def test_show_and_report_refuse_what_is_not_a_workspace_and_create_nothing(
     assert "is a folder" in capsys.readouterr().err
     assert main(["show", str(ws), "--compaction", "99"]) == 2
     assert "there is no compaction 99" in capsys.readouterr().err
+
+
+def test_show_json_gives_the_steps_records_and_one_compaction_in_full(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = tmp_path / "ws"
+    build(ws, "http://127.0.0.1:9")
+    assert main(["show", str(ws), "--json", "--compaction", "1"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    records = [json.loads(x) for x in (ws / "compactions.jsonl").read_text().splitlines()]
+    compactions = [r for r in records if r["kind"] == "compaction"]
+    assert len(shown["steps"]) == 24 and all(isinstance(n, int) and n > 0 for n in shown["steps"])
+    assert [c["record"] for c in shown["compactions"]] == compactions
+    assert [c["number"] for c in shown["compactions"]] == list(range(1, len(compactions) + 1))
+    first = shown["compactions"][0]
+    assert first["archived"][0]["text"].startswith("ask 0:") and any(
+        line.startswith("+## Goal") for line in first["diff"]
+    )
+    assert all("archived" not in c for c in shown["compactions"][1:])  # only the one asked for, in full
+    assert len(shown["failures"]) == 1 and "## Goal" in shown["summary"]
+    assert main(["show", str(ws), "--json", "--compaction", "99"]) == 2
+    assert "there is no compaction 99" in capsys.readouterr().err

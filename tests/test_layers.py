@@ -19,8 +19,6 @@ LAYERS = ROOT / "docs" / "layers.md"
 # The imports that still point up, or go round, each named with the part of issue 20 that removes it
 # (docs/layers.md lists them too). A new one fails the test; so does one that is gone: drop it here.
 KNOWN_UPWARD = {
-    # get_model("deterministic") makes fixed_summary_model(): gone when the hosts make it (part 6, cli/ and serve).
-    ("ctxkeep.providers", "ctxkeep.summarize.testing"),
     # a type import of Compaction: part 6, no engine ⇄ records cycle.
     ("ctxkeep.records", "ctxkeep.engine"),
     # the flush predicts the cut with engine.Setup: part 3, memory through two hooks that receive the plan.
@@ -32,21 +30,8 @@ KNOWN_UPWARD = {
     ("ctxkeep.summarize.model.summarizer", "ctxkeep.split"),
 }
 KNOWN_CYCLES = {
-    # part 6: a cli/ package.
-    frozenset({"ctxkeep.cli", "ctxkeep.cli_compact"}),
     # part 6: no engine ⇄ records cycle.
     frozenset({"ctxkeep.engine", "ctxkeep.records"}),
-    # get_model("deterministic") above: gone with it.
-    frozenset(
-        {
-            "ctxkeep.providers",
-            "ctxkeep.providers.anthropic",
-            "ctxkeep.providers.deterministic",
-            "ctxkeep.providers.openai",
-            "ctxkeep.providers.sdk",
-            "ctxkeep.summarize.testing",
-        }
-    ),
 }
 
 

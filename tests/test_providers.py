@@ -29,7 +29,7 @@ from ctxkeep.providers.openai import OpenAIModel
 from ctxkeep.providers.retry import RetryPolicy, call_with_retry, parse_retry_after, retryable_status
 from ctxkeep.providers.sdk import PLACEHOLDER_KEY, Connection
 from ctxkeep.summarize import missing_sections
-from ctxkeep.summarize.testing import fixed_summary
+from ctxkeep.summarize.testing import fixed_summary, host_model
 
 KEY = "sk-ctxkeep-TEST-7f3a9c1e5b2d8a64"
 REQUEST = Completion(
@@ -315,7 +315,9 @@ def test_deterministic_model_replays_the_queue_then_summarizes() -> None:
         model.complete(REQUEST)
     assert model.complete(REQUEST).text == "second"
     summary = model.complete(REQUEST).text
-    assert summary == fixed_summary(REQUEST) == get_model("deterministic").complete(REQUEST).text
+    assert summary == fixed_summary(REQUEST) == host_model("deterministic").complete(REQUEST).text
+    with pytest.raises(ProviderError, match="nothing is queued"):
+        get_model("deterministic").complete(REQUEST)  # the provider's own is scripted only
     assert missing_sections(summary) == []
     assert "- go" in summary.split("## Goal")[1].split("##")[0]
     assert "`/srv/app/main.py`" in summary

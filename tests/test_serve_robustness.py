@@ -239,6 +239,11 @@ def test_upstream_killed_mid_stream(tmp_path: Path) -> None:
         ({"model": "m"}, {}, "'messages' must be a non-empty array"),
         ({"model": "m", "messages": ["hi"]}, {}, "messages[0] must be an object"),
         ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, {}, "messages[0].role must be one of"),
+        (
+            {"model": "m", "messages": [*history(0), {"role": "function", "name": "f", "content": "x"}]},
+            {},
+            "messages[2].role must be one of assistant, developer, system, tool, user; got 'function' (send a",
+        ),
         ({"model": "m", "messages": history(0), "stream": "yes"}, {}, "'stream' must be true or false"),
         ({"model": "m", "messages": history(0), "tools": {"a": 1}}, {}, "'tools' must be an array"),
         ({"model": "m", "messages": history(0)}, {"x-ctxkeep-session": "../etc"}, "x-ctxkeep-session header must"),
@@ -258,6 +263,7 @@ def test_malformed_request_gets_400_and_the_upstream_is_not_called(
     assert says in answer.json()["error"]["message"]
     assert answer.json()["error"]["type"] == "invalid_request_error"
     assert up.calls == []
+    assert list((tmp_path / "root").iterdir()) == []  # a refused request leaves no folder
     assert [p for p in (tmp_path / "root").rglob("*") if p.is_file()] == []  # no workspace left behind
 
 
@@ -414,6 +420,12 @@ def test_settings_refuse_a_bad_upstream_without_echoing_it() -> None:
     assert "secret" not in str(raised.value)
 
 
+@pytest.mark.parametrize("token", ["tökén-" + "x" * 20, "tab\t" + "x" * 20, "x" * 20 + "\u2028"])
+def test_an_auth_token_that_no_header_can_carry_is_refused(token: str) -> None:
+    with pytest.raises(ValueError, match="printable ASCII"):
+        ServeSettings(upstream="http://127.0.0.1:9/v1", root=Path("x"), auth_token=token)
+
+
 def test_the_reply_is_recorded_and_recognised_after_a_restart(tmp_path: Path) -> None:
     """The reply a proxy gave is in the workspace once it stops; a new proxy recognises it when the client
     sends it back."""
@@ -545,3 +557,200 @@ def test_an_upstream_that_counts_more_tokens_gets_a_smaller_context(tmp_path: Pa
     # By ctxkeep's count the context may reach 0.7 x 8,000 before a compaction, twice that by the upstream's:
     # only the learned window keeps the upstream's own count inside its window.
     assert max(reported) <= 8_000
+
+
+def test_many_conversations_past_the_open_limit_under_concurrency(tmp_path: Path) -> None:
+    """More conversations than `max_open`, all at once: idle workspaces are closed while others are in use.
+
+    Each conversation is an agent sending its turns one after the other (its history growing by the reply);
+    every request is answered, no conversation branches (a closed workspace is found again, its last reply
+    added), one request at a time reaches the upstream per conversation, and every workspace ends whole."""
+    conversations, turns = 40, 4
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path, max_open=3) as url:
+        up._server.socket.listen(128)
+
+        async def agent(client: httpx.AsyncClient, i: int) -> list[httpx.Response]:
+            messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": f"conversation {i}"}]
+            answers = []
+            for turn in range(turns):
+                answer = await client.post("/v1/chat/completions", json={"model": "m", "messages": messages})
+                answers.append(answer)
+                if answer.status_code != 200:
+                    break
+                reply = answer.json()["choices"][0]["message"]
+                messages += [
+                    {"role": "assistant", "content": reply["content"]},
+                    {"role": "user", "content": f"t{turn}"},
+                ]
+            return answers
+
+        async def everyone() -> list[list[httpx.Response]]:
+            limits = httpx.Limits(max_connections=conversations)
+            async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
+                return await asyncio.gather(*(agent(client, i) for i in range(conversations)))
+
+        answers = [a for agent_answers in asyncio.run(everyone()) for a in agent_answers]
+    failed = [(a.status_code, a.text[:200]) for a in answers if a.status_code != 200]
+    assert failed == [], failed[:3]
+    assert len(answers) == conversations * turns
+    sessions = {a.headers["x-ctxkeep-session"] for a in answers}
+    assert len(sessions) == conversations and all(s.endswith("/0") for s in sessions)
+    assert max(up.peak.values()) == 1
+    for name in sessions:
+        # the first ask, then each reply and the next ask, and the last reply (added when the proxy closed)
+        assert len(workspace_ids(tmp_path, name)) == 2 * turns
+
+
+def raw_get(url: str, target: str) -> tuple[int, Any]:
+    """GET `target` exactly as written (httpx and the SDKs would resolve its dot segments first)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(f"GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body) if body.startswith(b"{") else body
+
+
+@pytest.mark.parametrize(
+    "target", ["/v1/../../admin", "/v1/%2e%2e/%2E%2E/admin", "/v1/models/../../admin", "/v1/..%2F..%2Fadmin"]
+)
+def test_a_passed_through_path_never_leaves_the_upstreams_base(tmp_path: Path, target: str) -> None:
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
+        status, body = raw_get(url, target)
+    assert status == 400
+    assert "leaves the API's /v1" in body["error"]["message"]
+    assert up.paths == []
+
+
+def test_a_passed_through_path_is_normalised_under_the_base(tmp_path: Path) -> None:
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
+        status, _ = raw_get(url, "/v1/files/./x/../../models?limit=2")
+    assert status == 200
+    assert up.paths == ["/v1/models?limit=2"]
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages", "/v1/files"])
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_body_over_the_limit_gets_413_in_the_apis_shape(tmp_path: Path, path: str, chunked: bool) -> None:
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 20_000}]}).encode()
+    content: Any = iter([body[:5000], body[5000:]]) if chunked else body
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path, max_body=8192) as url:
+        answer = httpx.post(url + path, content=content, headers={"content-type": "application/json"}, timeout=60)
+        small = post(url, {"model": "m", "messages": history(0)})
+    assert answer.status_code == 413
+    error = answer.json()["error"]
+    assert "over 8,192 bytes" in error["message"] and "--max-body" in error["message"]
+    assert small.status_code == 200
+    assert len(up.calls) == 1  # only the small one
+    assert [p.name for p in tmp_path.iterdir()] == [small.headers["x-ctxkeep-session"].split("/")[0]]
+
+
+def cut_mid_event(handler: Handler) -> None:
+    """One whole event, then half of the next, then the connection is cut."""
+    die_mid_stream_after(handler, b'data: {"id": "c", "object": "chat.completion.chunk", "choi')
+
+
+def die_mid_stream_after(handler: Handler, partial: bytes) -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream")
+    handler.send_header("Content-Length", "100000")  # promised, never sent: the client sees a cut connection
+    handler.end_headers()
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    delta = {"index": 0, "delta": {"role": "assistant", "content": "par"}, "finish_reason": None}
+    handler.wfile.write(f"data: {json.dumps(chunk | {'choices': [delta]})}\n\n".encode() + partial)
+    handler.wfile.flush()
+    handler.connection.shutdown(socket.SHUT_RDWR)
+    handler.close_connection = True
+
+
+def closed_before_the_end(handler: Handler) -> None:
+    """A stream delimited by the connection's close, closed cleanly before ``[DONE]``."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream")
+    handler.end_headers()
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    delta = {"index": 0, "delta": {"role": "assistant", "content": "par"}, "finish_reason": None}
+    handler.wfile.write(f"data: {json.dumps(chunk | {'choices': [delta]})}\n\n".encode())
+    handler.close_connection = True
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "says"),
+    [(cut_mid_event, "broke off the stream"), (closed_before_the_end, "stopped before its end")],
+    ids=["cut-mid-event", "closed-before-done"],
+)
+def test_a_broken_stream_ends_with_an_error_event_the_sdk_reads(
+    tmp_path: Path, behaviour: Behaviour, says: str
+) -> None:
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
+        up.plan.append(behaviour)
+        with OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0) as client:
+            got = []
+            with pytest.raises(openai.APIError, match=says):
+                for chunk in client.chat.completions.create(
+                    model="m", messages=history(0), stream=True, extra_headers={"x-ctxkeep-session": "s"}
+                ):
+                    got.append(chunk.choices[0].delta.content)
+    assert got == ["par"]
+    assert len(workspace_ids(tmp_path / "s", "0")) == 1  # the question; nothing recorded of a cut reply
+
+
+def anthropic_cut_mid_event(handler: Handler) -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream")
+    handler.send_header("Content-Length", "100000")
+    handler.end_headers()
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "m1",
+            "type": "message",
+            "role": "assistant",
+            "content": [],
+            "model": "m",
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 5, "output_tokens": 0},
+        },
+    }
+    handler.wfile.write(f"event: message_start\ndata: {json.dumps(start)}\n\n".encode())
+    handler.wfile.write(b'event: content_block_start\ndata: {"type": "content_block_st')
+    handler.wfile.flush()
+    handler.connection.shutdown(socket.SHUT_RDWR)
+    handler.close_connection = True
+
+
+def test_a_broken_anthropic_stream_ends_with_an_error_event_the_sdk_reads(tmp_path: Path) -> None:
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
+        up.plan.append(anthropic_cut_mid_event)
+        with (
+            Anthropic(base_url=url, api_key="sk-test", max_retries=0) as client,
+            pytest.raises(anthropic.APIStatusError, match="broke off the stream"),
+        ):
+            for _ in client.messages.create(
+                model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}], stream=True
+            ):
+                pass
+
+
+@pytest.mark.parametrize(("path", "shape"), [("/v1/chat/completions", "openai"), ("/v1/messages", "anthropic")])
+def test_an_unexpected_error_is_a_json_500_in_the_routes_shape(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str, shape: str
+) -> None:
+    async def broken(*args: object) -> object:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("ctxkeep.serve.sessions.Sessions.step", broken)
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
+        answer = post(url, body, path=path)
+        monkeypatch.undo()
+        after = post(url, body, path=path, **{"x-ctxkeep-session": "after"})  # the proxy goes on
+    assert answer.status_code == 500
+    error = answer.json()["error"]
+    assert "ctxkeep serve failed on this request (RuntimeError)" in error["message"]
+    assert (answer.json().get("type") == "error") == (shape == "anthropic")
+    assert after.status_code == 200
+    assert len(up.calls) == 1  # the failed request never reached the upstream

@@ -152,11 +152,11 @@ def _index(folder: Folder, args: argparse.Namespace) -> int:
 
 
 def _consolidate(folder: Folder, args: argparse.Namespace) -> int:
-    from ctxkeep.providers import get_model
+    from ctxkeep.summarize.testing import host_model
 
     from .consolidate import consolidate
 
-    model = get_model(args.model, base_url=args.base_url) if args.model else None
+    model = host_model(args.model, base_url=args.base_url) if args.model else None
     done = consolidate(folder, now=datetime.now().astimezone(), model=model)
     if not done.logs:
         print("nothing to consolidate: no day log changed since the last time")

@@ -121,11 +121,11 @@ def get_model(
     if provider == "deterministic":
         if base_url is not None or api_key_env is not None or timeout is not None:
             raise ValueError("the deterministic model makes no calls: it takes no base_url, api_key_env or timeout")
-        # The one name whose model is a summarizer's test double. Known layers violation: it goes when
-        # the hosts (cli/, serve/) make it with fixed_summary_model() themselves (docs/layers.md).
-        from ctxkeep.summarize.testing import fixed_summary_model
+        from ctxkeep.providers.deterministic import DeterministicModel
 
-        return fixed_summary_model()
+        # Scripted: it answers what is queued. The hosts' `--model deterministic` answers with a fixed
+        # summary besides (ctxkeep.summarize.testing.host_model): providers know no summaries.
+        return DeterministicModel()
     from ctxkeep.providers.sdk import Connection
 
     env = api_key_env if api_key_env is not None else settings.api_key_env

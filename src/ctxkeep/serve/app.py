@@ -2,7 +2,7 @@
 
 client ──► POST /v1/chat/completions | /v1/messages
              parse ─► conversation's turn (lock) ─► sync + prepare ─► upstream ─► relay ─► record reply
-           GET /v1/models and every other /v1 path: passed through unchanged
+           GET /v1/models and every other /v1 path: passed through unchanged (never above the upstream's /v1)
            GET /healthz
 """
 
@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from urllib.parse import quote
 
 import anyio
 import httpx
 import orjson
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.background import BackgroundTask
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -26,11 +29,12 @@ from ctxkeep.engine import Step
 from ctxkeep.errors import CtxkeepError, WorkspaceLockedError
 from ctxkeep.summarize import Summarizer
 
+from .access import Exchange
 from .chat import ChatCompletions
 from .dialect import BadRequest, Dialect, Reassembler, Reply
-from .forward import Upstream, UpstreamTimeout, UpstreamUnreachable, returned
+from .forward import Upstream, UpstreamTimeout, UpstreamUnreachable, returned, under_base
 from .messages_api import AnthropicMessages
-from .sessions import HEADER, Lease, Sessions, conversation_key
+from .sessions import HEADER, Lease, Sessions
 from .settings import ServeSettings
 from .sse import Event, EventReader
 
@@ -65,7 +69,15 @@ def create_app(
         Route("/v1/messages", proxy.messages, methods=["POST"]),
         Route("/v1/{rest:path}", proxy.passthrough, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: internal_error})
+
+
+async def internal_error(request: Request, exc: Exception) -> Response:
+    """What no handler expected (a bug): a 500 in the route's error shape, which the SDKs read, not plain text."""
+    log.error("%s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+    dialect = _MESSAGES if request.url.path == "/v1/messages" else _CHAT
+    message = f"ctxkeep serve failed on this request ({type(exc).__name__}); its log says more"
+    return JSONResponse(dialect.error("api_error", message), status_code=500)
 
 
 async def healthz(request: Request) -> Response:
@@ -90,38 +102,71 @@ class Proxy:
 
     async def chat(self, request: Request) -> Response:
         """``POST /v1/chat/completions`` (OpenAI)."""
-        return await self._converse(request, _CHAT, "/chat/completions")
+        return await self._watched(request, lambda ex: self._converse(request, _CHAT, "/chat/completions", ex))
 
     async def messages(self, request: Request) -> Response:
         """``POST /v1/messages`` (Anthropic)."""
-        return await self._converse(request, _MESSAGES, "/messages")
+        return await self._watched(request, lambda ex: self._converse(request, _MESSAGES, "/messages", ex))
 
     async def passthrough(self, request: Request) -> Response:
         """Any other ``/v1`` request (``GET /v1/models``, ...), forwarded and answered unchanged."""
+        return await self._watched(request, lambda exchange: self._pass(request, exchange))
+
+    async def _watched(self, request: Request, handle: Callable[[Exchange], Awaitable[Response]]) -> Response:
+        """`handle`'s response, and the request's log line: now, or when its stream ends. Idle workspaces
+        past the limit are closed after the answer is sent (`Sessions.tidy`), so no answer waits for them."""
+        exchange = Exchange(method=request.method, path=request.url.path, started=time.monotonic())
+        try:
+            response = await handle(exchange)
+        except Exception as exc:
+            exchange.error = type(exc).__name__
+            exchange.done(500)  # `internal_error` answers it
+            raise
+        if isinstance(response, _Relay):
+            response.exchange = exchange
+        else:
+            exchange.done(response.status_code)
+            if response.background is None:
+                response.background = BackgroundTask(self._sessions.tidy)
+        return response
+
+    async def _pass(self, request: Request, exchange: Exchange) -> Response:
         if (refused := self._refuse_unauthorized(request, _CHAT)) is not None:
             return refused
-        path = "/" + request.path_params["rest"]
+        raw = request.scope.get("raw_path")
+        path = under_base(raw.decode("latin-1") if isinstance(raw, bytes) else quote(request.url.path))
+        if path is None:
+            return _bad_request(_CHAT, "the path leaves the API's /v1 (a '..' or an encoded '/'); ask for a /v1 path")
         if request.url.query:
             path += "?" + request.url.query
         try:
-            answer = await self._upstream.open(request.method, path, request.headers.items(), await request.body())
+            body = await _body(request, self._settings.max_body)
+        except _TooLarge as exc:
+            return _too_large(_CHAT, exc)
+        exchange.forwarded()
+        try:
+            answer = await self._upstream.open(request.method, path, request.headers.items(), body)
         except (UpstreamTimeout, UpstreamUnreachable) as exc:
             return _upstream_failure(_CHAT, exc)
         return _Relay(_relay(answer, None), answer, status_code=answer.status_code, headers=returned(answer.headers))
 
-    async def _converse(self, request: Request, dialect: Dialect, path: str) -> Response:
+    async def _converse(self, request: Request, dialect: Dialect, path: str, exchange: Exchange) -> Response:
         if (refused := self._refuse_unauthorized(request, dialect)) is not None:
             return refused
         try:
-            body = orjson.loads(await request.body())
+            body = orjson.loads(await _body(request, self._settings.max_body))
             if not isinstance(body, dict):
                 raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
             turn = dialect.parse(body)
-            key = conversation_key(request.headers.get(HEADER), path, turn)
+            exchange.stream = turn.stream
+            key = self._sessions.key(request.headers.get(HEADER), path, turn)
+        except _TooLarge as exc:
+            return _too_large(dialect, exc)
         except orjson.JSONDecodeError as exc:
             return _bad_request(dialect, f"the request body is not valid JSON: {exc}")
         except BadRequest as exc:
             return _bad_request(dialect, str(exc))
+        exchange.conversation = key
         lease = await self._sessions.enter(key)
         handed_over = False  # to a relay, which releases the lease when the stream ends, however it ends
         try:
@@ -139,10 +184,15 @@ class Proxy:
                 log.error("conversation %s: the workspace could not be used: %s", key, exc)
                 message = f"ctxkeep could not use the workspace of conversation {key}: {exc}"
                 return JSONResponse(dialect.error("api_error", message), status_code=500)
+            exchange.conversation = f"{key}/{lease.branch}"
+            exchange.tokens_in = step.context.tokens
+            if step.compaction is not None:
+                exchange.compacted, exchange.tokens_before = True, step.compaction.tokens_before
             for warning in step.warnings:
                 log.warning("conversation %s: %s", key, warning)
             outgoing = orjson.dumps(dialect.outgoing(body, turn, step))
             target = f"{path}?{request.url.query}" if request.url.query else path  # e.g. ?beta=true
+            exchange.forwarded()
             try:
                 answer = await self._upstream.open("POST", target, request.headers.items(), outgoing)
             except (UpstreamTimeout, UpstreamUnreachable) as exc:
@@ -150,8 +200,13 @@ class Proxy:
             headers = returned(answer.headers) | _ctxkeep_headers(lease, step)
             streamed = turn.stream and answer.status_code == 200
             if streamed and answer.headers.get("content-type", "").startswith("text/event-stream"):
-                relay = _relay(answer, _Recorder(dialect, lease, step))
-                response: Response = _Relay(relay, answer, status_code=200, headers=headers, on_close=lease.release)
+
+                async def finish() -> None:  # when the stream ends, however it ends
+                    await lease.release()
+                    await self._sessions.tidy()
+
+                relay = _relay(answer, _Recorder(dialect, lease, step, exchange))
+                response: Response = _Relay(relay, answer, status_code=200, headers=headers, on_close=finish)
                 handed_over = True
                 return response
             try:
@@ -161,7 +216,7 @@ class Proxy:
             finally:
                 await answer.aclose()
             if answer.status_code == 200:
-                _record_json(content, _Recorder(dialect, lease, step))
+                _record_json(content, _Recorder(dialect, lease, step, exchange))
             return Response(content, status_code=answer.status_code, headers=headers)
         finally:
             if not handed_over:
@@ -181,9 +236,10 @@ class Proxy:
 class _Recorder:
     """Records a conversation's reply once the upstream's answer is whole."""
 
-    def __init__(self, dialect: Dialect, lease: Lease, step: Step) -> None:
+    def __init__(self, dialect: Dialect, lease: Lease, step: Step, exchange: Exchange) -> None:
         self.dialect = dialect
         self.key = lease.key
+        self.exchange = exchange
         self._lease = lease
         self._step = step
 
@@ -191,6 +247,7 @@ class _Recorder:
         """Keep a whole reply for the conversation (`Lease.record`); note the upstream's count beside ctxkeep's."""
         if reply is None:
             return
+        self.exchange.tokens_out = reply.output_tokens
         if reply.prompt_tokens is not None:
             log.debug(
                 "conversation %s: ctxkeep counted %d tokens, the upstream %d",
@@ -211,21 +268,46 @@ def _record_json(content: bytes, recorder: _Recorder) -> None:
 
 
 async def _relay(answer: httpx.Response, recorder: _Recorder | None) -> AsyncIterator[bytes]:
-    """The upstream's bytes as they arrive; with a recorder, the reply put together and recorded at the end."""
+    """The upstream's bytes as they arrive; with a recorder, the stream's whole events as they arrive, the reply
+    put together and recorded at the end, and a stream that broke or stopped short ended with an error event."""
+    if recorder is None:
+        try:
+            async for chunk in answer.aiter_bytes():
+                yield chunk
+        except (httpx.TimeoutException, httpx.TransportError):
+            log.warning("the upstream broke off a passed-through answer")
+        return
     reader = EventReader()
-    assembler = recorder.dialect.reassembler() if recorder is not None else None
+    assembler: Reassembler | None = recorder.dialect.reassembler()
+    last: Event | None = None
     try:
         async for chunk in answer.aiter_bytes():
-            yield chunk
+            events = reader.feed(chunk)
+            if whole := reader.whole():
+                yield whole
+            last = events[-1] if events else last
             if assembler is not None:
-                assembler = _fed(assembler, reader.feed(chunk))
+                assembler = _fed(assembler, events)
     except (httpx.TimeoutException, httpx.TransportError) as exc:
-        # The status line is long gone: the stream ends with an error event, which the SDKs raise.
-        if recorder is not None:
-            kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "upstream_error"
-            yield recorder.dialect.stream_error(kind, f"the upstream broke off the stream ({type(exc).__name__})")
+        # The status line is long gone: the stream ends with an error event, which the SDKs raise. Half an
+        # event was held back (never sent), so the error event is read alone.
+        kind = "timeout_error" if isinstance(exc, httpx.TimeoutException) else "api_error"
+        recorder.exchange.error = f"the upstream broke off the stream ({type(exc).__name__})"
+        yield recorder.dialect.stream_error(kind, f"the upstream broke off the stream ({type(exc).__name__})")
         return
-    if recorder is not None and assembler is not None:
+    # The connection closed. An event its blank line never ended may still be the stream's last one.
+    tail = reader.feed(b"\n\n") if reader.partial().strip() else []
+    if tail and recorder.dialect.ends(tail[-1]):
+        last = tail[-1]
+        yield reader.whole()
+        if assembler is not None:
+            assembler = _fed(assembler, tail)
+    if last is None or not recorder.dialect.ends(last):
+        # A close before the API's closing event is a cut, not a finished reply: said so, not recorded.
+        recorder.exchange.error = "the upstream's stream stopped before its end"
+        yield recorder.dialect.stream_error("api_error", "the upstream's stream stopped before its end (cut short)")
+        return
+    if assembler is not None:
         recorder.record(assembler.reply())
 
 
@@ -254,25 +336,68 @@ class _Relay(StreamingResponse):
         headers: dict[str, str],
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        super().__init__(content, status_code=status_code, headers=headers)
+        super().__init__(self._tracked(content), status_code=status_code, headers=headers)
         self._answer = answer
         self._on_close = on_close
+        self._finished = False  # the whole answer went to the client
+        self.exchange: Exchange | None = None  # its log line is written when the stream ends (`Proxy._watched`)
+
+    async def _tracked(self, content: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        async for chunk in content:
+            yield chunk
+        self._finished = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
+        except (ClientDisconnect, OSError):
+            pass  # the client went away mid-stream: said in the request's line below, not in a traceback
         finally:
+            if not self._finished and self.exchange is not None and self.exchange.error is None:
+                self.exchange.error = "the client went away before the end"
             with anyio.CancelScope(shield=True):
                 try:
                     await self._answer.aclose()
                 finally:
-                    if self._on_close is not None:
-                        await self._on_close()
+                    try:
+                        if self._on_close is not None:
+                            await self._on_close()
+                    finally:
+                        if self.exchange is not None:
+                            self.exchange.done(self.status_code)
 
 
 def _ctxkeep_headers(lease: Lease, step: Step) -> dict[str, str]:
     """Where the conversation is kept and what was sent, for the client's logs."""
     return {HEADER: f"{lease.key}/{lease.branch}", "x-ctxkeep-context-tokens": str(step.context.tokens)}
+
+
+class _TooLarge(Exception):
+    """A request body over `ServeSettings.max_body`."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.limit = limit
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    """The request's body, read up to `limit` bytes: past it `_TooLarge`, before more is held in memory."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _TooLarge(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(dialect: Dialect, exc: _TooLarge) -> Response:
+    message = f"the request body is over {exc.limit:,} bytes, the proxy's limit (ctxkeep serve --max-body)"
+    return JSONResponse(dialect.error("request_too_large", message), status_code=413)
 
 
 def _bad_request(dialect: Dialect, message: str) -> Response:

@@ -11,7 +11,9 @@ from ctxkeep.engine import Step
 from .dialect import Reply, Turn, check_messages, check_stream, check_tools, text_of, without_none
 from .sse import Event
 
-ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# Not the legacy "function" role: ctxkeep holds tool calls and their results as `tool` messages, and a
+# history with one is refused up front, with the roles it takes (`check_messages`), not after parsing.
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 _SYSTEM_ROLES = ("system", "developer")
 
 
@@ -42,7 +44,8 @@ class ChatCompletions:
             return None
         if not isinstance(message, dict):
             return None
-        return Reply(_sendable(message), _prompt_tokens(answer.get("usage")))
+        usage = answer.get("usage")
+        return Reply(_sendable(message), _prompt_tokens(usage), _usage(usage, "completion_tokens"))
 
     def reassembler(self) -> ChunkReassembler:
         """A reassembler for ``chat.completion.chunk`` events."""
@@ -56,6 +59,16 @@ class ChatCompletions:
         """An error as a data event, which the openai SDK raises as an `APIError`."""
         return b"data: " + orjson.dumps(self.error(kind, message)) + b"\n\n"
 
+    def ends(self, event: Event) -> bool:
+        """``data: [DONE]``, or an error chunk: what a whole stream ends with."""
+        if event.data == "[DONE]":
+            return True
+        try:
+            chunk = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            return False
+        return isinstance(chunk, dict) and "error" in chunk
+
 
 class ChunkReassembler:
     """The reply of a streamed chat completion: content and tool calls put back together from the deltas."""
@@ -67,6 +80,7 @@ class ChunkReassembler:
         self._finished = False
         self._broken = False
         self._prompt_tokens: int | None = None
+        self._output_tokens: int | None = None
 
     def feed(self, event: Event) -> None:
         """Take one ``data:`` event (``[DONE]`` ends the stream)."""
@@ -81,6 +95,7 @@ class ChunkReassembler:
             self._broken = True
             return
         self._prompt_tokens = _prompt_tokens(chunk.get("usage")) or self._prompt_tokens
+        self._output_tokens = _usage(chunk.get("usage"), "completion_tokens") or self._output_tokens
         for choice in chunk.get("choices") or []:
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 self._take(choice)
@@ -113,7 +128,7 @@ class ChunkReassembler:
         if self._calls:
             calls = [c for _, c in sorted(self._calls.items())]
             message["tool_calls"] = [{**c, "function": {"name": "", "arguments": "", **c["function"]}} for c in calls]
-        return Reply(_sendable(message), self._prompt_tokens)
+        return Reply(_sendable(message), self._prompt_tokens, self._output_tokens)
 
 
 def _sendable(message: dict[str, Any]) -> dict[str, Any]:
@@ -128,5 +143,9 @@ def _sendable(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def _prompt_tokens(usage: Any) -> int | None:
-    tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-    return tokens if isinstance(tokens, int) else None
+    return _usage(usage, "prompt_tokens")
+
+
+def _usage(usage: Any, field: str) -> int | None:
+    tokens = usage.get(field) if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None

@@ -46,6 +46,8 @@ class Reply:
     message: dict[str, Any]
     # The prompt's tokens as the upstream counted them (usage), when it said.
     prompt_tokens: int | None = None
+    # The reply's tokens as the upstream counted them (usage), when it said: for the request's log line.
+    output_tokens: int | None = None
 
 
 class Reassembler(Protocol):
@@ -79,6 +81,9 @@ class Dialect(Protocol):
     def stream_error(self, kind: str, message: str) -> bytes:
         """An error event to end a stream that broke after its first bytes were sent."""
 
+    def ends(self, event: Event) -> bool:
+        """Whether `event` is one a whole stream ends with (a stream that stops before one was cut)."""
+
 
 def text_of(content: Any) -> str:
     """The text of a message's content: a string, or the text parts/blocks of a list."""
@@ -98,8 +103,9 @@ def check_messages(body: dict[str, Any], roles: frozenset[str]) -> list[Any]:
         if not isinstance(msg, dict):
             raise BadRequest(f"messages[{i}] must be an object, got {type(msg).__name__}", param=f"messages[{i}]")
         if msg.get("role") not in roles:
+            legacy = " (send a function's result as a 'tool' message)" if msg.get("role") == "function" else ""
             raise BadRequest(
-                f"messages[{i}].role must be one of {', '.join(sorted(roles))}; got {msg.get('role')!r}",
+                f"messages[{i}].role must be one of {', '.join(sorted(roles))}; got {msg.get('role')!r}{legacy}",
                 param=f"messages[{i}].role",
             )
     return messages

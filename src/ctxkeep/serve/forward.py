@@ -7,6 +7,7 @@ ctxkeep's own; the client's credentials go upstream and nowhere else (never stor
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from urllib.parse import unquote
 
 import httpx
 
@@ -74,6 +75,30 @@ class Upstream:
     async def aclose(self) -> None:
         """Close the pooled connections."""
         await self._client.aclose()
+
+
+def under_base(raw_path: str) -> str | None:
+    """The part of a proxy path after ``/v1`` that the upstream gets, its dot segments resolved; None when
+    it would leave the upstream's base (``/v1/../../admin``) or hides a separator in a segment (``%2F``).
+
+    `raw_path` is the path as sent, still percent-encoded: the segments are judged by what they decode to
+    (``%2e%2e`` is ``..``) and forwarded as they were spelled.
+    """
+    segments = raw_path.split("/")
+    if len(segments) < 2 or segments[0] != "" or unquote(segments[1]) != "v1":
+        return None
+    kept: list[str] = []
+    for segment in segments[2:]:
+        name = unquote(segment)
+        if "/" in name or "\\" in name:
+            return None  # an upstream that decodes it would read two segments, perhaps a `..`
+        if name == "..":
+            if not kept:
+                return None
+            kept.pop()
+        elif name != ".":
+            kept.append(segment)
+    return "/" + "/".join(kept)
 
 
 def forwarded(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -39,7 +39,8 @@ class AnthropicMessages:
             return None
         if not isinstance(answer.get("content"), list):
             return None
-        return Reply(_message(answer["content"]), _prompt_tokens(answer.get("usage")))
+        usage = answer.get("usage")
+        return Reply(_message(answer["content"]), _prompt_tokens(usage), _output_tokens(usage))
 
     def reassembler(self) -> EventReassembler:
         """A reassembler for the messages API's stream events."""
@@ -52,6 +53,10 @@ class AnthropicMessages:
     def stream_error(self, kind: str, message: str) -> bytes:
         """An ``error`` event, which the anthropic SDK raises as an `APIStatusError`."""
         return b"event: error\ndata: " + orjson.dumps(self.error(kind, message)) + b"\n\n"
+
+    def ends(self, event: Event) -> bool:
+        """``message_stop``, or an ``error`` event: what a whole stream ends with."""
+        return event.name in ("message_stop", "error")
 
 
 def alternate(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -79,6 +84,7 @@ class EventReassembler:
         self._stopped = False
         self._broken = False
         self._prompt_tokens: int | None = None
+        self._output_tokens: int | None = None
 
     def feed(self, event: Event) -> None:
         """Take one event (``message_stop`` ends the stream; ``error`` breaks it)."""
@@ -94,6 +100,8 @@ class EventReassembler:
             self._blocks[int(data["index"])] = dict(data["content_block"])
         elif kind == "content_block_delta":
             self._delta(int(data["index"]), data.get("delta") or {})
+        elif kind == "message_delta":
+            self._output_tokens = _output_tokens(data.get("usage")) or self._output_tokens
         elif kind == "message_stop":
             self._stopped = True
         elif kind == "error":
@@ -124,7 +132,7 @@ class EventReassembler:
                 except orjson.JSONDecodeError:
                     return None
             blocks.append(block)
-        return Reply(_message(blocks), self._prompt_tokens)
+        return Reply(_message(blocks), self._prompt_tokens, self._output_tokens)
 
 
 def _message(blocks: list[Any]) -> dict[str, Any]:
@@ -138,3 +146,8 @@ def _prompt_tokens(usage: Any) -> int | None:
     counts = [usage.get(k) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")]
     whole = [n for n in counts if isinstance(n, int)]
     return sum(whole) if whole else None
+
+
+def _output_tokens(usage: Any) -> int | None:
+    tokens = usage.get("output_tokens") if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None

@@ -2,12 +2,12 @@
 
     <root>/<conversation>/<branch>/     a ctxkeep workspace (`Session`): branch 0 first
 
-A conversation is named by the client's ``X-Ctxkeep-Session`` header, else by a hash of how it begins
-(the route, the system prompt, the first message). Each request syncs the client's whole history into
-the conversation's current branch. A history that no longer extends what a branch holds (the client
-edited or removed a message, or is another conversation that begins the same way) goes to the first
-other branch it extends, else to a new branch that takes it whole: nothing a branch holds is rewritten
-or lost, and the upstream always gets a valid context.
+A conversation is named by the client's ``X-Ctxkeep-Session`` header, else by the first words of its
+first ask and a hash of how it begins (the route, the system prompt, the first message). Each request
+syncs the client's whole history into the conversation's current branch. A history that no longer extends
+what a branch holds (the client edited or removed a message, or is another conversation that begins the
+same way) goes to the first other branch it extends, else to a new branch that takes it whole: nothing a
+branch holds is rewritten or lost, and the upstream always gets a valid context.
 
 The upstream's reply is recorded as the branch's pending reply: the next request that extends the
 branch carries it back as the client kept it, and sync adds it from there; a retry or a regenerate
@@ -19,6 +19,7 @@ against ctxkeep: a conversation whose upstream counts more gets a window smaller
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import re
@@ -32,40 +33,96 @@ import orjson
 
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.engine import Step
-from ctxkeep.errors import CtxkeepError, MessageError
+from ctxkeep.errors import MessageError
 from ctxkeep.session import Session
 from ctxkeep.summarize import Summarizer
 
-from .dialect import BadRequest, Reply, Turn
+from .dialect import BadRequest, Reply, Turn, text_of
 from .settings import ServeSettings
 
 log = logging.getLogger("ctxkeep")
 
 HEADER = "x-ctxkeep-session"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_WORD = re.compile(r"[a-z0-9]+")
+# The words of a conversation's first ask kept in its name: enough to recognise it in a listing.
+_SLUG_CHARS = 32
 
 
-def conversation_key(header: str | None, route: str, turn: Turn) -> str:
-    """The conversation a request belongs to: the client's header, else derived from how it begins."""
+def conversation_key(header: str | None, route: str, turn: Turn, *, root: Path | None = None) -> str:
+    """The conversation a request belongs to, which names its folder under `root`.
+
+    The client's header, as it is when it is already a folder name, else made one (other characters turned
+    into ``-``, a hash of the whole value added so two values never share a folder). Without a header, a
+    short name from the first ask and a hash of how the conversation begins (the route, the system prompt,
+    the first message): ``fix-the-login-bug-in-auth-3f2a9c01d4``. A folder under `root` named the way
+    earlier versions named it (``c-<hash>``) is found by that name.
+    """
     if header is not None:
-        if not _NAME.fullmatch(header) or ".." in header:
-            raise BadRequest(
-                f"the {HEADER} header must be 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or"
-                " digit (it names a folder)"
-            )
-        return header
+        return _header_name(header)
     first = turn.history[0] if turn.history else None
     seed = orjson.dumps([route, turn.system, first], option=orjson.OPT_SORT_KEYS)
-    return "c-" + hashlib.sha256(seed).hexdigest()[:32]
+    digest = hashlib.sha256(seed).hexdigest()
+    old = "c-" + digest[:32]
+    if root is not None and (root / old).is_dir():
+        return old
+    return f"{_slug(_first_ask(turn.history))}-{digest[:10]}"
+
+
+def _header_name(header: str) -> str:
+    if _NAME.fullmatch(header) and ".." not in header:
+        return header
+    if "/" in header or "\\" in header or ".." in header:
+        raise BadRequest(
+            f"the {HEADER} header must not hold '/', '\\' or '..' (it names a folder): use letters, digits,"
+            " '.', '_' or '-'"
+        )
+    readable = _UNSAFE.sub("-", header).strip("-.")[:_SLUG_CHARS].rstrip("-.") or "session"
+    return f"{readable}-{hashlib.sha256(header.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+
+
+def _first_ask(history: Sequence[Any]) -> str:
+    for message in history:
+        if isinstance(message, dict) and message.get("role") == "user":
+            return text_of(message.get("content"))
+    return ""
+
+
+def _slug(text: str) -> str:
+    """The first words of `text`, lower case, joined by ``-``, at most `_SLUG_CHARS` characters."""
+    slug = ""
+    for word in _WORD.findall(text.lower()):
+        longer = f"{slug}-{word}" if slug else word[:_SLUG_CHARS]
+        if len(longer) > _SLUG_CHARS:
+            break
+        slug = longer
+    return slug or "conversation"
+
+
+class _Turns:
+    """A conversation's lock, and how many requests hold it or wait for it."""
+
+    def __init__(self) -> None:
+        # FIFO (asyncio's lock wakes its waiters in order): a conversation's requests run in the order they came.
+        self.lock = asyncio.Lock()
+        # Requests holding or waiting for the lock. A conversation is closed only at 0, and its `_Turns` is
+        # dropped only then: a waiter never holds a lock that a later request no longer shares.
+        self.users = 0
 
 
 class Sessions:
-    """The conversations' workspaces, opened on first use and kept open (up to `ServeSettings.max_open`)."""
+    """The conversations' workspaces, opened on first use and kept open (up to `ServeSettings.max_open`).
+
+    Every change to a conversation's workspaces (open, reopen, close, discard) happens under its lock,
+    from a request's turn or from `evict`, which takes the lock of an idle conversation like a request.
+    """
 
     def __init__(self, settings: ServeSettings, summarizer: Callable[[], Summarizer | None]) -> None:
         self._settings = settings
         self._summarizer = summarizer
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._turns: dict[str, _Turns] = {}
+        self._evicting = False  # one eviction at a time; it goes on while any conversation can be closed
         self._open: OrderedDict[tuple[str, int], AsyncSession] = OrderedDict()
         self._branches: dict[str, list[int]] = {}  # most recently used first
         self._pending: dict[tuple[str, int], Reply] = {}  # the last reply of each branch, until the next request
@@ -73,11 +130,27 @@ class Sessions:
         self._scale: dict[str, float] = {}  # per conversation: the upstream's token count over ctxkeep's, at most
         self._windows: dict[tuple[str, int], int] = {}  # the window each open workspace was opened with
 
+    def key(self, header: str | None, route: str, turn: Turn) -> str:
+        """The request's conversation (`conversation_key`), found among the folders under the root."""
+        return conversation_key(header, route, turn, root=self._settings.root)
+
     async def enter(self, key: str) -> Lease:
         """Wait for the conversation's turn; the `Lease` must be released (`Lease.release`) when done."""
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        await lock.acquire()
-        return Lease(self, key, lock)
+        turns = self._turns.setdefault(key, _Turns())
+        turns.users += 1
+        try:
+            await turns.lock.acquire()
+        except BaseException:  # cancelled while waiting (the client went away)
+            self.leave(key, turns)
+            raise
+        return Lease(self, key, turns)
+
+    def leave(self, key: str, turns: _Turns) -> None:
+        """A request is done with the conversation (`Lease.release`), or gave up waiting for it."""
+        turns.users -= 1
+        if turns.users == 0 and not any(k == key for k, _ in self._open) and self._turns.get(key) is turns:
+            del self._turns[key]
+            self._branches.pop(key, None)
 
     async def close(self) -> None:
         """Close every open workspace, with its pending reply added (their locks are released)."""
@@ -202,28 +275,47 @@ class Sessions:
         if session is not None:
             await self._close((key, branch), session)
         await asyncio.to_thread(shutil.rmtree, self._path(key, branch), ignore_errors=True)
+        with contextlib.suppress(OSError):  # a refused request leaves no folder: only an empty one goes
+            await asyncio.to_thread((self._settings.root / key).rmdir)
+
+    async def tidy(self) -> None:
+        """`evict`, after a request's answer is sent; never raises: a workspace that fails to close is logged."""
+        try:
+            await self.evict()
+        except Exception as exc:  # the answer is gone: nobody else to tell
+            log.warning("closing idle workspaces failed: %s: %s", type(exc).__name__, exc)
 
     async def evict(self) -> None:
-        """Close the least recently used workspaces past `max_open` whose conversation is idle."""
-        for key, branch in list(self._open):
-            if len(self._open) <= self._settings.max_open:
-                return
-            lock = self._locks.get(key)
-            if lock is not None and lock.locked():
-                continue
-            session = self._open.pop((key, branch))
-            await self._close((key, branch), session)
-            if not any(k == key for k, _ in self._open):
-                self._locks.pop(key, None)
-                self._branches.pop(key, None)
+        """Close the least recently used workspaces past `max_open` whose conversation no request holds or
+        waits for; each under its conversation's lock, so a request that comes meanwhile waits for the close."""
+        if self._evicting:
+            return  # the running eviction goes on until nothing more can be closed
+        self._evicting = True
+        try:
+            while len(self._open) > self._settings.max_open:
+                idle = next((w for w in self._open if w[0] not in self._turns or not self._turns[w[0]].users), None)
+                if idle is None:
+                    return  # every open workspace is in use: closed when its requests are done
+                turns = self._turns.setdefault(idle[0], _Turns())
+                turns.users += 1
+                try:
+                    async with turns.lock:  # free at once: nobody held or waited for it
+                        session = self._open.pop(idle, None)
+                        if session is not None:
+                            await self._close(idle, session)
+                finally:
+                    self.leave(idle[0], turns)
+        finally:
+            self._evicting = False
 
 
 class Lease:
     """A conversation's turn: its requests wait for one another; other conversations go on in parallel."""
 
-    def __init__(self, sessions: Sessions, key: str, lock: asyncio.Lock) -> None:
+    def __init__(self, sessions: Sessions, key: str, turns: _Turns) -> None:
         self._sessions = sessions
-        self._lock = lock
+        self._turns = turns
+        self._held = True
         self.key = key
         self.session: AsyncSession | None = None
         self.branch = 0
@@ -240,13 +332,12 @@ class Lease:
             self._sessions.hold(self.key, self.branch, reply, counted)
 
     async def release(self) -> None:
-        """Let the conversation's next request in, and close idle workspaces past the limit."""
-        if self._lock.locked():
-            self._lock.release()
-            try:
-                await self._sessions.evict()
-            except CtxkeepError as exc:
-                log.warning("closing idle workspaces failed: %s", exc)
+        """Let the conversation's next request in (once; later calls do nothing)."""
+        if not self._held:
+            return
+        self._held = False
+        self._turns.lock.release()
+        self._sessions.leave(self.key, self._turns)
 
 
 def _digests(history: Sequence[Any]) -> list[bytes]:

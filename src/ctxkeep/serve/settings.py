@@ -31,6 +31,8 @@ class ServeSettings:
     # Write each conversation's next summary in the background from its soft threshold (`Session.open(...,
     # background=True)`): a request that reaches the threshold does not wait for the compaction model.
     background: bool = False
+    # The largest request body taken, bytes (a 413 past it): a body is held whole in memory while it is read.
+    max_body: int = 32 * 1024 * 1024
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.upstream)
@@ -43,10 +45,15 @@ class ServeSettings:
             raise ValueError(f"window must be the model's context window in tokens, 1024 or more; got {self.window!r}")
         if not self.timeout > 0:
             raise ValueError(f"timeout must be a number of seconds above 0; got {self.timeout!r}")
+        if self.auth_token is not None and not (self.auth_token.isascii() and self.auth_token.isprintable()):
+            # A header carries bytes: a client's other characters would never compare equal to these.
+            raise ValueError("the auth token must be printable ASCII (a random one: `openssl rand -hex 16`)")
         if self.auth_token is not None and len(self.auth_token) < 16:
             raise ValueError("the auth token must be at least 16 characters (a random one: `openssl rand -hex 16`)")
         if self.max_open < 1:
             raise ValueError(f"max_open must be 1 or more; got {self.max_open!r}")
+        if not isinstance(self.max_body, int) or isinstance(self.max_body, bool) or self.max_body < 1024:
+            raise ValueError(f"max_body must be 1024 bytes or more (32 MiB by default); got {self.max_body!r}")
         if not self.lock_timeout >= 0:
             raise ValueError(f"lock_timeout must be 0 seconds or more; got {self.lock_timeout!r}")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 
-from ctxkeep.providers import Completion
+from ctxkeep.providers import Completion, Model, get_model
 from ctxkeep.providers.deterministic import DeterministicModel
 from ctxkeep.summarize.facts.identifiers import find_identifiers
 from ctxkeep.summarize.sections.markdown import code_span, phrase, render_sections
@@ -71,3 +71,11 @@ def fixed_summary(request: Completion) -> str:
 def fixed_summary_model() -> DeterministicModel:
     """A `DeterministicModel` that answers `fixed_summary(request)` when nothing is queued."""
     return DeterministicModel(default=fixed_summary)
+
+
+def host_model(spec: str | None, *, base_url: str | None = None) -> Model:
+    """The model `spec` names for a command or the proxy: `get_model(spec, base_url=...)`, except that
+    ``"deterministic"`` answers with `fixed_summary` (``--model deterministic`` summarizes with no model)."""
+    if spec is not None and spec.strip() == "deterministic" and base_url is None:
+        return fixed_summary_model()
+    return get_model(spec, base_url=base_url)

@@ -1,7 +1,8 @@
-"""``ctxkeep compact``: replay a transcript through the engine into a new (or replaced) workspace.
+"""What ``ctxkeep compact`` does: replay a transcript through the engine into a new workspace, or build
+one beside the old and swap them (``--replace``).
 
-Its own module so that the other commands, and ``--help``, do not import the engine, the session and
-the summarizer; `ctxkeep.cli` imports it only when the command runs.
+Imported only when the command runs (`ctxkeep.cli.compact` has its options): the other commands, and
+``--help``, do not import the engine, the session and the summarizer.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import Any
 
 import orjson
 
-from ctxkeep.cli import Progress, read_transcript
 from ctxkeep.errors import CtxkeepError, FormatError, StorageError, WorkspaceLockedError
 from ctxkeep.folder import LocalFolder
 from ctxkeep.formats.anthropic import to_anthropic
@@ -30,21 +30,25 @@ from ctxkeep.formats.openai import to_openai
 from ctxkeep.formats.source import read_file
 from ctxkeep.messages import Message
 from ctxkeep.offload import OFFLOAD_KEY
-from ctxkeep.providers import get_model
 from ctxkeep.replay import Replay, replay, split_system
 from ctxkeep.session import _STATE_MARK, Session
 from ctxkeep.settings import EngineSettings, ModelSummarySettings
 from ctxkeep.store import STATE, TOOL_RESULT_DIR
 from ctxkeep.summarize import ModelSummarizer
+from ctxkeep.summarize.testing import host_model
 from ctxkeep.tokens import TokenCounter, get_counter
 
-__all__ = ["run"]
+from .output import check_output
+from .progress import Progress
+from .transcripts import read_transcript
+
+__all__ = ["build"]
 
 # How long `--replace` waits for a process that holds the old workspace, in seconds.
 REPLACE_LOCK_WAIT = 2.0
 
 
-def run(args: argparse.Namespace) -> int:
+def build(args: argparse.Namespace) -> int:
     """Replay FILE into the workspace -o names and print what it did; returns the exit code."""
     out = Path(args.output)
     # Everything that can be wrong with the arguments or the input is found before any folder is touched.
@@ -131,18 +135,10 @@ class _Staged(LocalFolder):
 
 def _check_output(out: Path, *, replace: bool) -> bool:
     """Whether `out` is a workspace `--replace` will replace; False when it is new or an empty folder."""
-    try:
-        mode = out.lstat().st_mode
-    except FileNotFoundError:
+    # Never through a link, with --replace or without: the workspace is the folder named, not what a link names.
+    if not check_output(out, "-o", folder=True):
         return False
-    except OSError as exc:
-        raise CtxkeepError(f"cannot use {out} as the workspace folder: {exc.strerror or exc}") from None
-    if replace and stat.S_ISLNK(mode):
-        raise CtxkeepError(
-            f"{out} is a symbolic link; --replace replaces only a workspace folder itself, never through a link:"
-            " give the folder's own path"
-        )
-    if out.is_dir() and not any(out.iterdir()):
+    if not any(out.iterdir()):
         return False
     if not replace:
         raise CtxkeepError(
@@ -291,7 +287,7 @@ def _summarizer(args: argparse.Namespace) -> ModelSummarizer | None:
         except FormatError as exc:
             raise CtxkeepError(f"cannot read --agents-md {args.agents_md}: {exc.reason}") from None
     try:
-        model = get_model(args.model, base_url=args.base_url)
+        model = host_model(args.model, base_url=args.base_url)
         settings = ModelSummarySettings(window=args.model_window, reply_format=args.reply_format, agents_md=agents_md)
         return ModelSummarizer(model, settings=settings)
     except ValueError as exc:

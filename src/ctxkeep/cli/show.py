@@ -1,0 +1,75 @@
+"""``ctxkeep show``: a workspace's steps and compactions in the terminal, or as JSON."""
+
+from __future__ import annotations
+
+import argparse
+
+TYPE_CHECKING = False  # not `typing`'s: the command line imports no `typing` before it must
+if TYPE_CHECKING:
+    from ctxkeep import workspace_view
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(show: argparse.ArgumentParser) -> None:
+    """The command's options."""
+    show.add_argument("workspace", help="a folder a ctxkeep session wrote")
+    show.add_argument("--compaction", type=int, metavar="N", help="also what compaction N archived and changed")
+    show.add_argument(
+        "--json", action="store_true", help="print the steps, the compactions' records and the summary as JSON"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the workspace; returns the exit code."""
+    import shutil
+
+    from ctxkeep import workspace_view  # here, so --help stays fast
+    from ctxkeep.folder import LocalFolder
+
+    view = workspace_view.read(LocalFolder(args.workspace), name=args.workspace)
+    if args.json:
+        import json
+
+        print(json.dumps(as_json(view, args.compaction), ensure_ascii=False, indent=2))
+        return 0
+    print(workspace_view.render_text(view, width=max(20, shutil.get_terminal_size().columns - 12)))
+    if args.compaction is not None:
+        print()
+        print(workspace_view.render_compaction(view, args.compaction))
+    return 0
+
+
+def as_json(view: workspace_view.View, number: int | None) -> dict[str, object]:
+    """The view as plain data: the figures, the tokens sent at each step, every compaction's record (and,
+    for compaction `number`, the messages it archived and its summary's diff), the failures, what was left out."""
+    from ctxkeep.errors import WorkspaceError
+
+    if number is not None and not 1 <= number <= len(view.compactions):
+        raise WorkspaceError(
+            f"the workspace has compactions 1 to {len(view.compactions)}; there is no compaction {number}"
+        )
+    compactions: list[dict[str, object]] = []
+    for c in view.compactions:
+        entry: dict[str, object] = {"number": c.number, "step": c.step, "record": dict(c.record)}
+        if c.number == number:
+            entry["archived"] = [
+                {"line": m.line, "id": m.id, "role": m.role, "label": m.label, "text": m.text, "cut": m.cut}
+                for m in c.messages
+            ]
+            entry["archived_left_out"] = c.messages_left_out
+            entry["diff"] = list(c.diff)
+        compactions.append(entry)
+    return {
+        "workspace": view.name,
+        "generation": view.generation,
+        "archived_messages": view.archived_messages,
+        "offloaded_results": view.originals,
+        "steps": list(view.steps),
+        "compactions": compactions,
+        "failures": [
+            {"step": step, "record": dict(rec)} for rec, step in zip(view.failures, view.failure_steps, strict=True)
+        ],
+        "summary": view.summary,
+        "left_out": list(view.cuts),
+    }
