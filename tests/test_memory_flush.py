@@ -201,3 +201,38 @@ def test_the_model_flush_keeps_to_its_time_budget(monkeypatch: pytest.MonkeyPatc
     late = DeterministicModel(default=lambda _: '{"action": "done", "query": "", "entries": []}')
     run = flush(MemoryFolder(), CONVERSATION, now=NOW, model=late)
     assert late.requests == [] and run.by == "rule" and len(run.notes) == 4
+
+
+def _noted_turns(store: MemoryFolder) -> list[int]:
+    """The turns whose stated preference the day's log holds, in the order noted."""
+    raw = store.files.get("memory/2026-05-02.md")
+    texts = [e.text for e in entries_of(raw.decode())] if raw is not None else []
+    return [int(t.split("Turn ")[1].split(":")[0]) for t in texts if "[preference] Turn" in t]
+
+
+def _turns_in(messages: tuple[Message, ...] | list[Message]) -> list[int]:
+    return [int(m.text.split(":")[0].removeprefix("Turn ")) for m in messages if m.role == "user"]
+
+
+def test_a_manual_compact_of_a_small_context_notes_exactly_what_it_archives() -> None:
+    # Under the compaction's reserve: a /compact still keeps at most half, and the flush must note that half.
+    store = MemoryFolder()
+    with Session(store, settings=_session_settings()) as session:
+        session.add([Message.of("user", f"Turn {i}: I prefer tabs, variant {i}.") for i in range(8)])
+        step = session.compact(system="system", now=NOW)
+    assert step.compaction is not None and step.archived
+    assert _noted_turns(store) == _turns_in(step.archived)
+
+
+def test_each_automatic_compaction_notes_exactly_what_it_archives() -> None:
+    store = MemoryFolder()
+    with Session(store, settings=_session_settings()) as session:
+        noted = archived = 0
+        for i in range(60):
+            session.add(_turns(1, i))
+            step = session.prepare("system", now=NOW)
+            if step.compaction is not None:
+                archived += 1
+                assert _noted_turns(store)[noted:] == _turns_in(step.archived)
+                noted = len(_noted_turns(store))
+        assert archived >= 2
