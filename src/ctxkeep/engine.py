@@ -22,22 +22,24 @@ from collections.abc import Mapping
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import archive as archive_mod
 from .context import Context, summary_tokens_of, system_tokens_of
 from .context import of as context_of
 from .errors import CtxkeepError, SummaryError
-from .live import Live, age_all, check_pins, offload_recent, rebuild
-from .memory.rules import RULES_TAG, after_compaction
+from .live import Live, age_all, offload_recent, rebuild
+from .memory.hooks import MemoryHooks
+from .memory.rules import RULES_TAG
 from .messages import Message
 from .offload import cleanup
+from .plan import PART_BREAK, Manual, Plan, Skip, plan
+from .providers import Model
 from .records import Usage, usage_of
-from .settings import CHARS_PER_TOKEN, EngineSettings
-from .split import Split, pair_groups, safe_cuts, split
+from .settings import EngineSettings
+from .split import Split, pair_groups, safe_cuts
 from .store import Store
 from .summarize import (
-    MIN_SUMMARY_CHARS,
     ExtractiveSummarizer,
     Summarizer,
     SummaryRequest,
@@ -52,9 +54,6 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
 
 log = logging.getLogger("ctxkeep")
-_PART_DIVISOR = 4  # a part of a "frozen" summary gets at most this share of the cap
-# Between two parts of a summary in the "frozen" layout: each part is what one compaction archived.
-PART_BREAK = "\n\n<!-- context-summary: the next part covers the messages compacted after the part above -->\n\n"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -121,14 +120,29 @@ class Step:
         return self.context.to_anthropic()
 
 
+class PassHooks(Protocol):
+    """What runs around a compaction, given the compaction's own `Plan` (as pi-mono's `SessionBeforeCompactEvent`):
+    a hook never computes a cut of its own, so it sees exactly what the compaction archives."""
+
+    def before_compaction(self, plan: Plan, live: Live) -> None:
+        """Called once the summary of `plan` is written, before it is applied: `plan.cut.to_compact` goes."""
+        ...
+
+    def after_compaction(self, plan: Plan, context: Context) -> Context:
+        """The first context after the compaction of `plan`, as it is to be sent (its summary may grow)."""
+        ...
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Setup:
-    """What every pass runs with: the settings, the token counter, the summarizer and the workspace's store."""
+    """What every pass runs with: the settings, the token counter, the summarizer, the workspace's store and the
+    hooks around a compaction."""
 
     settings: EngineSettings
     counter: Counter
     summarizer: Summarizer
     store: Store
+    hooks: tuple[PassHooks, ...] = ()
 
     @classmethod
     def with_defaults(
@@ -139,35 +153,19 @@ class Setup:
         counter: Counter | None = None,
         summarizer: Summarizer | None = None,
     ) -> Setup:
-        """A `Setup` with defaults for what is not given: the seed settings, o200k_base, the extractive summarizer."""
-        return cls(
-            settings=settings or EngineSettings(),
-            counter=counter or get_counter("o200k_base"),
-            summarizer=summarizer or ExtractiveSummarizer(),
+        """A `Setup` with defaults for what is not given: the seed settings, o200k_base, the extractive summarizer;
+        and memory's hooks (`MemoryHooks`), whose flush writes with the summarizer's model when it has one."""
+        settings = settings or EngineSettings()
+        counter = counter or get_counter("o200k_base")
+        summarizer = summarizer or ExtractiveSummarizer()
+        model = getattr(summarizer, "model", None)  # a `ModelSummarizer`'s compaction model
+        memory = MemoryHooks(
             store=store,
+            settings=settings.memory,
+            counter=counter,
+            model=model if isinstance(model, Model) else None,
         )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Manual:
-    """A compaction asked for by hand (a `/compact`): it runs whatever the size, on what `focus` names first."""
-
-    focus: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Plan:
-    """A compaction decided on: where to cut, what to ask the summarizer, and why."""
-
-    cut: Split
-    request: SummaryRequest
-    reason: str  # "threshold", "overflow" (over the model's window) or "manual"
-    tokens: int  # the context's tokens before
-    at: datetime
-    background: bool = False  # the summary is a `Draft`'s, written before the threshold
-    # The summary is a new part after the earlier ones, left as they were ("frozen" layout): the request
-    # covers only the messages compacted now.
-    append: bool = False
+        return cls(settings=settings, counter=counter, summarizer=summarizer, store=store, hooks=(memory,))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -188,15 +186,6 @@ class Draft:
     # The summary body of the live context it was planned on: a compaction since makes it stale (with the
     # "frozen" layout the request's `previous` is not that body).
     summary_body: str | None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Skip:
-    """No compaction this step. `failure` (a compaction was due but cannot free anything) or `warning`, or
-    neither when none was due."""
-
-    failure: str | None = None
-    warning: str | None = None
 
 
 def tidy(live: Live, setup: Setup, now: datetime) -> list[str]:
@@ -260,15 +249,10 @@ def prepare(
         failure = replace(written.summary, at=now, tokens=decision.tokens, usage=written.usage)
         step = _not_applied(_aged_over(live, setup), failure, counter)
     else:
+        for hook in setup.hooks:
+            hook.before_compaction(decision, live)
         step = apply(live, decision, written.summary, setup=setup, started=started, usage=written.usage)
-        # After a compaction the context carries the workspace's AGENTS.md rules again, at the end of the
-        # summary sent, until the next compaction: dropping them a step later would rewrite the prompt from
-        # there (the summary the summarizer builds on, `summary_body`, never holds them).
-        rules = after_compaction(step.context, setup.store, settings.memory, now.date(), counter)
-        if rules.summary != step.context.summary and rules.summary is not None:
-            tokens = summary_tokens_of(rules.summary, counter)
-            step = replace(step, live=replace(step.live, summary=rules.summary, summary_tokens=tokens))
-        step = replace(step, context=rules)
+        step = _after_compaction(step, decision, setup)
     return _warn_over_window(step, settings.compact.max_input_length)
 
 
@@ -312,81 +296,6 @@ def _aged_over(live: Live, setup: Setup) -> Live:
 def compact(live: Live, setup: Setup, *, system: str | None, now: datetime, focus: str | None = None) -> Step:
     """Compact now, whatever the size (a manual `/compact`)."""
     return prepare(live, setup, system=system, now=now, manual=Manual(focus=focus))
-
-
-def plan(
-    live: Live,
-    settings: EngineSettings,
-    *,
-    now: datetime,
-    force: bool = False,
-    focus: str | None = None,
-    ahead: bool = False,
-) -> Plan | Skip:
-    """Decide, touching no file and no model: is a compaction due, and if so where to cut and what to ask.
-
-    `ahead` plans the compaction the threshold will call for as soon as the soft threshold is passed
-    (`CompactSettings.soft_threshold`), so that its summary can be written in the background (`Draft`);
-    the summary's size is then planned for the kept tail the threshold will find.
-
-    `live.system_tokens` must be the system prompt's (`prepare` sets it). Raises `PinnedOverBudgetError`
-    when the pins alone leave no room.
-    """
-    tokens = live.tokens
-    threshold = settings.compact.compact_threshold
-    due = settings.compact.soft_threshold if ahead else threshold
-    if not force and (tokens <= due or not _retry_allowed(live, tokens, settings)):
-        return Skip()
-    budget = threshold - live.fixed_tokens - live.summary_tokens
-    if budget <= 0 and not force:
-        return Skip(
-            warning=f"the system prompt and tools ({live.fixed_tokens} tokens) and summary ({live.summary_tokens})"
-            f" alone reach the compaction threshold ({threshold}); compaction skipped. Raise max_input_length or"
-            " shorten them."
-        )
-    check_pins(live, live.pinned, threshold)
-    reserve = settings.compact.reserve
-    if force:
-        # A manual compaction always frees something: keep at most half of what is live.
-        reserve = min(reserve, live.total // 2)
-    cut = split(live.messages, live.counts, reserve=reserve, pinned=live.pinned)
-    if not cut.to_compact:
-        return Skip(
-            failure=f"nothing can be compacted: the newest message group ({sum(live.counts[-len(cut.to_keep) :])}"
-            " tokens) must stay whole, and nothing older is unpinned"
-        )
-    # The summary shares the threshold with what stays: when the kept messages leave it less room than
-    # its cap, it gets that room (never less than the sections need), so a huge newest message still fits.
-    staying = {id(m) for m in cut.pinned + cut.to_keep}
-    kept = live.fixed_tokens + sum(n for m, n in zip(live.messages, live.counts, strict=True) if id(m) in staying)
-    if ahead:
-        kept += max(0, threshold - tokens)  # what will have come by the threshold stays too
-    cap = min(settings.summary_max_chars, (threshold - kept) * CHARS_PER_TOKEN)
-    # The cap covers the whole summary: leave room for the archive guide that will open it.
-    # (Estimated in English, the longer of the two.)
-    next_archive = archive_mod.projected(live.archive, len(cut.to_compact), now.date())
-    guide_chars = len(archive_mod.with_guide("", next_archive, "en"))
-    previous, room = live.summary_body, cap - guide_chars
-    append = False
-    if settings.summary_layout == "frozen":
-        # The earlier parts stay as sent; a new part gets a quarter of the cap (or what they leave of it).
-        # When that is too little, they are consolidated: one summary of them all and of the new messages,
-        # in half the cap, so that parts can follow it again.
-        left = room - len(live.summary or "") - len(PART_BREAK)
-        if live.summary and previous and left >= MIN_SUMMARY_CHARS:
-            previous, room, append = None, min(left, room // _PART_DIVISOR), True
-        else:
-            previous = previous.replace(PART_BREAK, "\n\n") if previous else previous
-            room //= 2
-    request = SummaryRequest(
-        messages=cut.to_compact,
-        previous=previous,
-        focus=focus,
-        language=settings.language,
-        max_chars=max(MIN_SUMMARY_CHARS, room),
-    )
-    reason = "manual" if force else "overflow" if tokens > settings.compact.max_input_length else "threshold"
-    return Plan(cut=cut, request=request, reason=reason, tokens=tokens, at=now, background=ahead, append=append)
 
 
 def fit(draft: Draft, live: Live) -> Plan | None:
@@ -524,6 +433,19 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
     )
 
 
+def _after_compaction(step: Step, plan: Plan, setup: Setup) -> Step:
+    """`step` with the context the hooks make of it. The summary they send (the workspace's AGENTS.md rules at
+    its end, say) stays the live summary until the next compaction: dropping what they added a step later
+    would rewrite the prompt from there (the summary the summarizer builds on, `summary_body`, never holds it)."""
+    context = step.context
+    for hook in setup.hooks:
+        context = hook.after_compaction(plan, context)
+    if context.summary != step.context.summary and context.summary is not None:
+        tokens = summary_tokens_of(context.summary, setup.counter)
+        step = replace(step, live=replace(step.live, summary=context.summary, summary_tokens=tokens))
+    return replace(step, context=context)
+
+
 def _without_rules(summary: str) -> str:
     """`summary` without the AGENTS.md rules `after_compaction` put at its end, if it has them."""
     at = summary.rfind(f"\n\n<{RULES_TAG}")
@@ -541,12 +463,6 @@ def _warn_over_window(step: Step, window: int) -> Step:
     )
     log.warning(warning)
     return replace(step, warnings=(*step.warnings, warning))
-
-
-def _retry_allowed(live: Live, tokens: int, settings: EngineSettings) -> bool:
-    if live.failed_at is None:
-        return True
-    return tokens >= live.failed_at + settings.retry_growth * settings.compact.max_input_length
 
 
 def _summarize(summarizer: Summarizer, request: SummaryRequest) -> str | Failure:

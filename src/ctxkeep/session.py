@@ -39,6 +39,7 @@ import orjson
 from . import archive as archive_mod
 from . import engine, inputs, livelog, records
 from . import live as live_mod
+from . import plan as plan_mod
 from . import sync as sync_mod
 from .archive import Archive
 from .codec import ids_in, storable
@@ -47,9 +48,9 @@ from .engine import Step
 from .errors import CtxkeepError, WorkspaceError
 from .folder import LocalFolder
 from .live import Live, Tools
-from .memory import flush as memory_flush
 from .messages import Message
 from .offload import saved_texts
+from .plan import Manual, Plan
 from .settings import EngineSettings
 from .store import FAILED_DIR, STATE, Store, live_name
 from .summarize import Summarizer
@@ -374,16 +375,14 @@ class Session:
         now: datetime | None = None,
     ) -> Step:
         """Compact now, whatever the size; `focus` tells the summarizer what matters most."""
-        return self._run(system, tools, now, manual=engine.Manual(focus=focus))
+        return self._run(system, tools, now, manual=Manual(focus=focus))
 
     # --- internals --------------------------------------------------------------------
 
-    def _run(self, system: str | None, tools: Tools, now: datetime | None, *, manual: engine.Manual | None) -> Step:
+    def _run(self, system: str | None, tools: Tools, now: datetime | None, *, manual: Manual | None) -> Step:
         at = now or datetime.now().astimezone()
         before = self._live
         live = live_mod.with_tools(before, tools, self.counter)
-        # Before a compaction, once per cycle: preferences and lessons to the day's log (off by default).
-        memory_flush.before_pass(self._setup, live, cycle=self._state.generation, now=at, force=manual is not None)
         step = engine.prepare(live, self._setup, system=system, now=at, manual=manual, draft=self._draft)
         self._steps.append(step.context.tokens)
         self._steps_span = (self._steps_span[0] if self._steps_span else at, at)
@@ -407,11 +406,11 @@ class Session:
         if not self.settings.compact.background or self._draft is not None:
             return
         try:
-            ahead = engine.plan(step.live, self.settings, now=now, ahead=True)
+            ahead = plan_mod.plan(step.live, self.settings, now=now, ahead=True)
         except CtxkeepError as exc:  # pins over budget, say: the threshold's own pass will say so
             log.debug("no summary written ahead: %s", exc)
             return
-        if isinstance(ahead, engine.Plan):
+        if isinstance(ahead, Plan):
             ahead = engine.with_saved_originals(ahead, self.store)
             if self._writer is None:
                 self._writer = ThreadPoolExecutor(1, thread_name_prefix="ctxkeep-summary")
