@@ -12,17 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from ctxkeep import engine
+from ctxkeep import plan as plan_mod
+from ctxkeep import writer
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.cli import main
-from ctxkeep.engine import PART_BREAK
 from ctxkeep.errors import SummaryError
 from ctxkeep.live import Live
 from ctxkeep.live import add as live_add
 from ctxkeep.messages import Message, ToolCall, ToolResult
+from ctxkeep.plan import PART_BREAK
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings
 from ctxkeep.split import Split
+from ctxkeep.step import Step
 from ctxkeep.summarize import ExtractiveSummarizer, SummaryRequest
 from test_engine import COUNTER, NOW, SMALL, turn
 
@@ -75,7 +77,7 @@ def held_once(session: Session, added: list[str]) -> None:
     assert Tally(live + sorted(archived)) == Tally(added)
 
 
-def add_turn(session: Session, i: int, added: list[str]) -> engine.Step:
+def add_turn(session: Session, i: int, added: list[str]) -> Step:
     messages = turn(i)
     session.add(messages)
     added += [m.id for m in messages]
@@ -214,29 +216,29 @@ def _live(messages: list[Message]) -> Live:
 def test_a_draft_does_not_fit_once_its_cut_is_unsafe_or_the_summary_changed() -> None:
     first = turn(0) + turn(1)
     live = _live(first)
-    plan = engine.plan(live, SMALL, now=NOW, force=True)
-    assert isinstance(plan, engine.Plan)
-    done: engine.Draft
-    future: Future[engine.Written] = Future()
-    done = engine.Draft(plan=plan, future=future, summary_body=None)
-    assert engine.fit(done, live) is not None
+    plan = plan_mod.plan(live, SMALL, now=NOW, force=True)
+    assert isinstance(plan, plan_mod.Plan)
+    done: writer.Draft
+    future: Future[writer.Written] = Future()
+    done = writer.Draft(plan=plan, future=future, summary_body=None)
+    assert writer.fit(done, live) is not None
     # A summary since: the draft summarizes from an older one.
-    assert engine.fit(done, replace(live, summary_body="## Goal\n- other")) is None
+    assert writer.fit(done, replace(live, summary_body="## Goal\n- other")) is None
     # A call in the draft whose result came after it: cutting there would split the pair.
     call = Message(role="assistant", content=(ToolCall(id="late", name="bash", arguments="{}"),), id="call")
     result = Message(role="tool", content=(ToolResult(call_id="late", content="ok"),), id="result")
     live = _live([*first, call])
     unsafe = Split(to_compact=(*first, call), pinned=(), to_keep=(), is_valid=True, moved=0)
-    draft = engine.Draft(plan=replace(plan, cut=unsafe), future=future, summary_body=None)
-    assert engine.fit(draft, live) is not None
-    assert engine.fit(draft, live_add(live, [result], COUNTER)) is None
+    draft = writer.Draft(plan=replace(plan, cut=unsafe), future=future, summary_body=None)
+    assert writer.fit(draft, live) is not None
+    assert writer.fit(draft, live_add(live, [result], COUNTER)) is None
 
 
 def test_an_async_session_writes_ahead_too(tmp_path: Path) -> None:
     gated = Gated()
     added: list[str] = []
 
-    async def main() -> list[engine.Step]:
+    async def main() -> list[Step]:
         async with await AsyncSession.open(tmp_path, settings=ROOMY, summarizer=gated, background=True) as s:
             steps = []
             for i in range(40):

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxkeep import DeterministicModel, EngineSettings, ModelSummarizer, Session, engine
+from ctxkeep import DeterministicModel, EngineSettings, ModelSummarizer, Session
+from ctxkeep import plan as plan_mod
 from ctxkeep.errors import ProviderError
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.memory.extract import extract, lessons, preferences
@@ -165,8 +166,8 @@ def test_the_session_flushes_once_per_compaction_and_never_twice_for_a_cycle() -
         assert len({e.text for e in entries}) == len(entries)
         # A flush already recorded for this cycle (a crash after it, say) is not run again.
         hooks = MemoryHooks(store=store, settings=_session_settings().memory, counter=session.counter)
-        plan = engine.plan(session.live, session.settings, now=NOW, force=True)
-        assert isinstance(plan, engine.Plan)
+        plan = plan_mod.plan(session.live, session.settings, now=NOW, force=True)
+        assert isinstance(plan, plan_mod.Plan)
         store.write(STATE_FILE, json.dumps({"cycle": session.live.archive.lines}).encode())
         hooks.before_compaction(plan, session.live)
         assert entries_of(store.files["memory/2026-05-02.md"].decode()) == entries

@@ -8,116 +8,42 @@ send to the model (system prompt, the living summary, the recent messages verbat
     archive:   dialog/2026-12-03.jsonl  += m0..m5         flushed to disk first
     context:   [system] [summary(m0..m5 + older)] [m6 m7 m8 m9]
 
-A compaction has two phases, as pi-mono's: `plan` decides (gate, pins, reserve, split, the summary
-request) without touching a file or a model; `apply` takes the summary and makes it real (archive,
-guide, rebuild, second cut, record). `prepare` composes them with the steps of `ctxkeep.live`;
-the caller commits the returned `Live` (see `ctxkeep.session`).
+A compaction has two phases, as pi-mono's: `ctxkeep.plan.plan` decides (gate, pins, reserve, split, the
+summary request) without touching a file or a model; a summary writer (`ctxkeep.writer`: now, or ahead
+in a thread) gets the summary; `apply` makes it real (archive, guide, rebuild, second cut, record).
+Around it run the hooks of the pass (`PassHooks`: memory's flush before, its rules after), given the
+plan itself. `prepare` composes them with the steps of `ctxkeep.live`; the caller commits the returned
+`Live` (see `ctxkeep.session`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
-from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
 from . import archive as archive_mod
 from .context import Context, summary_tokens_of, system_tokens_of
 from .context import of as context_of
-from .errors import CtxkeepError, SummaryError
+from .errors import CtxkeepError
 from .live import Live, age_all, offload_recent, rebuild
 from .memory.hooks import MemoryHooks
 from .memory.rules import RULES_TAG
-from .messages import Message
 from .offload import cleanup
 from .plan import PART_BREAK, Manual, Plan, Skip, plan
 from .providers import Model
-from .records import Usage, usage_of
 from .settings import EngineSettings
-from .split import Split, pair_groups, safe_cuts
+from .split import pair_groups
+from .step import Compaction, Failure, Usage
+from .step import Step as Step  # serve/ imports it from here
 from .store import Store
-from .summarize import (
-    ExtractiveSummarizer,
-    Summarizer,
-    SummaryRequest,
-    resolve_language,
-    why_rejected,
-    with_originals,
-)
+from .summarize import ExtractiveSummarizer, Summarizer, resolve_language
 from .tokens import Counter, get_counter
-
-if TYPE_CHECKING:
-    from anthropic.types import MessageParam
-    from openai.types.chat import ChatCompletionMessageParam
+from .writer import SummaryWriter, WriteNow, writer_for
 
 log = logging.getLogger("ctxkeep")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Compaction:
-    """What one compaction did."""
-
-    at: datetime
-    reason: str
-    focus: str | None
-    tokens_before: int
-    tokens_after: int
-    compacted: int
-    kept: int
-    pinned: int
-    boundary_moved: int
-    summary_chars: int
-    archive_file: str
-    seconds: float
-    # The lines of `archive_file` the compacted messages went to: first and last, counted from 1.
-    archive_lines: tuple[int, int] = (0, 0)
-    # What the summarizer spent (model calls, tokens, retries, ...).
-    usage: Usage | None = None
-    # The summary was written in the background before the threshold (`Draft`): `seconds` is then what
-    # this step waited, `usage.seconds` what the summarizer took.
-    background: bool = False
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Failure:
-    """A compaction that was not applied, and why. The live context is unchanged.
-
-    `request` and `response` are what the summarizer was asked and answered, when known, so the
-    failure can be saved and debugged (a session writes them to ``failed/``).
-    """
-
-    at: datetime
-    reason: str
-    tokens: int
-    request: Mapping[str, Any] | None = None
-    response: str | None = None
-    usage: Usage | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Step:
-    """What `prepare` returns: the next live state, the context, and what happened."""
-
-    live: Live
-    context: Context
-    compaction: Compaction | None = None
-    failure: Failure | None = None
-    archived: tuple[Message, ...] = ()
-    warnings: tuple[str, ...] = ()
-    # A compaction was due, but its summary is still being written in the background and the context is
-    # not yet over `CompactSettings.wait_threshold`: this step sends the context as it is.
-    deferred: bool = False
-
-    def to_openai(self, *, system: bool = True) -> list[ChatCompletionMessageParam]:
-        """The context to send, as the openai SDK's ``messages=`` (see `Context.to_openai`)."""
-        return self.context.to_openai(system=system)
-
-    def to_anthropic(self) -> tuple[str | None, list[MessageParam]]:
-        """The context to send, as the anthropic SDK's ``system=`` and ``messages=``."""
-        return self.context.to_anthropic()
 
 
 class PassHooks(Protocol):
@@ -143,6 +69,12 @@ class Setup:
     summarizer: Summarizer
     store: Store
     hooks: tuple[PassHooks, ...] = ()
+    # Where the summary comes from; None: `WriteNow` with `summarizer` (`with_defaults` follows the settings).
+    writer: SummaryWriter | None = None
+
+    def __post_init__(self) -> None:
+        if self.writer is None:
+            object.__setattr__(self, "writer", WriteNow(summarizer=self.summarizer, store=self.store))
 
     @classmethod
     def with_defaults(
@@ -165,27 +97,10 @@ class Setup:
             counter=counter,
             model=model if isinstance(model, Model) else None,
         )
-        return cls(settings=settings, counter=counter, summarizer=summarizer, store=store, hooks=(memory,))
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Written:
-    """What the summarizer answered to one request: the summary to apply (or why there is none) and its cost."""
-
-    summary: str | Failure
-    usage: Usage
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Draft:
-    """A compaction planned past the soft threshold (`plan(..., ahead=True)`) whose summary is being written in the
-    background (`future`), to be applied at the threshold if it still fits the live context (`fit`)."""
-
-    plan: Plan
-    future: Future[Written]
-    # The summary body of the live context it was planned on: a compaction since makes it stale (with the
-    # "frozen" layout the request's `previous` is not that body).
-    summary_body: str | None
+        writer = writer_for(summarizer, store, settings=settings, counter=counter)
+        return cls(
+            settings=settings, counter=counter, summarizer=summarizer, store=store, hooks=(memory,), writer=writer
+        )
 
 
 def tidy(live: Live, setup: Setup, now: datetime) -> list[str]:
@@ -202,7 +117,6 @@ def prepare(
     system: str | None,
     now: datetime,
     manual: Manual | None = None,
-    draft: Draft | None = None,
 ) -> Step:
     """Run the pre-reasoning pass once. `manual` compacts now (a `/compact`), with its optional focus.
 
@@ -210,10 +124,9 @@ def prepare(
     messages leave the returned `Live`). A summarizer that fails or returns an invalid summary leaves
     the live messages and the previous summary exactly as they were (`Step.failure`).
 
-    `draft` is a summary being written in the background since the soft threshold (`plan(..., ahead=True)`). When a
-    compaction is due and the draft still fits (`fit`), it is applied (waiting for it only once the context
-    is over `CompactSettings.wait_threshold`; below, the step is `deferred`); else the summary is written
-    now, as without one.
+    The summary comes from `setup.writer` (`ctxkeep.writer`): written now, or ahead in the background, in
+    which case the step is `deferred` while it is still being written and the context is under
+    `CompactSettings.wait_threshold`. The hooks of the pass (`PassHooks`) get the plan applied.
     """
     started = time.perf_counter()
     counter, settings = setup.counter, setup.settings
@@ -230,60 +143,20 @@ def prepare(
         return _warn_over_window(
             _skipped(_aged_over(live, setup), decision, now, counter), settings.compact.max_input_length
         )
-    written: Written | None = None
-    ahead = fit(draft, live) if draft is not None and not force else None
-    if ahead is not None and draft is not None:
-        if not draft.future.done() and decision.tokens <= settings.compact.wait_threshold:
-            step = Step(live=live, context=context_of(live, counter), deferred=True)
-            return _warn_over_window(step, settings.compact.max_input_length)
-        drafted = _outcome(draft)
-        if drafted is not None and _frees_enough(ahead, live, drafted, settings, counter):
-            decision = replace(ahead, reason=decision.reason, tokens=decision.tokens, at=now)
-            written = drafted
-    elif draft is not None:
-        _outcome(draft)  # one summary at a time: a summarizer need not be thread-safe
+    assert setup.writer is not None  # (set in `Setup.__post_init__`)
+    written = setup.writer.write(decision, live)
     if written is None:
-        decision = with_saved_originals(decision, setup.store)
-        written = write(setup.summarizer, decision.request)
+        step = Step(live=live, context=context_of(live, counter), deferred=True)
+        return _warn_over_window(step, settings.compact.max_input_length)
     if isinstance(written.summary, Failure):
-        failure = replace(written.summary, at=now, tokens=decision.tokens, usage=written.usage)
+        failure = replace(written.summary, at=now, tokens=written.plan.tokens, usage=written.usage)
         step = _not_applied(_aged_over(live, setup), failure, counter)
     else:
         for hook in setup.hooks:
-            hook.before_compaction(decision, live)
-        step = apply(live, decision, written.summary, setup=setup, started=started, usage=written.usage)
-        step = _after_compaction(step, decision, setup)
+            hook.before_compaction(written.plan, live)
+        step = apply(live, written.plan, written.summary, setup=setup, started=started, usage=written.usage)
+        step = _after_compaction(step, written.plan, setup)
     return _warn_over_window(step, settings.compact.max_input_length)
-
-
-def with_saved_originals(plan: Plan, store: Store) -> Plan:
-    """`plan` with the end of each offloaded output's saved original in its request: the summarizer reads no
-    file. (`read_original` is optional for a store: one without it leaves the kept heads alone, as does a
-    file that cannot be read: the summary is not worth failing the compaction for.)"""
-    read_original = getattr(store, "read_original", None)
-    if not callable(read_original):
-        return plan
-
-    def read(name: str) -> bytes | None:
-        try:
-            data = read_original(name)
-        except CtxkeepError as exc:
-            log.warning("the summary judges %s by its kept head: %s", name, exc)
-            return None
-        return data if isinstance(data, bytes) else None
-
-    return replace(plan, request=with_originals(plan.request, read))
-
-
-def write(summarizer: Summarizer, request: SummaryRequest) -> Written:
-    """Ask `summarizer` for the summary of `request`: the text to apply, or the `Failure`, and what it spent.
-
-    Never raises for the summarizer's errors (they become the `Failure`); safe to run in another thread
-    as long as the summarizer is not used elsewhere meanwhile.
-    """
-    began = time.perf_counter()
-    summary = _summarize(summarizer, request)
-    return Written(summary=summary, usage=usage_of(summarizer, seconds=time.perf_counter() - began))
 
 
 def _aged_over(live: Live, setup: Setup) -> Live:
@@ -296,67 +169,6 @@ def _aged_over(live: Live, setup: Setup) -> Live:
 def compact(live: Live, setup: Setup, *, system: str | None, now: datetime, focus: str | None = None) -> Step:
     """Compact now, whatever the size (a manual `/compact`)."""
     return prepare(live, setup, system=system, now=now, manual=Manual(focus=focus))
-
-
-def fit(draft: Draft, live: Live) -> Plan | None:
-    """The `draft`'s plan, cut again on `live`, when its summary still fits: no compaction since (the same
-    previous summary), the same pins, the messages it summarizes still the oldest live ones, and its cut
-    still safe (no result that came since answers a call it summarizes). None when it no longer fits.
-
-    The plan compacts the messages as they are now (results offloaded since included): what is
-    archived is what was live.
-    """
-    old = draft.plan
-    if live.summary_body != draft.summary_body:
-        return None
-    end = old.cut.cut
-    if end > len(live.messages):
-        return None
-    pinned_ids = {m.id for m in old.cut.pinned}
-    head = live.messages[:end]
-    to_compact = tuple(m for m in head if m.id not in pinned_ids)
-    pinned = tuple(m for m in head if m.id in pinned_ids)
-    if [m.id for m in to_compact] != [m.id for m in old.cut.to_compact] or len(pinned) != len(pinned_ids):
-        return None
-    if not pinned_ids.issuperset(live.pinned.intersection(m.id for m in head)) or not safe_cuts(live.messages)[end]:
-        return None
-    cut = Split(to_compact=to_compact, pinned=pinned, to_keep=tuple(live.messages[end:]), is_valid=True, moved=0)
-    return replace(old, cut=cut)
-
-
-def outgrown(draft: Draft, live: Live, settings: EngineSettings) -> bool:
-    """Whether a `draft` that is written should be planned again: the context is past the soft threshold and
-    applying the draft now would not bring it back under (its results were offloaded or aged since, or much
-    has come after it), so that at the threshold it would free too little. The new summary is reckoned at
-    the size of the one it replaces.
-    """
-    compact = settings.compact
-    if not draft.future.done() or live.tokens <= compact.soft_threshold:
-        return False
-    if live.summary_body != draft.summary_body or draft.plan.cut.cut > len(live.messages):
-        return True
-    pinned = {m.id for m in draft.plan.cut.pinned}
-    end = draft.plan.cut.cut
-    freed = sum(n for m, n in zip(live.messages[:end], live.counts[:end], strict=True) if m.id not in pinned)
-    return live.tokens - freed > compact.soft_threshold
-
-
-def _outcome(draft: Draft) -> Written | None:
-    """What the draft's summarizer answered, waiting for it when it is still at work; None when it was cancelled."""
-    try:
-        return draft.future.result()
-    except CancelledError:
-        return None
-
-
-def _frees_enough(ahead: Plan, live: Live, written: Written, settings: EngineSettings, counter: Counter) -> bool:
-    """Whether the drafted summary is one to apply and, applied, leaves the context under the threshold."""
-    if not isinstance(written.summary, str):
-        return False
-    compacted = {id(m) for m in ahead.cut.to_compact}
-    freed = sum(n for m, n in zip(live.messages, live.counts, strict=True) if id(m) in compacted)
-    after = live.tokens - freed - live.summary_tokens + summary_tokens_of(written.summary, counter)
-    return after <= settings.compact.compact_threshold
 
 
 def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float, usage: Usage | None = None) -> Step:
@@ -463,42 +275,6 @@ def _warn_over_window(step: Step, window: int) -> Step:
     )
     log.warning(warning)
     return replace(step, warnings=(*step.warnings, warning))
-
-
-def _summarize(summarizer: Summarizer, request: SummaryRequest) -> str | Failure:
-    """The summarizer's text when it is a summary to apply, else a `Failure` with what it was asked and answered."""
-    try:
-        body = summarizer.summarize(request)
-    except SummaryError as exc:
-        asked = getattr(exc, "request", None) or _describe(request, summarizer)
-        return _failure(f"the summarizer failed: {exc}", asked, getattr(exc, "response", None))
-    except Exception as exc:  # a user's summarizer may raise anything; the context must survive it
-        log.exception("summarizer raised")
-        reason = f"the summarizer raised {type(exc).__name__}: {exc}"
-        return _failure(reason, _describe(request, summarizer), None)
-    rejected = why_rejected(body)
-    if rejected is not None:
-        answered = body if isinstance(body, str) and body.strip() else repr(body)
-        return _failure(rejected, _describe(request, summarizer), answered)
-    assert isinstance(body, str)  # `why_rejected` refuses anything else
-    return body
-
-
-def _failure(reason: str, request: Mapping[str, Any] | None, response: str | None) -> Failure:
-    # `at` and `tokens` are the step's; `prepare` fills them in.
-    return Failure(at=datetime.min, reason=reason, tokens=0, request=request, response=response)
-
-
-def _describe(request: SummaryRequest, summarizer: Summarizer) -> dict[str, Any]:
-    """What a summarizer was asked, as JSON, when it did not say itself (message ids, not their text)."""
-    return {
-        "summarizer": type(summarizer).__name__,
-        "messages": [m.id for m in request.messages],
-        "previous": request.previous,
-        "focus": request.focus,
-        "language": request.language,
-        "max_chars": request.max_chars,
-    }
 
 
 def _skipped(live: Live, skip: Skip, now: datetime, counter: Counter) -> Step:

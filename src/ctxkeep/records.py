@@ -15,76 +15,19 @@ docs/report.md.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from .messages import Message
 from .offload import record_in
-from .summarize.extractive import ExtractiveSummarizer
-
-if TYPE_CHECKING:
-    from .engine import Step
+from .step import Step
 
 # A compaction record lists at most this many offloaded results (and says how many more): the record is
 # also kept in state.json until it is appended, and must stay small whatever a compaction moves.
 MAX_OFFLOADED_LISTED = 200
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Usage:
-    """What the summarizer spent on one compaction, as far as it says (`ModelSummarizer.last_run`).
-
-    None means not reported (a summarizer of your own without `last_run`); the extractive summarizer
-    calls no model, so its calls and tokens are 0.
-    """
-
-    summarizer: str  # the summarizer's class name
-    model: str | None = None  # the compaction model's name ("openai:gpt-4o-mini"), when there is one
-    seconds: float = 0.0  # how long the summarizer took
-    calls: int | None = None  # model calls, the provider's own retries not counted
-    input_tokens: int | None = None  # prompt tokens, as the server reported them (else counted)
-    output_tokens: int | None = None
-    retries: int | None = None  # calls the provider made again after a timeout, 429 or 5xx
-    attempts: int | None = None  # times the final summary was asked (audit re-asks included)
-    parts: int | None = None  # parts the history was cut into for the model
-    audit: tuple[str, ...] = ()  # audit checks the kept summary still fails
-    identifiers_checked: int | None = None  # identifiers of the compacted messages the summary was checked for
-    identifiers_restored: int | None = None  # of those, the ones the model left out and ctxkeep appended
-
-
-def usage_of(summarizer: object, *, seconds: float) -> Usage:
-    """What `summarizer` says its latest `summarize` spent: its `last_run` (calls, tokens, ...) when it has one."""
-    name = type(summarizer).__name__
-    model = getattr(getattr(summarizer, "model", None), "name", None)
-    model = model if isinstance(model, str) else None
-    run = getattr(summarizer, "last_run", None)
-    if run is None:
-        if isinstance(summarizer, ExtractiveSummarizer):
-            return Usage(summarizer=name, seconds=seconds, calls=0, input_tokens=0, output_tokens=0, retries=0)
-        return Usage(summarizer=name, model=model, seconds=seconds)
-    audit = getattr(run, "audit", ())
-    return Usage(
-        summarizer=name,
-        model=model,
-        seconds=seconds,
-        calls=_count(run, "calls"),
-        input_tokens=_count(run, "input_tokens"),
-        output_tokens=_count(run, "output_tokens"),
-        retries=_count(run, "retries"),
-        attempts=_count(run, "attempts"),
-        parts=_count(run, "parts"),
-        audit=tuple(str(a) for a in audit) if isinstance(audit, Sequence) and not isinstance(audit, str) else (),
-        identifiers_checked=_count(run, "identifiers"),
-        identifiers_restored=_count(run, "restored"),
-    )
-
-
-def _count(run: object, name: str) -> int | None:
-    value = getattr(run, name, None)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def offloaded(messages: Iterable[Message]) -> list[dict[str, Any]]:

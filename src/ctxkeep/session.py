@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Container, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -39,22 +38,22 @@ import orjson
 from . import archive as archive_mod
 from . import engine, inputs, livelog, records
 from . import live as live_mod
-from . import plan as plan_mod
 from . import sync as sync_mod
 from .archive import Archive
 from .codec import ids_in, storable
 from .context import summary_tokens_of
-from .engine import Step
 from .errors import CtxkeepError, WorkspaceError
 from .folder import LocalFolder
 from .live import Live, Tools
 from .messages import Message
 from .offload import saved_texts
-from .plan import Manual, Plan
+from .plan import Manual
 from .settings import EngineSettings
+from .step import Step
 from .store import FAILED_DIR, STATE, Store, live_name
 from .summarize import Summarizer
 from .tokens import Counter, count_key
+from .writer import SummaryWriter
 
 log = logging.getLogger("ctxkeep")
 
@@ -195,6 +194,8 @@ class Session:
                 f' 0 or more (float("inf") waits as long as it takes); got {lock_timeout!r}'
             )
         self._setup = engine.Setup.with_defaults(store, settings=settings, counter=counter, summarizer=summarizer)
+        assert self._setup.writer is not None
+        self._writer: SummaryWriter = self._setup.writer  # told each step kept; closed with the session
         self._stack = contextlib.ExitStack()
         # Live-log lines of offloads not yet written: they go with the next append (one durable write per
         # step). Lost in a crash, they cost nothing: the next `prepare` offloads the same results the same way.
@@ -206,12 +207,8 @@ class Session:
         # with the next compaction (or at close), never on their own, so a step costs no write.
         self._steps: list[int] = []
         self._steps_span: tuple[datetime, datetime] | None = None
-        # The summary being written ahead (`background`), and the thread that writes it: nothing on disk
-        # depends on either, so a crash or a close loses only the work.
         # The generation of the newest compaction record in compactions.jsonl; None until read.
         self._recorded: int | None = None
-        self._draft: engine.Draft | None = None
-        self._writer: ThreadPoolExecutor | None = None
         self._stack.enter_context(store.lock(lock_timeout))
         try:
             self._state, self._live = self._recover(now or datetime.now().astimezone())
@@ -245,12 +242,10 @@ class Session:
         """Release the workspace's lock. Everything is already on disk (and the step counts are noted); a
         summary being written ahead is dropped."""
         try:
-            self._drop_draft()
+            self._writer.close()
             self._write_log()
             self._note_steps()
         finally:
-            if self._writer is not None:
-                self._writer.shutdown(wait=False, cancel_futures=True)
             self._stack.close()
 
     # --- reading ------------------------------------------------------------------
@@ -383,7 +378,7 @@ class Session:
         at = now or datetime.now().astimezone()
         before = self._live
         live = live_mod.with_tools(before, tools, self.counter)
-        step = engine.prepare(live, self._setup, system=system, now=at, manual=manual, draft=self._draft)
+        step = engine.prepare(live, self._setup, system=system, now=at, manual=manual)
         self._steps.append(step.context.tokens)
         self._steps_span = (self._steps_span[0] if self._steps_span else at, at)
         if step.compaction is not None:
@@ -395,33 +390,8 @@ class Session:
                 if step.failure is not None:
                     self._record_failure(step)
         self._live = step.live
-        self._draft_ahead(step, at)
+        self._writer.after_step(step, at)
         return step
-
-    def _draft_ahead(self, step: Step, now: datetime) -> None:
-        """After a step: drop the draft a compaction used or made stale; start one past the soft threshold."""
-        done = step.compaction is not None or step.failure is not None
-        if done or (self._draft is not None and engine.outgrown(self._draft, step.live, self.settings)):
-            self._drop_draft()
-        if not self.settings.compact.background or self._draft is not None:
-            return
-        try:
-            ahead = plan_mod.plan(step.live, self.settings, now=now, ahead=True)
-        except CtxkeepError as exc:  # pins over budget, say: the threshold's own pass will say so
-            log.debug("no summary written ahead: %s", exc)
-            return
-        if isinstance(ahead, Plan):
-            ahead = engine.with_saved_originals(ahead, self.store)
-            if self._writer is None:
-                self._writer = ThreadPoolExecutor(1, thread_name_prefix="ctxkeep-summary")
-            future = self._writer.submit(engine.write, self.summarizer, ahead.request)
-            self._draft = engine.Draft(plan=ahead, future=future, summary_body=step.live.summary_body)
-
-    def _drop_draft(self) -> None:
-        """Forget the draft; a summary still being written is left to finish on its own (nothing waits for it)."""
-        draft, self._draft = self._draft, None
-        if draft is not None:
-            draft.future.cancel()
 
     def _record_failure(self, step: Step) -> None:
         """Save what the summarizer was asked and answered, and note the failure in the records."""
