@@ -31,7 +31,6 @@ from .errors import CtxkeepError
 from .live import Live, age_all, offload_recent, rebuild
 from .memory.hooks import MemoryHooks
 from .memory.rules import RULES_TAG
-from .offload import cleanup
 from .plan import PART_BREAK, Manual, Plan, Skip, plan
 from .providers import Model
 from .settings import EngineSettings
@@ -101,13 +100,6 @@ class Setup:
         return cls(
             settings=settings, counter=counter, summarizer=summarizer, store=store, hooks=(memory,), writer=writer
         )
-
-
-def tidy(live: Live, setup: Setup, now: datetime) -> list[str]:
-    """Remove offloaded originals past their retention that no live message refers to; the names removed."""
-    return cleanup(
-        setup.store, live.messages, retention_days=setup.settings.offload.retention_days, now=now.timestamp()
-    )
 
 
 def prepare(

@@ -7,13 +7,14 @@
                         {"kind": "steps", ...}        the tokens sent at each step since the previous one
                         {"kind": "repaired", ...}     a torn live-log line dropped at open
 
-`compaction_record` and `steps_record` build them (pure: the session writes them); `read` parses the
+`compaction_record`, `failure_record` and `steps_record` build them (pure: the `Journal` writes them); `read` parses the
 file back, skipping what it cannot read, for `ctxkeep show` and `ctxkeep report`. Field by field:
 docs/report.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from datetime import datetime
@@ -21,9 +22,9 @@ from typing import Any
 
 import orjson
 
-from .messages import Message
-from .offload import record_in
-from .step import Step
+from ctxkeep.messages import Message
+from ctxkeep.offload import record_in
+from ctxkeep.step import Failure, Step
 
 # A compaction record lists at most this many offloaded results (and says how many more): the record is
 # also kept in state.json until it is appended, and must stay small whatever a compaction moves.
@@ -83,6 +84,33 @@ def compaction_record(step: Step, *, generation: int) -> dict[str, Any]:
     }
 
 
+def failure_record(failure: Failure, *, saved: str, step: int) -> dict[str, Any]:
+    """The record of a compaction not applied: why, its size, what it spent, where its request and answer were
+    `saved`, and `step`, its place among the steps not yet noted (the next "steps" record), for the report."""
+    usage = asdict(failure.usage) if failure.usage is not None else None
+    return {
+        "kind": "failed",
+        "at": failure.at.isoformat(),
+        "reason": failure.reason,
+        "tokens": failure.tokens,
+        "saved": saved,
+        "usage": usage,
+        "step": step,
+    }
+
+
+def failure_detail(failure: Failure) -> bytes:
+    """What the summarizer was asked and answered, for ``failed/<time>.json``."""
+    detail = {
+        "at": failure.at.isoformat(),
+        "reason": failure.reason,
+        "tokens": failure.tokens,
+        "request": failure.request,
+        "response": failure.response,
+    }
+    return orjson.dumps(detail, option=orjson.OPT_INDENT_2)
+
+
 def steps_record(tokens: Sequence[int], *, first: datetime, last: datetime) -> dict[str, Any]:
     """The record of a run of steps: the tokens of the context sent at each, oldest first."""
     return {
@@ -91,6 +119,21 @@ def steps_record(tokens: Sequence[int], *, first: datetime, last: datetime) -> d
         "last": last.isoformat(),
         "tokens": list(tokens),
     }
+
+
+def to_line(record: dict[str, Any]) -> bytes:
+    """One line of ``compactions.jsonl``."""
+    return orjson.dumps(record) + b"\n"
+
+
+def last_compaction_generation(raw: bytes) -> int | None:
+    """The generation of the newest compaction record in the bytes of a ``compactions.jsonl``, or None."""
+    for line in reversed(raw.splitlines()):
+        with contextlib.suppress(orjson.JSONDecodeError):
+            rec = orjson.loads(line)
+            if isinstance(rec, dict) and rec.get("kind") == "compaction":
+                return int(rec["generation"])
+    return None
 
 
 def read(raw: bytes) -> tuple[list[dict[str, Any]], int]:
