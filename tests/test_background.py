@@ -26,6 +26,7 @@ from ctxkeep.settings import CompactSettings, EngineSettings
 from ctxkeep.split import Split
 from ctxkeep.step import Step
 from ctxkeep.summarize import ExtractiveSummarizer, SummaryRequest
+from ctxkeep.writer import WriteAhead
 from test_engine import COUNTER, NOW, SMALL, turn
 
 # A window where the summary leaves room after a compaction (at SMALL's 2,000 tokens it fills the context
@@ -171,6 +172,51 @@ def test_a_summary_that_failed_in_the_background_is_written_again_at_the_thresho
         assert gated.threads[0].startswith("ctxkeep-summary") and gated.threads[1] == "MainThread"
         held_once(s, added)
     assert '"kind":"failed"' not in (tmp_path / "compactions.jsonl").read_text()
+
+
+def test_a_draft_that_frees_too_little_is_extended_not_written_again(tmp_path: Path) -> None:
+    gated = Gated(open_=False)
+    added: list[str] = []
+    with Session.open(tmp_path, settings=ROOMY, summarizer=gated, background=True) as s:
+        until_drafted(s, gated, added)
+        # Far over the wait threshold at once, and by more than the draft can free: it is waited for, then
+        # the rest of the messages the compaction cuts are summarized on top of it.
+        for k in range(2):
+            big = Message.of("user", "and also " + "word " * 1_100, id=f"big{k}")
+            s.add(big)
+            added.append(big.id)
+        threading.Timer(0.1, gated.gate.set).start()
+        step = s.prepare("be brief", now=NOW)
+        assert step.compaction is not None and step.context.tokens <= ROOMY.compact.compact_threshold
+        drafted, rest = gated.requests
+        assert rest.previous == ExtractiveSummarizer().summarize(drafted)
+        assert [m.id for m in step.archived] == [m.id for m in drafted.messages + rest.messages]
+        assert rest.messages and gated.most_at_once == 1
+        held_once(s, added)
+
+
+def test_a_written_draft_the_context_outgrew_is_extended_by_the_next(tmp_path: Path) -> None:
+    # A large reserve: the draft planned at the soft threshold cuts little, and two turns later, still under
+    # the threshold, applying it would no longer bring the context back under the soft threshold.
+    settings = EngineSettings(compact=CompactSettings(max_input_length=4_000, reserve_ratio=0.6))
+    gated = Gated()
+    added: list[str] = []
+    with Session.open(tmp_path, settings=settings, summarizer=gated, background=True) as s:
+        i = 0
+        writer = s._setup.writer
+        assert isinstance(writer, WriteAhead)
+        while len(gated.requests) < 2:
+            step = add_turn(s, i, added)
+            if writer.draft is not None:
+                writer.draft.future.result(WAIT)  # as an agent that thinks: the draft is written by the next step
+            i += 1
+            assert step.compaction is None and i < 60
+        first, second = gated.requests[:2]
+        assert second.previous == ExtractiveSummarizer().summarize(first)
+        ids = [m.id for m in s.messages]
+        assert [m.id for m in second.messages] == ids[len(first.messages) : len(first.messages) + len(second.messages)]
+        assert [m.id for m in first.messages] == ids[: len(first.messages)]
+        held_once(s, added)
 
 
 def test_a_manual_compaction_waits_for_the_draft_and_writes_its_own(tmp_path: Path) -> None:

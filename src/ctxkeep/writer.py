@@ -117,7 +117,8 @@ class WriteAhead:
 
     def write(self, plan: Plan, live: Live) -> Written | None:
         """The draft's summary when it still fits `live` and frees enough; None while it is being written and the
-        context is under the wait threshold; else the summary of `plan` written now."""
+        context is under the wait threshold. A written draft that frees too little is extended: its summary
+        is the previous one of the rest of `plan`'s messages. Else the summary of `plan` is written now."""
         draft = self._draft
         ahead = fit(draft, live) if draft is not None and plan.reason != "manual" else None
         if ahead is not None and draft is not None:
@@ -126,14 +127,23 @@ class WriteAhead:
             drafted = _outcome(draft)
             if drafted is not None and _frees_enough(ahead, live, drafted, self._settings, self._counter):
                 return replace(drafted, plan=replace(ahead, reason=plan.reason, tokens=plan.tokens, at=plan.at))
+            if drafted is not None:
+                whole = with_saved_originals(plan, self._now.store)
+                rest = extended(ahead, drafted, whole)
+                if rest is not None:
+                    return _after(write(self._now.summarizer, rest), whole, drafted)
         elif draft is not None:
             _outcome(draft)  # one summary at a time: a summarizer need not be thread-safe
         return self._now.write(plan, live)
 
     def after_step(self, step: Step, now: datetime) -> None:
-        """Drop the draft a compaction used or made stale; start one past the soft threshold."""
+        """Drop the draft a compaction used or made stale; start one past the soft threshold. A written draft the
+        context outgrew is extended by the next one (its summary the previous one of the messages since)."""
         done = step.compaction is not None or step.failure is not None
-        if done or (self._draft is not None and outgrown(self._draft, step.live, self._settings)):
+        draft = self._draft
+        outgrew = not done and draft is not None and outgrown(draft, step.live, self._settings)
+        earlier = draft if outgrew and draft is not None and draft.summary_body == step.live.summary_body else None
+        if done or outgrew:
             self._drop()
         if self._draft is not None:
             return
@@ -144,9 +154,14 @@ class WriteAhead:
             return
         if isinstance(ahead, Plan):
             ahead = with_saved_originals(ahead, self._now.store)
+            drafted = _outcome(earlier) if earlier is not None else None
+            rest = extended(earlier.plan, drafted, ahead) if earlier is not None and drafted is not None else None
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="ctxkeep-summary")
-            future = self._pool.submit(write, self._now.summarizer, ahead)
+            if rest is not None and drafted is not None:
+                future = self._pool.submit(_extend, self._now.summarizer, rest, ahead, drafted)
+            else:
+                future = self._pool.submit(write, self._now.summarizer, ahead)
             self._draft = Draft(plan=ahead, future=future, summary_body=step.live.summary_body)
 
     def close(self) -> None:
@@ -177,6 +192,51 @@ def write(summarizer: Summarizer, plan: Plan) -> Written:
     began = time.perf_counter()
     summary = _summarize(summarizer, plan.request)
     return Written(plan=plan, summary=summary, usage=usage_of(summarizer, seconds=time.perf_counter() - began))
+
+
+def extended(earlier: Plan, written: Written, plan: Plan) -> Plan | None:
+    """`plan` asking only for the messages after `earlier`'s, with `written` (the summary of `earlier`) as their
+    previous summary: what was written ahead is built on, not written again. None when `written` is no summary,
+    `plan` does not begin with exactly `earlier`'s messages and add some, or the two lay their summary out
+    differently (a new part of a "frozen" summary, or the whole)."""
+    if not isinstance(written.summary, str) or earlier.append != plan.append:
+        return None
+    done = [m.id for m in earlier.cut.to_compact]
+    messages = plan.cut.to_compact
+    if len(messages) <= len(done) or [m.id for m in messages[: len(done)]] != done:
+        return None
+    request = replace(plan.request, messages=messages[len(done) :], previous=written.summary)
+    return replace(plan, request=request)
+
+
+def _extend(summarizer: Summarizer, rest: Plan, whole: Plan, earlier: Written) -> Written:
+    """The summary of `rest` (an `extended` plan), written, as the summary of `whole`."""
+    return _after(write(summarizer, rest), whole, earlier)
+
+
+def _after(written: Written, whole: Plan, earlier: Written) -> Written:
+    """`written`, the summary of what came after `earlier`'s messages, as the summary of `whole`; it cost both."""
+    return replace(written, plan=whole, usage=_sum(earlier.usage, written.usage))
+
+
+def _sum(a: Usage, b: Usage) -> Usage:
+    """What two summarizer runs spent together; a count either did not report stays unknown (None)."""
+
+    def add(x: int | None, y: int | None) -> int | None:
+        return None if x is None or y is None else x + y
+
+    return replace(
+        b,
+        seconds=a.seconds + b.seconds,
+        calls=add(a.calls, b.calls),
+        input_tokens=add(a.input_tokens, b.input_tokens),
+        output_tokens=add(a.output_tokens, b.output_tokens),
+        retries=add(a.retries, b.retries),
+        attempts=add(a.attempts, b.attempts),
+        parts=add(a.parts, b.parts),
+        identifiers_checked=add(a.identifiers_checked, b.identifiers_checked),
+        identifiers_restored=add(a.identifiers_restored, b.identifiers_restored),
+    )
 
 
 def with_saved_originals(plan: Plan, store: Store) -> Plan:
