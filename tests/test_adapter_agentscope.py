@@ -27,7 +27,8 @@ from tests.validating_server import ValidatingServer, held_ids, task, tool_outpu
 
 from ctxkeep import MemoryFolder, Session
 from ctxkeep.formats.agentscope2 import from_agentscope2, to_agentscope2
-from ctxkeep.messages import ImageBlock, ToolResult, validate
+from ctxkeep.messages import ImageBlock, ToolResult
+from ctxkeep.pairing import validate
 
 if os.environ.get("CTXKEEP_REQUIRE_ADAPTERS") == "1":
     import agentscope  # a missing framework fails the run: CI must test the adapter

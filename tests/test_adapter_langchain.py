@@ -36,7 +36,8 @@ from langchain_openai import ChatOpenAI
 from ctxkeep import MemoryFolder, MessageError, Session, memory_tools, to_messages
 from ctxkeep.adapters.langchain import CtxkeepMiddleware, as_chat_dicts, to_langchain
 from ctxkeep.context import SUMMARY_TAG
-from ctxkeep.messages import Message, ToolCall, ToolResult, validate
+from ctxkeep.messages import Message, ToolCall, ToolResult
+from ctxkeep.pairing import validate
 
 WINDOW = 16_000
 SYSTEM = "You are a build engineer. Use the tools, then answer briefly."

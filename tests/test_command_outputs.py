@@ -19,8 +19,9 @@ from tests.conftest import raw_params
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import claude_code, codex, load, pi
 from ctxkeep.formats.source import Source
-from ctxkeep.messages import Message, repair
+from ctxkeep.messages import Message
 from ctxkeep.offload import OFFLOAD_KEY, is_output, offload, record_in, referenced_files, saved_texts
+from ctxkeep.pairing import repair
 from ctxkeep.replay import split_system, turns
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
@@ -207,7 +208,7 @@ def test_an_original_a_power_loss_cut_short_is_rewritten_from_the_live_log(tmp_p
         import os, sys
         sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
         from tests.test_command_outputs import SETTINGS, pi_messages
-        from ctxkeep.messages import Message, repair
+        from ctxkeep.messages import Message
         from ctxkeep.session import Session
         from ctxkeep.settings import EngineSettings
         s = Session.open({str(tmp_path)!r}, settings=EngineSettings(offload=SETTINGS))

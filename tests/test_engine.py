@@ -15,7 +15,8 @@ from ctxkeep.context import system_tokens_of
 from ctxkeep.errors import MessageError, PinnedOverBudgetError, SummaryError
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.live import Live, add
-from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult, validate
+from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
+from ctxkeep.pairing import validate
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
 from ctxkeep.summarize import SECTIONS, SummaryRequest
 from ctxkeep.tokens import get_counter

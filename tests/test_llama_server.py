@@ -35,7 +35,7 @@ from tests.conftest import RAW
 from ctxkeep.codec import message_from_dict
 from ctxkeep.folder import LocalFolder
 from ctxkeep.formats import load
-from ctxkeep.messages import repair, validate
+from ctxkeep.pairing import repair, validate
 from ctxkeep.providers import get_model
 from ctxkeep.replay import replay, split_system
 from ctxkeep.session import Session

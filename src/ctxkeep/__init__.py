@@ -37,17 +37,8 @@ if TYPE_CHECKING:  # what mypy and IDEs see; at run time `__getattr__` imports e
     from ctxkeep.formats.openai import from_openai, to_openai
     from ctxkeep.inputs import to_messages
     from ctxkeep.memory.tools import MemoryTool, memory_tools
-    from ctxkeep.messages import (
-        Block,
-        ImageBlock,
-        Message,
-        TextBlock,
-        ThinkingBlock,
-        ToolCall,
-        ToolResult,
-        repair,
-        validate,
-    )
+    from ctxkeep.messages import Block, ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
+    from ctxkeep.pairing import repair, validate
     from ctxkeep.providers import Completion, Model, Reply, get_model
     from ctxkeep.providers.deterministic import DeterministicModel
     from ctxkeep.session import Session
@@ -124,12 +115,12 @@ _HOMES: dict[str, str] = {
     "get_model": "ctxkeep.providers",
     "load": "ctxkeep.formats",
     "memory_tools": "ctxkeep.memory.tools",
-    "repair": "ctxkeep.messages",
+    "repair": "ctxkeep.pairing",
     "to_agentscope": "ctxkeep.formats.agentscope",
     "to_anthropic": "ctxkeep.formats.anthropic",
     "to_messages": "ctxkeep.inputs",
     "to_openai": "ctxkeep.formats.openai",
-    "validate": "ctxkeep.messages",
+    "validate": "ctxkeep.pairing",
 }
 
 __all__ = [

@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .context import system_tokens_of
-from .messages import Message, repair
+from .messages import Message
+from .pairing import repair
 from .session import Session
 from .step import Compaction, Failure
 
