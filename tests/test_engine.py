@@ -11,7 +11,7 @@ import pytest
 from ctxkeep import engine
 from ctxkeep import plan as plan_mod
 from ctxkeep.codec import message_from_dict
-from ctxkeep.context import system_tokens_of
+from ctxkeep.context import Context, system_tokens_of
 from ctxkeep.errors import MessageError, PinnedOverBudgetError, SummaryError
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.live import Live, add
@@ -267,3 +267,32 @@ def test_plan_decides_with_no_store_and_no_summarizer() -> None:
     alone = add(Live(), [Message.of("user", "huge " * 3_000, id="big")], COUNTER)
     skipped = plan_mod.plan(alone, SMALL, now=NOW)
     assert isinstance(skipped, plan_mod.Skip) and "nothing can be compacted" in (skipped.failure or "")
+
+
+class Noting:
+    """Hooks of the pass that note what they are given, and add a line to the first summary after."""
+
+    def __init__(self) -> None:
+        self.before: list[tuple[str, ...]] = []
+        self.after: list[str] = []
+
+    def before_compaction(self, plan: plan_mod.Plan, live: Live) -> None:
+        self.before.append(tuple(m.id for m in plan.cut.to_compact))
+
+    def after_compaction(self, plan: plan_mod.Plan, context: Context) -> Context:
+        self.after.append(plan.reason)
+        return replace(context, summary=f"{context.summary}\n\nnoted")
+
+
+def test_the_hooks_of_the_pass_get_the_plan_applied_and_nothing_when_the_summary_fails() -> None:
+    live = add(Live(), [m for i in range(12) for m in turn(i)], COUNTER)
+    hooks = Noting()
+    setup = engine.Setup(settings=SMALL, counter=COUNTER, summarizer=Raising(), store=MemoryFolder(), hooks=(hooks,))
+    step = engine.prepare(live, setup, system="be brief", now=NOW)
+    assert step.failure is not None and hooks.before == [] and hooks.after == []
+    setup = replace(setup, summarizer=Recording(), writer=None)
+    step = engine.prepare(live, setup, system="be brief", now=NOW)
+    assert hooks.before == [tuple(m.id for m in step.archived)] and hooks.after == ["threshold"]
+    # What the hook added is sent, and stays the live summary until the next compaction.
+    assert step.context.summary is not None and step.context.summary.endswith("noted")
+    assert step.live.summary == step.context.summary

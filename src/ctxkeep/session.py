@@ -9,7 +9,6 @@ seconds, then gets `WorkspaceLockedError`.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -36,9 +35,6 @@ from .workspace import livelog
 from .workspace import state as state_file
 from .workspace.journal import Journal
 from .writer import SummaryWriter
-
-log = logging.getLogger("ctxkeep")
-
 
 # cli_compact checks a state file's mark with this until it reads it with `ctxkeep.workspace.state.parse`.
 _STATE_MARK = state_file.MARK
@@ -68,7 +64,7 @@ class Session:
 
         With `CompactSettings.background` each summary is written ahead, in a thread of the session's own,
         from the step the context passes `CompactSettings.soft_threshold`: at the threshold it is applied
-        without waiting for the summarizer (see `ctxkeep.engine.prepare`), which then runs outside the
+        without waiting for the summarizer (see `ctxkeep.writer.WriteAhead`), which then runs outside the
         caller's thread.
         """
         if not isinstance(lock_timeout, int | float) or isinstance(lock_timeout, bool) or not lock_timeout >= 0:
