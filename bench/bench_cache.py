@@ -52,11 +52,11 @@ import bench_summary as summary_bench
 from bench_replay import RAW, conversations
 from ctxkeep import from_agentscope, to_agentscope
 from ctxkeep.context import SUMMARY_ID, Context
-from ctxkeep.engine import PART_BREAK
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.memory.rules import RULES_TAG
 from ctxkeep.messages import Message
 from ctxkeep.offload import record_in
+from ctxkeep.plan import PART_BREAK
 from ctxkeep.replay import turns
 from ctxkeep.session import Session
 from ctxkeep.settings import EngineSettings

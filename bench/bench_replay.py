@@ -30,7 +30,8 @@ from pathlib import Path
 from ctxkeep.context import system_tokens_of
 from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.formats import load
-from ctxkeep.messages import Message, ToolCall, make_id, repair
+from ctxkeep.messages import Message, ToolCall, make_id
+from ctxkeep.pairing import repair
 from ctxkeep.replay import split_system, turns
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings

@@ -47,7 +47,8 @@ from tests.validating_server import ValidatingServer, held_ids, task, tool_outpu
 from ctxkeep import MemoryFolder, Session
 from ctxkeep.adapters.agentscope import ContextMiddleware, context_msgs, history_messages
 from ctxkeep.formats.agentscope2 import from_agentscope2, to_agentscope2
-from ctxkeep.messages import ImageBlock, ToolResult, validate
+from ctxkeep.messages import ImageBlock, ToolResult
+from ctxkeep.pairing import validate
 
 pytestmark = pytest.mark.extra("agentscope")
 if not agentscope.__version__.startswith("2."):

@@ -26,7 +26,8 @@ from tests.validating_server import ValidatingServer, held_ids, task, tool_outpu
 from ctxkeep import MemoryFolder, MessageError, Session, memory_tools, to_messages
 from ctxkeep.adapters.langchain import CtxkeepMiddleware, as_chat_dicts, to_langchain
 from ctxkeep.context import SUMMARY_TAG
-from ctxkeep.messages import Message, ToolCall, ToolResult, validate
+from ctxkeep.messages import Message, ToolCall, ToolResult
+from ctxkeep.pairing import validate
 
 pytestmark = pytest.mark.extra("langchain")
 

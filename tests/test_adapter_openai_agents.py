@@ -39,7 +39,7 @@ from ctxkeep import Session, WorkspaceError, memory_tools, to_messages
 from ctxkeep.adapters.openai_agents import CtxkeepInputFilter, CtxkeepSession, tool_schemas
 from ctxkeep.context import SUMMARY_TAG
 from ctxkeep.formats.responses import to_responses
-from ctxkeep.messages import validate
+from ctxkeep.pairing import validate
 
 pytestmark = pytest.mark.extra("openai-agents")
 

@@ -12,18 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from ctxkeep import engine
+from ctxkeep import plan as plan_mod
+from ctxkeep import writer
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.cli import main
-from ctxkeep.engine import PART_BREAK
 from ctxkeep.errors import SummaryError
 from ctxkeep.live import Live
 from ctxkeep.live import add as live_add
 from ctxkeep.messages import Message, ToolCall, ToolResult
+from ctxkeep.plan import PART_BREAK
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings
 from ctxkeep.split import Split
+from ctxkeep.step import Step
 from ctxkeep.summarize import ExtractiveSummarizer, SummaryRequest
+from ctxkeep.writer import WriteAhead
 from test_engine import COUNTER, NOW, SMALL, turn
 
 # A window where the summary leaves room after a compaction (at SMALL's 2,000 tokens it fills the context
@@ -75,7 +78,7 @@ def held_once(session: Session, added: list[str]) -> None:
     assert Tally(live + sorted(archived)) == Tally(added)
 
 
-def add_turn(session: Session, i: int, added: list[str]) -> engine.Step:
+def add_turn(session: Session, i: int, added: list[str]) -> Step:
     messages = turn(i)
     session.add(messages)
     added += [m.id for m in messages]
@@ -171,6 +174,51 @@ def test_a_summary_that_failed_in_the_background_is_written_again_at_the_thresho
     assert '"kind":"failed"' not in (tmp_path / "compactions.jsonl").read_text()
 
 
+def test_a_draft_that_frees_too_little_is_extended_not_written_again(tmp_path: Path) -> None:
+    gated = Gated(open_=False)
+    added: list[str] = []
+    with Session.open(tmp_path, settings=ROOMY, summarizer=gated, background=True) as s:
+        until_drafted(s, gated, added)
+        # Far over the wait threshold at once, and by more than the draft can free: it is waited for, then
+        # the rest of the messages the compaction cuts are summarized on top of it.
+        for k in range(2):
+            big = Message.of("user", "and also " + "word " * 1_100, id=f"big{k}")
+            s.add(big)
+            added.append(big.id)
+        threading.Timer(0.1, gated.gate.set).start()
+        step = s.prepare("be brief", now=NOW)
+        assert step.compaction is not None and step.context.tokens <= ROOMY.compact.compact_threshold
+        drafted, rest = gated.requests
+        assert rest.previous == ExtractiveSummarizer().summarize(drafted)
+        assert [m.id for m in step.archived] == [m.id for m in drafted.messages + rest.messages]
+        assert rest.messages and gated.most_at_once == 1
+        held_once(s, added)
+
+
+def test_a_written_draft_the_context_outgrew_is_extended_by_the_next(tmp_path: Path) -> None:
+    # A large reserve: the draft planned at the soft threshold cuts little, and two turns later, still under
+    # the threshold, applying it would no longer bring the context back under the soft threshold.
+    settings = EngineSettings(compact=CompactSettings(max_input_length=4_000, reserve_ratio=0.6))
+    gated = Gated()
+    added: list[str] = []
+    with Session.open(tmp_path, settings=settings, summarizer=gated, background=True) as s:
+        i = 0
+        writer = s._setup.writer
+        assert isinstance(writer, WriteAhead)
+        while len(gated.requests) < 2:
+            step = add_turn(s, i, added)
+            if writer.draft is not None:
+                writer.draft.future.result(WAIT)  # as an agent that thinks: the draft is written by the next step
+            i += 1
+            assert step.compaction is None and i < 60
+        first, second = gated.requests[:2]
+        assert second.previous == ExtractiveSummarizer().summarize(first)
+        ids = [m.id for m in s.messages]
+        assert [m.id for m in second.messages] == ids[len(first.messages) : len(first.messages) + len(second.messages)]
+        assert [m.id for m in first.messages] == ids[: len(first.messages)]
+        held_once(s, added)
+
+
 def test_a_manual_compaction_waits_for_the_draft_and_writes_its_own(tmp_path: Path) -> None:
     gated = Gated(open_=False)
     added: list[str] = []
@@ -214,29 +262,29 @@ def _live(messages: list[Message]) -> Live:
 def test_a_draft_does_not_fit_once_its_cut_is_unsafe_or_the_summary_changed() -> None:
     first = turn(0) + turn(1)
     live = _live(first)
-    plan = engine.plan(live, SMALL, now=NOW, force=True)
-    assert isinstance(plan, engine.Plan)
-    done: engine.Draft
-    future: Future[engine.Written] = Future()
-    done = engine.Draft(plan=plan, future=future, summary_body=None)
-    assert engine.fit(done, live) is not None
+    plan = plan_mod.plan(live, SMALL, now=NOW, force=True)
+    assert isinstance(plan, plan_mod.Plan)
+    done: writer.Draft
+    future: Future[writer.Written] = Future()
+    done = writer.Draft(plan=plan, future=future, summary_body=None)
+    assert writer.fit(done, live) is not None
     # A summary since: the draft summarizes from an older one.
-    assert engine.fit(done, replace(live, summary_body="## Goal\n- other")) is None
+    assert writer.fit(done, replace(live, summary_body="## Goal\n- other")) is None
     # A call in the draft whose result came after it: cutting there would split the pair.
     call = Message(role="assistant", content=(ToolCall(id="late", name="bash", arguments="{}"),), id="call")
     result = Message(role="tool", content=(ToolResult(call_id="late", content="ok"),), id="result")
     live = _live([*first, call])
     unsafe = Split(to_compact=(*first, call), pinned=(), to_keep=(), is_valid=True, moved=0)
-    draft = engine.Draft(plan=replace(plan, cut=unsafe), future=future, summary_body=None)
-    assert engine.fit(draft, live) is not None
-    assert engine.fit(draft, live_add(live, [result], COUNTER)) is None
+    draft = writer.Draft(plan=replace(plan, cut=unsafe), future=future, summary_body=None)
+    assert writer.fit(draft, live) is not None
+    assert writer.fit(draft, live_add(live, [result], COUNTER)) is None
 
 
 def test_an_async_session_writes_ahead_too(tmp_path: Path) -> None:
     gated = Gated()
     added: list[str] = []
 
-    async def main() -> list[engine.Step]:
+    async def main() -> list[Step]:
         async with await AsyncSession.open(tmp_path, settings=ROOMY, summarizer=gated, background=True) as s:
             steps = []
             for i in range(40):

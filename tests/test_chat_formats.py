@@ -17,7 +17,8 @@ from ctxkeep.formats import load
 from ctxkeep.formats.agentscope import from_agentscope, to_agentscope
 from ctxkeep.formats.anthropic import from_anthropic, to_anthropic
 from ctxkeep.formats.openai import from_openai, to_openai
-from ctxkeep.messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, validate
+from ctxkeep.messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
+from ctxkeep.pairing import validate
 
 PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 

@@ -19,14 +19,15 @@ from tests.conftest import raw_params
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import claude_code, codex, load, pi
 from ctxkeep.formats.source import Source
-from ctxkeep.messages import Message, repair
+from ctxkeep.messages import Message
 from ctxkeep.offload import OFFLOAD_KEY, is_output, offload, record_in, referenced_files, saved_texts
 from ctxkeep.origin import origin
-from ctxkeep.records import offloaded
+from ctxkeep.pairing import repair
 from ctxkeep.replay import split_system, turns
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
 from ctxkeep.tokens import get_counter
+from ctxkeep.workspace.records import offloaded
 
 TS = "2026-01-02T03:04:05.678Z"
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
@@ -207,7 +208,7 @@ def test_an_original_a_power_loss_cut_short_is_rewritten_from_the_live_log(tmp_p
         import os, sys
         sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
         from tests.test_command_outputs import SETTINGS, pi_messages
-        from ctxkeep.messages import Message, repair
+        from ctxkeep.messages import Message
         from ctxkeep.session import Session
         from ctxkeep.settings import EngineSettings
         s = Session.open({str(tmp_path)!r}, settings=EngineSettings(offload=SETTINGS))
@@ -216,7 +217,8 @@ def test_an_original_a_power_loss_cut_short_is_rewritten_from_the_live_log(tmp_p
         s.add([Message.of("assistant", "looking", id="a1")])  # writes the offload of the step before
         os._exit(0)
     """
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    root = Path(__file__).parent.parent  # this checkout's ctxkeep, whatever the environment installed
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
     subprocess.run([sys.executable, "-c", textwrap.dedent(script)], check=True, env=env, timeout=120)
     log = (tmp_path / "live" / "00000000.jsonl").read_bytes()
     assert b"ctxkeep-replace/1" in log

@@ -9,11 +9,14 @@ from datetime import UTC, datetime
 import pytest
 
 from ctxkeep import engine
+from ctxkeep import plan as plan_mod
 from ctxkeep.codec import message_from_dict
+from ctxkeep.context import Context, system_tokens_of
 from ctxkeep.errors import MessageError, PinnedOverBudgetError, SummaryError
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.live import Live, add
-from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult, validate
+from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
+from ctxkeep.pairing import validate
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
 from ctxkeep.summarize import SECTIONS, SummaryRequest
 from ctxkeep.tokens import get_counter
@@ -149,7 +152,7 @@ def test_pinned_messages_stay_and_their_limit_is_enforced() -> None:
     assert step.live.messages[0].id == "u0" and "u0" not in {m.id for m in step.archived}
     over = add(Live(), [Message.of("user", "pinned " * 1_600, id="p"), *turn(1)], COUNTER)
     with pytest.raises(PinnedOverBudgetError, match="pinned messages take"):
-        run(replace(over, pinned=frozenset({"p"})), manual=engine.Manual())
+        run(replace(over, pinned=frozenset({"p"})), manual=plan_mod.Manual())
 
 
 def test_manual_compaction_passes_the_focus() -> None:
@@ -244,23 +247,52 @@ def test_a_chinese_conversation_gets_a_chinese_archive_guide() -> None:
 
 def test_plan_decides_with_no_store_and_no_summarizer() -> None:
     live = add(Live(), [m for i in range(12) for m in turn(i)], COUNTER)
-    live = replace(live, system="be brief", system_tokens=engine.system_tokens_of("be brief", COUNTER))
-    decided = engine.plan(live, SMALL, now=NOW, focus="the /srv paths")
-    assert isinstance(decided, engine.Plan) and decided.reason == "threshold" and decided.tokens == live.tokens
+    live = replace(live, system="be brief", system_tokens=system_tokens_of("be brief", COUNTER))
+    decided = plan_mod.plan(live, SMALL, now=NOW, focus="the /srv paths")
+    assert isinstance(decided, plan_mod.Plan) and decided.reason == "threshold" and decided.tokens == live.tokens
     assert decided.cut.to_compact + decided.cut.to_keep == live.messages
     assert decided.request.messages == decided.cut.to_compact and decided.request.focus == "the /srv paths"
     kept = sum(n for m, n in zip(live.messages, live.counts, strict=True) if m in decided.cut.to_keep)
     assert kept <= SMALL.compact.reserve
 
     small = add(Live(), turn(0), COUNTER)
-    assert engine.plan(small, SMALL, now=NOW) == engine.Skip()
-    manual = engine.plan(small, SMALL, now=NOW, force=True)
-    assert isinstance(manual, engine.Plan) and manual.reason == "manual"
+    assert plan_mod.plan(small, SMALL, now=NOW) == plan_mod.Skip()
+    manual = plan_mod.plan(small, SMALL, now=NOW, force=True)
+    assert isinstance(manual, plan_mod.Plan) and manual.reason == "manual"
 
     huge = replace(live, system_tokens=SMALL.compact.compact_threshold)
-    skipped = engine.plan(huge, SMALL, now=NOW)
-    assert isinstance(skipped, engine.Skip) and skipped.failure is None and "alone reach" in (skipped.warning or "")
+    skipped = plan_mod.plan(huge, SMALL, now=NOW)
+    assert isinstance(skipped, plan_mod.Skip) and skipped.failure is None and "alone reach" in (skipped.warning or "")
 
     alone = add(Live(), [Message.of("user", "huge " * 3_000, id="big")], COUNTER)
-    skipped = engine.plan(alone, SMALL, now=NOW)
-    assert isinstance(skipped, engine.Skip) and "nothing can be compacted" in (skipped.failure or "")
+    skipped = plan_mod.plan(alone, SMALL, now=NOW)
+    assert isinstance(skipped, plan_mod.Skip) and "nothing can be compacted" in (skipped.failure or "")
+
+
+class Noting:
+    """Hooks of the pass that note what they are given, and add a line to the first summary after."""
+
+    def __init__(self) -> None:
+        self.before: list[tuple[str, ...]] = []
+        self.after: list[str] = []
+
+    def before_compaction(self, plan: plan_mod.Plan, live: Live) -> None:
+        self.before.append(tuple(m.id for m in plan.cut.to_compact))
+
+    def after_compaction(self, plan: plan_mod.Plan, context: Context) -> Context:
+        self.after.append(plan.reason)
+        return replace(context, summary=f"{context.summary}\n\nnoted")
+
+
+def test_the_hooks_of_the_pass_get_the_plan_applied_and_nothing_when_the_summary_fails() -> None:
+    live = add(Live(), [m for i in range(12) for m in turn(i)], COUNTER)
+    hooks = Noting()
+    setup = engine.Setup(settings=SMALL, counter=COUNTER, summarizer=Raising(), store=MemoryFolder(), hooks=(hooks,))
+    step = engine.prepare(live, setup, system="be brief", now=NOW)
+    assert step.failure is not None and hooks.before == [] and hooks.after == []
+    setup = replace(setup, summarizer=Recording(), writer=None)
+    step = engine.prepare(live, setup, system="be brief", now=NOW)
+    assert hooks.before == [tuple(m.id for m in step.archived)] and hooks.after == ["threshold"]
+    # What the hook added is sent, and stays the live summary until the next compaction.
+    assert step.context.summary is not None and step.context.summary.endswith("noted")
+    assert step.live.summary == step.context.summary

@@ -14,8 +14,9 @@ from ctxkeep.codec import message_from_dict
 from ctxkeep.errors import PinnedOverBudgetError
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.live import Live, add
-from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult, validate
+from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
 from ctxkeep.offload import OFFLOAD_KEY
+from ctxkeep.pairing import validate
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
 from ctxkeep.tokens import get_counter

@@ -27,7 +27,7 @@ from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
 from ctxkeep.summarize import ExtractiveSummarizer, SummaryRequest
-from ctxkeep.workspace_view import Limits, read
+from ctxkeep.workspace.view import Limits, read
 
 NOW = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
 SETTINGS = EngineSettings(

@@ -14,7 +14,8 @@ from ctxkeep import formats
 from ctxkeep.errors import FormatError
 from ctxkeep.formats import claude_code
 from ctxkeep.formats.source import Conversation, Source
-from ctxkeep.messages import ImageBlock, Message, ThinkingBlock, ToolCall, validate
+from ctxkeep.messages import ImageBlock, Message, ThinkingBlock, ToolCall
+from ctxkeep.pairing import validate
 
 PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 

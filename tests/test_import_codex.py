@@ -12,7 +12,8 @@ from tests.conftest import raw_params
 from ctxkeep.errors import FormatError
 from ctxkeep.formats import codex
 from ctxkeep.formats.source import Source
-from ctxkeep.messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, count_pairs, validate
+from ctxkeep.messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
+from ctxkeep.pairing import count_pairs, validate
 from ctxkeep.tokens.images import image_tokens
 
 PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="

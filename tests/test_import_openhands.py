@@ -13,7 +13,8 @@ from tests.conftest import raw_params
 from ctxkeep.errors import FormatError
 from ctxkeep.formats import openhands
 from ctxkeep.formats.source import Conversation, Source
-from ctxkeep.messages import Message, ThinkingBlock, count_pairs, validate
+from ctxkeep.messages import Message, ThinkingBlock
+from ctxkeep.pairing import count_pairs, validate
 
 
 def raw_counts(path: Path) -> dict[str, tuple[int, int, int]]:

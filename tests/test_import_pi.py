@@ -14,7 +14,8 @@ from tests.conftest import raw_params
 from ctxkeep.errors import FormatError
 from ctxkeep.formats import pi
 from ctxkeep.formats.source import Source
-from ctxkeep.messages import ImageBlock, Message, TextBlock, ThinkingBlock, count_pairs, validate
+from ctxkeep.messages import ImageBlock, Message, TextBlock, ThinkingBlock
+from ctxkeep.pairing import count_pairs, validate
 
 PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 TS = "2025-12-08T22:41:05.306Z"

@@ -12,7 +12,8 @@ from tests.conftest import raw_params
 from ctxkeep.errors import FormatError
 from ctxkeep.formats import swe_agent
 from ctxkeep.formats.source import Conversation, Source
-from ctxkeep.messages import ThinkingBlock, count_pairs, validate
+from ctxkeep.messages import ThinkingBlock
+from ctxkeep.pairing import count_pairs, validate
 
 
 def raw_counts(path: Path) -> tuple[int, int, int]:

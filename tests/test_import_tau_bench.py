@@ -12,7 +12,7 @@ from tests.conftest import raw_params
 from ctxkeep.errors import FormatError
 from ctxkeep.formats import tau_bench
 from ctxkeep.formats.source import Conversation, Source
-from ctxkeep.messages import count_pairs, validate
+from ctxkeep.pairing import count_pairs, validate
 
 
 def raw_counts(path: Path) -> tuple[list[tuple[int, int]], int]:

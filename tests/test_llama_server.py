@@ -33,7 +33,7 @@ from tests.conftest import LLAMA_CONTEXT, RAW
 from ctxkeep.codec import message_from_dict
 from ctxkeep.folder import LocalFolder
 from ctxkeep.formats import load
-from ctxkeep.messages import repair, validate
+from ctxkeep.pairing import repair, validate
 from ctxkeep.providers import get_model
 from ctxkeep.replay import replay, split_system
 from ctxkeep.session import Session

@@ -10,14 +10,16 @@ from pathlib import Path
 import pytest
 
 from ctxkeep import DeterministicModel, EngineSettings, ModelSummarizer, Session
+from ctxkeep import plan as plan_mod
 from ctxkeep.errors import ProviderError
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.memory.extract import extract, lessons, preferences
 from ctxkeep.memory.files import entries_of
 from ctxkeep.memory.flush import STATE_FILE, flush, flushed_cycle
+from ctxkeep.memory.hooks import MemoryHooks
 from ctxkeep.messages import Message, ToolCall, ToolResult
 from ctxkeep.settings import CompactSettings, MemorySettings, ModelSummarySettings
-from ctxkeep.summarize.testing import fixed_summary_model
+from ctxkeep.summarize.testing import fixed_summary, fixed_summary_model
 
 NOW = datetime(2026, 5, 2, 18, 30, tzinfo=UTC)
 
@@ -132,7 +134,7 @@ def _session_settings(flush: bool = True) -> EngineSettings:
     return EngineSettings(
         compact=CompactSettings(max_input_length=4_000, reserve_cap=400),
         summary_max_chars=2_500,
-        memory=MemorySettings(flush=flush, flush_margin=0.2),
+        memory=MemorySettings(flush=flush),
     )
 
 
@@ -144,51 +146,62 @@ def _turns(n: int, start: int = 0) -> list[Message]:
     return out
 
 
-def test_the_session_flushes_once_per_cycle_before_the_compaction() -> None:
+def test_the_session_flushes_once_per_compaction_and_never_twice_for_a_cycle() -> None:
     store = MemoryFolder()
     with Session(store, settings=_session_settings()) as session:
-        compactions = flushes = 0
+        compactions, cycles = 0, set()
         for i in range(60):
             session.add(_turns(1, i))
+            archived_before = session.live.archive.lines
             step = session.prepare("system", now=NOW)
-            compactions += step.compaction is not None
-            cycle = flushed_cycle(store)
-            flushes = cycle + 1 if cycle is not None else 0
-        assert compactions >= 2
-        # One flush per cycle that reached the soft line: never more than the compactions, plus the current one.
-        assert 1 <= flushes <= compactions + 1
+            if step.compaction is not None:
+                compactions += 1
+                assert flushed_cycle(store) == archived_before  # the cycle: what the archive held before it
+                cycles.add(archived_before)
+        assert compactions >= 2 and len(cycles) == compactions
         log = store.files["memory/2026-05-02.md"].decode()
         entries = entries_of(log)
         assert entries and all("[preference] Turn" in e.text for e in entries)
-        # Each flushed cycle wrote only what it was about to compact: no entry twice.
+        # Each compaction noted only what it archived: no entry twice.
         assert len({e.text for e in entries}) == len(entries)
+        # A flush already recorded for this cycle (a crash after it, say) is not run again.
+        hooks = MemoryHooks(store=store, settings=_session_settings().memory, counter=session.counter)
+        plan = plan_mod.plan(session.live, session.settings, now=NOW, force=True)
+        assert isinstance(plan, plan_mod.Plan)
+        store.write(STATE_FILE, json.dumps({"cycle": session.live.archive.lines}).encode())
+        hooks.before_compaction(plan, session.live)
+        assert entries_of(store.files["memory/2026-05-02.md"].decode()) == entries
 
 
 def test_flush_state_is_kept_in_the_workspace_and_off_by_default(tmp_path: os.PathLike[str]) -> None:
     with Session.open(tmp_path, settings=_session_settings(flush=False)) as session:
         session.add(_turns(30))
         assert session.prepare("system", now=NOW).compaction is not None
+        archived = session.live.archive.lines
     assert not os.path.exists(os.path.join(os.fspath(tmp_path), "memory"))
     with Session.open(tmp_path, settings=_session_settings()) as session:
         session.add(_turns(30, 30))
-        session.prepare("system", now=NOW)
+        assert session.prepare("system", now=NOW).compaction is not None
     state = json.loads((Path(tmp_path) / STATE_FILE).read_text())
-    assert state["cycle"] == 1
+    assert state["cycle"] == archived
 
 
 def test_the_compaction_model_is_the_flush_model() -> None:
-    model = fixed_summary_model()
-    model.enqueue(json.dumps({"action": "done", "query": "", "entries": []}))
+    flush_reply = json.dumps({"action": "done", "query": "", "entries": []})
+    model = DeterministicModel(default=lambda r: flush_reply if "long-term memory" in r.system else fixed_summary(r))
     summarizer = ModelSummarizer(model, settings=ModelSummarySettings(window=16_000, max_tokens=1_000))
     store = MemoryFolder()
     settings = EngineSettings(
-        compact=CompactSettings(max_input_length=8_000, reserve_cap=400),
-        memory=MemorySettings(flush=True, flush_margin=0.5),
+        compact=CompactSettings(max_input_length=8_000, reserve_cap=400), memory=MemorySettings(flush=True)
     )
     with Session(store, settings=settings, summarizer=summarizer) as session:
-        session.add(_turns(30))
-        session.prepare("system", now=NOW)  # over the soft line, under the threshold: the flush only
-    assert len(model.requests) == 1 and "long-term memory" in model.requests[0].system
+        session.add(_turns(10))
+        assert session.prepare("system", now=NOW).compaction is None
+        assert model.requests == []  # under the threshold: nothing to flush, nothing cut
+        session.add(_turns(60, 10))
+        assert session.prepare("system", now=NOW).compaction is not None
+    flushes = [r for r in model.requests if "long-term memory" in r.system]
+    assert len(flushes) == 1 and len(model.requests) > 1  # the summary's call(s), then the flush's
     assert flushed_cycle(store) == 0 and "memory/2026-05-02.md" not in store.files
 
 
@@ -202,3 +215,38 @@ def test_the_model_flush_keeps_to_its_time_budget(monkeypatch: pytest.MonkeyPatc
     late = DeterministicModel(default=lambda _: '{"action": "done", "query": "", "entries": []}')
     run = flush(MemoryFolder(), CONVERSATION, now=NOW, model=late)
     assert late.requests == [] and run.by == "rule" and len(run.notes) == 4
+
+
+def _noted_turns(store: MemoryFolder) -> list[int]:
+    """The turns whose stated preference the day's log holds, in the order noted."""
+    raw = store.files.get("memory/2026-05-02.md")
+    texts = [e.text for e in entries_of(raw.decode())] if raw is not None else []
+    return [int(t.split("Turn ")[1].split(":")[0]) for t in texts if "[preference] Turn" in t]
+
+
+def _turns_in(messages: tuple[Message, ...] | list[Message]) -> list[int]:
+    return [int(m.text.split(":")[0].removeprefix("Turn ")) for m in messages if m.role == "user"]
+
+
+def test_a_manual_compact_of_a_small_context_notes_exactly_what_it_archives() -> None:
+    # Under the compaction's reserve: a /compact still keeps at most half, and the flush must note that half.
+    store = MemoryFolder()
+    with Session(store, settings=_session_settings()) as session:
+        session.add([Message.of("user", f"Turn {i}: I prefer tabs, variant {i}.") for i in range(8)])
+        step = session.compact(system="system", now=NOW)
+    assert step.compaction is not None and step.archived
+    assert _noted_turns(store) == _turns_in(step.archived)
+
+
+def test_each_automatic_compaction_notes_exactly_what_it_archives() -> None:
+    store = MemoryFolder()
+    with Session(store, settings=_session_settings()) as session:
+        noted = archived = 0
+        for i in range(60):
+            session.add(_turns(1, i))
+            step = session.prepare("system", now=NOW)
+            if step.compaction is not None:
+                archived += 1
+                assert _noted_turns(store)[noted:] == _turns_in(step.archived)
+                noted = len(_noted_turns(store))
+        assert archived >= 2

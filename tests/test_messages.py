@@ -25,10 +25,9 @@ from ctxkeep.messages import (
     ToolCall,
     ToolResult,
     make_id,
-    repair,
-    validate,
     without_surrogates,
 )
+from ctxkeep.pairing import repair, validate
 
 
 def call(*ids: str, text: str = "") -> Message:

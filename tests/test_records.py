@@ -21,10 +21,11 @@ from ctxkeep.providers import Completion, Turn
 from ctxkeep.providers.openai import OpenAIModel
 from ctxkeep.providers.retry import RetryPolicy
 from ctxkeep.providers.sdk import Connection
-from ctxkeep.records import offloaded, read, usage_of
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
 from ctxkeep.summarize.testing import fixed_summary, fixed_summary_model
+from ctxkeep.workspace.records import offloaded, read
+from ctxkeep.writer import usage_of
 
 NOW = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
 SETTINGS = EngineSettings(

@@ -16,8 +16,8 @@ from ctxkeep.cli import main
 from ctxkeep.codec import message_from_dict
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import load
-from ctxkeep.messages import repair, validate
 from ctxkeep.offload import is_output
+from ctxkeep.pairing import repair, validate
 from ctxkeep.replay import replay, split_system
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings

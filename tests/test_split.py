@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from tests.conftest import raw_params
 
 from ctxkeep.formats import load
-from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult, repair, validate
+from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
+from ctxkeep.pairing import repair, validate
 from ctxkeep.split import Split, pair_groups, safe_cuts, split
 from ctxkeep.tokens import get_counter
 

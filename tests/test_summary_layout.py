@@ -9,9 +9,9 @@ from itertools import pairwise
 import pytest
 
 from ctxkeep.context import SUMMARY_ID, summary_message_text
-from ctxkeep.engine import PART_BREAK
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.messages import Message
+from ctxkeep.plan import PART_BREAK
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings
 from ctxkeep.summarize import SECTIONS, SummaryRequest

@@ -10,7 +10,7 @@ from tests.conftest import TRANSCRIPTS, raw_params
 
 from ctxkeep.codec import dumps
 from ctxkeep.formats import load
-from ctxkeep.messages import repair, validate
+from ctxkeep.pairing import repair, validate
 
 # provenance.json's format names -> ctxkeep's
 FORMAT_NAMES = {

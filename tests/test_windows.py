@@ -11,7 +11,8 @@ from tests.conftest import ROOT
 from ctxkeep.context import system_tokens_of
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import load
-from ctxkeep.messages import Message, repair
+from ctxkeep.messages import Message
+from ctxkeep.pairing import repair
 from ctxkeep.replay import split_system, turns
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import load
-from ctxkeep.messages import Message, repair
+from ctxkeep.messages import Message
+from ctxkeep.pairing import repair
 from ctxkeep.replay import split_system, turns
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings

@@ -17,7 +17,6 @@ if TYPE_CHECKING:  # what mypy and IDEs see; at run time `__getattr__` imports e
 
     from ctxkeep.async_session import AsyncSession
     from ctxkeep.context import Context
-    from ctxkeep.engine import Compaction, Failure, Step
     from ctxkeep.errors import (
         CtxkeepError,
         FormatError,
@@ -38,20 +37,10 @@ if TYPE_CHECKING:  # what mypy and IDEs see; at run time `__getattr__` imports e
     from ctxkeep.formats.openai import from_openai, to_openai
     from ctxkeep.inputs import to_messages
     from ctxkeep.memory.tools import MemoryTool, memory_tools
-    from ctxkeep.messages import (
-        Block,
-        ImageBlock,
-        Message,
-        TextBlock,
-        ThinkingBlock,
-        ToolCall,
-        ToolResult,
-        repair,
-        validate,
-    )
+    from ctxkeep.messages import Block, ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
+    from ctxkeep.pairing import repair, validate
     from ctxkeep.providers import Completion, Model, Reply, get_model
     from ctxkeep.providers.deterministic import DeterministicModel
-    from ctxkeep.records import Usage
     from ctxkeep.session import Session
     from ctxkeep.settings import (
         CompactSettings,
@@ -61,6 +50,7 @@ if TYPE_CHECKING:  # what mypy and IDEs see; at run time `__getattr__` imports e
         OffloadSettings,
         ToolPolicy,
     )
+    from ctxkeep.step import Compaction, Failure, Step, Usage
     from ctxkeep.store import Store
     from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, Summarizer, SummaryRequest
     from ctxkeep.tokens import Counter, get_counter
@@ -75,7 +65,7 @@ _HOMES: dict[str, str] = {
     "AsyncSession": "ctxkeep.async_session",
     "Block": "ctxkeep.messages",
     "CompactSettings": "ctxkeep.settings",
-    "Compaction": "ctxkeep.engine",
+    "Compaction": "ctxkeep.step",
     "Completion": "ctxkeep.providers",
     "Context": "ctxkeep.context",
     "Conversation": "ctxkeep.formats",
@@ -84,7 +74,7 @@ _HOMES: dict[str, str] = {
     "DeterministicModel": "ctxkeep.providers.deterministic",
     "EngineSettings": "ctxkeep.settings",
     "ExtractiveSummarizer": "ctxkeep.summarize",
-    "Failure": "ctxkeep.engine",
+    "Failure": "ctxkeep.step",
     "FormatError": "ctxkeep.errors",
     "ImageBlock": "ctxkeep.messages",
     "LocalFolder": "ctxkeep.folder",
@@ -101,7 +91,7 @@ _HOMES: dict[str, str] = {
     "ProviderError": "ctxkeep.errors",
     "Reply": "ctxkeep.providers",
     "Session": "ctxkeep.session",
-    "Step": "ctxkeep.engine",
+    "Step": "ctxkeep.step",
     "StorageError": "ctxkeep.errors",
     "Store": "ctxkeep.store",
     "Summarizer": "ctxkeep.summarize",
@@ -115,7 +105,7 @@ _HOMES: dict[str, str] = {
     "ToolResult": "ctxkeep.messages",
     "Transcript": "ctxkeep.formats",
     "UnknownFormatError": "ctxkeep.errors",
-    "Usage": "ctxkeep.records",
+    "Usage": "ctxkeep.step",
     "WorkspaceError": "ctxkeep.errors",
     "WorkspaceLockedError": "ctxkeep.errors",
     "from_agentscope": "ctxkeep.formats.agentscope",
@@ -125,12 +115,12 @@ _HOMES: dict[str, str] = {
     "get_model": "ctxkeep.providers",
     "load": "ctxkeep.formats",
     "memory_tools": "ctxkeep.memory.tools",
-    "repair": "ctxkeep.messages",
+    "repair": "ctxkeep.pairing",
     "to_agentscope": "ctxkeep.formats.agentscope",
     "to_anthropic": "ctxkeep.formats.anthropic",
     "to_messages": "ctxkeep.inputs",
     "to_openai": "ctxkeep.formats.openai",
-    "validate": "ctxkeep.messages",
+    "validate": "ctxkeep.pairing",
 }
 
 __all__ = [

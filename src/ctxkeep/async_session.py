@@ -18,10 +18,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .engine import Step
 from .live import Live, Tools
 from .messages import Message
 from .session import Session
+from .step import Step
 from .summarize import ModelSummarizer, Summarizer
 
 T = TypeVar("T")

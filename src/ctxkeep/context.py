@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, cast
 from .formats.anthropic import to_anthropic
 from .formats.openai import to_openai
 from .live import Live
-from .messages import Message, repair
+from .messages import Message
+from .pairing import repair
 from .tokens import Counter
 
 if TYPE_CHECKING:  # the SDKs' parameter types, for type checkers only: no SDK is imported at run time

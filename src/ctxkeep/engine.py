@@ -8,127 +8,72 @@ send to the model (system prompt, the living summary, the recent messages verbat
     archive:   dialog/2026-12-03.jsonl  += m0..m5         flushed to disk first
     context:   [system] [summary(m0..m5 + older)] [m6 m7 m8 m9]
 
-A compaction has two phases, as pi-mono's: `plan` decides (gate, pins, reserve, split, the summary
-request) without touching a file or a model; `apply` takes the summary and makes it real (archive,
-guide, rebuild, second cut, record). `prepare` composes them with the steps of `ctxkeep.live`;
-the caller commits the returned `Live` (see `ctxkeep.session`).
+A compaction has two phases, as pi-mono's: `ctxkeep.plan.plan` decides (gate, pins, reserve, split, the
+summary request) without touching a file or a model; a summary writer (`ctxkeep.writer`: now, or ahead
+in a thread) gets the summary; `apply` makes it real (archive, guide, rebuild, second cut, record).
+Around it run the hooks of the pass (`PassHooks`: memory's flush before, its rules after), given the
+plan itself. `prepare` composes them with the steps of `ctxkeep.live`; the caller commits the returned
+`Live` (see `ctxkeep.session`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
-from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from . import archive as archive_mod
 from .context import Context, summary_tokens_of, system_tokens_of
 from .context import of as context_of
-from .errors import CtxkeepError, SummaryError
-from .live import Live, age_all, check_pins, offload_recent, rebuild
-from .memory.rules import RULES_TAG, after_compaction
-from .messages import Message
-from .offload import cleanup
-from .records import Usage, usage_of
-from .settings import CHARS_PER_TOKEN, EngineSettings
-from .split import Split, pair_groups, safe_cuts, split
+from .errors import CtxkeepError
+from .live import Live, age_all, offload_recent, rebuild
+from .memory.hooks import MemoryHooks
+from .memory.rules import RULES_TAG
+from .plan import PART_BREAK, Manual, Plan, Skip, plan
+from .providers import Model
+from .settings import EngineSettings
+from .split import pair_groups
+from .step import Compaction, Failure, Usage
+from .step import Step as Step  # serve/ imports it from here
 from .store import Store
-from .summarize import (
-    MIN_SUMMARY_CHARS,
-    ExtractiveSummarizer,
-    Summarizer,
-    SummaryRequest,
-    resolve_language,
-    why_rejected,
-    with_originals,
-)
+from .summarize import ExtractiveSummarizer, Summarizer, resolve_language
 from .tokens import Counter, get_counter
-
-if TYPE_CHECKING:
-    from anthropic.types import MessageParam
-    from openai.types.chat import ChatCompletionMessageParam
+from .writer import SummaryWriter, WriteNow, writer_for
 
 log = logging.getLogger("ctxkeep")
-_PART_DIVISOR = 4  # a part of a "frozen" summary gets at most this share of the cap
-# Between two parts of a summary in the "frozen" layout: each part is what one compaction archived.
-PART_BREAK = "\n\n<!-- context-summary: the next part covers the messages compacted after the part above -->\n\n"
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Compaction:
-    """What one compaction did."""
+class PassHooks(Protocol):
+    """What runs around a compaction, given the compaction's own `Plan` (as pi-mono's `SessionBeforeCompactEvent`):
+    a hook never computes a cut of its own, so it sees exactly what the compaction archives."""
 
-    at: datetime
-    reason: str
-    focus: str | None
-    tokens_before: int
-    tokens_after: int
-    compacted: int
-    kept: int
-    pinned: int
-    boundary_moved: int
-    summary_chars: int
-    archive_file: str
-    seconds: float
-    # The lines of `archive_file` the compacted messages went to: first and last, counted from 1.
-    archive_lines: tuple[int, int] = (0, 0)
-    # What the summarizer spent (model calls, tokens, retries, ...).
-    usage: Usage | None = None
-    # The summary was written in the background before the threshold (`Draft`): `seconds` is then what
-    # this step waited, `usage.seconds` what the summarizer took.
-    background: bool = False
+    def before_compaction(self, plan: Plan, live: Live) -> None:
+        """Called once the summary of `plan` is written, before it is applied: `plan.cut.to_compact` goes."""
+        ...
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Failure:
-    """A compaction that was not applied, and why. The live context is unchanged.
-
-    `request` and `response` are what the summarizer was asked and answered, when known, so the
-    failure can be saved and debugged (a session writes them to ``failed/``).
-    """
-
-    at: datetime
-    reason: str
-    tokens: int
-    request: Mapping[str, Any] | None = None
-    response: str | None = None
-    usage: Usage | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Step:
-    """What `prepare` returns: the next live state, the context, and what happened."""
-
-    live: Live
-    context: Context
-    compaction: Compaction | None = None
-    failure: Failure | None = None
-    archived: tuple[Message, ...] = ()
-    warnings: tuple[str, ...] = ()
-    # A compaction was due, but its summary is still being written in the background and the context is
-    # not yet over `CompactSettings.wait_threshold`: this step sends the context as it is.
-    deferred: bool = False
-
-    def to_openai(self, *, system: bool = True) -> list[ChatCompletionMessageParam]:
-        """The context to send, as the openai SDK's ``messages=`` (see `Context.to_openai`)."""
-        return self.context.to_openai(system=system)
-
-    def to_anthropic(self) -> tuple[str | None, list[MessageParam]]:
-        """The context to send, as the anthropic SDK's ``system=`` and ``messages=``."""
-        return self.context.to_anthropic()
+    def after_compaction(self, plan: Plan, context: Context) -> Context:
+        """The first context after the compaction of `plan`, as it is to be sent (its summary may grow)."""
+        ...
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Setup:
-    """What every pass runs with: the settings, the token counter, the summarizer and the workspace's store."""
+    """What every pass runs with: the settings, the token counter, the summarizer, the workspace's store and the
+    hooks around a compaction."""
 
     settings: EngineSettings
     counter: Counter
     summarizer: Summarizer
     store: Store
+    hooks: tuple[PassHooks, ...] = ()
+    # Where the summary comes from; None: `WriteNow` with `summarizer` (`with_defaults` follows the settings).
+    writer: SummaryWriter | None = None
+
+    def __post_init__(self) -> None:
+        if self.writer is None:
+            object.__setattr__(self, "writer", WriteNow(summarizer=self.summarizer, store=self.store))
 
     @classmethod
     def with_defaults(
@@ -139,71 +84,22 @@ class Setup:
         counter: Counter | None = None,
         summarizer: Summarizer | None = None,
     ) -> Setup:
-        """A `Setup` with defaults for what is not given: the seed settings, o200k_base, the extractive summarizer."""
-        return cls(
-            settings=settings or EngineSettings(),
-            counter=counter or get_counter("o200k_base"),
-            summarizer=summarizer or ExtractiveSummarizer(),
+        """A `Setup` with defaults for what is not given: the seed settings, o200k_base, the extractive summarizer;
+        and memory's hooks (`MemoryHooks`), whose flush writes with the summarizer's model when it has one."""
+        settings = settings or EngineSettings()
+        counter = counter or get_counter("o200k_base")
+        summarizer = summarizer or ExtractiveSummarizer()
+        model = getattr(summarizer, "model", None)  # a `ModelSummarizer`'s compaction model
+        memory = MemoryHooks(
             store=store,
+            settings=settings.memory,
+            counter=counter,
+            model=model if isinstance(model, Model) else None,
         )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Manual:
-    """A compaction asked for by hand (a `/compact`): it runs whatever the size, on what `focus` names first."""
-
-    focus: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Plan:
-    """A compaction decided on: where to cut, what to ask the summarizer, and why."""
-
-    cut: Split
-    request: SummaryRequest
-    reason: str  # "threshold", "overflow" (over the model's window) or "manual"
-    tokens: int  # the context's tokens before
-    at: datetime
-    background: bool = False  # the summary is a `Draft`'s, written before the threshold
-    # The summary is a new part after the earlier ones, left as they were ("frozen" layout): the request
-    # covers only the messages compacted now.
-    append: bool = False
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Written:
-    """What the summarizer answered to one request: the summary to apply (or why there is none) and its cost."""
-
-    summary: str | Failure
-    usage: Usage
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Draft:
-    """A compaction planned past the soft threshold (`plan(..., ahead=True)`) whose summary is being written in the
-    background (`future`), to be applied at the threshold if it still fits the live context (`fit`)."""
-
-    plan: Plan
-    future: Future[Written]
-    # The summary body of the live context it was planned on: a compaction since makes it stale (with the
-    # "frozen" layout the request's `previous` is not that body).
-    summary_body: str | None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Skip:
-    """No compaction this step. `failure` (a compaction was due but cannot free anything) or `warning`, or
-    neither when none was due."""
-
-    failure: str | None = None
-    warning: str | None = None
-
-
-def tidy(live: Live, setup: Setup, now: datetime) -> list[str]:
-    """Remove offloaded originals past their retention that no live message refers to; the names removed."""
-    return cleanup(
-        setup.store, live.messages, retention_days=setup.settings.offload.retention_days, now=now.timestamp()
-    )
+        writer = writer_for(summarizer, store, settings=settings, counter=counter)
+        return cls(
+            settings=settings, counter=counter, summarizer=summarizer, store=store, hooks=(memory,), writer=writer
+        )
 
 
 def prepare(
@@ -213,7 +109,6 @@ def prepare(
     system: str | None,
     now: datetime,
     manual: Manual | None = None,
-    draft: Draft | None = None,
 ) -> Step:
     """Run the pre-reasoning pass once. `manual` compacts now (a `/compact`), with its optional focus.
 
@@ -221,10 +116,9 @@ def prepare(
     messages leave the returned `Live`). A summarizer that fails or returns an invalid summary leaves
     the live messages and the previous summary exactly as they were (`Step.failure`).
 
-    `draft` is a summary being written in the background since the soft threshold (`plan(..., ahead=True)`). When a
-    compaction is due and the draft still fits (`fit`), it is applied (waiting for it only once the context
-    is over `CompactSettings.wait_threshold`; below, the step is `deferred`); else the summary is written
-    now, as without one.
+    The summary comes from `setup.writer` (`ctxkeep.writer`): written now, or ahead in the background, in
+    which case the step is `deferred` while it is still being written and the context is under
+    `CompactSettings.wait_threshold`. The hooks of the pass (`PassHooks`) get the plan applied.
     """
     started = time.perf_counter()
     counter, settings = setup.counter, setup.settings
@@ -241,65 +135,20 @@ def prepare(
         return _warn_over_window(
             _skipped(_aged_over(live, setup), decision, now, counter), settings.compact.max_input_length
         )
-    written: Written | None = None
-    ahead = fit(draft, live) if draft is not None and not force else None
-    if ahead is not None and draft is not None:
-        if not draft.future.done() and decision.tokens <= settings.compact.wait_threshold:
-            step = Step(live=live, context=context_of(live, counter), deferred=True)
-            return _warn_over_window(step, settings.compact.max_input_length)
-        drafted = _outcome(draft)
-        if drafted is not None and _frees_enough(ahead, live, drafted, settings, counter):
-            decision = replace(ahead, reason=decision.reason, tokens=decision.tokens, at=now)
-            written = drafted
-    elif draft is not None:
-        _outcome(draft)  # one summary at a time: a summarizer need not be thread-safe
+    assert setup.writer is not None  # (set in `Setup.__post_init__`)
+    written = setup.writer.write(decision, live)
     if written is None:
-        decision = with_saved_originals(decision, setup.store)
-        written = write(setup.summarizer, decision.request)
+        step = Step(live=live, context=context_of(live, counter), deferred=True)
+        return _warn_over_window(step, settings.compact.max_input_length)
     if isinstance(written.summary, Failure):
-        failure = replace(written.summary, at=now, tokens=decision.tokens, usage=written.usage)
+        failure = replace(written.summary, at=now, tokens=written.plan.tokens, usage=written.usage)
         step = _not_applied(_aged_over(live, setup), failure, counter)
     else:
-        step = apply(live, decision, written.summary, setup=setup, started=started, usage=written.usage)
-        # After a compaction the context carries the workspace's AGENTS.md rules again, at the end of the
-        # summary sent, until the next compaction: dropping them a step later would rewrite the prompt from
-        # there (the summary the summarizer builds on, `summary_body`, never holds them).
-        rules = after_compaction(step.context, setup.store, settings.memory, now.date(), counter)
-        if rules.summary != step.context.summary and rules.summary is not None:
-            tokens = summary_tokens_of(rules.summary, counter)
-            step = replace(step, live=replace(step.live, summary=rules.summary, summary_tokens=tokens))
-        step = replace(step, context=rules)
+        for hook in setup.hooks:
+            hook.before_compaction(written.plan, live)
+        step = apply(live, written.plan, written.summary, setup=setup, started=started, usage=written.usage)
+        step = _after_compaction(step, written.plan, setup)
     return _warn_over_window(step, settings.compact.max_input_length)
-
-
-def with_saved_originals(plan: Plan, store: Store) -> Plan:
-    """`plan` with the end of each offloaded output's saved original in its request: the summarizer reads no
-    file. (`read_original` is optional for a store: one without it leaves the kept heads alone, as does a
-    file that cannot be read: the summary is not worth failing the compaction for.)"""
-    read_original = getattr(store, "read_original", None)
-    if not callable(read_original):
-        return plan
-
-    def read(name: str) -> bytes | None:
-        try:
-            data = read_original(name)
-        except CtxkeepError as exc:
-            log.warning("the summary judges %s by its kept head: %s", name, exc)
-            return None
-        return data if isinstance(data, bytes) else None
-
-    return replace(plan, request=with_originals(plan.request, read))
-
-
-def write(summarizer: Summarizer, request: SummaryRequest) -> Written:
-    """Ask `summarizer` for the summary of `request`: the text to apply, or the `Failure`, and what it spent.
-
-    Never raises for the summarizer's errors (they become the `Failure`); safe to run in another thread
-    as long as the summarizer is not used elsewhere meanwhile.
-    """
-    began = time.perf_counter()
-    summary = _summarize(summarizer, request)
-    return Written(summary=summary, usage=usage_of(summarizer, seconds=time.perf_counter() - began))
 
 
 def _aged_over(live: Live, setup: Setup) -> Live:
@@ -312,142 +161,6 @@ def _aged_over(live: Live, setup: Setup) -> Live:
 def compact(live: Live, setup: Setup, *, system: str | None, now: datetime, focus: str | None = None) -> Step:
     """Compact now, whatever the size (a manual `/compact`)."""
     return prepare(live, setup, system=system, now=now, manual=Manual(focus=focus))
-
-
-def plan(
-    live: Live,
-    settings: EngineSettings,
-    *,
-    now: datetime,
-    force: bool = False,
-    focus: str | None = None,
-    ahead: bool = False,
-) -> Plan | Skip:
-    """Decide, touching no file and no model: is a compaction due, and if so where to cut and what to ask.
-
-    `ahead` plans the compaction the threshold will call for as soon as the soft threshold is passed
-    (`CompactSettings.soft_threshold`), so that its summary can be written in the background (`Draft`);
-    the summary's size is then planned for the kept tail the threshold will find.
-
-    `live.system_tokens` must be the system prompt's (`prepare` sets it). Raises `PinnedOverBudgetError`
-    when the pins alone leave no room.
-    """
-    tokens = live.tokens
-    threshold = settings.compact.compact_threshold
-    due = settings.compact.soft_threshold if ahead else threshold
-    if not force and (tokens <= due or not _retry_allowed(live, tokens, settings)):
-        return Skip()
-    budget = threshold - live.fixed_tokens - live.summary_tokens
-    if budget <= 0 and not force:
-        return Skip(
-            warning=f"the system prompt and tools ({live.fixed_tokens} tokens) and summary ({live.summary_tokens})"
-            f" alone reach the compaction threshold ({threshold}); compaction skipped. Raise max_input_length or"
-            " shorten them."
-        )
-    check_pins(live, live.pinned, threshold)
-    reserve = settings.compact.reserve
-    if force:
-        # A manual compaction always frees something: keep at most half of what is live.
-        reserve = min(reserve, live.total // 2)
-    cut = split(live.messages, live.counts, reserve=reserve, pinned=live.pinned)
-    if not cut.to_compact:
-        return Skip(
-            failure=f"nothing can be compacted: the newest message group ({sum(live.counts[-len(cut.to_keep) :])}"
-            " tokens) must stay whole, and nothing older is unpinned"
-        )
-    # The summary shares the threshold with what stays: when the kept messages leave it less room than
-    # its cap, it gets that room (never less than the sections need), so a huge newest message still fits.
-    staying = {id(m) for m in cut.pinned + cut.to_keep}
-    kept = live.fixed_tokens + sum(n for m, n in zip(live.messages, live.counts, strict=True) if id(m) in staying)
-    if ahead:
-        kept += max(0, threshold - tokens)  # what will have come by the threshold stays too
-    cap = min(settings.summary_max_chars, (threshold - kept) * CHARS_PER_TOKEN)
-    # The cap covers the whole summary: leave room for the archive guide that will open it.
-    # (Estimated in English, the longer of the two.)
-    next_archive = archive_mod.projected(live.archive, len(cut.to_compact), now.date())
-    guide_chars = len(archive_mod.with_guide("", next_archive, "en"))
-    previous, room = live.summary_body, cap - guide_chars
-    append = False
-    if settings.summary_layout == "frozen":
-        # The earlier parts stay as sent; a new part gets a quarter of the cap (or what they leave of it).
-        # When that is too little, they are consolidated: one summary of them all and of the new messages,
-        # in half the cap, so that parts can follow it again.
-        left = room - len(live.summary or "") - len(PART_BREAK)
-        if live.summary and previous and left >= MIN_SUMMARY_CHARS:
-            previous, room, append = None, min(left, room // _PART_DIVISOR), True
-        else:
-            previous = previous.replace(PART_BREAK, "\n\n") if previous else previous
-            room //= 2
-    request = SummaryRequest(
-        messages=cut.to_compact,
-        previous=previous,
-        focus=focus,
-        language=settings.language,
-        max_chars=max(MIN_SUMMARY_CHARS, room),
-    )
-    reason = "manual" if force else "overflow" if tokens > settings.compact.max_input_length else "threshold"
-    return Plan(cut=cut, request=request, reason=reason, tokens=tokens, at=now, background=ahead, append=append)
-
-
-def fit(draft: Draft, live: Live) -> Plan | None:
-    """The `draft`'s plan, cut again on `live`, when its summary still fits: no compaction since (the same
-    previous summary), the same pins, the messages it summarizes still the oldest live ones, and its cut
-    still safe (no result that came since answers a call it summarizes). None when it no longer fits.
-
-    The plan compacts the messages as they are now (results offloaded since included): what is
-    archived is what was live.
-    """
-    old = draft.plan
-    if live.summary_body != draft.summary_body:
-        return None
-    end = old.cut.cut
-    if end > len(live.messages):
-        return None
-    pinned_ids = {m.id for m in old.cut.pinned}
-    head = live.messages[:end]
-    to_compact = tuple(m for m in head if m.id not in pinned_ids)
-    pinned = tuple(m for m in head if m.id in pinned_ids)
-    if [m.id for m in to_compact] != [m.id for m in old.cut.to_compact] or len(pinned) != len(pinned_ids):
-        return None
-    if not pinned_ids.issuperset(live.pinned.intersection(m.id for m in head)) or not safe_cuts(live.messages)[end]:
-        return None
-    cut = Split(to_compact=to_compact, pinned=pinned, to_keep=tuple(live.messages[end:]), is_valid=True, moved=0)
-    return replace(old, cut=cut)
-
-
-def outgrown(draft: Draft, live: Live, settings: EngineSettings) -> bool:
-    """Whether a `draft` that is written should be planned again: the context is past the soft threshold and
-    applying the draft now would not bring it back under (its results were offloaded or aged since, or much
-    has come after it), so that at the threshold it would free too little. The new summary is reckoned at
-    the size of the one it replaces.
-    """
-    compact = settings.compact
-    if not draft.future.done() or live.tokens <= compact.soft_threshold:
-        return False
-    if live.summary_body != draft.summary_body or draft.plan.cut.cut > len(live.messages):
-        return True
-    pinned = {m.id for m in draft.plan.cut.pinned}
-    end = draft.plan.cut.cut
-    freed = sum(n for m, n in zip(live.messages[:end], live.counts[:end], strict=True) if m.id not in pinned)
-    return live.tokens - freed > compact.soft_threshold
-
-
-def _outcome(draft: Draft) -> Written | None:
-    """What the draft's summarizer answered, waiting for it when it is still at work; None when it was cancelled."""
-    try:
-        return draft.future.result()
-    except CancelledError:
-        return None
-
-
-def _frees_enough(ahead: Plan, live: Live, written: Written, settings: EngineSettings, counter: Counter) -> bool:
-    """Whether the drafted summary is one to apply and, applied, leaves the context under the threshold."""
-    if not isinstance(written.summary, str):
-        return False
-    compacted = {id(m) for m in ahead.cut.to_compact}
-    freed = sum(n for m, n in zip(live.messages, live.counts, strict=True) if id(m) in compacted)
-    after = live.tokens - freed - live.summary_tokens + summary_tokens_of(written.summary, counter)
-    return after <= settings.compact.compact_threshold
 
 
 def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float, usage: Usage | None = None) -> Step:
@@ -524,6 +237,19 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
     )
 
 
+def _after_compaction(step: Step, plan: Plan, setup: Setup) -> Step:
+    """`step` with the context the hooks make of it. The summary they send (the workspace's AGENTS.md rules at
+    its end, say) stays the live summary until the next compaction: dropping what they added a step later
+    would rewrite the prompt from there (the summary the summarizer builds on, `summary_body`, never holds it)."""
+    context = step.context
+    for hook in setup.hooks:
+        context = hook.after_compaction(plan, context)
+    if context.summary != step.context.summary and context.summary is not None:
+        tokens = summary_tokens_of(context.summary, setup.counter)
+        step = replace(step, live=replace(step.live, summary=context.summary, summary_tokens=tokens))
+    return replace(step, context=context)
+
+
 def _without_rules(summary: str) -> str:
     """`summary` without the AGENTS.md rules `after_compaction` put at its end, if it has them."""
     at = summary.rfind(f"\n\n<{RULES_TAG}")
@@ -541,48 +267,6 @@ def _warn_over_window(step: Step, window: int) -> Step:
     )
     log.warning(warning)
     return replace(step, warnings=(*step.warnings, warning))
-
-
-def _retry_allowed(live: Live, tokens: int, settings: EngineSettings) -> bool:
-    if live.failed_at is None:
-        return True
-    return tokens >= live.failed_at + settings.retry_growth * settings.compact.max_input_length
-
-
-def _summarize(summarizer: Summarizer, request: SummaryRequest) -> str | Failure:
-    """The summarizer's text when it is a summary to apply, else a `Failure` with what it was asked and answered."""
-    try:
-        body = summarizer.summarize(request)
-    except SummaryError as exc:
-        asked = getattr(exc, "request", None) or _describe(request, summarizer)
-        return _failure(f"the summarizer failed: {exc}", asked, getattr(exc, "response", None))
-    except Exception as exc:  # a user's summarizer may raise anything; the context must survive it
-        log.exception("summarizer raised")
-        reason = f"the summarizer raised {type(exc).__name__}: {exc}"
-        return _failure(reason, _describe(request, summarizer), None)
-    rejected = why_rejected(body)
-    if rejected is not None:
-        answered = body if isinstance(body, str) and body.strip() else repr(body)
-        return _failure(rejected, _describe(request, summarizer), answered)
-    assert isinstance(body, str)  # `why_rejected` refuses anything else
-    return body
-
-
-def _failure(reason: str, request: Mapping[str, Any] | None, response: str | None) -> Failure:
-    # `at` and `tokens` are the step's; `prepare` fills them in.
-    return Failure(at=datetime.min, reason=reason, tokens=0, request=request, response=response)
-
-
-def _describe(request: SummaryRequest, summarizer: Summarizer) -> dict[str, Any]:
-    """What a summarizer was asked, as JSON, when it did not say itself (message ids, not their text)."""
-    return {
-        "summarizer": type(summarizer).__name__,
-        "messages": [m.id for m in request.messages],
-        "previous": request.previous,
-        "focus": request.focus,
-        "language": request.language,
-        "max_chars": request.max_chars,
-    }
 
 
 def _skipped(live: Live, skip: Skip, now: datetime, counter: Counter) -> Step:

@@ -20,7 +20,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .workspace_view import CompactionView, Limits, View, chart_points
+from .workspace.view import CompactionView, Limits, View, chart_points
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1100px;padding:16px 24px;color:#1d232b;background:#fff}

@@ -19,8 +19,9 @@ import orjson
 
 from .archive import Archive
 from .errors import MessageError, PinnedOverBudgetError
-from .messages import Link, Message, Pairs, pair_walk, without_surrogates
+from .messages import Message, without_surrogates
 from .offload import is_output, offload
+from .pairing import Link, Pairs, pair_walk
 from .seq import Seq
 from .settings import OffloadSettings
 from .split import pair_groups
@@ -221,13 +222,13 @@ def _unpaired(links: Sequence[Link], reused: Sequence[tuple[int, str]], start: i
         return MessageError(
             f"the tool result at position {i} answers call {cid!r}, but other messages came after"
             " that call; providers refuse a result that does not directly follow its call. Add results"
-            " right after their call (or `ctxkeep.messages.repair` the list first)",
+            " right after their call (or `ctxkeep.repair` the list first)",
             index=i,
         )
     return MessageError(
         f"the tool result at position {i} answers call {cid!r}, which is not waiting for a"
         " result in the live context (never added, or answered already); add the assistant message with"
-        " that call first (or `ctxkeep.messages.repair` the list)",
+        " that call first (or `ctxkeep.repair` the list)",
         index=i,
     )
 

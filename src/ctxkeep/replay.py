@@ -15,9 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .context import system_tokens_of
-from .engine import Compaction, Failure
-from .messages import Message, repair
+from .messages import Message
+from .pairing import repair
 from .session import Session
+from .step import Compaction, Failure
 
 
 @dataclass(kw_only=True, slots=True)

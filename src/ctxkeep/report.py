@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ctxkeep.formats import Transcript
-from ctxkeep.messages import Message, validate
+from ctxkeep.messages import Message
+from ctxkeep.pairing import validate
 from ctxkeep.tokens import Counter
 
 TOP_RESULTS = 10

@@ -261,8 +261,7 @@ class EngineSettings:
 class MemorySettings:
     """Long-term memory in the pass: the flush before a compaction, and the workspace rules after one."""
 
-    flush: bool = False  # before a compaction, write preferences and lessons to memory/YYYY-MM-DD.md
-    flush_margin: float = 0.1  # the flush runs once the context is within this share below the threshold
+    flush: bool = False  # before each compaction, write preferences and lessons of what it cuts to memory/YYYY-MM-DD.md
     flush_steps: int = 3  # at most this many model calls per flush (with a model)
     rules_sections: tuple[str, ...] = ("Session Startup", "Red Lines")  # of the workspace's AGENTS.md
     rules_max_chars: int = 3_000  # of those sections, in the first context after a compaction
@@ -270,10 +269,6 @@ class MemorySettings:
     def __post_init__(self) -> None:
         if not isinstance(self.flush, bool):
             raise TypeError(f"flush must be True or False; got {self.flush!r}")
-        if not isinstance(self.flush_margin, int | float) or isinstance(self.flush_margin, bool):
-            raise ValueError(f"flush_margin must be a number in [0, 1); got {self.flush_margin!r}")
-        if not 0 <= self.flush_margin < 1:
-            raise ValueError(f"flush_margin must be a number in [0, 1); got {self.flush_margin!r}")
         _positive(self.flush_steps, "flush_steps")
         if isinstance(self.rules_sections, str) or not all(
             isinstance(t, str) and t.strip() for t in self.rules_sections

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from ctxkeep.messages import Message, pair_walk
+from ctxkeep.messages import Message
+from ctxkeep.pairing import pair_walk
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

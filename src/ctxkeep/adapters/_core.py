@@ -18,13 +18,13 @@ from typing import Any, cast
 
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import SUMMARY_ID, SYSTEM_ID, Context
-from ctxkeep.engine import Step
 from ctxkeep.errors import WorkspaceError
 from ctxkeep.inputs import Entry, convert, key_of
 from ctxkeep.live import Tools
 from ctxkeep.memory.tools import MemoryTool, memory_tools
 from ctxkeep.messages import NO_RESULT_TEXT, Message, ToolResult
 from ctxkeep.session import Session
+from ctxkeep.step import Step
 from ctxkeep.store import FileStore, Folder
 
 Workspace = str | Path | Session | AsyncSession

@@ -35,11 +35,11 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from ctxkeep.adapters import _core
 from ctxkeep.adapters._core import Memory, Piece, SessionSource, Workspace
-from ctxkeep.engine import Step
 from ctxkeep.errors import MessageError
 from ctxkeep.memory.tools import MemoryTool
 from ctxkeep.messages import ImageBlock, Message, TextBlock, ToolResult
 from ctxkeep.session import Session
+from ctxkeep.step import Step
 
 __all__ = ["CtxkeepMiddleware", "as_chat_dicts", "to_langchain", "to_langchain_tool"]
 

@@ -36,13 +36,13 @@ from ctxkeep.adapters._core import Memory, Piece, SessionSource, Workspace
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import SYSTEM_ID
 from ctxkeep.context import of as context_of
-from ctxkeep.engine import Step
 from ctxkeep.errors import WorkspaceError
 from ctxkeep.formats.responses import to_responses
 from ctxkeep.inputs import convert
 from ctxkeep.live import Tools
 from ctxkeep.memory.tools import MemoryTool
 from ctxkeep.session import Session
+from ctxkeep.step import Step
 
 __all__ = ["CtxkeepInputFilter", "CtxkeepSession", "to_function_tool", "tool_schemas"]
 

@@ -18,8 +18,9 @@ def run(args: argparse.Namespace) -> int:
     """Write the page; returns the exit code."""
     from pathlib import Path
 
-    from ctxkeep import html_report, workspace_view  # here, so --help stays fast
+    from ctxkeep import html_report  # here, so --help stays fast
     from ctxkeep.folder import LocalFolder
+    from ctxkeep.workspace import view as workspace_view
 
     from .output import check_output, write_output
 

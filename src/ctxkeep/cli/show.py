@@ -6,7 +6,7 @@ import argparse
 
 TYPE_CHECKING = False  # not `typing`'s: the command line imports no `typing` before it must
 if TYPE_CHECKING:
-    from ctxkeep import workspace_view
+    from ctxkeep.workspace import view as workspace_view
 
 __all__ = ["add_arguments", "run"]
 
@@ -24,8 +24,8 @@ def run(args: argparse.Namespace) -> int:
     """Print the workspace; returns the exit code."""
     import shutil
 
-    from ctxkeep import workspace_view  # here, so --help stays fast
     from ctxkeep.folder import LocalFolder
+    from ctxkeep.workspace import view as workspace_view  # here, so --help stays fast
 
     view = workspace_view.read(LocalFolder(args.workspace), name=args.workspace)
     if args.json:

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ctxkeep.errors import CtxkeepError, FormatError, StorageError, WorkspaceLockedError
 from ctxkeep.folder import LocalFolder
 from ctxkeep.formats.anthropic import to_anthropic
@@ -31,12 +29,13 @@ from ctxkeep.formats.source import read_file
 from ctxkeep.messages import Message
 from ctxkeep.offload import OFFLOAD_KEY
 from ctxkeep.replay import Replay, replay, split_system
-from ctxkeep.session import _STATE_MARK, Session
+from ctxkeep.session import Session
 from ctxkeep.settings import EngineSettings, ModelSummarySettings
 from ctxkeep.store import STATE, TOOL_RESULT_DIR
 from ctxkeep.summarize import ModelSummarizer
 from ctxkeep.summarize.testing import host_model
 from ctxkeep.tokens import TokenCounter, get_counter
+from ctxkeep.workspace import state as state_file
 
 from .output import check_output
 from .progress import Progress
@@ -167,13 +166,9 @@ def _not_a_workspace(folder: Path) -> str | None:
     if not stat.S_ISREG(mode):
         return f"{STATE} is not a regular file"
     try:
-        value = orjson.loads(read_file(state))
+        state_file.parse(read_file(state), STATE)  # the one reader, with the session's strictness
     except CtxkeepError as exc:
         return str(exc)
-    except orjson.JSONDecodeError:
-        return f"{STATE} is not JSON"
-    if not isinstance(value, dict) or value.get("v") != _STATE_MARK:
-        return f"{STATE} has no {_STATE_MARK} version marker"
     return None
 
 

@@ -17,18 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ctxkeep.formats.source import RECORD_ERRORS, Conversation, Source, describe, few, parse_timestamp
-from ctxkeep.messages import (
-    Block,
-    ImageBlock,
-    Message,
-    Role,
-    TextBlock,
-    ThinkingBlock,
-    ToolCall,
-    ToolResult,
-    make_id,
-    validate,
-)
+from ctxkeep.messages import Block, ImageBlock, Message, Role, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
+from ctxkeep.pairing import validate
 
 NAME = "pi"
 

@@ -24,9 +24,9 @@ from ctxkeep.messages import (
     ToolCall,
     ToolResult,
     make_id,
-    renumber_duplicates,
     result_content,
 )
+from ctxkeep.pairing import renumber_duplicates
 
 NAME = "swe_agent"
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from ctxkeep.formats.openai import from_openai
 from ctxkeep.formats.source import RECORD_ERRORS, Conversation, Source, describe, parse_timestamp
-from ctxkeep.messages import Block, Message, Role, TextBlock, ToolCall, ToolResult, make_id, renumber_duplicates
+from ctxkeep.messages import Block, Message, Role, TextBlock, ToolCall, ToolResult, make_id
+from ctxkeep.pairing import renumber_duplicates
 
 NAME = "tau_bench"
 

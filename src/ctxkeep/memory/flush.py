@@ -1,13 +1,14 @@
-"""The memory flush: before a compaction, what matters in the messages about to go is written to the day's log.
+"""The memory flush: before a compaction, what matters in the messages it cuts is written to the day's log.
 
-`before_pass` is called once per pre-reasoning pass (from `Session._run`). When the context has reached a
-soft line below the compaction threshold (`MemorySettings.flush_margin` of it) and this compaction cycle
-(the session's generation) has not been flushed, it takes the messages a compaction would cut now and
-writes their preferences and try-error lessons to ``memory/YYYY-MM-DD.md``: with the session's compaction
-model when it has one (a few tool-using steps: search memory to avoid repeats, write, done), else by rule
-(`ctxkeep.memory.extract`). The cycle is recorded in ``memory/flush.json`` before anything else, so a
-flush never runs twice for one cycle, even after a crash or a failed compaction; it changes no message,
-so it can never make a compaction loop. Nothing found, nothing written.
+`before_compaction` runs in the pass's hook before a compaction (`ctxkeep.memory.hooks.MemoryHooks`), with
+the compaction's own plan, its summary written: the messages it gets are exactly those the compaction
+archives, for a `/compact` as for the threshold. It writes their preferences and try-error lessons to
+``memory/YYYY-MM-DD.md``: with the model it is given (the session's compaction model when it has one; a
+few tool-using steps: search memory to avoid repeats, write, done), else by rule (`ctxkeep.memory.extract`).
+The cycle (how many messages the archive held before this compaction) is recorded in ``memory/flush.json``
+before anything else, so a flush never runs twice for one cycle, even after a crash or a compaction that
+could not be written; it changes no message, so it can never make a compaction loop. Nothing found,
+nothing written.
 """
 
 from __future__ import annotations
@@ -17,22 +18,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from ctxkeep.errors import CtxkeepError
 from ctxkeep.messages import Message
 from ctxkeep.providers import Completion, Model, Turn
-from ctxkeep.split import split
-from ctxkeep.store import FileStore, Folder
+from ctxkeep.settings import MemorySettings
+from ctxkeep.store import FileStore, Folder, Store
 
 from .extract import Note, extract
 from .files import MEMORY_DIR, append_entries
-
-if TYPE_CHECKING:
-    from ctxkeep.engine import Setup
-    from ctxkeep.live import Live
 
 log = logging.getLogger("ctxkeep")
 
@@ -79,7 +76,7 @@ SCHEMA: dict[str, Any] = {
 class FlushRun:
     """What one flush did: the entries written, how (model or rule), the model calls, and its time."""
 
-    cycle: int  # the session generation it ran for (-1: called directly)
+    cycle: int  # the messages archived before the compaction it ran for (-1: called directly)
     notes: tuple[Note, ...]
     written_to: str | None
     by: str  # "model" or "rule"
@@ -100,30 +97,28 @@ def flushed_cycle(folder: Folder) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def before_pass(setup: Setup, live: Live, *, cycle: int, now: datetime, force: bool = False) -> FlushRun | None:
-    """Flush memory if this pass nears (or passes, or `force`s) a compaction and this `cycle` was not flushed.
+def before_compaction(
+    store: Store,
+    messages: Sequence[Message],
+    *,
+    cycle: int,
+    now: datetime,
+    settings: MemorySettings,
+    model: Model | None = None,
+) -> FlushRun | None:
+    """Flush the `messages` a compaction is about to archive, unless this `cycle` was flushed already.
 
     Never raises for a failure of its own (a full disk, a failing model): it logs it, and the pass goes on.
     """
-    settings = setup.settings.memory
-    store = setup.store
-    if not settings.flush or not isinstance(store, FileStore):
-        return None
-    threshold = setup.settings.compact.compact_threshold
-    if not force and live.tokens < threshold * (1 - settings.flush_margin):
+    if not settings.flush or not isinstance(store, FileStore) or not messages:
         return None
     folder: Any = store
     try:
         if flushed_cycle(folder) == cycle:
             return None
-        cut = split(live.messages, live.counts, reserve=setup.settings.compact.reserve, pinned=live.pinned)
-        if not cut.to_compact:
-            return None
         # Recorded first: whatever happens next, this cycle is not flushed again.
         folder.write(STATE_FILE, orjson.dumps({"cycle": cycle, "at": now.isoformat()}))
-        model = getattr(setup.summarizer, "model", None)
-        chosen = model if isinstance(model, Model) else None
-        run = flush(folder, cut.to_compact, now=now, model=chosen, steps=settings.flush_steps)
+        run = flush(folder, messages, now=now, model=model, steps=settings.flush_steps)
         run = replace(run, cycle=cycle)
     except CtxkeepError as exc:
         log.warning("memory flush skipped: %s", exc)

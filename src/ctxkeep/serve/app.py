@@ -25,8 +25,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from ctxkeep.engine import Step
 from ctxkeep.errors import CtxkeepError, WorkspaceLockedError
+from ctxkeep.step import Step
 from ctxkeep.summarize import Summarizer
 
 from .access import Exchange

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from ctxkeep.engine import Step
+from ctxkeep.step import Step
 
 from .dialect import Reply, Turn, check_messages, check_stream, check_tools, text_of, without_none
 from .sse import Event

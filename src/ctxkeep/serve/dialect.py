@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ctxkeep.engine import Step
+from ctxkeep.step import Step
 
 from .sse import Event
 

@@ -32,9 +32,9 @@ from typing import Any
 import orjson
 
 from ctxkeep.async_session import AsyncSession
-from ctxkeep.engine import Step
 from ctxkeep.errors import MessageError
 from ctxkeep.session import Session
+from ctxkeep.step import Step
 from ctxkeep.summarize import Summarizer
 
 from .dialect import BadRequest, Reply, Turn, text_of

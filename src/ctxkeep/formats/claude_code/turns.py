@@ -9,7 +9,8 @@ from typing import Any
 from ctxkeep.formats.claude_code.blocks import NAME
 from ctxkeep.formats.claude_code.entries import _Entry
 from ctxkeep.formats.source import Source, few
-from ctxkeep.messages import Block, Message, Role, ToolCall, ToolResult, validate
+from ctxkeep.messages import Block, Message, Role, ToolCall, ToolResult
+from ctxkeep.pairing import validate
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from ctxkeep.formats.openhands.history import _build, _with_instruction
 from ctxkeep.formats.openhands.records import _record_names
 from ctxkeep.formats.openhands.turns import NAME as NAME
 from ctxkeep.formats.source import Conversation, Source
-from ctxkeep.messages import renumber_duplicates
+from ctxkeep.pairing import renumber_duplicates
 
 __all__ = ["parse", "sniff"]
 

@@ -7,84 +7,28 @@
                         {"kind": "steps", ...}        the tokens sent at each step since the previous one
                         {"kind": "repaired", ...}     a torn live-log line dropped at open
 
-`compaction_record` and `steps_record` build them (pure: the session writes them); `read` parses the
+`compaction_record`, `failure_record` and `steps_record` build them (pure: the `Journal` writes them); `read` parses the
 file back, skipping what it cannot read, for `ctxkeep show` and `ctxkeep report`. Field by field:
 docs/report.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
-from .messages import Message
-from .offload import record_in
-from .summarize.extractive import ExtractiveSummarizer
-
-if TYPE_CHECKING:
-    from .engine import Step
+from ctxkeep.messages import Message
+from ctxkeep.offload import record_in
+from ctxkeep.step import Failure, Step
 
 # A compaction record lists at most this many offloaded results (and says how many more): the record is
 # also kept in state.json until it is appended, and must stay small whatever a compaction moves.
 MAX_OFFLOADED_LISTED = 200
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Usage:
-    """What the summarizer spent on one compaction, as far as it says (`ModelSummarizer.last_run`).
-
-    None means not reported (a summarizer of your own without `last_run`); the extractive summarizer
-    calls no model, so its calls and tokens are 0.
-    """
-
-    summarizer: str  # the summarizer's class name
-    model: str | None = None  # the compaction model's name ("openai:gpt-4o-mini"), when there is one
-    seconds: float = 0.0  # how long the summarizer took
-    calls: int | None = None  # model calls, the provider's own retries not counted
-    input_tokens: int | None = None  # prompt tokens, as the server reported them (else counted)
-    output_tokens: int | None = None
-    retries: int | None = None  # calls the provider made again after a timeout, 429 or 5xx
-    attempts: int | None = None  # times the final summary was asked (audit re-asks included)
-    parts: int | None = None  # parts the history was cut into for the model
-    audit: tuple[str, ...] = ()  # audit checks the kept summary still fails
-    identifiers_checked: int | None = None  # identifiers of the compacted messages the summary was checked for
-    identifiers_restored: int | None = None  # of those, the ones the model left out and ctxkeep appended
-
-
-def usage_of(summarizer: object, *, seconds: float) -> Usage:
-    """What `summarizer` says its latest `summarize` spent: its `last_run` (calls, tokens, ...) when it has one."""
-    name = type(summarizer).__name__
-    model = getattr(getattr(summarizer, "model", None), "name", None)
-    model = model if isinstance(model, str) else None
-    run = getattr(summarizer, "last_run", None)
-    if run is None:
-        if isinstance(summarizer, ExtractiveSummarizer):
-            return Usage(summarizer=name, seconds=seconds, calls=0, input_tokens=0, output_tokens=0, retries=0)
-        return Usage(summarizer=name, model=model, seconds=seconds)
-    audit = getattr(run, "audit", ())
-    return Usage(
-        summarizer=name,
-        model=model,
-        seconds=seconds,
-        calls=_count(run, "calls"),
-        input_tokens=_count(run, "input_tokens"),
-        output_tokens=_count(run, "output_tokens"),
-        retries=_count(run, "retries"),
-        attempts=_count(run, "attempts"),
-        parts=_count(run, "parts"),
-        audit=tuple(str(a) for a in audit) if isinstance(audit, Sequence) and not isinstance(audit, str) else (),
-        identifiers_checked=_count(run, "identifiers"),
-        identifiers_restored=_count(run, "restored"),
-    )
-
-
-def _count(run: object, name: str) -> int | None:
-    value = getattr(run, name, None)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def offloaded(messages: Iterable[Message]) -> list[dict[str, Any]]:
@@ -140,6 +84,33 @@ def compaction_record(step: Step, *, generation: int) -> dict[str, Any]:
     }
 
 
+def failure_record(failure: Failure, *, saved: str, step: int) -> dict[str, Any]:
+    """The record of a compaction not applied: why, its size, what it spent, where its request and answer were
+    `saved`, and `step`, its place among the steps not yet noted (the next "steps" record), for the report."""
+    usage = asdict(failure.usage) if failure.usage is not None else None
+    return {
+        "kind": "failed",
+        "at": failure.at.isoformat(),
+        "reason": failure.reason,
+        "tokens": failure.tokens,
+        "saved": saved,
+        "usage": usage,
+        "step": step,
+    }
+
+
+def failure_detail(failure: Failure) -> bytes:
+    """What the summarizer was asked and answered, for ``failed/<time>.json``."""
+    detail = {
+        "at": failure.at.isoformat(),
+        "reason": failure.reason,
+        "tokens": failure.tokens,
+        "request": failure.request,
+        "response": failure.response,
+    }
+    return orjson.dumps(detail, option=orjson.OPT_INDENT_2)
+
+
 def steps_record(tokens: Sequence[int], *, first: datetime, last: datetime) -> dict[str, Any]:
     """The record of a run of steps: the tokens of the context sent at each, oldest first."""
     return {
@@ -148,6 +119,21 @@ def steps_record(tokens: Sequence[int], *, first: datetime, last: datetime) -> d
         "last": last.isoformat(),
         "tokens": list(tokens),
     }
+
+
+def to_line(record: dict[str, Any]) -> bytes:
+    """One line of ``compactions.jsonl``."""
+    return orjson.dumps(record) + b"\n"
+
+
+def last_compaction_generation(raw: bytes) -> int | None:
+    """The generation of the newest compaction record in the bytes of a ``compactions.jsonl``, or None."""
+    for line in reversed(raw.splitlines()):
+        with contextlib.suppress(orjson.JSONDecodeError):
+            rec = orjson.loads(line)
+            if isinstance(rec, dict) and rec.get("kind") == "compaction":
+                return int(rec["generation"])
+    return None
 
 
 def read(raw: bytes) -> tuple[list[dict[str, Any]], int]:

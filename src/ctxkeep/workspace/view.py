@@ -5,7 +5,8 @@ offloaded and changed in the summary. `ctxkeep show` prints it; `ctxkeep report`
                          └─ html_report.render(view)   ctxkeep report WORKSPACE -o report.html
 
 Reading takes no lock and writes nothing, so it can look at a workspace an agent is using: it reads
-the committed state, `compactions.jsonl` (`ctxkeep.records`) and the archive up to its committed size.
+the committed state (through `state.read`, the one reader of state.json), `compactions.jsonl`
+(`records`) and the archive up to its committed size.
 Big workspaces stay readable: `Limits` caps what is kept of messages, diffs and compactions, and
 `View.cuts` says what was left out.
 """
@@ -19,11 +20,13 @@ from typing import Any
 
 import orjson
 
+from ctxkeep.codec import message_from_dict
+from ctxkeep.errors import WorkspaceError
+from ctxkeep.messages import Message
+from ctxkeep.store import Store
+
 from . import records
-from .codec import message_from_dict
-from .errors import WorkspaceError
-from .messages import Message
-from .store import STATE, Store
+from . import state as state_file
 
 _BARS = "▁▂▃▄▅▆▇█"
 
@@ -101,7 +104,7 @@ class View:
 def read(store: Store, *, name: str, limits: Limits | None = None) -> View:
     """The view of the workspace in `store`, called `name`. Raises `WorkspaceError` when it holds no workspace."""
     limits = limits or Limits()
-    state = _state(store)
+    state = state_file.read(store)
     raw_records, bad = records.read(store.read_records())
     cuts: list[str] = []
     if bad:
@@ -121,7 +124,7 @@ def read(store: Store, *, name: str, limits: Limits | None = None) -> View:
             # Its step is noted later, in the next "steps" record: `step` says where (1 for its first).
             at = len(steps) - 1 + _int(rec.get("step")) if rec.get("step") else len(steps) - 1
             failure_steps.append(at if at >= 0 else None)
-    committed = _committed_sizes(state)
+    committed = {name: f.bytes for name, f in state.archive.files.items()}
     detailer = _Detailer(store, committed, limits)
     compactions: list[CompactionView] = []
     first_detailed = max(0, len(found) - limits.compactions)
@@ -145,9 +148,9 @@ def read(store: Store, *, name: str, limits: Limits | None = None) -> View:
             cuts.append(f"compaction {c.number}: {c.diff_left_out} line(s) of the summary diff not shown")
     return View(
         name=name,
-        generation=_int(state.get("generation")),
-        archived_messages=sum(_int(info.get("lines")) for info in (state.get("archive") or {}).values()),
-        summary=state.get("summary") if isinstance(state.get("summary"), str) else None,
+        generation=state.generation,
+        archived_messages=state.archive.lines,
+        summary=state.summary,
         steps=tuple(steps),
         compactions=tuple(compactions),
         failures=tuple(failures),
@@ -155,27 +158,6 @@ def read(store: Store, *, name: str, limits: Limits | None = None) -> View:
         originals=len(store.originals()),
         cuts=tuple(cuts),
     )
-
-
-def _state(store: Store) -> dict[str, Any]:
-    raw = store.read_state()
-    where = store.where(STATE)
-    if raw is None:
-        raise WorkspaceError(f"{where} is missing: this is not a ctxkeep workspace (give the folder a session wrote)")
-    try:
-        state = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise WorkspaceError(f"{where} is damaged ({exc}); restore it from a backup", path=where) from exc
-    if not isinstance(state, dict) or not str(state.get("v", "")).startswith("ctxkeep-session/"):
-        raise WorkspaceError(f"{where} is not a ctxkeep session state", path=where)
-    return state
-
-
-def _committed_sizes(state: Mapping[str, Any]) -> dict[str, int]:
-    archive = state.get("archive")
-    if not isinstance(archive, dict):
-        return {}
-    return {str(name): _int(info.get("bytes")) for name, info in archive.items() if isinstance(info, dict)}
 
 
 class _Detailer:

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from .codec import message_from_dict, message_to_dict
-from .messages import Message
+from ctxkeep.codec import message_from_dict, message_to_dict
+from ctxkeep.messages import Message
 
 LIVE_MARK = "ctxkeep-live/1"
 REPLACE_MARK = "ctxkeep-replace/1"

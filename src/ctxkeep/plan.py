@@ -1,0 +1,137 @@
+"""Phase one of a compaction: decide, touching no file and no model, whether one is due and what it cuts.
+
+    live:   [ m0 m1 m2 m3 m4 m5 m6 m7 m8 m9 ]      over the threshold
+              └──── to_compact ────┘└ to_keep ┘    kept tail <= reserve, pairs never split
+
+`plan` is the one computation of "what a compaction cuts": the engine applies its `Plan`, the summary
+writers write its request (now, or ahead in a thread), and the hooks of the pass (the memory flush)
+receive it as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from . import archive as archive_mod
+from .live import Live, check_pins
+from .settings import CHARS_PER_TOKEN, EngineSettings
+from .split import Split, split
+from .summarize import MIN_SUMMARY_CHARS, SummaryRequest
+
+_PART_DIVISOR = 4  # a part of a "frozen" summary gets at most this share of the cap
+# Between two parts of a summary in the "frozen" layout: each part is what one compaction archived.
+PART_BREAK = "\n\n<!-- context-summary: the next part covers the messages compacted after the part above -->\n\n"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Manual:
+    """A compaction asked for by hand (a `/compact`): it runs whatever the size, on what `focus` names first."""
+
+    focus: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Plan:
+    """A compaction decided on: where to cut, what to ask the summarizer, and why."""
+
+    cut: Split
+    request: SummaryRequest
+    reason: str  # "threshold", "overflow" (over the model's window) or "manual"
+    tokens: int  # the context's tokens before
+    at: datetime
+    background: bool = False  # the summary was written ahead, before the threshold
+    # The summary is a new part after the earlier ones, left as they were ("frozen" layout): the request
+    # covers only the messages compacted now.
+    append: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Skip:
+    """No compaction this step. `failure` (a compaction was due but cannot free anything) or `warning`, or
+    neither when none was due."""
+
+    failure: str | None = None
+    warning: str | None = None
+
+
+def plan(
+    live: Live,
+    settings: EngineSettings,
+    *,
+    now: datetime,
+    force: bool = False,
+    focus: str | None = None,
+    ahead: bool = False,
+) -> Plan | Skip:
+    """Decide, touching no file and no model: is a compaction due, and if so where to cut and what to ask.
+
+    `ahead` plans the compaction the threshold will call for as soon as the soft threshold is passed
+    (`CompactSettings.soft_threshold`), so that its summary can be written in the background
+    (`ctxkeep.writer.WriteAhead`); the summary's size is then planned for the kept tail the threshold will find.
+
+    `live.system_tokens` must be the system prompt's (`prepare` sets it). Raises `PinnedOverBudgetError`
+    when the pins alone leave no room.
+    """
+    tokens = live.tokens
+    threshold = settings.compact.compact_threshold
+    due = settings.compact.soft_threshold if ahead else threshold
+    if not force and (tokens <= due or not _retry_allowed(live, tokens, settings)):
+        return Skip()
+    budget = threshold - live.fixed_tokens - live.summary_tokens
+    if budget <= 0 and not force:
+        return Skip(
+            warning=f"the system prompt and tools ({live.fixed_tokens} tokens) and summary ({live.summary_tokens})"
+            f" alone reach the compaction threshold ({threshold}); compaction skipped. Raise max_input_length or"
+            " shorten them."
+        )
+    check_pins(live, live.pinned, threshold)
+    reserve = settings.compact.reserve
+    if force:
+        # A manual compaction always frees something: keep at most half of what is live.
+        reserve = min(reserve, live.total // 2)
+    cut = split(live.messages, live.counts, reserve=reserve, pinned=live.pinned)
+    if not cut.to_compact:
+        return Skip(
+            failure=f"nothing can be compacted: the newest message group ({sum(live.counts[-len(cut.to_keep) :])}"
+            " tokens) must stay whole, and nothing older is unpinned"
+        )
+    # The summary shares the threshold with what stays: when the kept messages leave it less room than
+    # its cap, it gets that room (never less than the sections need), so a huge newest message still fits.
+    staying = {id(m) for m in cut.pinned + cut.to_keep}
+    kept = live.fixed_tokens + sum(n for m, n in zip(live.messages, live.counts, strict=True) if id(m) in staying)
+    if ahead:
+        kept += max(0, threshold - tokens)  # what will have come by the threshold stays too
+    cap = min(settings.summary_max_chars, (threshold - kept) * CHARS_PER_TOKEN)
+    # The cap covers the whole summary: leave room for the archive guide that will open it.
+    # (Estimated in English, the longer of the two.)
+    next_archive = archive_mod.projected(live.archive, len(cut.to_compact), now.date())
+    guide_chars = len(archive_mod.with_guide("", next_archive, "en"))
+    previous, room = live.summary_body, cap - guide_chars
+    append = False
+    if settings.summary_layout == "frozen":
+        # The earlier parts stay as sent; a new part gets a quarter of the cap (or what they leave of it).
+        # When that is too little, they are consolidated: one summary of them all and of the new messages,
+        # in half the cap, so that parts can follow it again.
+        left = room - len(live.summary or "") - len(PART_BREAK)
+        if live.summary and previous and left >= MIN_SUMMARY_CHARS:
+            previous, room, append = None, min(left, room // _PART_DIVISOR), True
+        else:
+            previous = previous.replace(PART_BREAK, "\n\n") if previous else previous
+            room //= 2
+    request = SummaryRequest(
+        messages=cut.to_compact,
+        previous=previous,
+        focus=focus,
+        language=settings.language,
+        max_chars=max(MIN_SUMMARY_CHARS, room),
+    )
+    reason = "manual" if force else "overflow" if tokens > settings.compact.max_input_length else "threshold"
+    return Plan(cut=cut, request=request, reason=reason, tokens=tokens, at=now, background=ahead, append=append)
+
+
+def _retry_allowed(live: Live, tokens: int, settings: EngineSettings) -> bool:
+    """After a compaction that failed, the next try waits for the context to grow by `retry_growth` of the window."""
+    if live.failed_at is None:
+        return True
+    return tokens >= live.failed_at + settings.retry_growth * settings.compact.max_input_length
