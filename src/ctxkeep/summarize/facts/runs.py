@@ -111,6 +111,7 @@ class ToolRun:
     expected: bool = False
     index: int = 0
     commit: str | None = None  # "abc1234 (main): message" of a successful git commit
+    call_id: str = ""  # the call's id: where the archive has it, the evidence a summary points to
 
     @property
     def key(self) -> str:
@@ -180,6 +181,7 @@ def tool_run(
         failed=failed,
         error_line=error,
         index=index,
+        call_id=call.id,
     )
     committed = commit_of(run, result.text[:2_000]) if result is not None else None
     return replace(run, commit=committed) if committed else run
