@@ -419,41 +419,53 @@ def count_progress(tally: Tally, archive: tuple[Message, ...], originals: Mappin
 
 def has_evidence(item: str, ids: set[str], hashes: set[str]) -> bool:
     """True when a Done `item` names a tool call of the archive or a commit hash a tool result printed."""
-    spans = {m.group(2).strip() for m in _SPAN.finditer(item)}
-    return any(s in ids for s in spans) or any(h in hashes for s in spans for h in _HASH.findall(s))
+    words = set(re.findall(r"[\w-]{6,}", item))
+    return bool(words & ids) or any(h in hashes for w in words for h in _HASH.findall(w))
 
 
 def fixed_later(item: str, runs: Sequence[ToolRun]) -> bool:
     """True when the failure a Blocked `item` shows (its first code span: the command's head or the call's
-    target) has a failed run in `runs` that a later successful run fixed: the same command, or a call of the
-    same program or tool on the same target (a shared operand or file; neither naming any)."""
+    target) was fixed by a later successful run: the newest failed run in `runs` it names, followed by the same
+    command or a call of the same program or tool on the same target (a shared operand or file; neither naming
+    any)."""
     m = _SPAN.search(item)
-    if m is None:
+    shown = m.group(2).strip().removesuffix("…") if m else ""
+    if not shown:
         return False
-    shown = m.group(2).strip().removesuffix("…")
-    for j, run in enumerate(runs):
-        if not run.failed or not shown:
-            continue
-        text = run.command if run.command is not None else run.key
-        if not (text.startswith(shown) or command_head(text) == shown):
-            continue
-        if any(same_target(run, later) for later in runs[j + 1 :] if later.has_result and not later.failed):
-            return True
-    return False
+    named = [j for j, run in enumerate(runs) if run.failed and shows(shown, run)]
+    if not named:
+        return False
+    failed = runs[named[-1]]
+    return same_target(failed, [r for r in runs[named[-1] + 1 :] if r.has_result and not r.failed])
 
 
-def same_target(failed: ToolRun, later: ToolRun) -> bool:
-    """The oracle's reading of "the same command, or a command on the same file or target"."""
-    if failed.command is None or later.command is None:
-        files = {*failed.paths_read, *failed.paths_modified}
-        return later.tool == failed.tool and (later.key == failed.key or bool(files & {*later.paths_modified}))
-    if later.command == failed.command:
+def shows(shown: str, run: ToolRun) -> bool:
+    """True when `shown` (a Blocked item's first code span) is the failed `run`'s command, its head or its target."""
+    if run.command is None:
+        return run.key == shown or (run.key.startswith(shown) and len(shown) >= 99)
+    return run.command.startswith(shown) or command_head(run.command) == shown
+
+
+def same_target(failed: ToolRun, later: Sequence[ToolRun]) -> bool:
+    """The oracle's reading of "the same command, or a command on the same file or target, succeeded later":
+    another tool's call by one of the same tool on the same target; a shell command by the same command, or by
+    commands of the same programs that, together, ran on all its targets (the words of its operands; a quoted
+    text with spaces, such as a commit message, is not a target), or, when it had none, on none either."""
+    if failed.command is None:
+        return any(r.tool == failed.tool and r.key == failed.key for r in later)
+    if any(r.command == failed.command for r in later):
         return True
-    before = {p: {o for o in ops if " " not in o} for p, ops in command_targets(failed.command)}
-    after = {p: {o for o in ops if " " not in o} for p, ops in command_targets(later.command)}
-    return bool(before) and all(
-        p in after and (ops & after[p] or (not ops and not after[p])) for p, ops in before.items()
-    )
+    done: dict[str, list[set[str]]] = {}
+    for r in later:
+        for program, ops in command_targets(r.command or ""):
+            done.setdefault(program, []).append({o for o in ops if " " not in o})
+    steps = command_targets(failed.command)
+    for program, ops in steps:
+        targets = {o for o in ops if " " not in o}
+        runs_on = done.get(program, [])
+        if not runs_on or not (targets <= set().union(*runs_on) if targets else any(not t for t in runs_on)):
+            return False
+    return bool(steps)
 
 
 def said_twice(summary: str) -> list[str]:

@@ -24,7 +24,6 @@ from ctxkeep.summarize.facts.collect import (
     SUPERSEDED,
     Facts,
     collect_facts,
-    is_intent,
     mark_superseded,
     newest_first,
     rules_in,
@@ -32,7 +31,15 @@ from ctxkeep.summarize.facts.collect import (
     unique_keep_last,
 )
 from ctxkeep.summarize.facts.identifiers import find_identifiers, without_redundant
-from ctxkeep.summarize.facts.runs import MAX_FAILURES, ToolRun, call_text, checks_passed, failure_item, outcome
+from ctxkeep.summarize.facts.runs import (
+    MAX_FAILURES,
+    ToolRun,
+    call_text,
+    checks_passed,
+    failure_item,
+    outcome,
+    todo_items,
+)
 from ctxkeep.summarize.facts.shell import command_head, command_paths
 from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
 from ctxkeep.summarize.sections.fit import Drop, Shorten, Step, fit_sections
@@ -43,6 +50,8 @@ from ctxkeep.summarize.sections.markdown import (
     Sections,
     clip,
     code_span,
+    evidence_tail,
+    head_of,
     is_placeholder,
     missing_sections,
     omission_note,
@@ -74,6 +83,12 @@ _LABEL_CHARS = 60  # of a multi-line command's first line, named above its fence
 _TASK_CHARS = 80  # of the ask that heads a task's Done item
 _LAST_KEPT = 3  # the newest files modified and failing commands that outlast the others of both
 _TASK_FILES = 5  # files a task's Done item names (the newest); Files modified lists them all
+_EVIDENCE_REFS = 3  # calls a Done item points to as its evidence, the newest
+# a finding that says checks pass: written as done only after a check that passed (`checks_passed`)
+_CLAIMS_CHECKS = re.compile(
+    r"(?i)\b(?:tests?|specs?|checks?|suite|build|lint\w*|type ?checks?|ci|e2e|end-to-end)\b.{0,60}"
+    r"\b(?:pass(?:es|ed|ing)?|succeed(?:s|ed)?|green|clean)\b|\ball (?:\d+ )?(?:tests?|checks?)\b|测试.{0,10}通过"
+)
 
 # fmt: off
 _STOPWORDS = frozenset({
@@ -152,7 +167,7 @@ def _draft(facts: Facts, language: Language) -> _Draft:
         files_modified=facts.files_modified,
         commands=_commands(runs, language),
     )
-    draft.done = _done(facts, language) + [t for s, t in facts.todos if s in ("completed", "done")]
+    draft.done = _done(facts, language) + _done_todos(facts, language)
     draft.in_progress = [t for s, t in facts.todos if s == "in_progress"] + list(facts.intents)
     draft.blocked = unique(failure_item(r, facts.resolved(r), language) for r in facts.failures)
     draft.next_steps = [t for s, t in facts.todos if s == "pending"] + list(facts.plans)
@@ -171,37 +186,51 @@ def _identifiers(identifiers: Sequence[str], files: Sequence[str]) -> list[str]:
 
 
 def _done(facts: Facts, language: Language) -> list[str]:
-    """What was done, one item per task (the user's ask the work followed), oldest first.
+    """What was done, one item per task (the user's ask the work followed), oldest first, each ending with
+    its evidence: the tool calls of the archive that show it (id and outcome; a commit by its hash).
 
     Each says what changed (files modified by edit tools and commands, other actions, commits), which
     checks passed (tests, linters: by name; the commands themselves are listed once, under Commands
     run) and what the assistant found or concluded. Work before the first ask of these messages
-    continues the task of the previous summary. Announced work ("Let me run the tests") is not done.
+    continues the task of the previous summary. Announced work ("Let me run the tests") is not done,
+    and neither is a claim with no call behind it: a finding counts only after a successful call of
+    its task (the newest before it is its evidence), and one that says checks pass ("all tests pass")
+    only after a check that passed, so a plan's "all tests pass" is never written as done.
     """
     starts = [i for i, _ in facts.tasks]
     groups: dict[int, dict[str, list[str]]] = {}
+    proof: dict[int, list[str]] = {}
+    done_runs = [r for r in facts.runs if r.has_result and not r.failed]
 
-    def part(index: int, key: str) -> list[str]:
-        task = bisect_right(starts, index) - 1
-        return groups.setdefault(task, {}).setdefault(key, [])
+    def task_of(index: int) -> int:
+        return bisect_right(starts, index) - 1
 
-    for run in facts.runs:
-        if not run.has_result or run.failed:
-            continue
-        part(run.index, "modified").extend(run.paths_modified)
+    def part(task: int, key: str, said: Sequence[str], run: ToolRun) -> None:
+        groups.setdefault(task, {}).setdefault(key, []).extend(said)
+        proof.setdefault(task, []).append(_evidence(run, language))
+
+    for run in done_runs:
+        task = task_of(run.index)
+        if run.paths_modified:
+            part(task, "modified", run.paths_modified, run)
         if run.kind == "other":
-            part(run.index, "called").append(code_span(call_text(run)))
+            part(task, "called", [code_span(call_text(run))], run)
         if run.commit:
-            part(run.index, "committed").append(code_span(run.commit))
-        part(run.index, "passed").extend(code_span(c) for c in checks_passed(run))
+            part(task, "committed", [code_span(run.commit)], run)
+        if passed := checks_passed(run):
+            part(task, "passed", [code_span(c) for c in passed], run)
     for index, sentence in facts.findings:
-        if sentence not in facts.intents:  # In Progress says it already
-            part(index, "found").append(sentence)
+        if sentence in facts.intents:  # In Progress says it already
+            continue
+        task = task_of(index)
+        before = [r for r in done_runs if r.index < index and task_of(r.index) == task]
+        if _CLAIMS_CHECKS.search(sentence):
+            before = [r for r in before if checks_passed(r)]
+        if before:
+            part(task, "found", [sentence], before[-1])
     items = []
     for task in sorted(groups):
         said = {k: unique_keep_last(v) for k, v in groups[task].items() if v}
-        if not said:
-            continue
         if "modified" in said:  # by file name (Files modified has the paths), the newest `_TASK_FILES`
             files = said["modified"]
             shown = [code_span(_file_name(p, files)) for p in files[-_TASK_FILES:]]
@@ -217,8 +246,23 @@ def _done(facts: Facts, language: Language) -> list[str]:
             if task >= 0
             else phrase("earlier_task", language)
         )
-        items.append(f"{label} {'; '.join(pieces)}")
+        refs = ", ".join(unique_keep_last(proof[task])[-_EVIDENCE_REFS:])
+        items.append(f"{label} {'; '.join(pieces)} {phrase('evidence', language, refs=refs)}")
     return items
+
+
+def _done_todos(facts: Facts, language: Language) -> list[str]:
+    """The todo items the agent's newest todo call marks completed, each pointing to that call."""
+    marked = [r for r in facts.runs if r.kind == "todo" and todo_items(r.arguments)]
+    if not marked:
+        return []
+    ref = phrase("evidence", language, refs=f"{code_span(marked[-1].call_id)} {phrase('todo_list', language)}")
+    return [f"{t} {ref}" for s, t in facts.todos if s in ("completed", "done")]
+
+
+def _evidence(run: ToolRun, language: Language) -> str:
+    """A pointer to `run` in the archive: its call id and outcome ("`toolu_01…` exit 0")."""
+    return f"{code_span(run.call_id)} {outcome(run, language)}"
 
 
 def _file_name(path: str, paths: Sequence[str]) -> str:
@@ -415,10 +459,9 @@ def _merge(old: _Draft, new: _Draft, facts: Facts, language: Language) -> _Draft
     goal = _merge_goal(old.goal, new.goal)
     merged = _Draft(goal=goal, has_latest=sum(omitted_count(g) is None for g in goal) > 1)
     merged.constraints = mark_superseded(unique_keep_last(old.constraints + new.constraints))
-    # an older In Progress item that only announced work ("Let me run the tests") is not something done: a newer
-    # one replaces it; a task in progress ("porting args") moves to Done
-    moved = [i for i in old.in_progress if not is_intent(i)] if new.in_progress else []
-    merged.done = unique_keep_last(old.done + moved + new.done)
+    # a newer In Progress item replaces an older one, which is not moved to Done: that it was in progress is no
+    # evidence that it was finished (the Done items of the new messages say what was)
+    merged.done = unique_keep_last(old.done + new.done)
     merged.in_progress = new.in_progress or old.in_progress
     merged.blocked = _merge_blocked(old.blocked, new.blocked, facts, language)
     merged.decisions = unique(new.decisions + old.decisions)
@@ -511,6 +554,8 @@ def _merge_blocked(old: list[str], new: list[str], facts: Facts, language: Langu
             continue
         # "Bash (exit 1): `command` — error", as `failure_item` wrote it
         target = _first_code(item) or ""
+        if target and _cut_after(item, target):
+            target += "…"  # the head of a longer command (`failure_item`): what is left of it is judged
         tool = item.split(" (", 1)[0] if " (" in item else ""
         if not _has_mark(item, "resolved") and target and facts.fixes(tool, target):
             item = f"{item} {resolved_mark}"
@@ -518,6 +563,12 @@ def _merge_blocked(old: list[str], new: list[str], facts: Facts, language: Langu
     items = unique(new + kept)
     open_ = [i for i in items if not _has_mark(i, "resolved")]
     return open_ + [i for i in items if _has_mark(i, "resolved")] + notes
+
+
+def _cut_after(item: str, shown: str) -> bool:
+    """True when the code span `shown` of `item` is followed by a "[N more characters ...]" note."""
+    after = item.split(code_span(shown), 1)[-1].lstrip(" …")
+    return any(after.startswith(p.split("{", 1)[0]) for p in PHRASES["truncated"].values())
 
 
 def _has_mark(item: str, key: str) -> bool:
@@ -620,9 +671,11 @@ def _short_item(item: str, language: Language) -> str:
     """A long or multi-line item as its first line, cut to `ITEM_CHARS`, saying how much the archive has."""
     if "\n" not in item and len(item) <= _LONGITEM_CHARS:
         return item
-    first = item.split("\n", 1)[0].rstrip()
-    shown = clip(first, ITEM_CHARS).removesuffix("…")
-    return f"{shown}… {phrase('truncated', language, n=len(item) - len(shown))}"
+    tail = evidence_tail(item)  # a Done item's evidence outlasts its words
+    body = item.removesuffix(tail)
+    first = body.split("\n", 1)[0].rstrip()
+    shown = head_of(clip(first, max(ITEM_CHARS - len(tail), ITEM_CHARS // 2)).removesuffix("…"), len(first))
+    return f"{shown}… {phrase('truncated', language, n=len(body) - len(shown))}{tail}"
 
 
 def _short_command(item: str, language: Language) -> str:

@@ -47,6 +47,9 @@ PHRASES: Mapping[str, Mapping[str, str]] = {
     "ok": {"en": "ok", "zh": "成功"},
     "error": {"en": "error", "zh": "出错"},
     "no_result": {"en": "no result", "zh": "无结果"},
+    "no_match": {"en": "no match", "zh": "无匹配"},
+    "evidence": {"en": "[evidence: {refs}]", "zh": "[依据：{refs}]"},
+    "todo_list": {"en": "todo list", "zh": "待办列表"},
     "resolved": {"en": "(resolved later)", "zh": "（之后已解决）"},
 }
 
@@ -67,6 +70,23 @@ def phrase(key: str, language: str, **values: object) -> str:
     """The fixed phrase `key` in `language` ("en" or "zh"), with `values` filled in."""
     text = PHRASES[key]["zh" if language == "zh" else "en"]
     return text.format(**values) if values else text
+
+
+_EVIDENCE_TAIL = re.compile(r" \[(?:evidence: |依据：)[^\[\]\n]*\]$")
+
+
+def evidence_tail(item: str) -> str:
+    """The "[evidence: ...]" that ends a Done item (what shows it in the archive), else ""; shortening an item
+    keeps it, so a Done item never loses what backs it."""
+    m = _EVIDENCE_TAIL.search(item)
+    return m.group(0) if m else ""
+
+
+def head_of(text: str, limit: int) -> str:
+    """The first `limit` characters of `text`, less any code span they would leave open (its opening
+    backtick would pair with the next one of the item, quoting what follows)."""
+    head = text[:limit]
+    return head[: head.rindex("`")].rstrip() if head.count("`") % 2 else head
 
 
 def clip(text: str, limit: int) -> str:
