@@ -27,15 +27,17 @@ from ctxkeep.summarize import (
     why_rejected,
 )
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
-from ctxkeep.summarize.facts.collect import collect_facts, human_text
+from ctxkeep.summarize.facts.collect import CONFIRMED, collect_facts, human_text
 from ctxkeep.summarize.facts.runs import PATH_KEYS
 from ctxkeep.summarize.facts.shell import asks_yes_or_no, command_head, command_paths
 from ctxkeep.summarize.sections.fit import Drop, Shorten, fit_sections
 from ctxkeep.summarize.sections.markdown import (
+    CONTINUE_TITLE,
     code_span,
     omission_note,
     omitted_count,
     parse_sections,
+    phrase,
     render_item,
     render_sections,
     unquote,
@@ -129,7 +131,7 @@ def headings(summary: str) -> list[str]:
             fence = "" if line.strip() and set(line.strip()) == {"`"} and len(line.strip()) >= len(fence) else fence
         elif line.startswith("```"):
             fence = line[: len(line) - len(line.lstrip("`"))]
-        elif line.startswith("## "):
+        elif line.startswith("## ") and line != f"## {CONTINUE_TITLE}":  # how to go on closes every summary
             out.append(line)
     return out
 
@@ -147,13 +149,16 @@ def test_english_conversation_items_land_in_their_sections() -> None:
     assert headings(s) == [f"## {t}" for t in SECTIONS]
 
     goal = section(s, "Goal")
-    assert goal[0].startswith("Fix the failing test in tests/test_api.py.")
-    assert "/review app/routes.py" in goal  # a slash command with its arguments is an ask ...
-    assert not any("IT IS CRITICAL" in g for g in goal)  # ... and the prompt it expands to is not
-    assert goal[-1] == f"Latest ask: {LATEST}"
+    # the asks the verbatim part quotes are not said again: the goal points to them
+    assert goal == [phrase("first_quoted", "en"), f"Latest ask: {phrase('newest_quoted', 'en')}"]
+    quoted = split_carried(s)[1]
+    assert "Fix the failing test in tests/test_api.py." in quoted and LATEST in quoted
+    assert "/review app/routes.py" in quoted  # a slash command with its arguments is an ask ...
+    assert "IT IS CRITICAL" not in quoted.split("## Standing instructions")[0]  # ... the prompt it expands to is not
     assert not any("reminder" in g or "Caveat" in g or "/clear" in g or g == "ok" for g in goal)
 
-    assert section(s, "Constraints & Preferences") == ["Never push to main.", "Please use pytest -q for every run."]
+    # "Please use pytest -q for every run." is quoted in the first message; the short rule is listed still
+    assert section(s, "Constraints & Preferences") == ["Never push to main."]
 
     done = section(s, "Progress", "Done")
     assert any(d.startswith("For “") and "Modified `routes.py`" in d for d in done)  # grouped by task
@@ -169,11 +174,12 @@ def test_english_conversation_items_land_in_their_sections() -> None:
     assert "AssertionError: 404 != 200" in blocked
     assert blocked.endswith("(resolved later)")
 
-    assert section(s, "Key Decisions") == ["I decided to fix the route instead of the test."]
+    # a choice with the alternative it turned down, and the user's "ok" after it
+    assert section(s, "Key Decisions") == [f"I decided to fix the route instead of the test. {CONFIRMED}"]
     assert section(s, "Next Steps") == [
         "Run the linter",
         "Next I will run the linter on app/.",
-        f"Pending user ask: {LATEST}",
+        phrase("latest_unanswered", "en"),  # the ask itself is quoted
     ]
 
     assert section(s, "Critical Context", "Files read") == ["`/repo/docs/api.md`", "`/repo/tests/test_api.py`"]
@@ -215,9 +221,9 @@ def test_chinese_conversation_keeps_identifiers_glued_to_text() -> None:
     assert missing_sections(s) == []
     assert resolve_language(SummaryRequest(messages=tuple(messages))) == "zh"
     goal = section(s, "Goal")
-    assert goal[0] == "请修改/etc/nginx/nginx.conf第3行，把端口改成8080。不要重启生产服务器，必须先在测试环境验证。"
-    assert goal[1].startswith("最新请求：端口被占用的话，改用8081")
-    assert section(s, "Constraints & Preferences") == ["不要重启生产服务器，必须先在测试环境验证。"]
+    assert goal == [phrase("first_quoted", "zh"), f"最新请求：{phrase('newest_quoted', 'zh')}"]
+    assert "请修改/etc/nginx/nginx.conf第3行，把端口改成8080。" in split_carried(s)[1]
+    assert section(s, "Constraints & Preferences") == []  # the rule is quoted in the first message
     [done] = section(s, "Progress", "Done")
     assert done.startswith("针对「请修改/etc/nginx/nginx.conf第3行") and done.endswith(
         "已修改 `nginx.conf` [依据：`c2` 成功]"
@@ -226,7 +232,7 @@ def test_chinese_conversation_keeps_identifiers_glued_to_text() -> None:
     [blocked] = section(s, "Progress", "Blocked")
     assert blocked.startswith("bash (退出码 1): `nginx -t -c /etc/nginx/nginx.conf` — nginx: [emerg] bind()")
     assert section(s, "Key Decisions") == ["我决定直接修改listen指令，而不是新增server块。"]
-    assert section(s, "Next Steps")[-1].startswith("待回复的用户请求：端口被占用的话")
+    assert section(s, "Next Steps")[-1] == phrase("latest_unanswered", "zh")  # the ask itself is quoted
     assert section(s, "Critical Context", "已修改的文件") == ["`/etc/nginx/nginx.conf`"]
     assert section(s, "Critical Context", "已运行的命令") == ["`nginx -t -c /etc/nginx/nginx.conf` (退出码 1)"]
     idents = [unquote(i) for i in section(s, "Critical Context", "精确标识符")]
@@ -497,7 +503,7 @@ def test_identifiers_of_an_update_named_outside_tool_results_come_before_those_f
     )
     assert [unquote(i) for i in section(second, "Critical Context", "Exact identifiers")] == [
         "PROJ-31",  # named now
-        "PROJ-12",  # named before (the goal names them)
+        "PROJ-12",  # named before (the user's message quoted with the summary names them)
         "staging.example.com:8443",
         "guide.md",  # found in a tool result now
         "notes.md",  # found in tool results before
@@ -522,9 +528,7 @@ def test_an_older_failure_is_resolved_by_a_later_superset_run() -> None:
 def test_incremental_update_merges_into_one_summary() -> None:
     first = summarize(FIRST_HALF)
     assert section(first, "Progress", "In Progress") == ["Let me run the tests."]
-    assert section(first, "Goal") == [
-        "Fix the failing test in tests/test_api.py. Never push to main. Please use pytest -q for every run."
-    ]
+    assert section(first, "Goal") == [phrase("first_quoted", "en")]  # quoted in the verbatim part
     [blocked] = section(first, "Progress", "Blocked")
     assert not blocked.endswith("(resolved later)")
     assert "`/v1/items`" in section(first, "Critical Context", "Exact identifiers")
@@ -533,18 +537,15 @@ def test_incremental_update_merges_into_one_summary() -> None:
     assert missing_sections(second) == []
     assert headings(second) == [f"## {t}" for t in SECTIONS]
     goal = section(second, "Goal")
-    assert goal[0].startswith("Fix the failing test")  # the overall goal stays first
-    assert goal[-1].startswith("Latest ask: Now also update the changelog")
+    assert goal[0] == phrase("first_quoted", "en")  # the overall goal stays first (quoted below)
+    assert goal[-1] == f"Latest ask: {phrase('newest_quoted', 'en')}"
     assert sum(g.startswith("Latest ask:") for g in goal) == 1
     done = section(second, "Progress", "Done")
     assert "Let me run the tests." not in done  # the older In Progress item was an intent, not done ...
     assert "Let me run the tests." not in section(second, "Progress", "In Progress")  # ... and was replaced
     assert section(second, "Progress", "In Progress")[-1] == "Now I'm going to update CHANGELOG.md."
     assert section(second, "Progress", "Blocked") == [blocked + " (resolved later)"]  # the same command passed later
-    assert section(second, "Constraints & Preferences") == [
-        "Never push to main.",
-        "Please use pytest -q for every run.",
-    ]
+    assert section(second, "Constraints & Preferences") == ["Never push to main."]  # the other one is quoted
     idents = section(second, "Critical Context", "Exact identifiers")
     assert "`/v1/items`" in idents and "`3f9a2b1c`" in idents  # previous identifiers kept, new ones added
     assert idents.index("`3f9a2b1c`") < idents.index("`/v1/items`")  # newest first
@@ -555,8 +556,9 @@ def test_incremental_update_merges_into_one_summary() -> None:
 
     third = summarize([user("Now make the linter pass."), said("I'll start with app/routes.py.")], previous=second)
     goal = section(third, "Goal")
-    assert goal[-1] == "Latest ask: Now make the linter pass."
-    assert LATEST in goal
+    assert goal[-1] == f"Latest ask: {phrase('newest_quoted', 'en')}"
+    assert goal.count(f"Latest ask: {phrase('newest_quoted', 'en')}") == 1  # the older pointer is not kept
+    assert "Now make the linter pass." in split_carried(third)[1] and LATEST in split_carried(third)[1]
     assert "Now I'm going to update CHANGELOG.md." not in section(third, "Progress", "Done")
 
 
@@ -581,12 +583,12 @@ def test_a_model_written_previous_summary_is_merged_not_stacked() -> None:
     ]
     s = summarize(messages, previous=previous)
     assert headings(s) == [f"## {t}" for t in SECTIONS] and "# Summary" not in s
-    assert section(s, "Goal") == ["Port the CLI to Rust", "Latest ask: Also add shell completions."]
+    assert section(s, "Goal") == ["Port the CLI to Rust", f"Latest ask: {phrase('newest_quoted', 'en')}"]
     assert section(s, "Constraints & Preferences") == ["keep the flags"]
     # an item that was in progress is not done for being replaced: nothing shows it finished
     assert section(s, "Progress", "Done") == ["wrote src/main.rs"]
     assert section(s, "Progress", "In Progress") == ["Completions work."]
-    assert section(s, "Key Decisions") == ["I'll use clap_complete for that.", "use clap"]
+    assert section(s, "Key Decisions") == ["use clap"]  # "I'll use clap_complete for that." gives no reason
     assert section(s, "Critical Context")[:2] == ["repo: https://github.com/o/r", "Notes: the old CLI lives in cli.py"]
 
 
@@ -631,9 +633,7 @@ def test_the_size_cap_drops_older_items_and_keeps_every_heading(max_chars: int) 
     done = section(s, "Progress", "Done")
     assert omitted_count(done[0]) is not None  # older Done items went first, and it says how many
     goal = section(s, "Goal")
-    assert goal[0].startswith("Refactor the whole code base") and goal[-1].startswith(
-        "Latest ask: Now handle module 119"
-    )
+    assert goal[0] == phrase("first_quoted", "en") and goal[-1] == f"Latest ask: {phrase('newest_quoted', 'en')}"
     modified = section(s, "Critical Context", "Files modified")
     assert modified[0] == "`/srv/app/pkg119/module_119.py`"  # the newest files stay longest
     if max_chars >= 9_000:

@@ -26,6 +26,7 @@ from ctxkeep.summarize.facts.collect import (
     collect_facts,
     mark_superseded,
     newest_first,
+    restates,
     rules_in,
     unique,
     unique_keep_last,
@@ -44,6 +45,7 @@ from ctxkeep.summarize.facts.shell import command_head, command_paths
 from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
 from ctxkeep.summarize.sections.fit import Drop, Shorten, Step, fit_sections
 from ctxkeep.summarize.sections.markdown import (
+    CONTINUE_TITLE,
     ITEM_CHARS,
     PHRASES,
     SECTIONS,
@@ -51,6 +53,8 @@ from ctxkeep.summarize.sections.markdown import (
     clip,
     code_span,
     evidence_tail,
+    framed,
+    framing_chars,
     head_of,
     is_placeholder,
     missing_sections,
@@ -83,6 +87,7 @@ _LABEL_CHARS = 60  # of a multi-line command's first line, named above its fence
 _TASK_CHARS = 80  # of the ask that heads a task's Done item
 _LAST_KEPT = 3  # the newest files modified and failing commands that outlast the others of both
 _TASK_FILES = 5  # files a task's Done item names (the newest); Files modified lists them all
+_QUOTED_CHARS = 20  # an item this long or longer that the verbatim part quotes is not said again
 _EVIDENCE_REFS = 3  # calls a Done item points to as its evidence, the newest
 # a finding that says checks pass: written as done only after a check that passed (`checks_passed`)
 _CLAIMS_CHECKS = re.compile(
@@ -118,6 +123,7 @@ class _Draft:
     commands: list[tuple[str, str]] = field(default_factory=list)  # (command, item)
     identifiers: list[str] = field(default_factory=list)  # bare identifiers
     named: int = 0  # how many of the first identifiers were named outside tool results (new messages only)
+    quoted: str = ""  # the verbatim part that went with a previous summary: the user's words it names things in
     omitted: dict[str, int] = field(default_factory=dict)  # Critical Context list -> items dropped before
 
 
@@ -135,10 +141,12 @@ class ExtractiveSummarizer:
         else:  # the host's own summary, when it compacted before us
             previous = host_summary(request.messages, max_chars=request.max_chars)
         if previous is not None and previous.strip():
-            draft = _merge(_parse_draft(previous), draft, facts, language)
+            old = _parse_draft(previous)
+            old.quoted = split_carried(request.previous)[1] if request.previous else ""
+            draft = _merge(old, draft, facts, language)
         if request.previous:
             draft = _with_recovered_rules(draft, request.previous)
-        draft = _said_once(draft, appendix)
+        draft = _said_once(draft, appendix, language)
         terms = _focus_terms(request.focus) if request.focus else ()
         sections, plan = _sections(draft, language, request.focus, terms)
 
@@ -146,14 +154,14 @@ class ExtractiveSummarizer:
             low = item.lower()
             return any(t in low for t in terms)
 
-        room = request.max_chars - len(appendix)
+        room = request.max_chars - len(appendix) - framing_chars(language)
         fitted = fit_sections(
             sections, max_chars=room, plan=plan, language=language, protect=protect if terms else None
         )
         named = _distinct_notes(fitted, language)
         if len(render_sections(named, language=language)) <= room:  # naming the list costs a few characters
             fitted = named
-        return render_sections(fitted, language=language) + appendix
+        return framed(render_sections(fitted, language=language), appendix, language=language)
 
 
 def _draft(facts: Facts, language: Language) -> _Draft:
@@ -408,7 +416,7 @@ def _parse_draft(previous: str) -> _Draft:
         else:
             draft.notes.extend(f"{sub}: {i}" if sub else i for i in items)
     for title, subs in parsed.items():
-        if title and title not in _KNOWN_TITLES:
+        if title and title not in _KNOWN_TITLES and title != CONTINUE_TITLE:  # how to go on is written anew
             draft.notes.extend(f"{title}: {i}" for i in _flat(subs))
     if missing_sections(previous):  # a host's own summary: its opening text as notes, its rules as rules
         draft.notes = [i for i in _flat(parsed.get("", {})) if not i.startswith("#")] + draft.notes
@@ -424,7 +432,7 @@ def _named_split(draft: _Draft) -> tuple[list[str], list[str]]:
     decisions, commands; not Blocked, whose error lines come from tool results) were, near enough.
     """
     lists = (draft.goal, draft.constraints, draft.done, draft.in_progress, draft.decisions, draft.next_steps)
-    prose = "\n".join([*(i for items in lists for i in items), *draft.notes, *dict(draft.commands)])
+    prose = "\n".join([*(i for items in lists for i in items), *draft.notes, *dict(draft.commands), draft.quoted])
     ids = draft.identifiers
     named = [j for j, i in enumerate(ids) if i in prose and _names(prose, i)]
     end = named[-1] + 1 if named else 0
@@ -510,24 +518,54 @@ def _with_recovered_rules(draft: _Draft, previous: str) -> _Draft:
     return draft
 
 
-def _said_once(draft: _Draft, appendix: str) -> _Draft:
+def _said_once(draft: _Draft, appendix: str, language: Language) -> _Draft:
     """`draft` without what it would say twice.
 
-    A rule the verbatim part (`appendix`) carries as a list item the user wrote is not listed again
-    under Constraints (a superseded one is: its mark is news; a rule in a sentence is, so Constraints
-    still reads as the list of rules and the newest value of each), nor one another rule
-    contains; an ask that is itself a listed rule is not listed again under Goal (the overall goal and
-    the latest ask stay).
+    What the verbatim part (`appendix`) quotes is not said again: an ask it quotes is left out of Goal
+    (the overall goal and the latest ask become pointers to it), a rule it quotes out of Constraints
+    (a superseded one stays: its mark is news), and an item of the other lists it quotes is left out. A
+    rule another one contains is dropped too, and an item a list already holds is not listed again in a
+    later one.
     """
+    quoted = " ".join(appendix.split())
     lines = listed_lines(appendix)
-    rules = [c for c in draft.constraints if c not in lines]
+
+    def said(item: str) -> bool:
+        bare = " ".join(item.removesuffix("…").split())
+        for key in ("latest_ask", "pending_ask"):
+            bare = _strip_prefix(bare, key) if _has_prefix(bare, key) else bare
+        return item in lines or (len(bare) >= _QUOTED_CHARS and bare in quoted)
+
+    old = [c for c in draft.constraints if c.endswith(SUPERSEDED)]
+    # a quoted rule stays when it is the newest value of one marked superseded: the two read together
+    rules = [c for c in draft.constraints if c in old or not said(c) or any(restates(o, c) for o in old)]
     # a rule another one contains says nothing more (a superseded statement contains its rule: not that)
     rules = [c for c in rules if not any(c != o and c in o and not o.endswith(SUPERSEDED) for o in rules)]
     listed = set(draft.constraints)
+    pointers = {phrase(k, lang) for k in ("first_quoted", "newest_quoted") for lang in ("en", "zh")}
     last = len(draft.goal) - 1 if draft.has_latest else len(draft.goal)
-    draft.goal = [g for j, g in enumerate(draft.goal) if j == 0 or j >= last or g not in listed]
+    goal: list[str] = []
+    for j, ask in enumerate(draft.goal):
+        if j == 0:
+            goal.append(phrase("first_quoted", language) if said(ask) else ask)
+        elif j >= last:
+            goal.append(phrase("newest_quoted", language) if said(ask) else ask)
+        elif ask not in listed and ask not in pointers and not said(ask):
+            goal.append(ask)
+    draft.goal = goal
     draft.has_latest = draft.has_latest and sum(omitted_count(g) is None for g in draft.goal) > 1
     draft.constraints = rules
+    seen = set(draft.goal) | set(rules)
+    for name in ("done", "in_progress", "blocked", "decisions", "next_steps", "notes"):
+        kept = []
+        for item in getattr(draft, name):
+            if _has_prefix(item, "pending_ask") and said(item):  # the latest ask is quoted: say only that it is open
+                item = phrase("latest_unanswered", language)
+            elif item in seen or (name != "blocked" and said(item)):
+                continue
+            seen.add(item)
+            kept.append(item)
+        setattr(draft, name, kept)
     return draft
 
 

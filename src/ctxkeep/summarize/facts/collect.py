@@ -76,7 +76,8 @@ _LOG_LINE = re.compile(
 _POINTS_BACK = re.compile(r"(?i)\b(?:it|this|that|these|those|them|the same)\b|这个|那个|它")
 _VALUE = re.compile(r"\d|`")
 SUPERSEDED = "(superseded by a later rule)"
-REJECTED = "(superseded: the user turned it down)"
+REJECTED = "(rejected: the user turned it down; not a decision)"
+CONFIRMED = "(confirmed by the user)"
 _REJECTS = re.compile(
     r"(?i)^(?:no\b|nope\b|don't\b|do not\b|stop\b|wait\b|not that\b|that's (?:wrong|not)|revert\b|undo\b"
     r"|i said\b|actually,? (?:no|don't)\b)|\b(?:don't do that|not what i (?:asked|want)|i don't want)\b"
@@ -89,6 +90,29 @@ _DECISION_STRONG = re.compile(
     r"|the (?:plan|approach|fix|solution) is|we(?:'ll| will) use)\b|决定|改为|改用|采用|选择了|方案是|不再"
 )
 _DECISION_WEAK = re.compile(r"(?i)\b(?:I'll|I will|let's|going to|we'll|we will)\b|我将|我会|我们将|我们会")
+# A decision chooses: it names the alternative it turned down, or says why. "Decided to use X" alone is not
+# told apart from an intent; "switch to X instead of Y" and "use X because Y" are.
+_CHOICE = re.compile(
+    r"(?i)\b(?:instead|rather than|switch(?:ed|ing)? (?:to|from)|over the|not the|because|since|so that"
+    r"|so (?:we|it|the)|to (?:avoid|keep|prevent|reduce|save|make sure)|in order to|due to|given (?:that|the)"
+    r"|otherwise|which (?:is|keeps|avoids|makes|means))\b|改为|改用|而不是|不再|因为|由于|为了|以便|以免|否则"
+)
+# The user's reply that confirms the approach the assistant just proposed
+_CONFIRMS = re.compile(
+    r"(?i)^(?:yes|yep|yeah|sure|ok(?:ay)?|sounds good|looks good|lgtm|go ahead|go for it|do it|agreed|agree"
+    r"|perfect|great|correct|exactly|that works|approved|makes sense)\b|^(?:好|可以|行|同意|没问题|就这样|对)"
+)
+# A question, or a request to the user, proposes at most: the user's answer decides
+_ASKS_USER = re.compile(
+    r"(?i)^(?:please|would you|could you|do you|shall|should I|once|if|when|let me know)\b|[?？]\s*$"
+    r"|请(?:确认|提供|告诉)"
+)
+# An announcement of the next action ("Now I'll create the bridge", "Let me add X") is an intent, never a decision
+_INTENT_LEAD = re.compile(
+    r"(?i)^(?:(?:now|next|first|then|ok(?:ay)?|great|good|perfect|alright|so),?\s+)*"
+    r"(?:let me|let's|I'll|I will|I'm going to|I am going to|I need to|I'm now|I am now|we'll|we need to)\b"
+    r"|^(?:现在|接下来|让我|我先|下面)"
+)
 _INTENT = re.compile(
     r"(?i)\b(?:let me|let's|I'll|I will|I'm going to|I am going to|now I|I'm now|next,? I|I need to|I'm)\b"
     r"|让我|我将|我会|接下来|现在|正在|下面|我先|首先"
@@ -249,6 +273,8 @@ def collect_facts(
             constraints.extend(rules_in(text))
             if _REJECTS.search(text):  # the user turned down what the assistant decided since their last message
                 decisions = [(j, _rejected(d) if j > last_user else d) for j, d in decisions]
+            elif _CONFIRMS.search(text):  # ... or confirmed it: an approach the user agreed to is decided
+                decisions = [(j, _confirmed(d) if j > last_user else d) for j, d in decisions]
             last_user = i
             if not _is_ack(text) and not is_placeholder(text):
                 asks.append((i, _shorten(text, GOAL_CHARS)))
@@ -458,6 +484,12 @@ def mark_superseded(rules: Sequence[str]) -> list[str]:
     return out
 
 
+def restates(older: str, newer: str) -> bool:
+    """True when `newer` states the rule `older` states with another value (see `mark_superseded`)."""
+    (words, values), (other_words, other_values) = _rule_key(older), _rule_key(newer)
+    return bool(values and other_values and values != other_values and _overlap(words, other_words) >= 0.6)
+
+
 def _rule_key(rule: str) -> tuple[frozenset[str], frozenset[str]]:
     values = frozenset(i.text for i in find_identifiers(rule)) | frozenset(re.findall(r"\d[\d,.]*", rule))
     bare = rule.removesuffix(SUPERSEDED)
@@ -518,7 +550,32 @@ def _plans(text: str) -> list[str]:
 
 
 def _rejected(decision: str) -> str:
-    return decision if decision.endswith(REJECTED) else f"{decision} {REJECTED}"
+    return decision if decision.endswith(REJECTED) else f"{decision.removesuffix(CONFIRMED).rstrip()} {REJECTED}"
+
+
+def _confirmed(decision: str) -> str:
+    return decision if decision.endswith((REJECTED, CONFIRMED)) else f"{decision} {CONFIRMED}"
+
+
+def _clip_marked(decision: str) -> str:
+    """`decision` clipped to `ITEM_CHARS`, its mark (confirmed, rejected) kept whole."""
+    mark = next((m for m in (CONFIRMED, REJECTED) if decision.endswith(m)), "")
+    body = decision.removesuffix(mark).rstrip()
+    return f"{clip(body, ITEM_CHARS - len(mark) - 1)} {mark}" if mark else clip(body, ITEM_CHARS)
+
+
+def is_decision(sentence: str) -> bool:
+    """True when `sentence` states a decision: a choice with its reason or the alternative it turned down
+    ("switch to Redis instead of the dict", "use SQLite because it ships with Python"), or an approach the
+    user confirmed or turned down (marked so). An announced next action ("Now I'll create the bridge", "Let me
+    check X"), a question or a request to the user ("Please confirm, and I'll proceed") and a lead-in ending
+    in ":" are not decisions, even with a reason or the user's yes."""
+    bare = sentence.removesuffix(CONFIRMED).removesuffix(REJECTED).rstrip()
+    if bare.endswith((":", "：")) or _INTENT_LEAD.search(bare) or _is_procedural(bare) or _ASKS_USER.search(bare):
+        return False
+    if not (_DECISION_STRONG.search(bare) or _DECISION_WEAK.search(bare)):
+        return False
+    return bare != sentence or bool(_CHOICE.search(bare))
 
 
 def is_intent(text: str) -> bool:
@@ -531,13 +588,11 @@ def _is_procedural(sentence: str) -> bool:
 
 
 def _pick_decisions(sentences: list[str]) -> list[str]:
-    """Newest first, at most `MAX_DECISIONS`, explicit ones ("decided", "instead") chosen before "I'll".
-
-    A sentence that only introduces what follows ("The fix is:") or says what the assistant will
-    look at next ("Let me check the tests") is not a decision.
+    """Newest first, at most `MAX_DECISIONS`, explicit ones ("decided", "instead") chosen before "I'll";
+    only those `is_decision` accepts.
     """
-    kept = [s for s in sentences if not s.rstrip().endswith((":", "：")) and not _is_procedural(s)]
-    newest = unique(clip(s, ITEM_CHARS) for s in reversed(kept))
+    kept = [s for s in sentences if is_decision(s)]
+    newest = unique(_clip_marked(s) for s in reversed(kept))
     strong = [s for s in newest if _DECISION_STRONG.search(s)]
     weak = [s for s in newest if not _DECISION_STRONG.search(s)]
     chosen = set(strong[:MAX_DECISIONS] + weak[: max(0, MAX_DECISIONS - len(strong))])
