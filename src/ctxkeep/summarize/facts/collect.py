@@ -309,7 +309,7 @@ def collect_facts(
                 todos = tuple((s, clip(t, ITEM_CHARS)) for s, t in todo_items(run.arguments)) or todos
         elif msg.role == "tool" and msg.tool_result is not None:
             command = commands.get(msg.tool_result.call_id, "")
-            _scan_result(msg.tool_result.text[:_RESULT_SCAN_CHARS], bool(_GIT_COMMAND.search(command)), found)
+            _scan_result(_head(msg.tool_result.text, _RESULT_SCAN_CHARS), bool(_GIT_COMMAND.search(command)), found)
 
     identifiers = without_redundant(rank_identifiers(found))[:identifier_limit]
     named = {ident.text for ident, weight in found if weight >= _FROM_ASSISTANT}
@@ -388,7 +388,16 @@ def _is_ack(text: str) -> bool:
 
 
 def _scan_text(text: str, weight: float, found: list[tuple[Identifier, float]]) -> None:
-    found.extend((ident, weight) for ident in find_identifiers(text[:_TEXT_SCAN_CHARS]))
+    found.extend((ident, weight) for ident in find_identifiers(_head(text, _TEXT_SCAN_CHARS)))
+
+
+def _head(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters at a space or line end, so no identifier is cut in two ("https://github.co")."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    cut = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
+    return head[:cut] if cut > 0 else head
 
 
 def _scan_result(text: str, git: bool, found: list[tuple[Identifier, float]]) -> None:
