@@ -27,7 +27,7 @@ from ctxkeep.summarize import (
     why_rejected,
 )
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
-from ctxkeep.summarize.facts.collect import CONFIRMED, collect_facts, human_text
+from ctxkeep.summarize.facts.collect import CONFIRMED, REJECTED, collect_facts, human_text
 from ctxkeep.summarize.facts.runs import PATH_KEYS
 from ctxkeep.summarize.facts.shell import asks_yes_or_no, command_head, command_paths
 from ctxkeep.summarize.sections.fit import Drop, Shorten, fit_sections
@@ -1113,3 +1113,95 @@ def test_done_is_an_account_grouped_by_task() -> None:
         done[2] == "For “Now commit it.”: Committed `1a2b3c4 (main): Round refunds to cents` [evidence: `c3` exit 0]"
     )  # "Committed." is In Progress
     assert not any("git commit" in d or "pytest -q" in d for d in done)  # commands only under Commands run
+
+
+# --- a summary an agent can trust: evidence, decisions, said once, framing ------------------------
+
+
+def test_a_plans_all_tests_pass_is_not_written_as_done() -> None:
+    plan = "Plan:\n1. Add the bridge.\n2. Verify.\n\nSuccess criteria: End-to-end test passes. All tests pass."
+    design = [user("Design the session bridge; do not implement yet."), said(plan)]
+    done = section(summarize(design), "Progress", "Done")
+    assert not any("pass" in d for d in done)  # no call ran: nothing to show it
+
+    ran = [*design, said("", call("t1", "Bash", command="pytest -q")), result("t1", "5 passed", exit_code=0)]
+    ran += [said("All tests pass now."), said("Next I'll write the docs.")]
+    [item] = section(summarize(ran), "Progress", "Done")
+    assert "Passed: `pytest`" in item and "All tests pass now." in item
+    assert item.endswith("[evidence: `t1` exit 0]")  # the check that passed backs the claim
+
+
+def test_a_finding_needs_a_call_of_its_task_before_it() -> None:
+    msgs = [
+        user("Why does checkout fail?"),
+        said("The cause is probably the coupon expiry check."),  # a guess before looking at anything
+        said("", call("r1", "read_file", path="app/coupons.py")),
+        result("r1", "def expired(c): return c.expiry < now()"),
+        said("Found it: the cause is that expiry compares naive and aware datetimes."),
+        said("Next I'll fix the comparison."),
+    ]
+    [item] = section(summarize(msgs), "Progress", "Done")
+    assert "naive and aware" in item and "probably" not in item
+    assert item.endswith("[evidence: `r1` ok]")
+
+
+def test_every_done_item_points_to_a_call_of_the_archive() -> None:
+    s = summarize(CONVERSATION)
+    ids = {c.id for m in CONVERSATION for c in m.tool_calls}
+    for item in section(s, "Progress", "Done"):
+        assert re.search(r"\[evidence: (`[^`]+` [^,\]]+(, )?)+\]$", item), item
+        assert set(re.findall(r"`([^`]+)` (?:ok|exit \d+|todo list)", item)) <= ids
+
+
+def test_an_evidence_tail_outlasts_shortening() -> None:
+    files = [f"src/pkg/module_{i}.py" for i in range(60)]
+    msgs: list[Message] = [user("Touch every module " + "and say so " * 30)]
+    for i, path in enumerate(files):
+        msgs += [said("", call(f"e{i}", "edit_file", path=path, old="a", new="b")), result(f"e{i}", "ok")]
+    s = summarize(msgs, max_chars=MIN_SUMMARY_CHARS)
+    for item in section(s, "Progress", "Done"):
+        if omitted_count(item) is None:
+            assert "[evidence: `e" in item and item.count("`") % 2 == 0  # no code span left open by a cut
+
+
+@pytest.mark.parametrize(
+    ("sentence", "reply", "kept"),
+    [
+        ("Now I'll create the bridge in src/bridge.ts.", "ok", None),  # an intent, even when the user says ok
+        ("Let me switch to the other branch instead.", "", None),
+        ("I'll use clap_complete for completions.", "", None),  # no reason, no alternative, no yes
+        ("I decided to keep the cache in memory because Redis adds a service.", "", ""),  # a choice with a reason
+        ("We'll store sessions in SQLite.", "Sounds good, go ahead.", f" {CONFIRMED}"),  # the user confirmed it
+        ("I decided to switch to Redis instead of the dict.", "No, keep it in memory.", f" {REJECTED}"),
+        ("Would you like me to use Redis instead?", "yes", None),  # a question proposes, it does not decide
+        ("Please confirm, and I'll proceed with the booking instead.", "yes", None),
+    ],
+)
+def test_a_decision_is_a_choice_with_its_reason_or_the_users_word(sentence: str, reply: str, kept: str | None) -> None:
+    msgs = [user("Speed up the session store."), said(sentence)]
+    msgs += [user(reply), said("Understood.")] if reply else [said("Next I'll run the benchmark.")]
+    decisions = section(summarize(msgs), "Key Decisions")
+    assert decisions == ([] if kept is None else [sentence + kept])
+
+
+def test_goal_points_to_the_quoted_asks_and_nothing_is_said_twice() -> None:
+    s = summarize(CONVERSATION)
+    sections, quoted = split_carried(s)
+    flat = " ".join(quoted.split())
+    lines = [ln.strip().removeprefix("- ") for ln in sections.splitlines()]
+    statements = [ln for ln in lines if len(ln) >= 20 and not ln.startswith(("#", "`"))]
+    assert len(statements) == len(set(statements))  # no line of the sections twice
+    assert not [ln for ln in statements if ln.removesuffix("…") in flat]  # nor what the verbatim part quotes
+    assert section(s, "Goal")[0] == phrase("first_quoted", "en")
+
+
+def test_the_summary_is_framed_as_a_record_and_ends_with_how_to_continue() -> None:
+    s = summarize(CONVERSATION)
+    assert s.startswith(phrase("record", "en") + "\n\n## Goal\n")
+    assert s.endswith(f"\n## {CONTINUE_TITLE}\n{phrase('continue', 'en')}\n")
+    assert s.index("## User messages (verbatim)") < s.index(f"## {CONTINUE_TITLE}")  # after the quoted words
+    again = summarize([user("Now fix the linter too.")], previous=s)
+    assert again.count(f"## {CONTINUE_TITLE}") == 1 and again.count(phrase("record", "en")) == 1
+    assert CONTINUE_TITLE not in "\n".join(section(again, "Critical Context"))  # not read back as a note
+    zh = summarize([user("请修复登录页面的错误，不要改动数据库。")])
+    assert zh.startswith(phrase("record", "zh")) and zh.endswith(phrase("continue", "zh") + "\n")

@@ -107,6 +107,10 @@ _ASKS_USER = re.compile(
     r"(?i)^(?:please|would you|could you|do you|shall|should I|once|if|when|let me know)\b|[?？]\s*$"
     r"|请(?:确认|提供|告诉)"
 )
+_NEXT_ACTION = re.compile(
+    r"(?i)^(?:(?:now|next|first|then),?\s+)+(?:I|we)\b|^(?:ok(?:ay)?,?\s+)?let(?: me|'s)\b"
+    r"|^(?:现在|接下来|让我|我先|下面)"
+)
 # An announcement of the next action ("Now I'll create the bridge", "Let me add X") is an intent, never a decision
 _INTENT_LEAD = re.compile(
     r"(?i)^(?:(?:now|next|first|then|ok(?:ay)?|great|good|perfect|alright|so),?\s+)*"
@@ -580,7 +584,11 @@ def is_decision(sentence: str) -> bool:
     check X"), a question or a request to the user ("Please confirm, and I'll proceed") and a lead-in ending
     in ":" are not decisions, even with a reason or the user's yes."""
     bare = sentence.removesuffix(CONFIRMED).removesuffix(REJECTED).rstrip()
-    if bare.endswith((":", "：")) or _INTENT_LEAD.search(bare) or _is_procedural(bare) or _ASKS_USER.search(bare):
+    if bare.endswith((":", "：")) or _is_procedural(bare) or _ASKS_USER.search(bare):
+        return False
+    # "We'll store sessions in SQLite." proposes an approach the user's yes makes a decision; "Now I'll ..."
+    # and "Let me ..." announce the next action whatever the user says
+    if _NEXT_ACTION.search(bare) if bare != sentence else _INTENT_LEAD.search(bare):
         return False
     if not (_DECISION_STRONG.search(bare) or _DECISION_WEAK.search(bare)):
         return False
