@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+from ctxkeep.settings import MIN_SUMMARY_CHARS
 from ctxkeep.summarize.facts.collect import (
     GOAL_CHARS,
     MAX_DECISIONS,
@@ -87,7 +88,9 @@ _LABEL_CHARS = 60  # of a multi-line command's first line, named above its fence
 _TASK_CHARS = 80  # of the ask that heads a task's Done item
 _LAST_KEPT = 3  # the newest files modified and failing commands that outlast the others of both
 _TASK_FILES = 5  # files a task's Done item names (the newest); Files modified lists them all
+_SHORT_FRAMING_BELOW = 2 * MIN_SUMMARY_CHARS
 _QUOTED_CHARS = 20  # an item this long or longer that the verbatim part quotes is not said again
+_QUOTED_HEAD = 120  # the overall goal or latest ask whose head this long the verbatim part quotes points to it
 _EVIDENCE_REFS = 3  # calls a Done item points to as its evidence, the newest
 # a finding that says checks pass: written as done only after a check that passed (`checks_passed`)
 _CLAIMS_CHECKS = re.compile(
@@ -154,14 +157,15 @@ class ExtractiveSummarizer:
             low = item.lower()
             return any(t in low for t in terms)
 
-        room = request.max_chars - len(appendix) - framing_chars(language)
+        short = request.max_chars < _SHORT_FRAMING_BELOW  # near the floor, the framing's words cost the lists
+        room = request.max_chars - len(appendix) - framing_chars(language, short=short)
         fitted = fit_sections(
             sections, max_chars=room, plan=plan, language=language, protect=protect if terms else None
         )
         named = _distinct_notes(fitted, language)
         if len(render_sections(named, language=language)) <= room:  # naming the list costs a few characters
             fitted = named
-        return framed(render_sections(fitted, language=language), appendix, language=language)
+        return framed(render_sections(fitted, language=language), appendix, language=language, short=short)
 
 
 def _draft(facts: Facts, language: Language) -> _Draft:
@@ -530,10 +534,14 @@ def _said_once(draft: _Draft, appendix: str, language: Language) -> _Draft:
     quoted = " ".join(appendix.split())
     lines = listed_lines(appendix)
 
-    def said(item: str) -> bool:
+    def said(item: str, head: bool = False) -> bool:
+        """True when the verbatim part quotes `item` (with `head`: its first `_QUOTED_HEAD` characters, an
+        ask the verbatim part cut to its head and tail, the archive having the rest)."""
         bare = " ".join(item.removesuffix("…").split())
         for key in ("latest_ask", "pending_ask"):
             bare = _strip_prefix(bare, key) if _has_prefix(bare, key) else bare
+        if head and len(bare) > _QUOTED_HEAD:
+            bare = bare[:_QUOTED_HEAD]
         return item in lines or (len(bare) >= _QUOTED_CHARS and bare in quoted)
 
     old = [c for c in draft.constraints if c.endswith(SUPERSEDED)]
@@ -547,9 +555,9 @@ def _said_once(draft: _Draft, appendix: str, language: Language) -> _Draft:
     goal: list[str] = []
     for j, ask in enumerate(draft.goal):
         if j == 0:
-            goal.append(phrase("first_quoted", language) if said(ask) else ask)
+            goal.append(phrase("first_quoted", language) if said(ask, head=True) else ask)
         elif j >= last:
-            goal.append(phrase("newest_quoted", language) if said(ask) else ask)
+            goal.append(phrase("newest_quoted", language) if said(ask, head=True) else ask)
         elif ask not in listed and ask not in pointers and not said(ask):
             goal.append(ask)
     draft.goal = goal
