@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from ctxkeep.summarize.extractive.draft import (
     Draft,
@@ -186,6 +187,7 @@ def said_once(draft: Draft, appendix: str, language: Language) -> Draft:
     rule another one contains is dropped too, and an item a list already holds is not listed again in a
     later one.
     """
+    draft = replace(draft)  # a new draft (its lists replaced, not changed): the caller's stays as it was
     quoted = " ".join(appendix.split())
     lines = listed_lines(appendix)
 
