@@ -11,11 +11,11 @@ from functools import partial
 from ctxkeep.summarize.extractive.draft import ASK_CHARS, Draft, command_of_item, failed_command, labeled
 from ctxkeep.summarize.facts.collect import (
     GOAL_CHARS,
-    MAX_DECISIONS,
     MAX_IDENTIFIERS,
     MAX_NEXT,
     unique,
 )
+from ctxkeep.summarize.facts.decisions import MAX_DECISIONS
 from ctxkeep.summarize.facts.identifiers import find_identifiers
 from ctxkeep.summarize.facts.runs import MAX_FAILURES
 from ctxkeep.summarize.facts.shell import command_head, command_paths
