@@ -99,11 +99,11 @@ from ctxkeep.summarize.extractive import ExtractiveSummarizer
 from ctxkeep.summarize.facts.collect import collect_facts
 from ctxkeep.summarize.facts.identifiers import extract_identifiers
 from ctxkeep.summarize.facts.runs import ToolRun, tool_run
-from ctxkeep.summarize.facts.shell import command_head
+from ctxkeep.summarize.facts.shell import command_head, command_targets
 from ctxkeep.summarize.model.summarizer import ModelSummarizer, SummaryRun
 from ctxkeep.summarize.sections.markdown import PHRASES, omitted_count, parse_sections, unquote
 from ctxkeep.summarize.testing import fixed_summary_model
-from ctxkeep.summarize.verbatim import Carried, budgets
+from ctxkeep.summarize.verbatim import Carried, budgets, split_carried
 from ctxkeep.summarize.voices import voices
 from ctxkeep.tokens import get_counter
 
@@ -196,6 +196,12 @@ class Tally:
     sizes: list[int] = field(default_factory=list)  # characters of each summary right after its compaction
     duplicated: int = 0  # characters of those summaries on lines that repeat an earlier line
     repeated: Counter[str] = field(default_factory=Counter)  # those lines, with how often they repeated
+    twice: int = 0  # characters of those summaries saying again what another line says (`said_twice`)
+    done: int = 0  # Done items of those summaries (omission notes left out)
+    unbacked: int = 0  # of them, items that point to no evidence in the archive (`has_evidence`)
+    blocked: int = 0  # Blocked items not marked resolved
+    stale: int = 0  # of them, failures a later run in the archive had already fixed (`fixed_later`)
+    examples: list[str] = field(default_factory=list)  # a few unbacked and stale items, to see what they are
 
     def add(self, other: Tally) -> None:
         for k in KINDS:
@@ -214,6 +220,12 @@ class Tally:
         self.sizes += other.sizes
         self.duplicated += other.duplicated
         self.repeated.update(other.repeated)
+        self.twice += other.twice
+        self.done += other.done
+        self.unbacked += other.unbacked
+        self.blocked += other.blocked
+        self.stale += other.stale
+        self.examples += other.examples
 
 
 def runs_of(archived: tuple[Message, ...], originals: Mapping[str, str]) -> list[ToolRun]:
@@ -290,6 +302,8 @@ def replay(
     summarizer = TimedSummarizer(make())
     pending: list[Items] = []
     so_far = Carried()
+    archive: list[Message] = []
+    saved: dict[str, str] = {}  # the ends of the offloaded originals of every archived message
     with Session(MemoryFolder(), settings=settings, counter=COUNTER, summarizer=summarizer) as session:
         for group in turns(messages):
             session.add(group)
@@ -309,6 +323,9 @@ def replay(
             tally.noted += noted(items[3], summarizer.calls[-1].previous, summary)
             so_far = merged(so_far, step.archived)
             count_verbatim(tally, so_far, summary, summarizer.calls[-1].max_chars)
+            archive += step.archived
+            saved.update(originals)
+            count_progress(tally, tuple(archive), saved, summary)
         final = session.summary or ""
     for items in pending:
         count(tally, items, final, tally.end, "whole_end")
@@ -365,6 +382,116 @@ def count_verbatim(tally: Tally, so_far: Carried, summary: str, max_chars: int) 
     lines = repeated_lines(summary)
     tally.duplicated += sum(len(line) for line in lines)
     tally.repeated.update(line.strip() for line in lines)
+
+
+_SPAN = re.compile(r"(`+)(.+?)\1")
+_HASH = re.compile(r"\b[0-9a-f]{7,40}\b")
+_BULLET = re.compile(r"^(?:[-*+]|\d{1,3}[.)])\s+")
+_LABEL = re.compile(r"^[A-Z][\w ]{0,24}:\s+")
+_SAID_CHARS = 20  # a line shorter than this (once normalized) is a word or a fence, not a statement
+
+
+def count_progress(tally: Tally, archive: tuple[Message, ...], originals: Mapping[str, str], summary: str) -> None:
+    """Counts the Done items of `summary` that point to no evidence in `archive` (all messages archived so far),
+    the Blocked items not marked resolved that a later run of `archive` had fixed, and the characters said twice."""
+    runs = runs_of(archive, originals)
+    ids = {r.call_id for r in runs}
+    hashes = {h for m in archive if m.tool_result is not None for h in _HASH.findall(m.tool_result.text[:2_000])}
+    progress = parse_sections(split_carried(summary)[0]).get("Progress", {})
+    for item in progress.get("Done", []):
+        if omitted_count(item) is not None:
+            continue
+        tally.done += 1
+        if not has_evidence(item, ids, hashes):
+            tally.unbacked += 1
+            tally.examples.append(f"done without evidence: {item[:150]}")
+    for item in progress.get("Blocked", []):
+        if omitted_count(item) is not None or item.rstrip().endswith(PHRASES["resolved"]["en"]):
+            continue
+        tally.blocked += 1
+        if fixed_later(item, runs):
+            tally.stale += 1
+            tally.examples.append(f"blocked, fixed later: {item[:150]}")
+    tally.twice += sum(len(line) for line in said_twice(summary))
+
+
+def has_evidence(item: str, ids: set[str], hashes: set[str]) -> bool:
+    """True when a Done `item` names a tool call of the archive or a commit hash a tool result printed."""
+    words = set(re.findall(r"[\w-]{6,}", item))
+    return bool(words & ids) or any(h in hashes for w in words for h in _HASH.findall(w))
+
+
+def fixed_later(item: str, runs: Sequence[ToolRun]) -> bool:
+    """True when the failure a Blocked `item` shows (its first code span: the command's head or the call's
+    target) was fixed by a later successful run: the newest failed run in `runs` it names, followed by the same
+    command or a call of the same program or tool on the same target (a shared operand or file; neither naming
+    any)."""
+    m = _SPAN.search(item)
+    shown = m.group(2).strip().removesuffix("…") if m else ""
+    if not shown:
+        return False
+    named = [j for j, run in enumerate(runs) if run.failed and shows(shown, run)]
+    if not named:
+        return False
+    failed = runs[named[-1]]
+    return same_target(failed, [r for r in runs[named[-1] + 1 :] if r.has_result and not r.failed])
+
+
+def shows(shown: str, run: ToolRun) -> bool:
+    """True when `shown` (a Blocked item's first code span) is the failed `run`'s command, its head or its target."""
+    if run.command is None:
+        return run.key == shown or (run.key.startswith(shown) and len(shown) >= 99)
+    return run.command.startswith(shown) or command_head(run.command) == shown
+
+
+def same_target(failed: ToolRun, later: Sequence[ToolRun]) -> bool:
+    """The oracle's reading of "the same command, or a command on the same file or target, succeeded later":
+    another tool's call by one of the same tool on the same target; a shell command by the same command, or by
+    commands of the same programs that, together, ran on all its targets (the words of its operands; a quoted
+    text with spaces, such as a commit message, is not a target), or, when it had none, on none either."""
+    if failed.command is None:
+        return any(r.tool == failed.tool and r.key == failed.key for r in later)
+    if any(r.command == failed.command for r in later):
+        return True
+    done: dict[str, list[set[str]]] = {}
+    for r in later:
+        for program, ops in command_targets(r.command or ""):
+            done.setdefault(program, []).append({o for o in ops if " " not in o})
+    steps = command_targets(failed.command)
+    for program, ops in steps:
+        targets = {o for o in ops if " " not in o}
+        runs_on = done.get(program, [])
+        if not runs_on or not (targets <= set().union(*runs_on) if targets else any(not t for t in runs_on)):
+            return False
+    return bool(steps)
+
+
+def said_twice(summary: str) -> list[str]:
+    """The lines of `summary` that say again what another line of their part says (the same words once list
+    marks, labels and code quotes are taken off), and the lines of the sections whose words the verbatim part
+    quotes (a lone path or identifier is an index entry, not a statement). Headings and lines under
+    `_SAID_CHARS` characters left out."""
+    sections, verbatim = split_carried(summary)
+    quoted = " ".join(verbatim.split())
+    out: list[str] = []
+    for part, lines in (("sections", sections.splitlines()), ("verbatim", verbatim.splitlines())):
+        seen: set[str] = set()
+        for line in lines:
+            bare = normalized(line)
+            if len(bare) < _SAID_CHARS or line.lstrip().startswith("#"):
+                continue
+            index_entry = _SPAN.fullmatch(_BULLET.sub("", line.strip())) is not None
+            if bare in seen or (part == "sections" and not index_entry and bare.removesuffix("…").rstrip() in quoted):
+                out.append(line)
+            seen.add(bare)
+    return out
+
+
+def normalized(line: str) -> str:
+    """`line` as said: no list mark, label ("Latest ask: "), code quotes or repeated spaces."""
+    bare = _BULLET.sub("", line.strip())
+    bare = _LABEL.sub("", bare).replace("`", "")
+    return " ".join(bare.split())
 
 
 def repeated_lines(summary: str) -> list[str]:
@@ -475,6 +602,8 @@ def shared(
         if repeated and t.repeated:
             print(f"  the {min(repeated, len(t.repeated))} lines repeated most often (times repeated × line):")
             print_repeated(t, repeated)
+            for example in t.examples[:repeated]:
+                print(f"    {example}")
 
 
 def print_totals(window: int, t: Tally, label: str) -> None:
@@ -549,7 +678,12 @@ def print_verbatim(t: Tally) -> None:
     )
     print(
         f"  summary size, characters: median {statistics.median(t.sizes):,.0f}, max {max(t.sizes):,};"
-        f" on repeated lines {100 * t.duplicated / max(1, sum(t.sizes)):.1f}%"
+        f" on repeated lines {100 * t.duplicated / max(1, sum(t.sizes)):.1f}%,"
+        f" said twice {100 * t.twice / max(1, sum(t.sizes)):.1f}% (target <= 2%)"
+    )
+    print(
+        f"  Done items {t.done:,}: without evidence {t.unbacked} (target 0); Blocked items not marked resolved"
+        f" {t.blocked:,}: fixed later {t.stale} (target 0)"
     )
 
 

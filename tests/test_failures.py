@@ -17,6 +17,7 @@ from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, SummaryRequ
 from ctxkeep.summarize.facts.runs import MAX_FAILURES, failure_item, judged, tool_run
 from ctxkeep.summarize.facts.shell import command_head
 from ctxkeep.summarize.request import ORIGINAL_TAIL_CHARS
+from ctxkeep.summarize.sections.markdown import parse_sections
 from ctxkeep.summarize.testing import fixed_summary_model
 
 
@@ -215,3 +216,78 @@ def test_a_store_reads_only_the_originals_ctxkeep_names(tmp_path: Path) -> None:
     assert folder.read_original(name) == b"the end"
     for other in ("tool_result/../state.json", "state.json", "tool_result/notes.txt", "tool_result/x/../../a"):
         assert folder.read_original(other) is None
+
+
+@pytest.mark.parametrize(
+    ("command", "output", "failed"),
+    [
+        # a question answered "no": exit 1 is the answer, not a failure
+        ('grep -n "pendingBash" src/agent.ts', "", False),
+        ("rg TODO src | head -5", "", False),
+        ("test -f build/out.js && echo built", "", False),
+        ("[ -d .venv ]", "", False),
+        ("diff -u a.txt b.txt", "--- a.txt\n+++ b.txt\n@@ -1 +1 @@\n-a\n+b", False),
+        ("which mypy", "", False),
+        ("command -v uv", "", False),
+        ("pgrep -f uvicorn", "", False),
+        ("git diff --quiet", "", False),
+        # the same programs failing for real: an error in the output, or exit 2
+        ("grep -n x missing.txt", "grep: missing.txt: No such file or directory", True),
+        ("cat app.log | grep ERROR", "cat: app.log: No such file or directory", True),
+        # exit 1 of a program that is not a question; git diff without --quiet/--exit-code exits 0 on changes
+        ("pytest -q", "1 failed", True),
+        ("git diff HEAD~1", "fatal: bad revision 'HEAD~1'", True),
+    ],
+)
+def test_no_match_exits_are_answers_not_failures(command: str, output: str, failed: bool) -> None:
+    run = tool_run(bash("c1", command), result("c1", output, exit_code=1), 0)
+    assert run.failed is failed
+    assert run.no_match is not failed
+    summary = ExtractiveSummarizer().summarize(
+        SummaryRequest(messages=(Message(role="assistant", content=(bash("c1", command),)), tool_message("c1", output)))
+    )
+    blocked = parse_sections(summary)["Progress"]["Blocked"]
+    assert bool(blocked) is failed
+    if not failed:
+        assert f"`{command}` (no match)" in summary  # Commands run says what the exit meant
+
+
+def test_exit_2_of_a_search_is_a_failure() -> None:
+    run = tool_run(bash("c1", "grep -rn x src"), result("c1", "", exit_code=2), 0)
+    assert run.failed and not run.no_match
+
+
+def tool_message(cid: str, text: str, code: int = 1) -> Message:
+    return Message(role="tool", content=(result(cid, text, exit_code=code),))
+
+
+def runs(*steps: tuple[str, str, int]) -> tuple[Message, ...]:
+    """A bash call per (call id, command, exit code), each with its result."""
+    out: list[Message] = []
+    for cid, command, code in steps:
+        out += [Message(role="assistant", content=(bash(cid, command),)), tool_message(cid, f"out {cid}", code)]
+    return tuple(out)
+
+
+def test_a_commit_retried_with_another_message_resolves_the_failed_one() -> None:
+    messages = runs(
+        ("c1", 'git commit -m "feat: add the bridge"', 1),
+        ("c2", 'git commit -m "feat: add the bridge (hooks fixed)"', 0),
+        ("c3", "pytest tests/test_a.py", 1),
+        ("c4", "pytest tests/test_b.py", 0),  # another target: not a fix
+    )
+    summary = ExtractiveSummarizer().summarize(SummaryRequest(messages=messages))
+    blocked = parse_sections(summary)["Progress"]["Blocked"]
+    assert blocked[0].startswith("bash (exit 1): `pytest tests/test_a.py`") and not blocked[0].endswith("later)")
+    assert blocked[1].startswith('bash (exit 1): `git commit -m "feat: add the bridge"`')
+    assert blocked[1].endswith("(resolved later)")
+
+
+def test_a_cut_command_a_previous_summary_shows_is_resolved_by_runs_on_its_words() -> None:
+    long = "mkdir -p build/out && cp " + " ".join(f"src/part_{i}.ts" for i in range(30)) + " build/out/"
+    first = ExtractiveSummarizer().summarize(SummaryRequest(messages=runs(("c1", long, 1))))
+    [item] = parse_sections(first)["Progress"]["Blocked"]
+    assert "more characters; see the archive" in item  # shown by its head only
+    fix = runs(("c2", "mkdir -p build/out", 0), ("c3", long.split(" && ", 1)[1], 0))
+    second = ExtractiveSummarizer().summarize(SummaryRequest(messages=fix, previous=first))
+    assert parse_sections(second)["Progress"]["Blocked"] == [f"{item} (resolved later)"]

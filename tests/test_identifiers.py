@@ -319,3 +319,34 @@ def test_hex_dates_and_symbols_of_tool_output_count_only_when_named_elsewhere() 
     assert {"9f8e7d6c5b", "AgentSession"} <= set(named)
     git = collect_facts(conv("git log -1", "It started.")).identifiers
     assert "9f8e7d6c5b" in git  # git printed it: a commit
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # what an agent would not look for again: a script's arguments, a shebang's interpreter
+        ('for f in "$1" "$2"; do echo "$0: $f"; done', []),
+        ('case :ets.match(@table, {:"$1", id}) do', []),
+        ("#!/usr/bin/env python3", []),
+        ("#!/bin/bash", []),
+        # a dollar amount, a branch, a URL ended by an escaped newline, an installed tool are kept
+        ("the refund is $5 per bag", [("$5", "money")]),
+        ("on branch main, branching later", [("main", "branch")]),
+        (r"see https://github.com/o/r)\n\nMaybe", [("https://github.com/o/r", "url")]),
+        ("installed to /usr/local/bin/ctxkeep", [("/usr/local/bin/ctxkeep", "path")]),
+    ],
+)
+def test_identifiers_leave_out_what_no_one_would_look_for(text: str, expected: list[tuple[str, str]]) -> None:
+    assert found(text) == expected
+
+
+def test_an_identifier_is_not_cut_where_a_long_result_stops_being_read() -> None:
+    text = "x " * 1_490 + "see https://github.com/owner/repository/issues/12345 for details"
+    msgs = [
+        Message(role="assistant", content=(ToolCall.from_input(id="c1", name="fetch", input={"q": "issue"}),)),
+        Message(role="tool", content=(ToolResult(call_id="c1", content=text),)),
+    ]
+    ids = collect_facts(msgs).identifiers
+    assert not any(
+        i.startswith("https://github.co") and i != "https://github.com/owner/repository/issues/12345" for i in ids
+    )

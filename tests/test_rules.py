@@ -7,7 +7,8 @@ import pytest
 from ctxkeep.messages import Message
 from ctxkeep.settings import ModelSummarySettings
 from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, SummaryRequest
-from ctxkeep.summarize.facts.collect import REJECTED, SUPERSEDED, mark_superseded, rules_in
+from ctxkeep.summarize.facts.collect import SUPERSEDED, mark_superseded, rules_in
+from ctxkeep.summarize.facts.decisions import REJECTED
 from ctxkeep.summarize.sections.markdown import parse_sections
 from ctxkeep.summarize.testing import fixed_summary_model
 

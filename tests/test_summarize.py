@@ -28,14 +28,17 @@ from ctxkeep.summarize import (
 )
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
 from ctxkeep.summarize.facts.collect import collect_facts, human_text
+from ctxkeep.summarize.facts.decisions import CONFIRMED, REJECTED
 from ctxkeep.summarize.facts.runs import PATH_KEYS
-from ctxkeep.summarize.facts.shell import command_head, command_paths
+from ctxkeep.summarize.facts.shell import asks_yes_or_no, command_head, command_paths
 from ctxkeep.summarize.sections.fit import Drop, Shorten, fit_sections
 from ctxkeep.summarize.sections.markdown import (
+    CONTINUE_TITLE,
     code_span,
     omission_note,
     omitted_count,
     parse_sections,
+    phrase,
     render_item,
     render_sections,
     unquote,
@@ -129,7 +132,7 @@ def headings(summary: str) -> list[str]:
             fence = "" if line.strip() and set(line.strip()) == {"`"} and len(line.strip()) >= len(fence) else fence
         elif line.startswith("```"):
             fence = line[: len(line) - len(line.lstrip("`"))]
-        elif line.startswith("## "):
+        elif line.startswith("## ") and line != f"## {CONTINUE_TITLE}":  # how to go on closes every summary
             out.append(line)
     return out
 
@@ -147,19 +150,23 @@ def test_english_conversation_items_land_in_their_sections() -> None:
     assert headings(s) == [f"## {t}" for t in SECTIONS]
 
     goal = section(s, "Goal")
-    assert goal[0].startswith("Fix the failing test in tests/test_api.py.")
-    assert "/review app/routes.py" in goal  # a slash command with its arguments is an ask ...
-    assert not any("IT IS CRITICAL" in g for g in goal)  # ... and the prompt it expands to is not
-    assert goal[-1] == f"Latest ask: {LATEST}"
+    # the asks the verbatim part quotes are not said again: the goal points to them
+    assert goal == [phrase("first_quoted", "en"), f"Latest ask: {phrase('newest_quoted', 'en')}"]
+    quoted = split_carried(s)[1]
+    assert "Fix the failing test in tests/test_api.py." in quoted and LATEST in quoted
+    assert "/review app/routes.py" in quoted  # a slash command with its arguments is an ask ...
+    assert "IT IS CRITICAL" not in quoted.split("## Standing instructions")[0]  # ... the prompt it expands to is not
     assert not any("reminder" in g or "Caveat" in g or "/clear" in g or g == "ok" for g in goal)
 
+    # a rule stays listed even where the verbatim part quotes it ("Please use pytest -q for every run." is in
+    # the first message): the message may leave the verbatim part, or be cut there, and the rule must not
     assert section(s, "Constraints & Preferences") == ["Never push to main.", "Please use pytest -q for every run."]
 
     done = section(s, "Progress", "Done")
     assert any(d.startswith("For “") and "Modified `routes.py`" in d for d in done)  # grouped by task
     assert not any("pytest -q" in d for d in done)  # commands are listed once, under Commands run ...
     assert any("Passed: `pytest`" in d for d in done)  # ... what passed is named
-    assert "Fix the /items route" in done  # a completed todo
+    assert "Fix the /items route [evidence: `c5` todo list]" in done  # a completed todo, pointing to its call
     assert section(s, "Progress", "In Progress") == [
         "Update the changelog",  # the todo in progress, then what the assistant said it was doing
         "Now I'm going to update CHANGELOG.md.",
@@ -169,11 +176,12 @@ def test_english_conversation_items_land_in_their_sections() -> None:
     assert "AssertionError: 404 != 200" in blocked
     assert blocked.endswith("(resolved later)")
 
-    assert section(s, "Key Decisions") == ["I decided to fix the route instead of the test."]
+    # a choice with the alternative it turned down, and the user's "ok" after it
+    assert section(s, "Key Decisions") == [f"I decided to fix the route instead of the test. {CONFIRMED}"]
     assert section(s, "Next Steps") == [
         "Run the linter",
         "Next I will run the linter on app/.",
-        f"Pending user ask: {LATEST}",
+        phrase("latest_unanswered", "en"),  # the ask itself is quoted
     ]
 
     assert section(s, "Critical Context", "Files read") == ["`/repo/docs/api.md`", "`/repo/tests/test_api.py`"]
@@ -215,16 +223,20 @@ def test_chinese_conversation_keeps_identifiers_glued_to_text() -> None:
     assert missing_sections(s) == []
     assert resolve_language(SummaryRequest(messages=tuple(messages))) == "zh"
     goal = section(s, "Goal")
-    assert goal[0] == "请修改/etc/nginx/nginx.conf第3行，把端口改成8080。不要重启生产服务器，必须先在测试环境验证。"
-    assert goal[1].startswith("最新请求：端口被占用的话，改用8081")
-    assert section(s, "Constraints & Preferences") == ["不要重启生产服务器，必须先在测试环境验证。"]
+    assert goal == [phrase("first_quoted", "zh"), f"最新请求：{phrase('newest_quoted', 'zh')}"]
+    assert "请修改/etc/nginx/nginx.conf第3行，把端口改成8080。" in split_carried(s)[1]
+    assert section(s, "Constraints & Preferences") == [
+        "不要重启生产服务器，必须先在测试环境验证。"
+    ]  # listed though quoted
     [done] = section(s, "Progress", "Done")
-    assert done.startswith("针对「请修改/etc/nginx/nginx.conf第3行") and done.endswith("已修改 `nginx.conf`")
+    assert done.startswith("针对「请修改/etc/nginx/nginx.conf第3行") and done.endswith(
+        "已修改 `nginx.conf` [依据：`c2` 成功]"
+    )
     assert section(s, "Progress", "In Progress") == ["接下来我将把端口改为8081，然后重新运行nginx -t验证。"]
     [blocked] = section(s, "Progress", "Blocked")
     assert blocked.startswith("bash (退出码 1): `nginx -t -c /etc/nginx/nginx.conf` — nginx: [emerg] bind()")
     assert section(s, "Key Decisions") == ["我决定直接修改listen指令，而不是新增server块。"]
-    assert section(s, "Next Steps")[-1].startswith("待回复的用户请求：端口被占用的话")
+    assert section(s, "Next Steps")[-1] == phrase("latest_unanswered", "zh")  # the ask itself is quoted
     assert section(s, "Critical Context", "已修改的文件") == ["`/etc/nginx/nginx.conf`"]
     assert section(s, "Critical Context", "已运行的命令") == ["`nginx -t -c /etc/nginx/nginx.conf` (退出码 1)"]
     idents = [unquote(i) for i in section(s, "Critical Context", "精确标识符")]
@@ -495,7 +507,7 @@ def test_identifiers_of_an_update_named_outside_tool_results_come_before_those_f
     )
     assert [unquote(i) for i in section(second, "Critical Context", "Exact identifiers")] == [
         "PROJ-31",  # named now
-        "PROJ-12",  # named before (the goal names them)
+        "PROJ-12",  # named before (the user's message quoted with the summary names them)
         "staging.example.com:8443",
         "guide.md",  # found in a tool result now
         "notes.md",  # found in tool results before
@@ -520,9 +532,7 @@ def test_an_older_failure_is_resolved_by_a_later_superset_run() -> None:
 def test_incremental_update_merges_into_one_summary() -> None:
     first = summarize(FIRST_HALF)
     assert section(first, "Progress", "In Progress") == ["Let me run the tests."]
-    assert section(first, "Goal") == [
-        "Fix the failing test in tests/test_api.py. Never push to main. Please use pytest -q for every run."
-    ]
+    assert section(first, "Goal") == [phrase("first_quoted", "en")]  # quoted in the verbatim part
     [blocked] = section(first, "Progress", "Blocked")
     assert not blocked.endswith("(resolved later)")
     assert "`/v1/items`" in section(first, "Critical Context", "Exact identifiers")
@@ -531,8 +541,8 @@ def test_incremental_update_merges_into_one_summary() -> None:
     assert missing_sections(second) == []
     assert headings(second) == [f"## {t}" for t in SECTIONS]
     goal = section(second, "Goal")
-    assert goal[0].startswith("Fix the failing test")  # the overall goal stays first
-    assert goal[-1].startswith("Latest ask: Now also update the changelog")
+    assert goal[0] == phrase("first_quoted", "en")  # the overall goal stays first (quoted below)
+    assert goal[-1] == f"Latest ask: {phrase('newest_quoted', 'en')}"
     assert sum(g.startswith("Latest ask:") for g in goal) == 1
     done = section(second, "Progress", "Done")
     assert "Let me run the tests." not in done  # the older In Progress item was an intent, not done ...
@@ -553,8 +563,9 @@ def test_incremental_update_merges_into_one_summary() -> None:
 
     third = summarize([user("Now make the linter pass."), said("I'll start with app/routes.py.")], previous=second)
     goal = section(third, "Goal")
-    assert goal[-1] == "Latest ask: Now make the linter pass."
-    assert LATEST in goal
+    assert goal[-1] == f"Latest ask: {phrase('newest_quoted', 'en')}"
+    assert goal.count(f"Latest ask: {phrase('newest_quoted', 'en')}") == 1  # the older pointer is not kept
+    assert "Now make the linter pass." in split_carried(third)[1] and LATEST in split_carried(third)[1]
     assert "Now I'm going to update CHANGELOG.md." not in section(third, "Progress", "Done")
 
 
@@ -579,11 +590,12 @@ def test_a_model_written_previous_summary_is_merged_not_stacked() -> None:
     ]
     s = summarize(messages, previous=previous)
     assert headings(s) == [f"## {t}" for t in SECTIONS] and "# Summary" not in s
-    assert section(s, "Goal") == ["Port the CLI to Rust", "Latest ask: Also add shell completions."]
+    assert section(s, "Goal") == ["Port the CLI to Rust", f"Latest ask: {phrase('newest_quoted', 'en')}"]
     assert section(s, "Constraints & Preferences") == ["keep the flags"]
-    assert section(s, "Progress", "Done") == ["wrote src/main.rs", "porting args"]
+    # an item that was in progress is not done for being replaced: nothing shows it finished
+    assert section(s, "Progress", "Done") == ["wrote src/main.rs"]
     assert section(s, "Progress", "In Progress") == ["Completions work."]
-    assert section(s, "Key Decisions") == ["I'll use clap_complete for that.", "use clap"]
+    assert section(s, "Key Decisions") == ["use clap"]  # "I'll use clap_complete for that." gives no reason
     assert section(s, "Critical Context")[:2] == ["repo: https://github.com/o/r", "Notes: the old CLI lives in cli.py"]
 
 
@@ -628,9 +640,7 @@ def test_the_size_cap_drops_older_items_and_keeps_every_heading(max_chars: int) 
     done = section(s, "Progress", "Done")
     assert omitted_count(done[0]) is not None  # older Done items went first, and it says how many
     goal = section(s, "Goal")
-    assert goal[0].startswith("Refactor the whole code base") and goal[-1].startswith(
-        "Latest ask: Now handle module 119"
-    )
+    assert goal[0] == phrase("first_quoted", "en") and goal[-1] == f"Latest ask: {phrase('newest_quoted', 'en')}"
     modified = section(s, "Critical Context", "Files modified")
     assert modified[0] == "`/srv/app/pkg119/module_119.py`"  # the newest files stay longest
     if max_chars >= 9_000:
@@ -668,7 +678,10 @@ def test_done_keeps_the_newest_items_when_long_commands_fill_critical_context() 
 
     unbounded = 1_000_000
     [task] = section(summarize(messages, max_chars=unbounded), "Progress", "Done")  # one task: one item
-    assert task.endswith("`service_78.json`, `service_79.json`, and 67 more (see Files modified)")  # file names
+    assert task.endswith(
+        "`service_78.json`, `service_79.json`, and 67 more (see Files modified)"
+        " [evidence: `w77` exit 0, `w78` exit 0, `w79` exit 0]"
+    )  # file names, and the newest calls that show it
     for s, uncut in (
         (summarize(messages), summarize(messages, max_chars=unbounded)),
         (chained(16_000), chained(unbounded)),
@@ -982,6 +995,8 @@ def _failing_commands(messages: list[Message]) -> list[str]:
             continue
         c = calls[r.call_id]
         command = c.input_object().get("command") or c.input_object().get("cmd")
+        if isinstance(command, str) and r.exit_code == 1 and asks_yes_or_no(command) and "rror" not in r.text:
+            continue  # grep's "no match", test's "false": an answer, not a failure
         if _SHELL.search(c.name) and isinstance(command, str) and command.strip():
             out.append(command.strip())
     return out
@@ -1043,20 +1058,22 @@ def repeated_lines(summary: str) -> list[str]:
     return out
 
 
-def test_a_rule_the_user_wrote_as_a_list_item_is_said_once_and_comes_back_when_its_message_leaves() -> None:
+def test_a_rule_the_user_wrote_as_a_list_item_stays_listed_and_outlives_its_message() -> None:
     task = "Plan the migration.\n- don't produce code, design the solution first\n- keep the public API unchanged"
     first = summarize([user(task), said("Reading the code.")])
-    assert repeated_lines(first) == []
     assert "- keep the public API unchanged" in first  # in the user's message, carried verbatim
-    assert "keep the public API unchanged" not in section(first, "Constraints & Preferences")
+    # and listed: the message may leave the verbatim part or be cut there, the rule must not (only rules repeat)
+    assert "don't produce code, design the solution first" in section(first, "Constraints & Preferences")
+    assert {line.removeprefix("- ") for line in repeated_lines(first)} <= set(
+        section(first, "Constraints & Preferences")
+    )
     # an ask that is itself a rule is not listed again under Goal
     later = summarize([user("Go on."), user("- never touch the schema"), said("ok"), user("Now write it.")])
-    assert repeated_lines(later) == [] and "never touch the schema" not in section(later, "Goal")
+    assert "never touch the schema" not in section(later, "Goal")
     # once the message is no longer carried verbatim (newer ones fill the budget), its rule is back under Constraints
     rule = "Also:\n- never retry more than 3 times"
     padded = rule + "\n\n" + "Some background on the port. " * 12  # too long to fit beside the newest
     previous = summarize([user("Start the port."), user(padded), said("Noted.")], max_chars=6_000)
-    assert "never retry more than 3 times" not in section(previous, "Constraints & Preferences")
     newer = [user(f"Look at module {n}: " + "details " * 120) for n in range(3)]
     after = summarize([*newer, said("Looking.")], previous=previous, max_chars=6_000)
     assert rule not in after and "never retry more than 3 times" in section(after, "Constraints & Preferences")
@@ -1097,10 +1114,105 @@ def test_done_is_an_account_grouped_by_task() -> None:
         said("Committed."),
     ]
     done = section(summarize(msgs), "Progress", "Done")
-    assert done[0] == "Continuing the earlier task: Modified `late.py`"  # by name: Files modified has the path
+    # by name (Files modified has the path), each with the calls that show it
+    assert done[0] == "Continuing the earlier task: Modified `late.py` [evidence: `c0` ok]"
     assert done[1].startswith("For “Fix the refund rounding.”: Modified `refund.py`; Passed: `pytest`; Found:")
     assert "The cause was rounding to whole units" in done[1]
+    assert done[1].endswith("[evidence: `c1` ok, `c2` exit 0]")  # the finding's evidence: the check before it
     assert (
-        done[2] == "For “Now commit it.”: Committed `1a2b3c4 (main): Round refunds to cents`"
+        done[2] == "For “Now commit it.”: Committed `1a2b3c4 (main): Round refunds to cents` [evidence: `c3` exit 0]"
     )  # "Committed." is In Progress
     assert not any("git commit" in d or "pytest -q" in d for d in done)  # commands only under Commands run
+
+
+# --- a summary an agent can trust: evidence, decisions, said once, framing ------------------------
+
+
+def test_a_plans_all_tests_pass_is_not_written_as_done() -> None:
+    plan = "Plan:\n1. Add the bridge.\n2. Verify.\n\nSuccess criteria: End-to-end test passes. All tests pass."
+    design = [user("Design the session bridge; do not implement yet."), said(plan)]
+    done = section(summarize(design), "Progress", "Done")
+    assert not any("pass" in d for d in done)  # no call ran: nothing to show it
+
+    ran = [*design, said("", call("t1", "Bash", command="pytest -q")), result("t1", "5 passed", exit_code=0)]
+    ran += [said("All tests pass now."), said("Next I'll write the docs.")]
+    [item] = section(summarize(ran), "Progress", "Done")
+    assert "Passed: `pytest`" in item and "All tests pass now." in item
+    assert item.endswith("[evidence: `t1` exit 0]")  # the check that passed backs the claim
+
+
+def test_a_finding_needs_a_call_of_its_task_before_it() -> None:
+    msgs = [
+        user("Why does checkout fail?"),
+        said("The cause is probably the coupon expiry check."),  # a guess before looking at anything
+        said("", call("r1", "read_file", path="app/coupons.py")),
+        result("r1", "def expired(c): return c.expiry < now()"),
+        said("Found it: the cause is that expiry compares naive and aware datetimes."),
+        said("Next I'll fix the comparison."),
+    ]
+    [item] = section(summarize(msgs), "Progress", "Done")
+    assert "naive and aware" in item and "probably" not in item
+    assert item.endswith("[evidence: `r1` ok]")
+
+
+def test_every_done_item_points_to_a_call_of_the_archive() -> None:
+    s = summarize(CONVERSATION)
+    ids = {c.id for m in CONVERSATION for c in m.tool_calls}
+    for item in section(s, "Progress", "Done"):
+        assert re.search(r"\[evidence: (`[^`]+` [^,\]]+(, )?)+\]$", item), item
+        assert set(re.findall(r"`([^`]+)` (?:ok|exit \d+|todo list)", item)) <= ids
+
+
+def test_an_evidence_tail_outlasts_shortening() -> None:
+    files = [f"src/pkg/module_{i}.py" for i in range(60)]
+    msgs: list[Message] = [user("Touch every module " + "and say so " * 30)]
+    for i, path in enumerate(files):
+        msgs += [said("", call(f"e{i}", "edit_file", path=path, old="a", new="b")), result(f"e{i}", "ok")]
+    s = summarize(msgs, max_chars=MIN_SUMMARY_CHARS)
+    for item in section(s, "Progress", "Done"):
+        if omitted_count(item) is None:
+            assert "[evidence: `e" in item and item.count("`") % 2 == 0  # no code span left open by a cut
+
+
+@pytest.mark.parametrize(
+    ("sentence", "reply", "kept"),
+    [
+        ("Now I'll create the bridge in src/bridge.ts.", "ok", None),  # an intent, even when the user says ok
+        ("Let me switch to the other branch instead.", "", None),
+        ("I'll use clap_complete for completions.", "", None),  # no reason, no alternative, no yes
+        ("I decided to keep the cache in memory because Redis adds a service.", "", ""),  # a choice with a reason
+        ("We'll store sessions in SQLite.", "Sounds good, go ahead.", f" {CONFIRMED}"),  # the user confirmed it
+        ("I decided to switch to Redis instead of the dict.", "No, keep it in memory.", f" {REJECTED}"),
+        ("Would you like me to use Redis instead?", "yes", None),  # a question proposes, it does not decide
+        ("Please confirm, and I'll proceed with the booking instead.", "yes", None),
+    ],
+)
+def test_a_decision_is_a_choice_with_its_reason_or_the_users_word(sentence: str, reply: str, kept: str | None) -> None:
+    msgs = [user("Speed up the session store."), said(sentence)]
+    msgs += [user(reply), said("Understood.")] if reply else [said("Next I'll run the benchmark.")]
+    decisions = section(summarize(msgs), "Key Decisions")
+    assert decisions == ([] if kept is None else [sentence + kept])
+
+
+def test_goal_points_to_the_quoted_asks_and_nothing_is_said_twice() -> None:
+    s = summarize(CONVERSATION)
+    sections, quoted = split_carried(s)
+    flat = " ".join(quoted.split())
+    lines = [ln.strip().removeprefix("- ") for ln in sections.splitlines()]
+    statements = [ln for ln in lines if len(ln) >= 20 and not ln.startswith(("#", "`"))]
+    assert len(statements) == len(set(statements))  # no line of the sections twice
+    rules = set(section(s, "Constraints & Preferences"))  # rules stay listed though quoted: they must outlive it
+    assert not [ln for ln in statements if ln.removesuffix("…") in flat and ln not in rules]  # nor what is quoted
+    assert section(s, "Goal")[0] == phrase("first_quoted", "en")
+
+
+def test_the_summary_is_framed_as_a_record_and_ends_with_how_to_continue() -> None:
+    s = summarize(CONVERSATION)
+    assert s.startswith(phrase("record", "en") + "\n\n## Goal\n")
+    assert s.endswith(f"\n## {CONTINUE_TITLE}\n{phrase('continue', 'en')}\n")
+    assert s.index("## User messages (verbatim)") < s.index(f"## {CONTINUE_TITLE}")  # after the quoted words
+    again = summarize([user("Now fix the linter too.")], previous=s)
+    assert again.count(f"## {CONTINUE_TITLE}") == 1 and again.count(phrase("record", "en")) == 1
+    assert CONTINUE_TITLE not in "\n".join(section(again, "Critical Context"))  # not read back as a note
+    zh = summarize([user("请修复登录页面的错误，不要改动数据库。")])
+    assert zh.startswith(phrase("record", "zh")) and zh.endswith(phrase("continue", "zh") + "\n")

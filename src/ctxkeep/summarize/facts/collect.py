@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ctxkeep.messages import Message, ToolResult
+from ctxkeep.summarize.facts.decisions import confirmed, confirms, pick_decisions, proposes, rejected, rejects
 from ctxkeep.summarize.facts.identifiers import (
     Identifier,
     find_identifiers,
@@ -26,7 +27,6 @@ from ctxkeep.summarize.facts.runs import TAG, ToolRun, fixes, is_resolved, mark_
 from ctxkeep.summarize.sections.markdown import ITEM_CHARS, clip, is_placeholder, missing_sections
 
 # Caps the extractive summary's sections apply too (it imports them), so facts and sections agree.
-MAX_DECISIONS = 12
 MAX_NEXT = 8
 MAX_IDENTIFIERS = 300
 GOAL_CHARS = 300
@@ -76,19 +76,8 @@ _LOG_LINE = re.compile(
 _POINTS_BACK = re.compile(r"(?i)\b(?:it|this|that|these|those|them|the same)\b|这个|那个|它")
 _VALUE = re.compile(r"\d|`")
 SUPERSEDED = "(superseded by a later rule)"
-REJECTED = "(superseded: the user turned it down)"
-_REJECTS = re.compile(
-    r"(?i)^(?:no\b|nope\b|don't\b|do not\b|stop\b|wait\b|not that\b|that's (?:wrong|not)|revert\b|undo\b"
-    r"|i said\b|actually,? (?:no|don't)\b)|\b(?:don't do that|not what i (?:asked|want)|i don't want)\b"
-    r"|^(?:不要|不是|别这样|撤销|回滚|不对)"
-)
 # a rule introducing what follows ("Body, always:") says nothing alone unless it has this many words
 _LEAD_IN_WORDS = 5
-_DECISION_STRONG = re.compile(
-    r"(?i)\b(?:decided|decision|instead|rather than|switch(?:ed|ing)? to|going with|chose|opt(?:ed)? (?:for|to)"
-    r"|the (?:plan|approach|fix|solution) is|we(?:'ll| will) use)\b|决定|改为|改用|采用|选择了|方案是|不再"
-)
-_DECISION_WEAK = re.compile(r"(?i)\b(?:I'll|I will|let's|going to|we'll|we will)\b|我将|我会|我们将|我们会")
 _INTENT = re.compile(
     r"(?i)\b(?:let me|let's|I'll|I will|I'm going to|I am going to|now I|I'm now|next,? I|I need to|I'm)\b"
     r"|让我|我将|我会|接下来|现在|正在|下面|我先|首先"
@@ -96,13 +85,6 @@ _INTENT = re.compile(
 _PLAN = re.compile(
     r"(?i)\b(?:next(?: step|,|:| I| we)|then I|then we|I'll|I will|we'll|we will|need to|remaining|todo|to do"
     r"|going to|after that|afterwards)\b|接下来|然后|下一步|需要|还要|准备|之后"
-)
-# "Let me check X" says what happens next, not what was decided
-_PROCEDURAL = re.compile(
-    r"(?i)\b(?:I'll|I will|let's|let me|going to|we'll|we will)\s+(?:now\s+|first\s+|also\s+|then\s+)?"
-    r"(?:read|look|check|run|start|examine|search|explore|verify|investigate|see|try|view|open|inspect|find|review"
-    r"|test|analy[sz]e|get|fetch|need|begin|continue|commit|push|wait|summari[sz]e|help|assist)\b"
-    r"|我[将会](?:先)?(?:查看|检查|读取|阅读|运行|看看|看一下|搜索|确认)"
 )
 # what the assistant found or concluded: a cause, a result, a check that passed ("the cause is ...", "all 12
 # tests pass"); what it will do next or decided are intents and decisions, not findings
@@ -247,8 +229,10 @@ def collect_facts(
             if text is None:
                 continue
             constraints.extend(rules_in(text))
-            if _REJECTS.search(text):  # the user turned down what the assistant decided since their last message
-                decisions = [(j, _rejected(d) if j > last_user else d) for j, d in decisions]
+            if rejects(text):  # the user turned down what the assistant decided since their last message
+                decisions = [(j, rejected(d) if j > last_user else d) for j, d in decisions]
+            elif confirms(text):  # ... or confirmed it: an approach the user agreed to is decided
+                decisions = [(j, confirmed(d) if j > last_user else d) for j, d in decisions]
             last_user = i
             if not _is_ack(text) and not is_placeholder(text):
                 asks.append((i, _shorten(text, GOAL_CHARS)))
@@ -260,7 +244,7 @@ def collect_facts(
                 sentences = _sentences(text)
                 said.append((i, " ".join(sentences[:2])))  # enough to call a failure expected
                 last_text = text
-                decided = [s for s in sentences if _DECISION_STRONG.search(s) or _DECISION_WEAK.search(s)]
+                decided = [s for s in sentences if proposes(s)]
                 decisions.extend((i, s) for s in decided)
                 found_here = [s for s in sentences if _FINDING.search(s) and s not in decided and not _INTENT.search(s)]
                 if not msg.tool_calls and not found_here and sentences and not _announces(text):
@@ -283,7 +267,7 @@ def collect_facts(
                 todos = tuple((s, clip(t, ITEM_CHARS)) for s, t in todo_items(run.arguments)) or todos
         elif msg.role == "tool" and msg.tool_result is not None:
             command = commands.get(msg.tool_result.call_id, "")
-            _scan_result(msg.tool_result.text[:_RESULT_SCAN_CHARS], bool(_GIT_COMMAND.search(command)), found)
+            _scan_result(_head(msg.tool_result.text, _RESULT_SCAN_CHARS), bool(_GIT_COMMAND.search(command)), found)
 
     identifiers = without_redundant(rank_identifiers(found))[:identifier_limit]
     named = {ident.text for ident, weight in found if weight >= _FROM_ASSISTANT}
@@ -294,7 +278,7 @@ def collect_facts(
         asks=tuple(unique_keep_last(a for _, a in asks)),
         answered=bool(asks) and last_answer > asks[-1][0],
         constraints=tuple(mark_superseded(unique_keep_last(clip(c, ITEM_CHARS) for c in constraints))),
-        decisions=tuple(_pick_decisions(chosen)),
+        decisions=tuple(pick_decisions(chosen)),
         intents=tuple(clip(s, ITEM_CHARS) for s in intents),
         plans=tuple(clip(p, ITEM_CHARS) for p in plans),
         todos=todos,
@@ -362,7 +346,16 @@ def _is_ack(text: str) -> bool:
 
 
 def _scan_text(text: str, weight: float, found: list[tuple[Identifier, float]]) -> None:
-    found.extend((ident, weight) for ident in find_identifiers(text[:_TEXT_SCAN_CHARS]))
+    found.extend((ident, weight) for ident in find_identifiers(_head(text, _TEXT_SCAN_CHARS)))
+
+
+def _head(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters at a space or line end, so no identifier is cut in two ("https://github.co")."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    cut = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
+    return head[:cut] if cut > 0 else head
 
 
 def _scan_result(text: str, git: bool, found: list[tuple[Identifier, float]]) -> None:
@@ -458,6 +451,12 @@ def mark_superseded(rules: Sequence[str]) -> list[str]:
     return out
 
 
+def restates(older: str, newer: str) -> bool:
+    """True when `newer` states the rule `older` states with another value (see `mark_superseded`)."""
+    (words, values), (other_words, other_values) = _rule_key(older), _rule_key(newer)
+    return bool(values and other_values and values != other_values and _overlap(words, other_words) >= 0.6)
+
+
 def _rule_key(rule: str) -> tuple[frozenset[str], frozenset[str]]:
     values = frozenset(i.text for i in find_identifiers(rule)) | frozenset(re.findall(r"\d[\d,.]*", rule))
     bare = rule.removesuffix(SUPERSEDED)
@@ -515,33 +514,6 @@ def _plans(text: str) -> list[str]:
             items.extend(_sentences(bare)[:1])
     items.extend(s for s in _sentences(text) if _PLAN.search(s) and s not in items)
     return unique(items)[:MAX_NEXT]
-
-
-def _rejected(decision: str) -> str:
-    return decision if decision.endswith(REJECTED) else f"{decision} {REJECTED}"
-
-
-def is_intent(text: str) -> bool:
-    """True when `text` announces work ("Let me run the tests.", "Now I'm going to update X"): not a result."""
-    return bool(_INTENT.search(text) or _PROCEDURAL.search(text))
-
-
-def _is_procedural(sentence: str) -> bool:
-    return bool(_PROCEDURAL.search(sentence)) and not _DECISION_STRONG.search(sentence)
-
-
-def _pick_decisions(sentences: list[str]) -> list[str]:
-    """Newest first, at most `MAX_DECISIONS`, explicit ones ("decided", "instead") chosen before "I'll".
-
-    A sentence that only introduces what follows ("The fix is:") or says what the assistant will
-    look at next ("Let me check the tests") is not a decision.
-    """
-    kept = [s for s in sentences if not s.rstrip().endswith((":", "：")) and not _is_procedural(s)]
-    newest = unique(clip(s, ITEM_CHARS) for s in reversed(kept))
-    strong = [s for s in newest if _DECISION_STRONG.search(s)]
-    weak = [s for s in newest if not _DECISION_STRONG.search(s)]
-    chosen = set(strong[:MAX_DECISIONS] + weak[: max(0, MAX_DECISIONS - len(strong))])
-    return [s for s in newest if s in chosen]
 
 
 # --- text tools, shared with the extractive summarizer ------------------------------------------

@@ -56,7 +56,8 @@ _TRAILING = ".,;:!?'\"-"
 # the places it can match; the "not preceded by" check comes right after that first character
 # (a fixed-width lookbehind over it and the one before). Twice as fast as a leading lookbehind.
 _X = r"[\s\S]"
-_URL = re.compile(rf"(?:https?|ftp|wss?|file)://[^\s<>\"'`{_CJK}]+|git@[A-Za-z0-9.-]+:[^\s<>\"'`{_CJK}]+")
+# a backslash ends a URL: "\n" of text passed on escaped is not part of it
+_URL = re.compile(rf"(?:https?|ftp|wss?|file)://[^\s<>\"'`\\{_CJK}]+|git@[A-Za-z0-9.-]+:[^\s<>\"'`\\{_CJK}]+")
 _UUID = re.compile(
     rf"[0-9a-fA-F](?<![A-Za-z0-9_]{_X})[0-9a-fA-F]{{7}}-(?:[0-9a-fA-F]{{4}}-){{3}}[0-9a-fA-F]{{12}}(?![A-Za-z0-9_])"
 )
@@ -133,7 +134,8 @@ _BRANCH_GIT = re.compile(
     rf"({_BRANCH_NAME}){_BRANCH_END}"
 )
 _BRANCH_WORD = re.compile(
-    rf"(?:\b[Bb]ranch(?:es)?|分支)[:：]?\s*(?:(`|'|\")({_BRANCH_NAME})(?=\1)|({_BRANCH_NAME}){_BRANCH_END})"
+    # "branch main", "branch: main", "分支main"; not the "ing" of "branching"
+    rf"(?:\b[Bb]ranch(?:es)?(?:[:：]\s*|\s+)|分支[:：]?\s*)(?:(`|'|\")({_BRANCH_NAME})(?=\1)|({_BRANCH_NAME}){_BRANCH_END})"
 )
 _NOT_BRANCHES = frozenset({"HEAD", "FETCH_HEAD", "ORIG_HEAD", "origin", "upstream"})
 # fmt: off
@@ -327,6 +329,9 @@ def _clean(kind: str, value: str, start: int) -> tuple[int, str]:
 
 def _accept(kind: str, value: str, text: str, start: int, git: bool) -> bool:
     end = start + len(value)
+    if kind == "money" and _POSITIONAL.fullmatch(value):
+        # "$0", and "$1" glued to a quote or a brace, are a script's arguments, not dollars
+        return value != "$0" and not (text[start - 1 : start] + text[end : end + 1]).strip()
     if kind == "path":
         # "r.json()" is a method call, not a file
         return _is_path(value) and not ("/" not in value and text[end : end + 1] == "(")
@@ -362,6 +367,10 @@ def _accept(kind: str, value: str, text: str, start: int, git: bool) -> bool:
     return True
 
 
+_POSITIONAL = re.compile(r"\$\d")
+_INTERPRETER = re.compile(r"/(?:usr/(?:local/)?)?bin/(?:env|sh|bash|zsh|dash|python[\d.]*|node|perl|ruby)")
+
+
 def _line_before(text: str, start: int) -> str:
     """The text before `start` on its line, at most `_CONTEXT_CHARS` characters of it."""
     begin = max(0, start - _CONTEXT_CHARS)
@@ -382,8 +391,8 @@ def _is_path(value: str) -> bool:
         bool(ext) and len(parts) > 1 and ext.isalnum() and len(ext) <= 8 and any(c.isalpha() for c in ext)
     )
     if bare.startswith("/"):
-        if bare.startswith("/dev/"):
-            return False  # /dev/null
+        if bare.startswith("/dev/") or _INTERPRETER.fullmatch(bare):
+            return False  # /dev/null; /usr/bin/env of a shebang line: nothing to find again
         return len(parts) >= 2 or has_ext  # "/clear" is a slash command, "/etc/hosts" a path
     if last.startswith(".") and last.count(".") == 1:
         return last[1:].lower() in _DOTFILES  # ".env" is a file, ".py" an extension

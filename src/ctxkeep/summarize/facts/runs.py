@@ -18,7 +18,7 @@ from typing import Any
 from ctxkeep.messages import ToolCall, ToolResult
 from ctxkeep.store import OFFLOAD_KEY
 from ctxkeep.summarize.facts.identifiers import find_identifiers
-from ctxkeep.summarize.facts.shell import command_head, command_paths, command_targets
+from ctxkeep.summarize.facts.shell import asks_yes_or_no, command_head, command_paths, command_targets
 from ctxkeep.summarize.request import Language
 from ctxkeep.summarize.sections.markdown import ITEM_CHARS, clip, code_span, phrase
 
@@ -92,7 +92,9 @@ class ToolRun:
 
     `kind` is "shell" (it ran `command`), "modify" (it changed files), "read", "todo" or "other".
     `has_result` is false for a call with no result, or one that never ran ("Sibling tool call
-    errored"); `failed` is true for an error result or a non-zero exit code; `error_line` is the
+    errored"); `failed` is true for an error result or a non-zero exit code, except the exit 1 of a
+    question answered "no" (`no_match`: a grep that matched nothing, a false ``test``, see
+    `shell.asks_yes_or_no`) when its output names no error; `error_line` is the
     line of the result that says best what went wrong; `expected` is true for a failure the
     assistant's next words call expected (a probe: "port 8081 is free"); `index` is the message's
     position.
@@ -111,6 +113,8 @@ class ToolRun:
     expected: bool = False
     index: int = 0
     commit: str | None = None  # "abc1234 (main): message" of a successful git commit
+    call_id: str = ""  # the call's id: where the archive has it, the evidence a summary points to
+    no_match: bool = False  # exit 1 of a question answered "no" (grep found nothing): an answer, not a failure
 
     @property
     def key(self) -> str:
@@ -148,7 +152,7 @@ def tool_run(
         cmd_read, cmd_written = command_paths(command)
         read.extend(cmd_read)
         modified.extend(cmd_written)
-    failed = False
+    failed = no_match = False
     error = ""
     exit_code = None
     if result is not None and TAG.sub("", result.text).strip() in _SKIPPED_FAILURES:
@@ -159,6 +163,10 @@ def tool_run(
         end = _original_end(result, originals)  # the end of the full text, when only the head is here
         if not failed and exit_code is None:  # no flag (OpenAI chat, many harnesses): judged from its last lines
             exit_code, failed = judged(end if end is not None else result.text)
+        if failed and exit_code == 1 and command is not None and asks_yes_or_no(command):
+            # grep's "no line matched", test's "false": unless the output says something went wrong
+            no_match = not _says_what(error_line(end if end is not None else result.text))
+            failed = not no_match
         if failed:
             error = error_line(result.text)
             saved = _SAVED_IN.search(result.text) if _TRUNCATED_NOTICE.search(result.text) else None
@@ -180,6 +188,8 @@ def tool_run(
         failed=failed,
         error_line=error,
         index=index,
+        call_id=call.id,
+        no_match=no_match,
     )
     committed = commit_of(run, result.text[:2_000]) if result is not None else None
     return replace(run, commit=committed) if committed else run
@@ -339,13 +349,19 @@ def fixes(runs: Sequence[ToolRun], tool: str, target: str) -> bool:
     """True when a successful call of `runs` fixes an older failure of `tool` on `target`.
 
     `target` is the command or file a previous summary shows for the failure; when it was cut
-    (it ends with "…"), a call whose command or file starts with what is left counts.
+    (it ends with "…"), a call whose command or file starts with what is left counts, and so do
+    later commands that fixed the whole words left of a cut command.
     """
     ok = [r for r in runs if r.has_result and not r.failed]
+    shell = _SHELL_TOOL.search(tool) is not None
     if target.endswith("…"):
         head = target.removesuffix("…")
-        return bool(head) and any(r.key.startswith(head) for r in ok)
-    shell = _SHELL_TOOL.search(tool) is not None
+        if any(r.key.startswith(head) for r in ok if head):
+            return True
+        # a command cut to its head: judged on its whole words (the last may be cut mid-way)
+        target = head.rsplit(" ", 1)[0] if shell and " " in head.strip() else ""
+        if not target:
+            return False
     old = ToolRun(tool=tool, kind="shell" if shell else "", arguments={}, command=target if shell else None)
     if not shell:
         return any(r.key == target for r in ok)
@@ -363,7 +379,11 @@ def _program(run: ToolRun) -> str:
 # Each failure is checked against every later run, more than once: parse each command once.
 @lru_cache(maxsize=4096)
 def _targets(command: str) -> tuple[tuple[str, frozenset[str]], ...]:
-    return tuple(command_targets(command))
+    """(program, targets) of each command of `command`: its operands without quoted texts with spaces in them
+    (a commit message, a PR title: what a retry changes, not what it runs on)."""
+    return tuple(
+        (p, frozenset(o for o in ops if not any(c.isspace() for c in o))) for p, ops in command_targets(command)
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -413,9 +433,11 @@ def compact_json(value: Any) -> str:
 
 
 def outcome(run: ToolRun, language: Language) -> str:
-    """How `run` ended, in `language`: "exit 1", "error", "ok" or "no result"."""
+    """How `run` ended, in `language`: "exit 1", "error", "ok", "no match" or "no result"."""
     if not run.has_result:
         return phrase("no_result", language)
+    if run.no_match:
+        return phrase("no_match", language)
     if run.exit_code is not None:
         return phrase("exit", language, code=run.exit_code)
     return phrase("error" if run.failed else "ok", language)

@@ -19,6 +19,14 @@ _NOT_A_FILE = re.compile(r"[*?\[\]{}$`]|^-|^&|^/dev/")
 _WRAPPERS = frozenset({"sudo", "time", "command", "exec", "env", "nohup"})
 _SUBCOMMAND = re.compile(r"[a-z][a-z0-9_-]*(?::[a-z0-9_-]+)*")
 
+# Programs whose exit status 1 answers "no" (no line matched, the test is false, the files differ, no such
+# program or process), not "it failed": their errors exit 2 or more. `git diff` only with --quiet/--exit-code.
+_QUESTIONS = frozenset({
+    "grep", "egrep", "fgrep", "zgrep", "rg", "ag", "ack", "git grep", "test", "[", "[[", "diff", "cmp", "which",
+    "type", "pgrep", "pidof", "git diff",
+})  # fmt: skip
+_EXIT_CODE_OPTIONS = frozenset({"--quiet", "--exit-code", "-q"})
+
 # Room for a command with a few paths on it; dozens of these still fit in a summary.
 COMMAND_HEAD_CHARS = 200
 
@@ -32,6 +40,29 @@ def command_head(command: str) -> str:
     """
     first = command.strip().split("\n", 1)[0].rstrip()
     return first[:COMMAND_HEAD_CHARS].rstrip()
+
+
+def asks_yes_or_no(command: str) -> bool:
+    """True when one of the commands of `command` (a pipe's filters included) is a question whose exit status
+    1 means "no": ``grep``/``rg`` that matched nothing, ``test``/``[``, ``diff``/``cmp`` of files that differ,
+    ``which``/``command -v``/``type`` of no such program, ``pgrep`` of no such process, ``git diff --quiet``.
+    Such a command's exit 1 is an answer, not a failure; a command that cannot be split is not one."""
+    for words, _ in _simple_commands(_without_heredoc_bodies(command)):
+        args = _arguments(words)[0]
+        while len(args) > 1 and args[0].rsplit("/", 1)[-1] in _WRAPPERS - {"command"}:
+            args = _arguments(args[1:])[0]
+        if not args:
+            continue
+        name = args[0].rsplit("/", 1)[-1]
+        if name == "command" and "-v" in args[1:2]:
+            return True
+        if name == "git" and len(args) > 1:
+            name = f"git {args[1]}"
+            if name == "git diff" and not _EXIT_CODE_OPTIONS & set(args[2:]):
+                continue
+        if name in _QUESTIONS:
+            return True
+    return False
 
 
 def command_paths(command: str) -> tuple[list[str], list[str]]:

@@ -232,6 +232,9 @@ Rules:
 - Copy file paths, URLs, commands, error messages, hashes, IDs, ports, version numbers and other \
 identifiers exactly as they appear; never paraphrase or shorten them.
 - Be brief: short bullet points, not prose. A section with nothing to say holds `- {none}`.
+- Write a record of earlier work, not instructions: Done holds only what a tool call shows finished, with \
+its evidence (call id, exit code, commit hash or file); a failure a later call fixed is not Blocked; a \
+decision is a choice with its reason or one the user confirmed ("I'll do X" is not one).
 - `[… N characters omitted …]` marks tool output that was shortened for you: do not guess what was cut. \
 The assistant's private reasoning is not shown.
 - Write the summary in English.""",
@@ -249,6 +252,8 @@ The assistant's private reasoning is not shown.
 - 只输出摘要本身，以 `## Goal` 开头：不要开场白，不要结束语，不要用代码块包裹。
 - 文件路径、URL、命令、错误信息、哈希、ID、端口、版本号等标识符必须原样照抄，不得改写或缩短。
 - 简明扼要：用简短的要点，不要写成段落。没有内容的章节写 `- {none}`。
+- 写的是早先工作的记录，不是指令：Done 只写有工具调用证明已完成的工作，并注明依据（调用 ID、退出码、提交哈希或文件）；\
+之后已修复的失败不写入 Blocked；决策是附有理由或经用户确认的选择（“我将做 X”不是决策）。
 - `[… N characters omitted …]` 表示为你截短的工具输出：不要猜测被省略的内容。助手的内部推理没有展示。
 - 摘要内容用中文撰写（章节标题除外）。""",
 }

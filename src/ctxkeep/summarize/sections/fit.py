@@ -16,6 +16,8 @@ from typing import Literal, TypeAlias
 
 from ctxkeep.summarize.sections.markdown import (
     Sections,
+    evidence_tail,
+    head_of,
     omission_note,
     omitted_count,
     phrase,
@@ -294,7 +296,11 @@ def _shorten_longest(work: Sections, excess: int, language: str) -> None:
     for length, s, k, i in cells:
         if excess <= 0 or length <= 160:
             break
-        keep = max(120, length - excess - 60)
-        cut = f"{work[s][k][i][:keep]}… {phrase('truncated', language, n=length - keep)}"
+        item = work[s][k][i]
+        tail = evidence_tail(item)  # what backs a Done item stays
+        keep = max(120 - len(tail), length - excess - 60 - len(tail), 40)
+        body = item.removesuffix(tail)
+        head = head_of(body, keep)
+        cut = f"{head}… {phrase('truncated', language, n=len(body) - len(head))}{tail}"
         excess -= length - len(cut)
         work[s][k][i] = cut

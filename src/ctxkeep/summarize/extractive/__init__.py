@@ -1,0 +1,71 @@
+"""The built-in summarizer: the summary filled in from the messages themselves, with no model.
+
+    messages ─► collect_facts ─► Facts ─► draft ─► merge with the previous summary ─► lay out and fit ─► Markdown
+
+In three phases, one module each: `draft` (facts to the summary's lists, each Done item with its
+evidence), `merge` (with the previous summary, and what the verbatim part quotes said once) and
+`layout` (the lists as sections, with the caps and the order things are dropped in to fit the
+size). File paths and the identifying part of failing commands stay verbatim whatever the size.
+Where each section comes from, how a merge works and what is dropped first: docs/summarize.md.
+"""
+
+from __future__ import annotations
+
+from ctxkeep.settings import MIN_SUMMARY_CHARS
+from ctxkeep.summarize.extractive.draft import draft_of
+from ctxkeep.summarize.extractive.layout import distinct_notes, focus_terms, sections_of
+from ctxkeep.summarize.extractive.merge import merge, parse_draft, said_once, with_recovered_rules
+from ctxkeep.summarize.facts.collect import collect_facts
+from ctxkeep.summarize.request import SummaryRequest, resolve_language
+from ctxkeep.summarize.sections.fit import fit_sections
+from ctxkeep.summarize.sections.markdown import framed, framing_chars, render_sections
+from ctxkeep.summarize.verbatim import SECTIONS_SKELETON, carried, earlier_summaries, render_carried, split_carried
+
+__all__ = ["ExtractiveSummarizer"]
+
+_SHORT_FRAMING_BELOW = 2 * MIN_SUMMARY_CHARS
+
+
+class ExtractiveSummarizer:
+    """The model-free `Summarizer`: extracts the summary from the messages; deterministic, no I/O."""
+
+    def summarize(self, request: SummaryRequest) -> str:
+        """The summary of ``request.messages``, merged into ``request.previous`` when given."""
+        language = resolve_language(request)
+        facts = collect_facts(request.messages, originals=request.originals)
+        draft = draft_of(facts, language)
+        parts = carried(request.messages, request.previous)
+        # the previous summary, then the host's own when it compacted too (before us, or since our last summary)
+        base = None
+        for text in earlier_summaries(request):
+            base = parse_draft(text) if base is None else merge(base, parse_draft(text), facts, language)
+        if base is not None:
+            base.quoted = split_carried(request.previous)[1] if request.previous else ""
+            draft = merge(base, draft, facts, language)
+        if request.previous:
+            draft = with_recovered_rules(draft, request.previous)
+        terms = focus_terms(request.focus) if request.focus else ()
+
+        def protect(item: str) -> bool:
+            low = item.lower()
+            return any(t in low for t in terms)
+
+        short = request.max_chars < _SHORT_FRAMING_BELOW  # near the floor, the framing's words cost the lists
+        # The user's words and the rules come first in a squeezed cap; should the sections' own minimum
+        # (the goal, the files) need more than the room they leave, the verbatim parts give some back.
+        for least in (SECTIONS_SKELETON, 2 * SECTIONS_SKELETON, request.max_chars):
+            appendix = render_carried(parts, max_chars=request.max_chars, sections=least)
+            sections, plan = sections_of(said_once(draft, appendix, language), language, request.focus, terms)
+            room = request.max_chars - len(appendix) - framing_chars(language, short=short)
+            try:
+                fitted = fit_sections(
+                    sections, max_chars=room, plan=plan, language=language, protect=protect if terms else None
+                )
+                break
+            except ValueError:
+                if least == request.max_chars:
+                    raise
+        named = distinct_notes(fitted, language)
+        if len(render_sections(named, language=language)) <= room:  # naming the list costs a few characters
+            fitted = named
+        return framed(render_sections(fitted, language=language), appendix, language=language, short=short)
