@@ -4,11 +4,16 @@ message dicts, Responses-API items, mixed in one list.
 Ids come from content, not position: role, text, tool-call ids (a tool result: its call id) and the
 source's own id when it has one, plus an occurrence counter, so the second identical "ok" gets another
 id than the first and converting the same history twice gives the same ids. A `Message` keeps its id.
+
+Lone UTF-16 surrogates (Node's JSON.stringify writes them; no UTF-8 file or request body can hold them)
+are replaced by U+FFFD before anything else, ids included, so a broken character neither loses the turn
+nor fails every later one; a warning names each message when it is added (`renumber`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -17,7 +22,20 @@ from ctxkeep.errors import MessageError
 from ctxkeep.formats import anthropic as anthropic_format
 from ctxkeep.formats.anthropic import from_anthropic
 from ctxkeep.formats.openai import from_openai
-from ctxkeep.messages import Block, ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
+from ctxkeep.messages import (
+    Block,
+    ImageBlock,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResult,
+    make_id,
+    value_without_surrogates,
+    without_surrogates,
+)
+
+log = logging.getLogger("ctxkeep")
 
 _ANTHROPIC_BLOCKS = frozenset(
     {"tool_use", "tool_result", "thinking", "redacted_thinking", "image", "document", "server_tool_use"}
@@ -36,6 +54,8 @@ class Entry:
     message: Message
     key: str | None = None
     occurrence: int = 0
+    # Lone UTF-16 surrogates in the item were replaced by U+FFFD.
+    replaced: bool = False
 
 
 def to_messages(items: Iterable[object] | object, *, taken: Container[str] = frozenset()) -> list[Message]:
@@ -55,18 +75,26 @@ def convert(items: Iterable[object] | object) -> list[Entry]:
 
 
 def renumber(entries: Sequence[Entry], taken: Container[str]) -> list[Entry]:
-    """`entries` with each derived id moved past the ids in `taken` (and those given earlier here)."""
+    """`entries` with each derived id moved past the ids in `taken` (and those given earlier here).
+
+    These are the entries being added: a warning names each whose lone surrogates were replaced.
+    """
     used: set[str] = set()
     out: list[Entry] = []
     for e in entries:
-        if e.key is None:
-            out.append(e)
-            continue
-        occurrence = e.occurrence
-        while (mid := _id(e.key, occurrence)) in taken or mid in used:
-            occurrence += 1
-        used.add(mid)
-        out.append(replace(e, message=_with_id(e.message, mid), occurrence=occurrence))
+        if e.key is not None:
+            occurrence = e.occurrence
+            while (mid := _id(e.key, occurrence)) in taken or mid in used:
+                occurrence += 1
+            used.add(mid)
+            e = replace(e, message=_with_id(e.message, mid), occurrence=occurrence)
+        if e.replaced:
+            log.warning(
+                "message %s (item %d): lone UTF-16 surrogates replaced with U+FFFD; the message is kept",
+                e.message.id,
+                e.index,
+            )
+        out.append(e)
     return out
 
 
@@ -89,25 +117,31 @@ def _dumpable(item: object) -> bool:
 def _entries(items: list[object]) -> list[Entry]:
     out: list[Entry] = []
     run: list[tuple[int, Mapping[str, Any]]] = []  # consecutive assistant-side Responses items: one message
+    replaced: set[int] = set()  # the items whose lone surrogates were replaced
 
     def flush() -> None:
         if run:
-            out.append(_responses_turn(run))
+            entry = _responses_turn(run)
+            out.append(replace(entry, replaced=any(i in replaced for i, _ in run)))
             run.clear()
 
     for i, item in enumerate(items):
         try:
             if isinstance(item, Message):
                 flush()
-                out.append(Entry(i, item))
+                clean = without_surrogates(item)
+                out.append(Entry(i, clean, replaced=clean is not item))
                 continue
-            raw = _as_mapping(item)
+            given = _as_mapping(item)
+            raw = value_without_surrogates(given)  # before ids are derived: they are made from the text
+            if raw is not given:
+                replaced.add(i)
             kind = _kind(raw)
             if kind == "responses-assistant" or (kind == "responses" and raw.get("role") == "assistant"):
                 run.append((i, raw))
                 continue
             flush()
-            out.extend(_CONVERTERS[kind](i, raw))
+            out.extend(replace(e, replaced=i in replaced) for e in _CONVERTERS[kind](i, raw))
         except MessageError:
             raise
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
