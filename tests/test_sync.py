@@ -354,3 +354,44 @@ def test_offloaded_results_in_the_view_are_still_recognised(tmp_path: Path) -> N
         new = {"role": "user", "content": "and now?"}
         assert [m.text for m in s.sync([*view, new])] == ["and now?"]
         assert s.sync([*items, new]) == []
+
+
+# --- summaries: ctxkeep's own by identity, any other kept ---------------------------------------------
+
+
+def test_a_summary_from_another_workspace_is_kept_when_resuming(tmp_path: Path) -> None:
+    """The compacted view of one workspace (what context.json holds) synced into a new one: the summary is
+    the only account of what came before, so it is kept as the user message it is."""
+    with Session.open(tmp_path / "old", settings=SMALL) as s:
+        s.sync(history(range(3)))
+        view = to_openai(s.compact(system="be brief", now=NOW).context.as_messages())
+    assert view[1]["content"].startswith("<context-summary>\n")
+    with Session.open(tmp_path / "new", settings=SMALL) as s:
+        added = s.sync([*view, {"role": "user", "content": "go on"}])
+        assert view[1]["content"] in [m.text for m in added]
+        assert [m.text for m in s.messages][:2] == ["be brief", view[1]["content"]]
+        assert s.sync([*view, {"role": "user", "content": "go on"}]) == []  # and recognised the next time
+        # Its own summary, once it has one, is still left out of what it holds.
+        step = s.compact(system="be brief", now=NOW)
+        own = to_openai(step.context.as_messages())
+        assert s.sync([*own, {"role": "user", "content": "more"}])[0].text == "more"
+
+
+def test_the_summary_of_a_ctxkeep_in_front_is_kept(tmp_path: Path) -> None:
+    """One ctxkeep behind another: what the front one sends starts with its summary, a user message here."""
+    summary = "<context-summary>\n## Goal\nfix the retry limit\n</context-summary>"
+    front = [{"role": "user", "content": summary}, *chat_turn(1)]
+    with Session.open(tmp_path) as s:
+        assert s.sync(front)[0].text == summary
+        assert s.live.summary is None and s.messages[0].text == summary
+        assert s.sync(front) == []
+
+
+def test_an_older_summary_of_the_session_before_what_it_holds_is_refused_saying_what_to_sync(tmp_path: Path) -> None:
+    with Session.open(tmp_path, settings=SMALL) as s:
+        s.sync(history(range(3)))
+        old = to_openai(s.compact(system="be brief", now=NOW).context.as_messages())
+        s.sync([*old, *chat_turn(5)])
+        s.compact(system="be brief", now=NOW)
+        with pytest.raises(MessageError, match="is a context summary, but not the one the session holds now"):
+            s.sync([*old, *chat_turn(5), {"role": "user", "content": "next"}])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Sequence
 
-from .context import SUMMARY_ID, SUMMARY_TAG, SYSTEM_ID
+from .context import SUMMARY_ID, SUMMARY_TAG, SYSTEM_ID, summary_message_text
 from .errors import MessageError
 from .inputs import Entry, key_of, renumber
 from .live import Live, message_ids
@@ -46,6 +46,13 @@ def new_entries(live: Live, history: Sequence[Entry]) -> list[Entry]:
         if at is None:
             raise _diverged(entries, held)
         for e in entries[:at]:
+            if e.message.id not in known and _summary_shaped(e.message):
+                raise MessageError(
+                    f"history item {e.index} is a context summary, but not the one the session holds now, and it"
+                    " comes before the messages the session holds: sync the host's own history, or the view the"
+                    " session's last prepare returned",
+                    index=e.index,
+                )
             if e.message.id not in known:
                 raise MessageError(
                     f"history item {e.index} ({_describe(e.message)}) is not one the session holds, yet it comes"
@@ -58,18 +65,28 @@ def new_entries(live: Live, history: Sequence[Entry]) -> list[Entry]:
 
 
 def _ctxkeep_own(msg: Message, live: Live, known: Held) -> bool:
-    """The system prompt, summary and placeholder results ctxkeep put in a context it returned."""
+    """The system prompt, summary and placeholder results ctxkeep put in a context it returned.
+
+    Recognised by identity, never by shape: a summary is this session's own when it has ctxkeep's summary
+    id or exactly the text of the summary the session holds. A message that only looks like one (a
+    context.json resumed in a new workspace, a ctxkeep in front of this one) is the host's and is kept:
+    dropping it would lose everything it summarises.
+    """
     if msg.id in CTXKEEP_IDS:
         return True
     if msg.id in known:
         return False
-    text = msg.text
-    if msg.role == "user" and text.startswith(f"<{SUMMARY_TAG}>\n") and text.endswith(f"\n</{SUMMARY_TAG}>"):
+    if msg.role == "user" and live.summary is not None and msg.text == summary_message_text(live.summary):
         return True
-    if msg.role == "system" and live.system is not None and text == live.system:
+    if msg.role == "system" and live.system is not None and msg.text == live.system:
         return True
     # A call that never got its result is sent with an explicit error result (see `context.of`).
     return msg.role == "tool" and any(isinstance(b, ToolResult) and b.content == NO_RESULT_TEXT for b in msg.content)
+
+
+def _summary_shaped(msg: Message) -> bool:
+    text = msg.text
+    return msg.role == "user" and text.startswith(f"<{SUMMARY_TAG}>\n") and text.endswith(f"\n</{SUMMARY_TAG}>")
 
 
 def _known_prefix(entries: Sequence[Entry], known: Held) -> int:
