@@ -395,3 +395,46 @@ def test_an_older_summary_of_the_session_before_what_it_holds_is_refused_saying_
         s.compact(system="be brief", now=NOW)
         with pytest.raises(MessageError, match="is a context summary, but not the one the session holds now"):
             s.sync([*old, *chat_turn(5), {"role": "user", "content": "next"}])
+
+
+# --- a new host run on an old workspace ----------------------------------------------------------------
+
+
+def test_a_new_host_run_goes_on_after_the_live_context(tmp_path: Path) -> None:
+    """A host that never saved its history starts over with the same request: the session, which compacted
+    its first run, appends the new run after what it holds, and follows the new run from then on."""
+    with Session.open(tmp_path, settings=SMALL) as s:
+        s.sync(history(range(3)))
+        assert s.compact(now=NOW).compaction is not None
+        first_live = list(s.messages)
+    run = [chat_turn(0)[0]]  # the same first request, archived in the first run
+    with Session.open(tmp_path, settings=SMALL) as s:
+        assert [m.text for m in s.sync(run)] == [run[0]["content"]]
+        for i in (7, 8):
+            turn = [dict(m, content=f"run 2, {i}") if m["role"] == "user" else m for m in chat_turn(i)]
+            run += turn
+            assert [m.text for m in s.sync(run)] == [m.text for m in to_messages(turn)]
+            assert s.sync(run) == []
+        assert list(s.messages)[: len(first_live)] == first_live
+        assert s.summary is not None and len(s.messages) == len(first_live) + len(run)
+    with Session.open(tmp_path, settings=SMALL) as s:  # and after a restart of the second run
+        assert s.sync(run) == []
+
+
+def test_a_host_run_sharing_nothing_is_appended(tmp_path: Path) -> None:
+    with Session.open(tmp_path) as s:
+        s.sync(history(range(2)))
+        other = chat_turn(5)
+        assert len(s.sync(other)) == 4 and len(s.messages) == 12
+        assert s.sync(other) == []
+
+
+def test_a_history_that_partly_overlaps_is_refused_in_one_line(tmp_path: Path) -> None:
+    items = history(range(2))
+    with Session.open(tmp_path) as s:
+        s.sync(items)
+        for bad in ([*items[:2], *chat_turn(5)], items[2:5], items[:6]):
+            with pytest.raises(MessageError) as caught:
+                s.sync(bad)
+            assert "\n" not in str(caught.value) and "sync the history as it was" in str(caught.value)
+        assert len(s.messages) == 8
