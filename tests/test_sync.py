@@ -438,3 +438,18 @@ def test_a_history_that_partly_overlaps_is_refused_in_one_line(tmp_path: Path) -
                 s.sync(bad)
             assert "\n" not in str(caught.value) and "sync the history as it was" in str(caught.value)
         assert len(s.messages) == 8
+
+
+def test_an_old_history_cut_before_the_live_context_is_refused_not_taken_for_a_new_run(tmp_path: Path) -> None:
+    """A history holding the model's earlier answers is an old one (a client rewinding, an edit), not a host
+    that kept nothing: refused even when all it shares with the session was archived."""
+    items = history(range(3))
+    with Session.open(tmp_path, settings=SMALL) as s:
+        s.sync(items)
+        s.compact(now=NOW)
+        live = {m.id for m in s.messages}
+        assert not any(m.id in live for m in to_messages(items[:2]))  # both archived
+        with pytest.raises(MessageError, match="sync the history as it was"):
+            s.sync([*items[:1], {"role": "assistant", "content": "step 0 done"}, {"role": "user", "content": "x"}])
+        with pytest.raises(MessageError, match="sync the history as it was"):
+            s.sync([{"role": "user", "content": "new"}, items[0]])  # a request it holds after a new one

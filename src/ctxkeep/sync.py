@@ -5,10 +5,10 @@ is added. A history that no longer holds what the session has is refused, never 
     history:  [archived ...][live ...][new ...]      or   [ctxkeep-system][ctxkeep-summary][live ...][new ...]
                                        ^ appended                                                   ^ appended
 
-A host that never saved its history (a new run of an agent loop on an old workspace) starts over: its
-history shares no live message with the session, or is just the start of what the session holds (the
-same first request, asked again). Its messages are appended after the live context, which goes on, and
-its later histories continue the live context's newest messages:
+A host that never saved its history (a new run of an agent loop on an old workspace) starts over: what
+its history shares with the session is at most its opening system prompt and requests (the same first
+request, asked again), never a model's answer. Its messages are appended after the live context, which
+goes on, and its later histories continue the live context's newest messages:
 
     live:     [run 1 ...][run 2 ...]       history of run 2:  [run 2 ...][new ...]
                                                                           ^ appended
@@ -69,7 +69,7 @@ def new_entries(live: Live, history: Sequence[Entry]) -> list[Entry]:
         start = at + len(held)
     elif (tail := _continued_tail(entries, held)) is not None:
         start = tail
-    elif _starts_over(entries, held):
+    elif _starts_over(entries, known):
         start = 0
     else:
         raise _diverged(entries, held)
@@ -89,18 +89,18 @@ def _continued_tail(entries: Sequence[Entry], held: Sequence[Message]) -> int | 
     return None
 
 
-def _starts_over(entries: Sequence[Entry], held: Sequence[Message]) -> bool:
-    """Whether the history is a new host run: it shares no live message with the session, or it is the start
-    of the live messages and nothing more, without tool calls (the same first request, asked again; a cut
-    history that holds calls could only be the old run's, whose ids are the session's already)."""
-    live_ids = {m.id for m in held}
-    if not any(e.message.id in live_ids for e in entries):
-        return True
-    return (
-        len(entries) < len(held)
-        and not any(e.message.tool_calls or e.message.role == "tool" for e in entries)
-        and all(map(_matches, entries, held))
-    )
+def _starts_over(entries: Sequence[Entry], known: Held) -> bool:
+    """Whether the history is a new host run: what it shares with the session is only what a host writes
+    itself (its system prompt, its requests: the same first request, asked again), before anything new. A
+    host that kept no history cannot hold the model's earlier answers, nor a call of the old run: a history
+    with those is an old one cut or edited, refused (a proxy's client then gets a branch of its own)."""
+    fresh = False
+    for e in entries:
+        if e.message.id not in known:
+            fresh = True
+        elif fresh or e.message.role not in ("system", "user"):
+            return False
+    return True
 
 
 def _matches(entry: Entry, msg: Message) -> bool:
