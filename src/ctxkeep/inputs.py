@@ -37,6 +37,12 @@ from ctxkeep.messages import (
 
 log = logging.getLogger("ctxkeep")
 
+# A text past this many characters has its middle dropped, with a note, as it comes in: an output that runs
+# away (a tool whose search reads its own workspace, each output holding the ones before) must not take the
+# process down with it. A context window holds a few MB of text, and the offloaded original of a result
+# keeps up to this much; more would only multiply in memory (the JSON line, the saved file) and on disk.
+MAX_TEXT_CHARS = 32_000_000
+
 _ANTHROPIC_BLOCKS = frozenset(
     {"tool_use", "tool_result", "thinking", "redacted_thinking", "image", "document", "server_tool_use"}
 )
@@ -130,7 +136,7 @@ def _entries(items: list[object]) -> list[Entry]:
             if isinstance(item, Message):
                 flush()
                 clean = without_surrogates(item)
-                out.append(Entry(i, clean, replaced=clean is not item))
+                out.append(Entry(i, capped(clean), replaced=clean is not item))
                 continue
             given = _as_mapping(item)
             raw = value_without_surrogates(given)  # before ids are derived: they are made from the text
@@ -226,7 +232,7 @@ def _anthropic(i: int, raw: Mapping[str, Any]) -> list[Entry]:
 
 def _one_or_error(convert_one: Callable[..., list[Message]], i: int, raw: Mapping[str, Any]) -> list[Message]:
     try:
-        return convert_one([raw])
+        return [capped(m) for m in convert_one([raw])]
     except ValueError as exc:
         detail = str(exc).removeprefix("message 0: ")
         raise MessageError(f"item {i}: {detail}", index=i) from exc
@@ -238,14 +244,14 @@ def _responses_message(i: int, raw: Mapping[str, Any]) -> list[Entry]:
         role = "system"
     if role not in ("system", "user", "assistant"):
         raise ValueError(f"unknown role {role!r}")
-    msg = Message(role=role, content=tuple(_parts(raw["content"])))
+    msg = capped(Message(role=role, content=tuple(_parts(raw["content"]))))
     return [Entry(i, msg, _key(msg, raw.get("id")))]
 
 
 def _responses_output(i: int, raw: Mapping[str, Any]) -> list[Entry]:
     output = raw["output"]
     content = output if isinstance(output, str) else tuple(p for p in _parts(output) if not isinstance(p, ToolCall))
-    msg = Message(role="tool", content=(ToolResult(call_id=raw["call_id"], content=content),))
+    msg = capped(Message(role="tool", content=(ToolResult(call_id=raw["call_id"], content=content),)))
     return [Entry(i, msg, _key(msg, None))]
 
 
@@ -267,7 +273,7 @@ def _responses_turn(run: list[tuple[int, Mapping[str, Any]]]) -> Entry:
             raise MessageError(f"item {i}: {exc}", index=i) from exc
         if isinstance(raw.get("id"), str):
             ids.append(raw["id"])
-    msg = Message(role="assistant", content=tuple(blocks))
+    msg = capped(Message(role="assistant", content=tuple(blocks)))
     return Entry(run[0][0], msg, _key(msg, " ".join(ids) or None))
 
 
@@ -288,6 +294,54 @@ def _parts(content: object) -> list[TextBlock | ImageBlock]:
         else:
             out.append(TextBlock(text=f"[{kind}]", extra={"responses:part": dict(part)}))
     return out
+
+
+def capped(msg: Message, max_chars: int | None = None) -> Message:
+    """`msg` with each text (a text block, a tool result) over `max_chars` characters cut in its middle, where
+    a note says how much was dropped, and a warning; `msg` itself when none is over. The head and the end are
+    kept: a command's first lines and its last (an error, a summary line) say the most. `max_chars` defaults
+    to `MAX_TEXT_CHARS`."""
+    max_chars = MAX_TEXT_CHARS if max_chars is None else max_chars
+    if all(len(text) <= max_chars for text in _texts(msg)):
+        return msg
+    blocks = tuple(_capped_block(b, max_chars) for b in msg.content)
+    log.warning("a %s message had a text over %s characters: its middle was dropped", msg.role, f"{max_chars:,}")
+    return replace(msg, content=blocks)
+
+
+def _texts(msg: Message) -> Iterable[str]:
+    for b in msg.content:
+        if isinstance(b, TextBlock):
+            yield b.text
+        elif isinstance(b, ToolResult):
+            parts = (b.content,) if isinstance(b.content, str) else b.content
+            yield from (p if isinstance(p, str) else p.text for p in parts if not isinstance(p, ImageBlock))
+
+
+def _capped_block(block: Block, max_chars: int) -> Block:
+    if isinstance(block, TextBlock) and len(block.text) > max_chars:
+        return replace(block, text=_cut_middle(block.text, max_chars))
+    if isinstance(block, ToolResult):
+        if isinstance(block.content, str):
+            return (
+                replace(block, content=_cut_middle(block.content, max_chars))
+                if len(block.content) > max_chars
+                else block
+            )
+        parts = tuple(_capped_block(p, max_chars) for p in block.content)
+        return replace(block, content=parts)  # type: ignore[arg-type]  # text and image parts stay what they were
+    return block
+
+
+def _cut_middle(text: str, max_chars: int) -> str:
+    """`text` in at most `max_chars` characters: its head and its end, the middle replaced by a note."""
+    note = (
+        f"\n\n[ctxkeep: {len(text) - max_chars:,} characters of {len(text):,} dropped here, over the cap of"
+        f" {max_chars:,} characters per text; the output was too large to keep whole]\n\n"
+    )
+    keep = max(0, max_chars - len(note))
+    head = keep * 3 // 4  # more of the head: where a listing or a log starts
+    return text[:head] + note + text[len(text) - (keep - head) :]
 
 
 _CONVERTERS: dict[str, Callable[[int, Mapping[str, Any]], list[Entry]]] = {
