@@ -35,3 +35,31 @@ def test_the_agent_loop_runs_as_written(tmp_path: Path, monkeypatch: pytest.Monk
         roles = [m.role for m in session.messages]  # the last answer is only in the host's history
     assert roles[:2] == ["user", "assistant"]
     assert set(roles[2:]) == {"tool"}
+
+
+def test_the_agent_loop_goes_on_when_run_again_in_the_same_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "Reopen it to go on later": the loop keeps no history of its own, so its second run starts over with
+    the same request; the workspace holds the first run, and the second run's requests carry it."""
+    (tmp_path / "settings.py").write_text("RETRY_LIMIT = 5\n")
+    monkeypatch.chdir(tmp_path)
+    block = compile(readme_block("An agent loop in 15 lines"), "README.md", "exec")
+    with ValidatingServer(window=16_000) as api:
+        monkeypatch.setenv("OPENAI_BASE_URL", api.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-local")
+        monkeypatch.setenv("MODEL", "local-model")
+        exec(block, {"__name__": "readme"})
+        first = len(api.records)
+        exec(block, {"__name__": "readme"})
+    assert api.refused == []
+    assert len(api.records) == 2 * first
+    earlier = api.records[first - 1].body["messages"]  # the first run's last request
+    again = api.records[first].body["messages"]  # the second run's first request
+    assert again[: len(earlier)] == earlier  # the first run's context, then the request asked again
+    assert again[len(earlier) :] == [earlier[1]]
+    roles = [m["role"] for m in again[1:]]  # after the system prompt: run 1's request, call and results
+    assert roles[:2] == ["user", "assistant"] and set(roles[2:-1]) == {"tool"} and roles[-1] == "user"
+    with Session.open(tmp_path / "workspace") as session:
+        roles = [m.role for m in session.messages]
+    assert roles.count("user") == 2 and roles[0] == "user"

@@ -354,3 +354,102 @@ def test_offloaded_results_in_the_view_are_still_recognised(tmp_path: Path) -> N
         new = {"role": "user", "content": "and now?"}
         assert [m.text for m in s.sync([*view, new])] == ["and now?"]
         assert s.sync([*items, new]) == []
+
+
+# --- summaries: ctxkeep's own by identity, any other kept ---------------------------------------------
+
+
+def test_a_summary_from_another_workspace_is_kept_when_resuming(tmp_path: Path) -> None:
+    """The compacted view of one workspace (what context.json holds) synced into a new one: the summary is
+    the only account of what came before, so it is kept as the user message it is."""
+    with Session.open(tmp_path / "old", settings=SMALL) as s:
+        s.sync(history(range(3)))
+        view = to_openai(s.compact(system="be brief", now=NOW).context.as_messages())
+    assert view[1]["content"].startswith("<context-summary>\n")
+    with Session.open(tmp_path / "new", settings=SMALL) as s:
+        added = s.sync([*view, {"role": "user", "content": "go on"}])
+        assert view[1]["content"] in [m.text for m in added]
+        assert [m.text for m in s.messages][:2] == ["be brief", view[1]["content"]]
+        assert s.sync([*view, {"role": "user", "content": "go on"}]) == []  # and recognised the next time
+        # Its own summary, once it has one, is still left out of what it holds.
+        step = s.compact(system="be brief", now=NOW)
+        own = to_openai(step.context.as_messages())
+        assert s.sync([*own, {"role": "user", "content": "more"}])[0].text == "more"
+
+
+def test_the_summary_of_a_ctxkeep_in_front_is_kept(tmp_path: Path) -> None:
+    """One ctxkeep behind another: what the front one sends starts with its summary, a user message here."""
+    summary = "<context-summary>\n## Goal\nfix the retry limit\n</context-summary>"
+    front = [{"role": "user", "content": summary}, *chat_turn(1)]
+    with Session.open(tmp_path) as s:
+        assert s.sync(front)[0].text == summary
+        assert s.live.summary is None and s.messages[0].text == summary
+        assert s.sync(front) == []
+
+
+def test_an_older_summary_of_the_session_before_what_it_holds_is_refused_saying_what_to_sync(tmp_path: Path) -> None:
+    with Session.open(tmp_path, settings=SMALL) as s:
+        s.sync(history(range(3)))
+        old = to_openai(s.compact(system="be brief", now=NOW).context.as_messages())
+        s.sync([*old, *chat_turn(5)])
+        s.compact(system="be brief", now=NOW)
+        with pytest.raises(MessageError, match="is a context summary, but not the one the session holds now"):
+            s.sync([*old, *chat_turn(5), {"role": "user", "content": "next"}])
+
+
+# --- a new host run on an old workspace ----------------------------------------------------------------
+
+
+def test_a_new_host_run_goes_on_after_the_live_context(tmp_path: Path) -> None:
+    """A host that never saved its history starts over with the same request: the session, which compacted
+    its first run, appends the new run after what it holds, and follows the new run from then on."""
+    with Session.open(tmp_path, settings=SMALL) as s:
+        s.sync(history(range(3)))
+        assert s.compact(now=NOW).compaction is not None
+        first_live = list(s.messages)
+    run = [chat_turn(0)[0]]  # the same first request, archived in the first run
+    with Session.open(tmp_path, settings=SMALL) as s:
+        assert [m.text for m in s.sync(run)] == [run[0]["content"]]
+        for i in (7, 8):
+            turn = [dict(m, content=f"run 2, {i}") if m["role"] == "user" else m for m in chat_turn(i)]
+            run += turn
+            assert [m.text for m in s.sync(run)] == [m.text for m in to_messages(turn)]
+            assert s.sync(run) == []
+        assert list(s.messages)[: len(first_live)] == first_live
+        assert s.summary is not None and len(s.messages) == len(first_live) + len(run)
+    with Session.open(tmp_path, settings=SMALL) as s:  # and after a restart of the second run
+        assert s.sync(run) == []
+
+
+def test_a_host_run_sharing_nothing_is_appended(tmp_path: Path) -> None:
+    with Session.open(tmp_path) as s:
+        s.sync(history(range(2)))
+        other = chat_turn(5)
+        assert len(s.sync(other)) == 4 and len(s.messages) == 12
+        assert s.sync(other) == []
+
+
+def test_a_history_that_partly_overlaps_is_refused_in_one_line(tmp_path: Path) -> None:
+    items = history(range(2))
+    with Session.open(tmp_path) as s:
+        s.sync(items)
+        for bad in ([*items[:2], *chat_turn(5)], items[2:5], items[:6]):
+            with pytest.raises(MessageError) as caught:
+                s.sync(bad)
+            assert "\n" not in str(caught.value) and "sync the history as it was" in str(caught.value)
+        assert len(s.messages) == 8
+
+
+def test_an_old_history_cut_before_the_live_context_is_refused_not_taken_for_a_new_run(tmp_path: Path) -> None:
+    """A history holding the model's earlier answers is an old one (a client rewinding, an edit), not a host
+    that kept nothing: refused even when all it shares with the session was archived."""
+    items = history(range(3))
+    with Session.open(tmp_path, settings=SMALL) as s:
+        s.sync(items)
+        s.compact(now=NOW)
+        live = {m.id for m in s.messages}
+        assert not any(m.id in live for m in to_messages(items[:2]))  # both archived
+        with pytest.raises(MessageError, match="sync the history as it was"):
+            s.sync([*items[:1], {"role": "assistant", "content": "step 0 done"}, {"role": "user", "content": "x"}])
+        with pytest.raises(MessageError, match="sync the history as it was"):
+            s.sync([{"role": "user", "content": "new"}, items[0]])  # a request it holds after a new one

@@ -8,6 +8,7 @@ cannot hold is never half-written: lone surrogates become U+FFFD, any other valu
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
@@ -27,6 +28,8 @@ from ctxkeep.messages import (
 )
 
 MARK = "ctxkeep/1"
+
+log = logging.getLogger("ctxkeep")
 
 
 def block_to_dict(block: Block) -> dict[str, Any]:
@@ -142,6 +145,8 @@ def storable(messages: Sequence[Message]) -> list[Message]:
     out: list[Message] = []
     for i, msg in enumerate(messages):
         clean = without_surrogates(msg)
+        if clean is not msg:
+            log.warning("message %s: lone UTF-16 surrogates replaced with U+FFFD; the message is kept", msg.id)
         try:
             orjson.dumps(message_to_dict(clean))
         except orjson.JSONEncodeError as exc:

@@ -4,11 +4,16 @@ message dicts, Responses-API items, mixed in one list.
 Ids come from content, not position: role, text, tool-call ids (a tool result: its call id) and the
 source's own id when it has one, plus an occurrence counter, so the second identical "ok" gets another
 id than the first and converting the same history twice gives the same ids. A `Message` keeps its id.
+
+Lone UTF-16 surrogates (Node's JSON.stringify writes them; no UTF-8 file or request body can hold them)
+are replaced by U+FFFD before anything else, ids included, so a broken character neither loses the turn
+nor fails every later one; a warning names each message when it is added (`renumber`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -17,7 +22,26 @@ from ctxkeep.errors import MessageError
 from ctxkeep.formats import anthropic as anthropic_format
 from ctxkeep.formats.anthropic import from_anthropic
 from ctxkeep.formats.openai import from_openai
-from ctxkeep.messages import Block, ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
+from ctxkeep.messages import (
+    Block,
+    ImageBlock,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResult,
+    make_id,
+    value_without_surrogates,
+    without_surrogates,
+)
+
+log = logging.getLogger("ctxkeep")
+
+# A text past this many characters has its middle dropped, with a note, as it comes in: an output that runs
+# away (a tool whose search reads its own workspace, each output holding the ones before) must not take the
+# process down with it. A context window holds a few MB of text, and the offloaded original of a result
+# keeps up to this much; more would only multiply in memory (the JSON line, the saved file) and on disk.
+MAX_TEXT_CHARS = 32_000_000
 
 _ANTHROPIC_BLOCKS = frozenset(
     {"tool_use", "tool_result", "thinking", "redacted_thinking", "image", "document", "server_tool_use"}
@@ -36,6 +60,8 @@ class Entry:
     message: Message
     key: str | None = None
     occurrence: int = 0
+    # Lone UTF-16 surrogates in the item were replaced by U+FFFD.
+    replaced: bool = False
 
 
 def to_messages(items: Iterable[object] | object, *, taken: Container[str] = frozenset()) -> list[Message]:
@@ -55,18 +81,26 @@ def convert(items: Iterable[object] | object) -> list[Entry]:
 
 
 def renumber(entries: Sequence[Entry], taken: Container[str]) -> list[Entry]:
-    """`entries` with each derived id moved past the ids in `taken` (and those given earlier here)."""
+    """`entries` with each derived id moved past the ids in `taken` (and those given earlier here).
+
+    These are the entries being added: a warning names each whose lone surrogates were replaced.
+    """
     used: set[str] = set()
     out: list[Entry] = []
     for e in entries:
-        if e.key is None:
-            out.append(e)
-            continue
-        occurrence = e.occurrence
-        while (mid := _id(e.key, occurrence)) in taken or mid in used:
-            occurrence += 1
-        used.add(mid)
-        out.append(replace(e, message=_with_id(e.message, mid), occurrence=occurrence))
+        if e.key is not None:
+            occurrence = e.occurrence
+            while (mid := _id(e.key, occurrence)) in taken or mid in used:
+                occurrence += 1
+            used.add(mid)
+            e = replace(e, message=_with_id(e.message, mid), occurrence=occurrence)
+        if e.replaced:
+            log.warning(
+                "message %s (item %d): lone UTF-16 surrogates replaced with U+FFFD; the message is kept",
+                e.message.id,
+                e.index,
+            )
+        out.append(e)
     return out
 
 
@@ -89,25 +123,31 @@ def _dumpable(item: object) -> bool:
 def _entries(items: list[object]) -> list[Entry]:
     out: list[Entry] = []
     run: list[tuple[int, Mapping[str, Any]]] = []  # consecutive assistant-side Responses items: one message
+    replaced: set[int] = set()  # the items whose lone surrogates were replaced
 
     def flush() -> None:
         if run:
-            out.append(_responses_turn(run))
+            entry = _responses_turn(run)
+            out.append(replace(entry, replaced=any(i in replaced for i, _ in run)))
             run.clear()
 
     for i, item in enumerate(items):
         try:
             if isinstance(item, Message):
                 flush()
-                out.append(Entry(i, item))
+                clean = without_surrogates(item)
+                out.append(Entry(i, capped(clean), replaced=clean is not item))
                 continue
-            raw = _as_mapping(item)
+            given = _as_mapping(item)
+            raw = value_without_surrogates(given)  # before ids are derived: they are made from the text
+            if raw is not given:
+                replaced.add(i)
             kind = _kind(raw)
             if kind == "responses-assistant" or (kind == "responses" and raw.get("role") == "assistant"):
                 run.append((i, raw))
                 continue
             flush()
-            out.extend(_CONVERTERS[kind](i, raw))
+            out.extend(replace(e, replaced=i in replaced) for e in _CONVERTERS[kind](i, raw))
         except MessageError:
             raise
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -192,7 +232,7 @@ def _anthropic(i: int, raw: Mapping[str, Any]) -> list[Entry]:
 
 def _one_or_error(convert_one: Callable[..., list[Message]], i: int, raw: Mapping[str, Any]) -> list[Message]:
     try:
-        return convert_one([raw])
+        return [capped(m) for m in convert_one([raw])]
     except ValueError as exc:
         detail = str(exc).removeprefix("message 0: ")
         raise MessageError(f"item {i}: {detail}", index=i) from exc
@@ -204,14 +244,14 @@ def _responses_message(i: int, raw: Mapping[str, Any]) -> list[Entry]:
         role = "system"
     if role not in ("system", "user", "assistant"):
         raise ValueError(f"unknown role {role!r}")
-    msg = Message(role=role, content=tuple(_parts(raw["content"])))
+    msg = capped(Message(role=role, content=tuple(_parts(raw["content"]))))
     return [Entry(i, msg, _key(msg, raw.get("id")))]
 
 
 def _responses_output(i: int, raw: Mapping[str, Any]) -> list[Entry]:
     output = raw["output"]
     content = output if isinstance(output, str) else tuple(p for p in _parts(output) if not isinstance(p, ToolCall))
-    msg = Message(role="tool", content=(ToolResult(call_id=raw["call_id"], content=content),))
+    msg = capped(Message(role="tool", content=(ToolResult(call_id=raw["call_id"], content=content),)))
     return [Entry(i, msg, _key(msg, None))]
 
 
@@ -233,7 +273,7 @@ def _responses_turn(run: list[tuple[int, Mapping[str, Any]]]) -> Entry:
             raise MessageError(f"item {i}: {exc}", index=i) from exc
         if isinstance(raw.get("id"), str):
             ids.append(raw["id"])
-    msg = Message(role="assistant", content=tuple(blocks))
+    msg = capped(Message(role="assistant", content=tuple(blocks)))
     return Entry(run[0][0], msg, _key(msg, " ".join(ids) or None))
 
 
@@ -254,6 +294,54 @@ def _parts(content: object) -> list[TextBlock | ImageBlock]:
         else:
             out.append(TextBlock(text=f"[{kind}]", extra={"responses:part": dict(part)}))
     return out
+
+
+def capped(msg: Message, max_chars: int | None = None) -> Message:
+    """`msg` with each text (a text block, a tool result) over `max_chars` characters cut in its middle, where
+    a note says how much was dropped, and a warning; `msg` itself when none is over. The head and the end are
+    kept: a command's first lines and its last (an error, a summary line) say the most. `max_chars` defaults
+    to `MAX_TEXT_CHARS`."""
+    max_chars = MAX_TEXT_CHARS if max_chars is None else max_chars
+    if all(len(text) <= max_chars for text in _texts(msg)):
+        return msg
+    blocks = tuple(_capped_block(b, max_chars) for b in msg.content)
+    log.warning("a %s message had a text over %s characters: its middle was dropped", msg.role, f"{max_chars:,}")
+    return replace(msg, content=blocks)
+
+
+def _texts(msg: Message) -> Iterable[str]:
+    for b in msg.content:
+        if isinstance(b, TextBlock):
+            yield b.text
+        elif isinstance(b, ToolResult):
+            parts = (b.content,) if isinstance(b.content, str) else b.content
+            yield from (p if isinstance(p, str) else p.text for p in parts if not isinstance(p, ImageBlock))
+
+
+def _capped_block(block: Block, max_chars: int) -> Block:
+    if isinstance(block, TextBlock) and len(block.text) > max_chars:
+        return replace(block, text=_cut_middle(block.text, max_chars))
+    if isinstance(block, ToolResult):
+        if isinstance(block.content, str):
+            return (
+                replace(block, content=_cut_middle(block.content, max_chars))
+                if len(block.content) > max_chars
+                else block
+            )
+        parts = tuple(_capped_block(p, max_chars) for p in block.content)
+        return replace(block, content=parts)  # type: ignore[arg-type]  # text and image parts stay what they were
+    return block
+
+
+def _cut_middle(text: str, max_chars: int) -> str:
+    """`text` in at most `max_chars` characters: its head and its end, the middle replaced by a note."""
+    note = (
+        f"\n\n[ctxkeep: {len(text) - max_chars:,} characters of {len(text):,} dropped here, over the cap of"
+        f" {max_chars:,} characters per text; the output was too large to keep whole]\n\n"
+    )
+    keep = max(0, max_chars - len(note))
+    head = keep * 3 // 4  # more of the head: where a listing or a log starts
+    return text[:head] + note + text[len(text) - (keep - head) :]
 
 
 _CONVERTERS: dict[str, Callable[[int, Mapping[str, Any]], list[Entry]]] = {

@@ -19,6 +19,7 @@ over these values in `ctxkeep.pairing`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import uuid
@@ -26,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypeVar
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
@@ -44,7 +45,10 @@ def make_id(*parts: object) -> str:
         # A part holding the separator would make ("a\x1fb", "c") and ("a", "b\x1fc") one id (and one
         # offload file): escape such parts, under a mark no plain join starts with. Other ids are unchanged.
         texts = ["\x1e", *(t.replace("\x1e", "\x1e0").replace("\x1f", "\x1e1") for t in texts)]
-    return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join(texts)))
+    # uuid5 by hand, with surrogatepass: a lone surrogate (which UTF-8 cannot hold) still names an id, and
+    # every other text gets the id uuid5 gives it.
+    name = "\x1f".join(texts).encode("utf-8", "surrogatepass")
+    return str(uuid.UUID(bytes=hashlib.sha1(_ID_NAMESPACE.bytes + name).digest()[:16], version=5))
 
 
 def _need(value: object, kind: type | tuple[type, ...], what: str) -> None:
@@ -280,6 +284,7 @@ class Message:
 # --- text no UTF-8 file can hold ------------------------------------------------------
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_V = TypeVar("_V")
 
 
 def without_surrogates(msg: Message) -> Message:
@@ -290,6 +295,13 @@ def without_surrogates(msg: Message) -> Message:
     """
     clean = _clean(msg)
     assert isinstance(clean, Message)
+    return clean
+
+
+def value_without_surrogates(value: _V) -> _V:
+    """`value` (text, or JSON-like dicts, lists and tuples of it) with every lone UTF-16 surrogate replaced
+    by U+FFFD, as `without_surrogates` does for a message; `value` itself when it has none."""
+    clean: _V = _clean(value)
     return clean
 
 

@@ -248,6 +248,6 @@ class Session:
 def _batch_of(messages: object, taken: Container[str]) -> list[Message]:
     """What `Session.add` was given, as a list of messages; `MessageError` for anything else."""
     if isinstance(messages, Message):
-        return [messages]
+        return [inputs.capped(messages)]  # what `inputs.convert` does to each message of a list
     batch = inputs.convert(messages)
     return [e.message for e in inputs.renumber(batch, taken)]

@@ -4,13 +4,21 @@ is added. A history that no longer holds what the session has is refused, never 
 
     history:  [archived ...][live ...][new ...]      or   [ctxkeep-system][ctxkeep-summary][live ...][new ...]
                                        ^ appended                                                   ^ appended
+
+A host that never saved its history (a new run of an agent loop on an old workspace) starts over: what
+its history shares with the session is at most its opening system prompt and requests (the same first
+request, asked again), never a model's answer. Its messages are appended after the live context, which
+goes on, and its later histories continue the live context's newest messages:
+
+    live:     [run 1 ...][run 2 ...]       history of run 2:  [run 2 ...][new ...]
+                                                                          ^ appended
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 
-from .context import SUMMARY_ID, SUMMARY_TAG, SYSTEM_ID
+from .context import SUMMARY_ID, SUMMARY_TAG, SYSTEM_ID, summary_message_text
 from .errors import MessageError
 from .inputs import Entry, key_of, renumber
 from .live import Live, message_ids
@@ -31,7 +39,8 @@ class Held(Container[str]):
 
 
 def new_entries(live: Live, history: Sequence[Entry]) -> list[Entry]:
-    """The entries of `history` that `live` does not hold, with ids that `live` has not used.
+    """The entries of `history` that `live` does not hold, with ids that `live` has not used; all of them
+    for a new host run (see the module docstring).
 
     Raises `MessageError` when the history diverges from what `live` holds (an earlier message edited,
     removed or inserted), naming the history item.
@@ -41,11 +50,15 @@ def new_entries(live: Live, history: Sequence[Entry]) -> list[Entry]:
     held = live.messages
     if not held:
         start = _known_prefix(entries, known)
-    else:
-        at = _live_run(entries, held)
-        if at is None:
-            raise _diverged(entries, held)
+    elif (at := _live_run(entries, held)) is not None:
         for e in entries[:at]:
+            if e.message.id not in known and _summary_shaped(e.message):
+                raise MessageError(
+                    f"history item {e.index} is a context summary, but not the one the session holds now, and it"
+                    " comes before the messages the session holds: sync the host's own history, or the view the"
+                    " session's last prepare returned",
+                    index=e.index,
+                )
             if e.message.id not in known:
                 raise MessageError(
                     f"history item {e.index} ({_describe(e.message)}) is not one the session holds, yet it comes"
@@ -54,22 +67,75 @@ def new_entries(live: Live, history: Sequence[Entry]) -> list[Entry]:
                     index=e.index,
                 )
         start = at + len(held)
+    elif (tail := _continued_tail(entries, held)) is not None:
+        start = tail
+    elif _starts_over(entries, known):
+        start = 0
+    else:
+        raise _diverged(entries, held)
     return renumber(entries[start:], known)
 
 
+def _continued_tail(entries: Sequence[Entry], held: Sequence[Message]) -> int | None:
+    """How many leading entries are the newest live messages (the run a new host run appended so far), when
+    the history starts with them; None when it does not. The longest such tail is taken."""
+    if not entries:
+        return None
+    first = _same_as(entries[0])
+    for m in range(1, len(held)):
+        tail = held[m:]
+        if first(held[m]) and len(tail) <= len(entries) and all(map(_matches, entries, tail)):
+            return len(tail)
+    return None
+
+
+def _starts_over(entries: Sequence[Entry], known: Held) -> bool:
+    """Whether the history is a new host run: what it shares with the session is only what a host writes
+    itself (its system prompt, its requests: the same first request, asked again), before anything new. A
+    host that kept no history cannot hold the model's earlier answers, nor a call of the old run: a history
+    with those is an old one cut or edited, refused (a proxy's client then gets a branch of its own)."""
+    fresh = False
+    for e in entries:
+        if e.message.id not in known:
+            fresh = True
+        elif fresh or e.message.role not in ("system", "user"):
+            return False
+    return True
+
+
+def _matches(entry: Entry, msg: Message) -> bool:
+    return _same_as(entry)(msg)
+
+
+def _same_as(entry: Entry) -> Callable[[Message], bool]:
+    """Whether a held message is the entry's: by id, or by content key (a renumbered or offloaded one)."""
+    key = key_of(entry.message)
+    return lambda msg: msg.id == entry.message.id or key_of(msg) == key
+
+
 def _ctxkeep_own(msg: Message, live: Live, known: Held) -> bool:
-    """The system prompt, summary and placeholder results ctxkeep put in a context it returned."""
+    """The system prompt, summary and placeholder results ctxkeep put in a context it returned.
+
+    Recognised by identity, never by shape: a summary is this session's own when it has ctxkeep's summary
+    id or exactly the text of the summary the session holds. A message that only looks like one (a
+    context.json resumed in a new workspace, a ctxkeep in front of this one) is the host's and is kept:
+    dropping it would lose everything it summarises.
+    """
     if msg.id in CTXKEEP_IDS:
         return True
     if msg.id in known:
         return False
-    text = msg.text
-    if msg.role == "user" and text.startswith(f"<{SUMMARY_TAG}>\n") and text.endswith(f"\n</{SUMMARY_TAG}>"):
+    if msg.role == "user" and live.summary is not None and msg.text == summary_message_text(live.summary):
         return True
-    if msg.role == "system" and live.system is not None and text == live.system:
+    if msg.role == "system" and live.system is not None and msg.text == live.system:
         return True
     # A call that never got its result is sent with an explicit error result (see `context.of`).
     return msg.role == "tool" and any(isinstance(b, ToolResult) and b.content == NO_RESULT_TEXT for b in msg.content)
+
+
+def _summary_shaped(msg: Message) -> bool:
+    text = msg.text
+    return msg.role == "user" and text.startswith(f"<{SUMMARY_TAG}>\n") and text.endswith(f"\n</{SUMMARY_TAG}>")
 
 
 def _known_prefix(entries: Sequence[Entry], known: Held) -> int:
@@ -107,30 +173,33 @@ def _live_run(entries: Sequence[Entry], held: Sequence[Message]) -> int | None:
 
 
 def _diverged(entries: Sequence[Entry], held: Sequence[Message]) -> MessageError:
-    """What differs between the history and the live messages, for the error."""
+    """What differs between the history and the live messages, for the error: one line that says the fix."""
+    fix = (
+        " ctxkeep does not rewrite what it holds: sync the history as it was, or, for a new run of the host,"
+        " its own new history (the session's live messages go on before it)"
+    )
     first = held[0]
     match = [i for i, e in enumerate(entries) if e.message.id == first.id or key_of(e.message) == key_of(first)]
     if not match:
         return MessageError(
             f"the history does not hold the session's oldest live message ({_describe(first)}, id {first.id}):"
-            " it was edited or removed. ctxkeep does not rewrite what it holds; sync the history as it was"
+            " it was edited or removed." + fix
         )
     at = match[0]
     for k, msg in enumerate(held):
         if at + k >= len(entries):
             return MessageError(
                 f"the history ends before the session's live message {k} ({_describe(msg)}, id {msg.id}):"
-                " messages the session holds were removed from it"
+                " messages the session holds were removed from it." + fix
             )
         e = entries[at + k]
         if e.message.id != msg.id and key_of(e.message) != key_of(msg):
             return MessageError(
                 f"history item {e.index} ({_describe(e.message)}) differs from the session's live message {k}"
-                f" ({_describe(msg)}, id {msg.id}): it was edited, or messages were inserted or removed."
-                " ctxkeep does not rewrite what it holds; sync the history as it was",
+                f" ({_describe(msg)}, id {msg.id}): it was edited, or messages were inserted or removed." + fix,
                 index=e.index,
             )
-    return MessageError("the history does not hold the session's live messages in order; sync the history as it was")
+    return MessageError("the history does not hold the session's live messages in order." + fix)
 
 
 def _describe(msg: Message) -> str:

@@ -127,7 +127,8 @@ class Piece:
     # The host's items it was converted from (several for a Responses-API assistant turn); empty for what
     # ctxkeep adds: the summary, and an explicit error result for a call that never got one.
     items: range
-    # ctxkeep changed its content (a tool result cut and offloaded): the host's item needs the new text.
+    # ctxkeep changed its content (a tool result cut and offloaded, lone surrogates replaced): the host's
+    # item needs the new text.
     changed: bool = False
 
     @property
@@ -179,7 +180,9 @@ def pieces(context: Context, entries: Sequence[Entry], size: int) -> list[Piece]
             out.append(Piece(msg, range(0)))
         else:
             used.add(k)
-            out.append(Piece(msg, spans[k], changed=msg.content != entries[k].message.content))
+            # An item with lone surrogates cannot be sent as it is (no request body can hold them).
+            changed = entries[k].replaced or msg.content != entries[k].message.content
+            out.append(Piece(msg, spans[k], changed=changed))
     return out
 
 

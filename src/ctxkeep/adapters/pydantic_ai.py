@@ -59,7 +59,17 @@ from ctxkeep.context import Context
 from ctxkeep.errors import MessageError
 from ctxkeep.inputs import Entry, key_of, renumber
 from ctxkeep.memory.tools import MemoryTool
-from ctxkeep.messages import Block, ImageBlock, Message, Role, TextBlock, ThinkingBlock, ToolCall, ToolResult
+from ctxkeep.messages import (
+    Block,
+    ImageBlock,
+    Message,
+    Role,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResult,
+    without_surrogates,
+)
 
 __all__ = [
     "Converted",
@@ -133,8 +143,12 @@ def from_pydantic_ai(history: Sequence[ModelMessage]) -> Converted:
 
 
 def _entry(index: int, msg: Message, source_id: str | None, seen: dict[str, int]) -> Entry:
-    """The entry whose id derives from the message's content and its occurrence, as `ctxkeep.inputs` does."""
-    key = key_of(msg, source_id)
+    """The entry whose id derives from the message's content and its occurrence, as `ctxkeep.inputs` does.
+
+    The key is that of the text with lone UTF-16 surrogates replaced by U+FFFD, which no id can be made of;
+    the message keeps them until `sync` replaces them, with a warning, once, when it is added.
+    """
+    key = key_of(without_surrogates(msg), source_id)
     occurrence = seen.get(key, 0)
     seen[key] = occurrence + 1
     return Entry(index, msg, key, occurrence)

@@ -25,7 +25,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxkeep.formats.chat import parse_message_file
+from ctxkeep.formats.chat import parse_message_file, storable
 from ctxkeep.formats.source import RECORD_ERRORS, Conversation, Source, describe
 from ctxkeep.messages import (
     Block,
@@ -55,19 +55,19 @@ def from_anthropic(
     """Messages from Anthropic message dicts (and the separate system prompt).
 
     Ids are derived from `conversation_id` and the position (`start` + index), as in
-    `from_openai`. Raises ValueError naming a bad message.
+    `from_openai`, and lone UTF-16 surrogates replaced by U+FFFD as there. Raises ValueError naming a bad message.
     """
     if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
         raise ValueError(f"expected a list of messages, got {type(messages).__name__}")
     out: list[Message] = []
     if system is not None:
         try:
-            out.append(_system_in(system, make_id(NAME, conversation_id, "system")))
+            out.append(storable(_system_in(system, make_id(NAME, conversation_id, "system")), "system"))
         except RECORD_ERRORS as exc:
             raise ValueError(f"system: {describe(exc)}") from exc
     for i, raw in enumerate(messages, start):
         try:
-            out.extend(_message_in(raw, i, conversation_id))
+            out.extend(storable(m, f"message {i}") for m in _message_in(raw, i, conversation_id))
         except RECORD_ERRORS as exc:
             raise ValueError(f"message {i}: {describe(exc)}") from exc
     return out

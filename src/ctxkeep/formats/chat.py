@@ -11,10 +11,22 @@ A file holds one of:
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Protocol
 
 from ctxkeep.formats.source import Conversation, Source
-from ctxkeep.messages import Message
+from ctxkeep.messages import Message, without_surrogates
+
+log = logging.getLogger("ctxkeep")
+
+
+def storable(msg: Message, where: str) -> Message:
+    """`msg` with its lone UTF-16 surrogates (which no UTF-8 file or request body can hold) replaced by U+FFFD,
+    and a warning naming `where` it came from when there were any: the message is kept, not refused."""
+    clean = without_surrogates(msg)
+    if clean is not msg:
+        log.warning("%s: lone UTF-16 surrogates replaced with U+FFFD; the message is kept", where)
+    return clean
 
 
 class Convert(Protocol):

@@ -24,7 +24,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxkeep.formats.chat import parse_message_file
+from ctxkeep.formats.chat import parse_message_file, storable
 from ctxkeep.formats.source import RECORD_ERRORS, Conversation, Source, describe
 from ctxkeep.messages import (
     Block,
@@ -51,13 +51,14 @@ def from_openai(messages: Sequence[Mapping[str, Any]], *, conversation_id: str =
 
     Ids are derived from `conversation_id` and the position (`start` + index): converting
     the same history again gives the same ids; pass `start` when converting a continuation.
+    Lone UTF-16 surrogates are replaced by U+FFFD, with a warning.
     """
     if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
         raise ValueError(f"expected a list of messages, got {type(messages).__name__}")
     out: list[Message] = []
     for i, raw in enumerate(messages, start):
         try:
-            out.append(_message(raw, make_id(NAME, conversation_id, i)))
+            out.append(storable(_message(raw, make_id(NAME, conversation_id, i)), f"message {i}"))
         except RECORD_ERRORS as exc:
             raise ValueError(f"message {i}: {describe(exc)}") from exc
     return out
