@@ -1,6 +1,7 @@
 """``ctxkeep memory ...``: search, write, index, consolidate and schedule from the command line.
 
-    ctxkeep memory search QUERY --workspace DIR [-k N] [--dialog | --all] [--mode hybrid|fts|vector] [--json]
+    ctxkeep memory search QUERY --workspace DIR [-k N] [--dialog | --all] [--mode hybrid|fts|vector]
+                                [--min-relevance N] [--json]
                                 [--no-vectors | --embeddings-url URL --embeddings-model NAME --embeddings-dim N]
     ctxkeep memory write TEXT --workspace DIR [--section TITLE]
     ctxkeep memory index --workspace DIR [--rebuild]
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from ctxkeep.store import Folder
 
     from .embed import Embedder
+    from .search import Hit
 
 
 def add_parser(sub: Any) -> None:
@@ -31,7 +33,13 @@ def add_parser(sub: Any) -> None:
     memory = sub.add_parser("memory", help="long-term memory: search, write, index, consolidate, schedule")
     commands = memory.add_subparsers(dest="memory_command", required=True)
 
-    search = commands.add_parser("search", help="search MEMORY.md and the day logs (or the archived dialog)")
+    search = commands.add_parser(
+        "search",
+        help="search MEMORY.md and the day logs (or the archived dialog)",
+        description="Search MEMORY.md and the day logs (or the archived dialog) by words and by meaning.",
+        epilog=SCORE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     search.add_argument("query")
     _workspace(search)
     search.add_argument("-k", type=int, default=5, help="how many results (default 5)")
@@ -39,6 +47,13 @@ def add_parser(sub: Any) -> None:
     where.add_argument("--dialog", action="store_true", help="search the archived dialog (dialog/*.jsonl)")
     where.add_argument("--all", action="store_true", help="search memory and the archived dialog")
     search.add_argument("--mode", choices=("hybrid", "fts", "vector"), default="hybrid")
+    search.add_argument(
+        "--min-relevance",
+        type=float,
+        default=None,
+        metavar="N",
+        help="leave out results scoring under N, 0-100 (default 30; 0 shows every candidate)",
+    )
     search.add_argument("--json", action="store_true", help="one JSON object per result")
     _embedder_options(search)
 
@@ -61,6 +76,22 @@ def add_parser(sub: Any) -> None:
     _workspace(schedule)
     schedule.add_argument("--at", default="00:00", help="local time of day, HH:MM (default 00:00)")
     schedule.add_argument("--cron", action="store_true", help="print the crontab line instead of running")
+
+
+SCORE_HELP = """\
+Each result is the file and line to look at, its relevance and the lines that hold the most of the
+query's words (marked >), with a line of context:
+
+  memory/2026-03-14.md:4  relevance 82 (words 67, meaning 45)
+    > 4  - 09:00 [lesson] pytest failed with ModuleNotFoundError; `pip install -e .` fixed it
+
+relevance (0-100) = 100 x (1 - (1 - words) x (1 - meaning)), on a fixed scale in any workspace:
+  words    the share of the query's words the result holds ("the", "how" and such aside; stemmed)
+  meaning  the cosine of the query's and the result's vectors: 0.2 or less (unrelated) is 0, 0.6 or more 100
+Either half alone can make a result; both make a better one. Results under --min-relevance (30) are left
+out, so a query nothing matches well prints "no results". With no vectors, relevance is words alone.
+The whole chunk is in --json ("text"); the file is there to open at the line shown.
+"""
 
 
 def _workspace(parser: argparse.ArgumentParser) -> None:
@@ -111,18 +142,32 @@ def _search(folder: Folder, args: argparse.Namespace) -> int:
     if args.k < 1:
         raise ValueError(f"-k must be 1 or more; got {args.k}")
     source = "dialog" if args.dialog else None if args.all else "memory"
+    limit = {} if args.min_relevance is None else {"min_relevance": args.min_relevance}
     with MemoryIndex(folder, embedder=_embedder(args)) as index:
         index.update()
-        hits = search(index, args.query, k=args.k, source=source, mode=args.mode)
+        hits = search(index, args.query, k=args.k, source=source, mode=args.mode, **limit)
     for hit in hits:
-        if args.json:
-            print(json.dumps(hit.to_dict(), ensure_ascii=False))
-        else:
-            print(f"{hit.path}:{hit.start_line}-{hit.end_line}  score {hit.score:.4f}")
-            print("    " + "\n    ".join(hit.text.splitlines()[:6]))
+        print(json.dumps(hit.to_dict(), ensure_ascii=False) if args.json else show(hit))
     if not hits and not args.json:
         print("no results", file=sys.stderr)
     return 0
+
+
+def show(hit: Hit) -> str:
+    """A result for a person: ``file:line``, its relevance and halves, then its lines (``>`` where words match)."""
+    halves = (("words", hit.words), ("meaning", hit.meaning))
+    known = [f"{name} {round(100 * value)}" for name, value in halves if value is not None]
+    head = f"{hit.path}:{hit.line}  relevance {round(hit.score)}" + (f" ({', '.join(known)})" if known else "")
+    one_line = hit.start_line == hit.end_line  # an archived message: every text line is the same file line
+    width = len(str(max((x.number for x in hit.lines), default=0)))
+    body = [
+        f"  {'>' if x.match else ' '} {x.text}"
+        if one_line
+        else f"  {'>' if x.match else ' '} {x.number:>{width}}  {x.text}"
+        for x in hit.lines
+        if x.text.strip() or x.match
+    ]
+    return "\n".join([head, *body])
 
 
 def _write(folder: Folder, args: argparse.Namespace) -> int:

@@ -35,7 +35,8 @@ COSINE_FULL = 0.6
 # Below this relevance (0-100) a chunk is no answer: a query sharing one word of three, or a vaguely related
 # chunk (cosine under ~0.33), is left out.
 MIN_RELEVANCE = 30.0
-# Of each result, how many of its best lines are shown (each with `CONTEXT` lines either side).
+# Of each result, how many of its best lines (those holding the most query words) are shown, each with
+# `CONTEXT` lines either side.
 SHOWN_MATCHES = 2
 CONTEXT = 1
 
@@ -118,7 +119,8 @@ def search(
     vector_rank = {c: r for r, c in enumerate(nearest, 1)}
     scored = []
     for chunk in candidates:
-        w, m = words.get(chunk), meaning.get(chunk)
+        w = words.get(chunk, 0.0) if mode != "vector" else None
+        m = meaning.get(chunk)
         relevance = 100 * (1 - (1 - (w or 0.0)) * (1 - (m or 0.0)))
         if relevance >= max(min_relevance, 1e-9):  # a chunk neither half finds anything in is never an answer
             scored.append((relevance, chunk, w, m))
@@ -248,7 +250,9 @@ def _with_lines(index: MemoryIndex, hits: list[Hit], terms: list[str]) -> list[H
 
 
 def _shown(hit: Hit, lines: list[str], held: list[int], numbers: list[int] | None) -> Hit:
-    best = sorted((i for i, n in enumerate(held) if n), key=lambda i: (-held[i], i))[:SHOWN_MATCHES]
+    top = max(held, default=0)
+    # Only the lines holding the most words: a line holding one common word of several is no match to show.
+    best = [i for i, n in enumerate(held) if n and n == top][:SHOWN_MATCHES]
     if best:
         keep = sorted({j for i in best for j in range(i - CONTEXT, i + CONTEXT + 1) if 0 <= j < len(lines)})
     else:  # found by meaning alone: its first lines say what it is about
