@@ -26,6 +26,8 @@ from .terms import content_terms, index_terms, is_cjk, match_query, match_term, 
 
 Mode = Literal["hybrid", "fts", "vector"]
 MODES: tuple[Mode, ...] = ("hybrid", "fts", "vector")
+# The usual constant of reciprocal rank fusion, which breaks ties of relevance: ranks 1 and 2 differ little.
+RRF_K = 60
 # How many candidates each half gives, per result asked for.
 _CANDIDATES = 8
 # The cosine scale of `meaning`: MiniLM gives 95% of unrelated English pairs 0.2 or less, and a paraphrase of
@@ -125,7 +127,10 @@ def search(
         if relevance >= max(min_relevance, 1e-9):  # a chunk neither half finds anything in is never an answer
             scored.append((relevance, chunk, w, m))
     # Ties (common in full text: several chunks holding every word) go to the better BM25 rank, then the nearer.
-    scored.sort(key=lambda s: (-round(s[0], 6), fts_rank.get(s[1], wanted + 1), vector_rank.get(s[1], wanted + 1)))
+    # Ties (common in full text: several chunks holding every word) go to the chunk both halves rank higher
+    # (reciprocal rank fusion: `1 / (60 + rank)` from each list a chunk is in).
+    fused = {c: sum(1 / (RRF_K + r[c]) for r in (fts_rank, vector_rank) if c in r) for c in candidates}
+    scored.sort(key=lambda s: (-round(s[0], 6), -fused[s[1]], s[1]))
     hits = [
         _hit(index, chunk, relevance, (w, m), (fts_rank.get(chunk), vector_rank.get(chunk)))
         for relevance, chunk, w, m in scored[:k]
