@@ -70,7 +70,7 @@ def test_results_show_the_matching_lines_and_nothing_matching_well_is_no_result(
     )
     assert out.splitlines()[0].endswith(":3  relevance 25 (words 25)")
     code, _, err = run(capsys, "memory", "search", "x", "-w", ws, "--min-relevance", "101")
-    assert (code, err) == (2, "ctxkeep: error: min_relevance must be a number from 0 to 100; got 101.0\n")
+    assert (code, err) == (2, "ctxkeep: error: --min-relevance must be a number from 0 to 100; got 101\n")
 
 
 def test_help_explains_the_relevance_with_the_numbers_search_uses() -> None:

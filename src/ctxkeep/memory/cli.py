@@ -1,7 +1,7 @@
 """``ctxkeep memory ...``: search, write, index, consolidate and schedule from the command line.
 
     ctxkeep memory search QUERY --workspace DIR [-k N] [--dialog | --all] [--mode hybrid|fts|vector]
-                                [--min-relevance N] [--json]
+                                [--min-relevance N] [--json] [--no-resident]
                                 [--no-vectors | --embeddings-url URL --embeddings-model NAME --embeddings-dim N]
     ctxkeep memory write TEXT --workspace DIR [--section TITLE]
     ctxkeep memory index --workspace DIR [--rebuild]
@@ -56,6 +56,11 @@ def add_parser(sub: Any) -> None:
     )
     search.add_argument("--json", action="store_true", help="one JSON object per result")
     _embedder_options(search)
+    search.add_argument(
+        "--no-resident",
+        action="store_true",
+        help="load MiniLM in this process and start no background process (see below)",
+    )
 
     write = commands.add_parser("write", help="append an entry to today's log, or to a section of MEMORY.md")
     write.add_argument("text")
@@ -91,6 +96,10 @@ relevance (0-100) = 100 x (1 - (1 - words) x (1 - meaning)), on a fixed scale in
 Either half alone can make a result; both make a better one. Results under --min-relevance (30) are left
 out, so a query nothing matches well prints "no results". With no vectors, relevance is words alone.
 The whole chunk is in --json ("text"); the file is there to open at the line shown.
+
+Speed: loading MiniLM takes a new process about a second, so the first search starts it in the background
+(python -m ctxkeep.memory.resident: one per user, private socket, gone after 10 idle minutes) and the next
+searches ask it for the query's vector. --no-resident loads it in the search's own process instead.
 """
 
 
@@ -123,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
-def _embedder(args: argparse.Namespace) -> Embedder | None:
+def _embedder(args: argparse.Namespace, *, resident: bool = False) -> Embedder | None:
+    """The embedder the options name; with `resident`, MiniLM is the resident process's (`memory.resident`)."""
     from .embed import OpenAIEmbedder, default_embedder
 
     if args.no_vectors:
@@ -132,6 +142,10 @@ def _embedder(args: argparse.Namespace) -> Embedder | None:
         if not (args.embeddings_url and args.embeddings_model and args.embeddings_dim):
             raise ValueError("--embeddings-url needs --embeddings-model and --embeddings-dim too")
         return OpenAIEmbedder(args.embeddings_model, dim=args.embeddings_dim, base_url=args.embeddings_url)
+    if resident:
+        from .resident import resident_embedder
+
+        return resident_embedder()
     return default_embedder()
 
 
@@ -143,7 +157,9 @@ def _search(folder: Folder, args: argparse.Namespace) -> int:
         raise ValueError(f"-k must be 1 or more; got {args.k}")
     source = "dialog" if args.dialog else None if args.all else "memory"
     limit = {} if args.min_relevance is None else {"min_relevance": args.min_relevance}
-    with MemoryIndex(folder, embedder=_embedder(args)) as index:
+    if args.min_relevance is not None and not 0 <= args.min_relevance <= 100:
+        raise ValueError(f"--min-relevance must be a number from 0 to 100; got {args.min_relevance:g}")
+    with MemoryIndex(folder, embedder=_embedder(args, resident=not args.no_resident)) as index:
         index.update()
         hits = search(index, args.query, k=args.k, source=source, mode=args.mode, **limit)
     for hit in hits:
