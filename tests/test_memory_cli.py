@@ -127,3 +127,33 @@ def test_help_lists_memory_and_imports_no_model(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.extra("memory")
+def test_the_first_search_starts_the_resident_embedder_and_the_next_ones_use_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+    import tempfile
+    import time
+
+    from ctxkeep.memory.resident import ResidentEmbedder, resident_embedder, socket_path, stop_server
+
+    ws = str(tmp_path / "ws")
+    assert run(capsys, "memory", "write", "The user prefers dark mode in every editor", "-w", ws)[0] == 0
+    with tempfile.TemporaryDirectory(dir="/tmp") as runtime:  # a socket path must stay short
+        monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
+        code, first, _ = run(capsys, "memory", "search", "which colour theme does the user like", "-w", ws)
+        path = socket_path()
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                    if conn.connect_ex(str(path)) == 0:
+                        break
+                time.sleep(0.1)
+            assert isinstance(resident_embedder(start=False), ResidentEmbedder)
+            code, second, _ = run(capsys, "memory", "search", "which colour theme does the user like", "-w", ws)
+            assert code == 0 and second == first and "dark mode" in first
+        finally:
+            assert stop_server(path)

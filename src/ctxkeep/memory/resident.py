@@ -11,7 +11,7 @@ process that once; the next ones send the query to it and get its vector back.
                {"stop": true} stops it
     life       it exits after `IDLE_SECONDS` without a request (and with the machine)
 
-    python -m ctxkeep.memory.resident [--idle SECONDS]      what the search starts; runs in the foreground
+    python -m ctxkeep.memory.resident [--idle SECONDS] [--detach]   what the search starts (detached)
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def resident_embedder(*, start: bool = True) -> Embedder | None:
     """MiniLM for a search from the command line: the resident process's when it answers, else one loaded here
     (and, with `start`, the resident process started in the background for the next search). None without
     the memory extra."""
-    from .embed import default_embedder
+    from .embed import default_embedder, minilm_installed
 
     try:
         path = socket_path()
@@ -122,10 +122,9 @@ def resident_embedder(*, start: bool = True) -> Embedder | None:
         return default_embedder()
     if _alive(path):
         return ResidentEmbedder(path, fallback=default_embedder)
-    embedder = default_embedder()
-    if embedder is not None and start:
-        start_server()
-    return embedder
+    if start and minilm_installed():
+        start_server()  # first: it loads the model while this process loads its own
+    return default_embedder()
 
 
 def _alive(path: Path) -> bool:
@@ -138,15 +137,16 @@ def _alive(path: Path) -> bool:
         return False
 
 
-def start_server(idle: float = IDLE_SECONDS) -> subprocess.Popen[bytes]:
-    """Start the resident embedder in the background (its own session: a Ctrl-C of the search does not stop it)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "ctxkeep.memory.resident", "--idle", str(idle)],
+def start_server(idle: float = IDLE_SECONDS) -> None:
+    """Start the resident embedder in the background, detached: in its own session (a Ctrl-C of the search does
+    not stop it), and not our child (nothing waits for it, and no process of ours is left unreaped)."""
+    subprocess.run(
+        [sys.executable, "-m", "ctxkeep.memory.resident", "--idle", str(idle), "--detach"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -236,7 +236,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m ctxkeep.memory.resident", description=__doc__.split("\n")[0])
     parser.add_argument("--idle", type=float, default=IDLE_SECONDS, help="exit after this many idle seconds")
+    parser.add_argument("--detach", action="store_true", help="run it in the background, in a session of its own")
     args = parser.parse_args(argv)
+    if args.detach:
+        subprocess.Popen(
+            [sys.executable, "-m", "ctxkeep.memory.resident", "--idle", str(args.idle)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        os._exit(0)  # at once, before the interpreter's clean-up: the server outlives this process by design
     return serve(socket_path(), idle=args.idle)
 
 
