@@ -6,7 +6,8 @@
 (1) Retrieval: the labelled set in bench/data/memory_retrieval.json (memory files written for this repo,
     English and Chinese, plus filler day logs) indexed with the bundled MiniLM; recall@5 of full text only,
     vectors only and hybrid, overall, by language, and for the queries that share no word with their answer
-    (decided by the full-text index itself, not by hand).
+    (decided by the full-text index itself, not by hand); as shown (results of the default minimum relevance)
+    and for the ranking alone (every candidate); and how many of a few unrelated questions get no result.
 (2) Scale: --chunks synthetic chunks of ~400 tokens (random sentences from a fixed vocabulary, English and
     Chinese): full-text indexing chunks/s; MiniLM embedding chunks/s on --embed-sample of them; query latency
     p50/p95 for each mode with every chunk indexed (the vectors of the chunks not embedded are the sample's,
@@ -43,7 +44,7 @@ from ctxkeep.memory.embed import Embedder, default_embedder
 from ctxkeep.memory.files import append_entries, append_to_section
 from ctxkeep.memory.flush import flush
 from ctxkeep.memory.index import MemoryIndex
-from ctxkeep.memory.search import MODES, search
+from ctxkeep.memory.search import MIN_RELEVANCE, MODES, search
 from ctxkeep.memory.terms import index_terms, match_query
 from ctxkeep.settings import EngineSettings
 from ctxkeep.summarize.testing import fixed_summary_model
@@ -94,6 +95,22 @@ def write_workspace(folder: LocalFolder, data: dict[str, Any], fillers: int) -> 
     return entries
 
 
+# Questions nothing in the labelled memory answers: a search should give nothing.
+UNRELATED = [
+    "how to bake sourdough bread",
+    "best hiking trails in Patagonia",
+    "quantum chromodynamics on a lattice",
+    "who won the 1998 world cup",
+    "knitting a wool scarf",
+    "tax rules for crypto in Germany",
+    "how do whales sleep",
+    "怎么做红烧肉",
+    "量子色动力学",
+    "北京明天的天气",
+    "如何学习弹钢琴",
+]
+
+
 def retrieval(embedder: Embedder | None) -> None:
     data = json.loads(DATA.read_text())
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,7 +121,8 @@ def retrieval(embedder: Embedder | None) -> None:
             stats = index.stats()
             count = len(data["queries"])
             print(f"retrieval set: {count} queries over {stats['files']} files, {stats['chunks']} chunks")
-            rows: dict[str, dict[str, list[bool]]] = {}
+            # Every candidate (min_relevance 0) once; what a user is shown is those at MIN_RELEVANCE or more.
+            rows: dict[float, dict[str, dict[str, list[bool]]]] = {}
             for query in data["queries"]:
                 answer = next(e for e in entries if query["answer"] in e)
                 groups = ["all", "zh" if _is_chinese(query["q"]) else "en"]
@@ -112,18 +130,22 @@ def retrieval(embedder: Embedder | None) -> None:
                 for mode in MODES:
                     if mode != "fts" and not index.vectors:
                         continue
-                    hits = search(index, query["q"], k=K, mode=mode)
-                    found = any(query["answer"] in h.text for h in hits)
-                    for group in groups:
-                        rows.setdefault(group, {}).setdefault(mode, []).append(found)
-    print(f"\nrecall@{K}              queries      fts   vector   hybrid")
-    for group in ("all", "en", "zh", "shares a word", "shares no word"):
-        modes = rows.get(group, {})
-        n = len(modes.get("fts", []))
-        cells = [f"{sum(modes[m]) / n:8.1%}" if m in modes else "     n/a" for m in MODES if n] if n else []
-        order = {m: c for m, c in zip(MODES, cells, strict=False)}
-        shown = " ".join(f"{order.get(m, ''):>8s}" for m in ("fts", "vector", "hybrid"))
-        print(f"{group:20s} {n:8d} {shown}")
+                    hits = search(index, query["q"], k=K, mode=mode, min_relevance=0)
+                    for least in (0.0, MIN_RELEVANCE):
+                        found = any(query["answer"] in h.text for h in hits if h.score >= least)
+                        for group in groups:
+                            rows.setdefault(least, {}).setdefault(group, {}).setdefault(mode, []).append(found)
+            empty = sum(not search(index, q, k=K) for q in UNRELATED)
+    for least, title in ((MIN_RELEVANCE, f"as shown (relevance {MIN_RELEVANCE:.0f}+)"), (0.0, "ranking alone")):
+        print(f"\nrecall@{K}, {title}")
+        print("                     queries      fts   vector   hybrid")
+        for group in ("all", "en", "zh", "shares a word", "shares no word"):
+            modes = rows[least].get(group, {})
+            n = len(modes.get("fts", []))
+            cells = {m: f"{sum(modes[m]) / n:8.1%}" for m in MODES if n and m in modes}
+            shown = " ".join(f"{cells.get(m, '     n/a'):>8s}" for m in ("fts", "vector", "hybrid"))
+            print(f"{group:20s} {n:8d} {shown}")
+    print(f"\nunrelated questions answered with nothing (hybrid): {empty} of {len(UNRELATED)}")
 
 
 _WORDS = [
