@@ -143,8 +143,13 @@ def test_the_first_search_starts_the_resident_embedder_and_the_next_ones_use_it(
     assert run(capsys, "memory", "write", "The user prefers dark mode in every editor", "-w", ws)[0] == 0
     with tempfile.TemporaryDirectory(dir="/tmp") as runtime:  # a socket path must stay short
         monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
-        code, first, _ = run(capsys, "memory", "search", "which colour theme does the user like", "-w", ws)
         path = socket_path()
+        code, alone, _ = run(
+            capsys, "memory", "search", "which colour theme does the user like", "-w", ws, "--no-resident"
+        )
+        assert code == 0 and not path.exists()  # MiniLM loaded in this process; nothing started
+        code, first, _ = run(capsys, "memory", "search", "which colour theme does the user like", "-w", ws)
+        assert first == alone
         try:
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:

@@ -194,6 +194,8 @@ def serve(path: Path, *, idle: float = IDLE_SECONDS, embedder: Embedder | None =
 def _loop(listener: socket.socket, model: Embedder, idle: float) -> None:
     state = {"last": time.monotonic(), "busy": 0, "stop": False}
     guard = threading.Lock()
+    # One embedding at a time: the model already uses the cores, and its tokenizer is not promised thread-safe.
+    running = threading.Lock()
 
     def handle(conn: socket.socket) -> None:
         with conn, conn.makefile("rb") as reader:
@@ -206,7 +208,8 @@ def _loop(listener: socket.socket, model: Embedder, idle: float) -> None:
                     texts = request.get("texts")
                     if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
                         raise ValueError("texts must be a list of strings")
-                    reply = {"vectors": model.embed(texts)}
+                    with running:
+                        reply = {"vectors": model.embed(texts)}
             except Exception as exc:  # one bad request must not stop the server
                 reply = {"error": f"{type(exc).__name__}: {exc}"}
             with contextlib.suppress(OSError):
