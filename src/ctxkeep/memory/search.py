@@ -100,7 +100,7 @@ def search(
     min_relevance: float = MIN_RELEVANCE,
 ) -> list[Hit]:
     """At most `k` chunks for `query` in `source` ("memory", "dialog", or None for both), best first, none
-    under `min_relevance` (0-100; 0 keeps every candidate)."""
+    under `min_relevance` (0-100; 0 keeps every candidate either half finds something in)."""
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be a whole number, 1 or more; got {k!r}")
     if source is not None and source not in SOURCES:
@@ -126,7 +126,6 @@ def search(
         relevance = 100 * (1 - (1 - (w or 0.0)) * (1 - (m or 0.0)))
         if relevance >= max(min_relevance, 1e-9):  # a chunk neither half finds anything in is never an answer
             scored.append((relevance, chunk, w, m))
-    # Ties (common in full text: several chunks holding every word) go to the better BM25 rank, then the nearer.
     # Ties (common in full text: several chunks holding every word) go to the chunk both halves rank higher
     # (reciprocal rank fusion: `1 / (60 + rank)` from each list a chunk is in).
     fused = {c: sum(1 / (RRF_K + r[c]) for r in (fts_rank, vector_rank) if c in r) for c in candidates}
