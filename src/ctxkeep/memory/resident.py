@@ -41,6 +41,8 @@ log = logging.getLogger("ctxkeep")
 IDLE_SECONDS = 600.0
 # A request larger than this is no embedding request (a batch of the index's chunks is ~1 MB).
 MAX_REQUEST = 64 * 1024 * 1024
+# How long the server waits for a request's line once a client connects.
+REQUEST_SECONDS = 60.0
 # How long a search waits for the server to accept: a dead socket file answers at once.
 CONNECT_SECONDS = 2.0
 
@@ -226,7 +228,8 @@ def _loop(listener: socket.socket, model: Embedder, idle: float) -> None:
                 if not state["busy"] and time.monotonic() - float(state["last"]) > idle:
                     return
             continue
-        conn.settimeout(None)
+        # A client that connects and never writes must not keep the server busy (and alive) for good.
+        conn.settimeout(REQUEST_SECONDS)
         with guard:
             state["busy"] = int(state["busy"]) + 1
             state["last"] = time.monotonic()
