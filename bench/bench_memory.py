@@ -1,17 +1,22 @@
 """Memory benchmark: retrieval quality, indexing speed, query latency, and the cost of a memory flush.
 
-    python bench/bench_memory.py [--chunks 10000] [--embed-sample 500] [--queries 200]
-                                 [--model SPEC --base-url URL]
+    python bench/bench_memory.py [--chunks 10000] [--embed-sample 500] [--queries 200] [--cli-runs 9]
+                                 [--model SPEC --base-url URL] [--skip retrieval,scale,cli,flush]
 
 (1) Retrieval: the labelled set in bench/data/memory_retrieval.json (memory files written for this repo,
     English and Chinese, plus filler day logs) indexed with the bundled MiniLM; recall@5 of full text only,
     vectors only and hybrid, overall, by language, and for the queries that share no word with their answer
-    (decided by the full-text index itself, not by hand).
+    (decided by the full-text index itself, not by hand); as shown (results of the default minimum relevance)
+    and for the ranking alone (every candidate); and how many of a few unrelated questions get no result.
 (2) Scale: --chunks synthetic chunks of ~400 tokens (random sentences from a fixed vocabulary, English and
     Chinese): full-text indexing chunks/s; MiniLM embedding chunks/s on --embed-sample of them; query latency
     p50/p95 for each mode with every chunk indexed (the vectors of the chunks not embedded are the sample's,
     reused: sqlite-vec's search cost does not depend on what the vectors say).
-(3) Flush: the example session cut into the parts a 32,000-token window compacts, each flushed by the rule,
+(3) CLI: the real ``ctxkeep memory search`` command in a subprocess over the labelled set's workspace, after
+    one warm-up, p50 and p95 over --cli-runs different queries: with the resident embedder (the default: MiniLM
+    stays loaded in a background process), with MiniLM loaded in the command's own process (--no-resident,
+    how every search ran before), and full text alone (--no-vectors).
+(4) Flush: the example session cut into the parts a 32,000-token window compacts, each flushed by the rule,
     by a scripted model (3 steps: search, write, done: ctxkeep's own cost) and by --model when given; seconds
     per flush beside the seconds of the compaction itself.
 """
@@ -20,9 +25,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +44,7 @@ from ctxkeep.memory.embed import Embedder, default_embedder
 from ctxkeep.memory.files import append_entries, append_to_section
 from ctxkeep.memory.flush import flush
 from ctxkeep.memory.index import MemoryIndex
-from ctxkeep.memory.search import MODES, search
+from ctxkeep.memory.search import MIN_RELEVANCE, MODES, search
 from ctxkeep.memory.terms import index_terms, match_query
 from ctxkeep.settings import EngineSettings
 from ctxkeep.summarize.testing import fixed_summary_model
@@ -88,6 +95,22 @@ def write_workspace(folder: LocalFolder, data: dict[str, Any], fillers: int) -> 
     return entries
 
 
+# Questions nothing in the labelled memory answers: a search should give nothing.
+UNRELATED = [
+    "how to bake sourdough bread",
+    "best hiking trails in Patagonia",
+    "quantum chromodynamics on a lattice",
+    "who won the 1998 world cup",
+    "knitting a wool scarf",
+    "tax rules for crypto in Germany",
+    "how do whales sleep",
+    "怎么做红烧肉",
+    "量子色动力学",
+    "北京明天的天气",
+    "如何学习弹钢琴",
+]
+
+
 def retrieval(embedder: Embedder | None) -> None:
     data = json.loads(DATA.read_text())
     with tempfile.TemporaryDirectory() as tmp:
@@ -98,7 +121,8 @@ def retrieval(embedder: Embedder | None) -> None:
             stats = index.stats()
             count = len(data["queries"])
             print(f"retrieval set: {count} queries over {stats['files']} files, {stats['chunks']} chunks")
-            rows: dict[str, dict[str, list[bool]]] = {}
+            # Every candidate (min_relevance 0) once; what a user is shown is those at MIN_RELEVANCE or more.
+            rows: dict[float, dict[str, dict[str, list[bool]]]] = {}
             for query in data["queries"]:
                 answer = next(e for e in entries if query["answer"] in e)
                 groups = ["all", "zh" if _is_chinese(query["q"]) else "en"]
@@ -106,18 +130,22 @@ def retrieval(embedder: Embedder | None) -> None:
                 for mode in MODES:
                     if mode != "fts" and not index.vectors:
                         continue
-                    hits = search(index, query["q"], k=K, mode=mode)
-                    found = any(query["answer"] in h.text for h in hits)
-                    for group in groups:
-                        rows.setdefault(group, {}).setdefault(mode, []).append(found)
-    print(f"\nrecall@{K}              queries      fts   vector   hybrid")
-    for group in ("all", "en", "zh", "shares a word", "shares no word"):
-        modes = rows.get(group, {})
-        n = len(modes.get("fts", []))
-        cells = [f"{sum(modes[m]) / n:8.1%}" if m in modes else "     n/a" for m in MODES if n] if n else []
-        order = {m: c for m, c in zip(MODES, cells, strict=False)}
-        shown = " ".join(f"{order.get(m, ''):>8s}" for m in ("fts", "vector", "hybrid"))
-        print(f"{group:20s} {n:8d} {shown}")
+                    hits = search(index, query["q"], k=K, mode=mode, min_relevance=0)
+                    for least in (0.0, MIN_RELEVANCE):
+                        found = any(query["answer"] in h.text for h in hits if h.score >= least)
+                        for group in groups:
+                            rows.setdefault(least, {}).setdefault(group, {}).setdefault(mode, []).append(found)
+            empty = sum(not search(index, q, k=K) for q in UNRELATED)
+    for least, title in ((MIN_RELEVANCE, f"as shown (relevance {MIN_RELEVANCE:.0f}+)"), (0.0, "ranking alone")):
+        print(f"\nrecall@{K}, {title}")
+        print("                     queries      fts   vector   hybrid")
+        for group in ("all", "en", "zh", "shares a word", "shares no word"):
+            modes = rows[least].get(group, {})
+            n = len(modes.get("fts", []))
+            cells = {m: f"{sum(modes[m]) / n:8.1%}" for m in MODES if n and m in modes}
+            shown = " ".join(f"{cells.get(m, '     n/a'):>8s}" for m in ("fts", "vector", "hybrid"))
+            print(f"{group:20s} {n:8d} {shown}")
+    print(f"\nunrelated questions answered with nothing (hybrid): {empty} of {len(UNRELATED)}")
 
 
 _WORDS = [
@@ -244,6 +272,70 @@ class _Reused:
         return out
 
 
+def _command() -> list[str]:
+    """The installed ``ctxkeep`` command beside this Python, else the same entry point through ``-c``."""
+    script = Path(sys.executable).with_name("ctxkeep")
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from ctxkeep.cli import main; sys.exit(main())"]
+
+
+def cli_search(runs: int) -> None:
+    from ctxkeep.memory.resident import socket_path, stop_server
+
+    data = json.loads(DATA.read_text())
+    queries = [q["q"] for q in data["queries"]]
+    path = socket_path()
+    stop_server(path)  # from no resident process, so the first search is what a user's first one costs
+    print(f"\nCLI: `ctxkeep memory search` in a subprocess, p50 over {runs} queries after one warm-up")
+    with tempfile.TemporaryDirectory() as tmp:
+        write_workspace(LocalFolder(tmp), data, fillers=40)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+        }
+        subprocess.run([*_command(), "memory", "index", "-w", tmp], check=True, env=env, capture_output=True)
+        for name, options in (
+            ("resident MiniLM (default)", []),
+            ("MiniLM loaded per search (--no-resident)", ["--no-resident"]),
+            ("full text only (--no-vectors)", ["--no-vectors"]),
+        ):
+            times = []
+            for i, query in enumerate(queries[: runs + 1]):
+                started = time.perf_counter()
+                subprocess.run(
+                    [*_command(), "memory", "search", query, "-w", tmp, *options],
+                    check=True,
+                    env=env,
+                    capture_output=True,
+                )
+                seconds = time.perf_counter() - started
+                if i == 0:
+                    first = seconds
+                    if not options:
+                        _wait_for(path)  # the first search started the resident process: let it load
+                    continue
+                times.append(seconds * 1000)
+            times.sort()
+            p95 = times[int(0.95 * (len(times) - 1))]
+            p50 = statistics.median(times)
+            print(f"  {name:42s} p50 {p50:6.0f} ms   p95 {p95:6.0f} ms   (first search {first * 1000:.0f} ms)")
+    stop_server(path)
+
+
+def _wait_for(path: Path, seconds: float = 60.0) -> None:
+    import socket
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            try:
+                conn.connect(str(path))
+                return
+            except OSError:
+                time.sleep(0.2)
+
+
 def flush_cost(model_spec: str | None, base_url: str | None) -> None:
     messages = load(EXAMPLE).conversations[0].messages
     # The parts a 32,000-token window compacts: replay once and keep what each compaction archived.
@@ -293,9 +385,10 @@ def main() -> int:
     parser.add_argument("--chunks", type=int, default=10_000)
     parser.add_argument("--embed-sample", type=int, default=500)
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--cli-runs", type=int, default=9, help="timed CLI searches per kind (after one warm-up)")
     parser.add_argument("--model", help="also flush with this model (openai:<name>, ...)")
     parser.add_argument("--base-url")
-    parser.add_argument("--skip", default="", help="comma list of parts to skip: retrieval,scale,flush")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: retrieval,scale,cli,flush")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     embedder = default_embedder()
@@ -305,6 +398,8 @@ def main() -> int:
         retrieval(embedder)
     if "scale" not in skip:
         scale(embedder, args.chunks, args.embed_sample, args.queries)
+    if "cli" not in skip:
+        cli_search(args.cli_runs)
     if "flush" not in skip:
         flush_cost(args.model, args.base_url)
     return 0

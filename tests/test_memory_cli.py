@@ -33,13 +33,52 @@ def test_write_index_search_and_consolidate(tmp_path: Path, capsys: pytest.Captu
     hit = json.loads(out.splitlines()[0])
     assert code == 0 and hit["path"].startswith("memory/") and hit["start_line"] == 1 and "02:00" in hit["text"]
     code, out, _ = run(capsys, "memory", "search", "中文", "-w", ws, "--no-vectors")
-    assert code == 0 and out.startswith("MEMORY.md:1-5  score ")
+    assert (code, out) == (0, "MEMORY.md:5  relevance 100 (words 100)\n  > 5  - 用户更喜欢中文回答\n")
     code, _, err = run(capsys, "memory", "search", "zzzz", "-w", ws, "--dialog", "--no-vectors")
     assert (code, err) == (0, "no results\n")
     code, out, _ = run(capsys, "memory", "consolidate", "-w", ws)
     assert code == 0 and "1 added, 0 already there, 0 superseded" in out
     assert "Backups run at 02:00 from cron on db-1" in (Path(ws) / "MEMORY.md").read_text()
     assert run(capsys, "memory", "consolidate", "-w", ws)[1].startswith("nothing to consolidate")
+
+
+def test_results_show_the_matching_lines_and_nothing_matching_well_is_no_result(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = str(tmp_path / "ws")
+    for text in ["The wheel is built with hatchling", "CI runs ruff and mypy", "Ana prefers small pull requests"]:
+        assert run(capsys, "memory", "write", text, "-w", ws)[0] == 0
+    code, out, _ = run(capsys, "memory", "search", "who builds the wheel", "-w", ws, "--no-vectors")
+    head, *lines = out.splitlines()
+    day = next(Path(ws, "memory").glob("*.md")).name
+    assert code == 0 and head == f"memory/{day}:3  relevance 50 (words 50)"  # "wheel", not "builds" ("built")
+    assert [line.split()[:2] for line in lines] == [[">", "3"], ["4", "-"]]  # the match, a line after (line 2 is blank)
+    code, out, err = run(capsys, "memory", "search", "kubernetes cluster", "-w", ws, "--no-vectors")
+    assert (code, out, err) == (0, "", "no results\n")
+    code, out, _ = run(capsys, "memory", "search", "wheel kubernetes cluster upgrade", "-w", ws, "--no-vectors")
+    assert out == ""  # one word of four: under the default 30
+    code, out, _ = run(
+        capsys,
+        "memory",
+        "search",
+        "wheel kubernetes cluster upgrade",
+        "-w",
+        ws,
+        "--no-vectors",
+        "--min-relevance",
+        "20",
+    )
+    assert out.splitlines()[0].endswith(":3  relevance 25 (words 25)")
+    code, _, err = run(capsys, "memory", "search", "x", "-w", ws, "--min-relevance", "101")
+    assert (code, err) == (2, "ctxkeep: error: --min-relevance must be a number from 0 to 100; got 101\n")
+
+
+def test_help_explains_the_relevance_with_the_numbers_search_uses() -> None:
+    from ctxkeep.memory import search
+    from ctxkeep.memory.cli import SCORE_HELP
+
+    assert f"{search.COSINE_FLOOR} or less (unrelated) is 0, {search.COSINE_FULL} or more 100" in SCORE_HELP
+    assert f"--min-relevance ({search.MIN_RELEVANCE:.0f})" in SCORE_HELP
 
 
 def test_bad_arguments_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -88,3 +127,38 @@ def test_help_lists_memory_and_imports_no_model(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.extra("memory")
+def test_the_first_search_starts_the_resident_embedder_and_the_next_ones_use_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+    import tempfile
+    import time
+
+    from ctxkeep.memory.resident import ResidentEmbedder, resident_embedder, socket_path, stop_server
+
+    ws = str(tmp_path / "ws")
+    assert run(capsys, "memory", "write", "The user prefers dark mode in every editor", "-w", ws)[0] == 0
+    with tempfile.TemporaryDirectory(dir="/tmp") as runtime:  # a socket path must stay short
+        monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
+        path = socket_path()
+        code, alone, _ = run(
+            capsys, "memory", "search", "which colour theme does the user like", "-w", ws, "--no-resident"
+        )
+        assert code == 0 and not path.exists()  # MiniLM loaded in this process; nothing started
+        code, first, _ = run(capsys, "memory", "search", "which colour theme does the user like", "-w", ws)
+        assert first == alone
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                    if conn.connect_ex(str(path)) == 0:
+                        break
+                time.sleep(0.1)
+            assert isinstance(resident_embedder(start=False), ResidentEmbedder)
+            code, second, _ = run(capsys, "memory", "search", "which colour theme does the user like", "-w", ws)
+            assert code == 0 and second == first and "dark mode" in first
+        finally:
+            assert stop_server(path)

@@ -88,7 +88,7 @@ def test_the_endpoints_vectors_index_and_search(server: _Server, monkeypatch: py
     append_daily(folder, "Invoices are sent on Mondays", at=NOW.replace(day=3))
     with MemoryIndex(folder, embedder=embedder) as index:
         index.update()
-        hit = search(index, "which colour theme for coding", k=1, mode="vector")[0]
+        hit = search(index, "which colour theme for coding", k=1, mode="vector", min_relevance=0)[0]  # the nearest
     assert hit.path == "memory/2026-02-02.md"
 
 

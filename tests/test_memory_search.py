@@ -189,3 +189,65 @@ def test_the_archive_gets_vectors_only_when_asked(minilm: MiniLMEmbedder) -> Non
         index.update()
         assert index.stats()["vectors"] == 1
         assert search(index, "build", k=1, source="dialog")[0].vector_rank == 1
+
+
+def test_relevance_is_the_share_of_words_held_and_a_weak_match_is_no_answer() -> None:
+    folder = MemoryFolder()
+    for i, text in enumerate(["The wheel is built with hatchling", "CI runs ruff then mypy", "Ana likes small PRs"]):
+        append_daily(folder, text, at=NOW.replace(hour=9 + i))
+    with MemoryIndex(folder, embedder=None) as index:
+        index.update()
+        (hit,) = search(index, "how is the wheel built", k=3)
+        assert (hit.score, hit.words, hit.meaning) == (100.0, 1.0, None)  # "how", "is", "the" say nothing
+        assert [(x.number, x.match) for x in hit.lines] == [(2, False), (3, True), (4, False)]
+        assert hit.line == 3 and hit.lines[1].text == "- 09:00 The wheel is built with hatchling"
+        assert search(index, "wheel kubernetes", k=3)[0].score == 50.0
+        assert search(index, "wheel kubernetes cluster upgrade", k=3) == []  # one word of four
+        assert search(index, "wheel kubernetes cluster upgrade", k=3, min_relevance=25)[0].score == 25.0
+        with pytest.raises(ValueError, match="min_relevance must be a number from 0 to 100"):
+            search(index, "wheel", min_relevance=-1)
+
+
+def test_a_long_chunk_shows_its_best_lines_not_all_of_it() -> None:
+    folder = MemoryFolder()
+    entries = [f"entry {i} about the nightly report" for i in range(15)]
+    entries[9] = "the backup of db-1 runs at 02:00 from cron"
+    for i, text in enumerate(entries):
+        append_daily(folder, text, at=NOW.replace(minute=i))
+    with MemoryIndex(folder, embedder=None) as index:
+        index.update()
+        (hit,) = search(index, "when does the db-1 backup run", k=1)
+        assert hit.end_line - hit.start_line >= 10
+        assert [(x.number, x.match) for x in hit.lines] == [(11, False), (12, True), (13, False)]
+        assert "db-1" in hit.lines[1].text and hit.to_dict()["line"] == 12
+
+
+def test_meaning_is_the_cosine_on_a_fixed_scale() -> None:
+    from ctxkeep.memory.search import COSINE_FLOOR, COSINE_FULL, meaning_of
+
+    assert meaning_of(-0.3) == meaning_of(COSINE_FLOOR) == 0.0
+    assert meaning_of(COSINE_FULL) == meaning_of(0.95) == 1.0
+    assert meaning_of((COSINE_FLOOR + COSINE_FULL) / 2) == pytest.approx(0.5)
+
+
+@pytest.mark.extra("memory")
+def test_an_unrelated_query_finds_nothing_while_a_paraphrase_is_found_by_meaning(minilm: MiniLMEmbedder) -> None:
+    folder = MemoryFolder()
+    notes = [
+        "The build uses hatchling; python -m build makes the wheel and the sdist",
+        "CI tests Python 3.11 and 3.13; ruff and mypy must be clean before a commit",
+        "pytest failed with ModuleNotFoundError; `pip install -e .` fixed it",
+        "The release job uploads to PyPI with trusted publishing",
+    ]
+    for i, text in enumerate(notes):
+        append_daily(folder, text, at=NOW.replace(day=i + 1))
+    with MemoryIndex(folder, embedder=minilm) as index:
+        index.update()
+        assert search(index, "kubernetes", k=3) == []
+        assert search(index, "kubernetes pod scheduling", k=3) == []
+        assert search(index, "kubernetes", k=3, min_relevance=0) == []  # no word, and a cosine under the floor
+        query = "how to fix a missing module error"  # "fix" is the only word it shares: too little alone
+        assert search(index, query, k=3, mode="fts") == []
+        (hit, *_) = search(index, query, k=3)
+        assert hit.path == "memory/2026-03-03.md" and hit.words is not None and hit.words < 0.3
+        assert hit.meaning is not None and hit.score >= 30 and hit.vector_rank == 1

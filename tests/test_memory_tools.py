@@ -51,8 +51,10 @@ def test_write_read_and_search_memory() -> None:
         "memory/2026-07-01.md, lines 1-3 of 3:\n1: # 2026-07-01\n2: \n3: - 08:15 Ana reviews every PR touching billing/"
     )
     found = tools["memory_search"].invoke({"query": "who reviews billing"})
-    assert found.startswith("[memory/2026-07-01.md lines 1-3, score ")
-    assert "memory_read path=memory/2026-07-01.md start_line=1" in found
+    assert found == (
+        "[memory/2026-07-01.md:3, relevance 100/100] (whole chunk: memory_read path=memory/2026-07-01.md"
+        " start_line=1 lines=3)\n> 3: - 08:15 Ana reviews every PR touching billing/"
+    )
     assert "MEMORY.md" in tools["memory_search"].invoke({"query": "周四的会议"})
     assert tools["memory_search"].invoke({"query": "kubernetes"}) == "no results"
 
@@ -67,7 +69,8 @@ def test_dialog_search_names_the_archive_line_to_read() -> None:
     )
     tools = _tools(folder)
     found = tools["dialog_search"].invoke({"query": "7f3a2c", "k": 2})
-    assert found.startswith("[dialog/2026-06-30.jsonl line 2, score")
+    assert found.startswith("[dialog/2026-06-30.jsonl:2, relevance 100/100] (whole chunk: memory_read")
+    assert found.endswith("\n> assistant: The migration id is 7f3a2c and it ran at 02:00.")
     assert tools["memory_search"].invoke({"query": "7f3a2c"}) == "no results"
     line = tools["memory_read"].invoke({"path": "dialog/2026-06-30.jsonl", "start_line": 2, "lines": 1})
     assert "7f3a2c" in line

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import orjson
-
-from ctxkeep.codec import message_from_dict
-from ctxkeep.messages import Message
+if TYPE_CHECKING:
+    from ctxkeep.messages import Message
 
 CHUNK_TOKENS = 400
 OVERLAP_TOKENS = 80
@@ -64,6 +63,11 @@ def markdown_chunks(
 
 def dialog_chunks(path: str, data: bytes) -> list[Chunk]:
     """One chunk per archived message of ``dialog/*.jsonl``: who spoke, what was said or run, and the result."""
+    # Imported here: a search that finds no archive changed need not pay for the message types (~30 ms).
+    import orjson
+
+    from ctxkeep.codec import message_from_dict
+
     out = []
     for number, raw in enumerate(data.splitlines(), 1):
         try:

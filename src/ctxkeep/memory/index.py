@@ -26,7 +26,6 @@ from typing import Any
 from ctxkeep.errors import StorageError
 from ctxkeep.folder import LocalFolder
 from ctxkeep.store import DIALOG_DIR, FileInfo, Folder
-from ctxkeep.tokens import get_counter
 
 from .chunks import Chunk, dialog_chunks, markdown_chunks
 from .embed import Embedder
@@ -91,7 +90,6 @@ class MemoryIndex:
         self.vectors = embedder is not None and loadable and _load_vec(self._db)
         if embedder is not None and not self.vectors:
             log.warning("sqlite-vec cannot be loaded here: memory search uses full text only (install ctxkeep[memory])")
-        self._counter = get_counter("o200k_base")
         with self._write():
             self._create()
 
@@ -225,7 +223,11 @@ class MemoryIndex:
     def _chunk(self, name: str, data: bytes) -> list[Chunk]:
         if source_of(name) == "dialog":
             return dialog_chunks(name, data)
-        return markdown_chunks(name, data.decode("utf-8", errors="replace"), self._counter.count_texts)
+        # Imported here: the tokenizer costs a search that finds nothing changed ~60 ms it does not need.
+        from ctxkeep.tokens import get_counter
+
+        counter = get_counter("o200k_base")
+        return markdown_chunks(name, data.decode("utf-8", errors="replace"), counter.count_texts)
 
     def _drop(self, name: str) -> None:
         ids = [row[0] for row in self._db.execute("SELECT id FROM chunks WHERE path = ?", (name,))]
@@ -287,17 +289,26 @@ class MemoryIndex:
 
 def _load_vec(db: Any) -> bool:
     try:
-        import sqlite_vec
-
         db.enable_load_extension(True)
         try:
-            sqlite_vec.load(db)
+            db.load_extension(_vec_path())
         finally:
             db.enable_load_extension(False)
         return True
     except Exception as exc:  # ImportError, a build without load_extension, the module's own errors
         log.debug("sqlite-vec not loaded: %s", exc)
         return False
+
+
+def _vec_path() -> str:
+    """sqlite-vec's loadable extension, found without importing its package: the package imports numpy, which
+    would cost every search ~0.15 s for nothing."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sqlite_vec")
+    if spec is None or spec.origin is None:
+        raise ImportError("sqlite-vec is not installed: pip install 'ctxkeep[memory]'")
+    return os.path.join(os.path.dirname(spec.origin), "vec0")  # the package's own `loadable_path()`
 
 
 def _database(folder: Folder) -> str:

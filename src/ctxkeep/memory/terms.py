@@ -33,20 +33,43 @@ def _terms(text: str) -> list[str]:
     return out
 
 
-def match_query(query: str) -> str | None:
-    """An FTS5 MATCH expression that finds chunks holding any word of `query` (None when it has none).
-
-    Each word is quoted, so nothing in a query is FTS5 syntax; a single CJK character matches the pairs it
-    starts.
-    """
+def query_terms(query: str) -> list[str]:
+    """The distinct words of `query` as the index stores them, in order, at most `MAX_QUERY_TERMS`."""
     seen: dict[str, None] = {}
     for term in _terms(query):
         seen.setdefault(term, None)
-    terms = list(seen)[:MAX_QUERY_TERMS]
-    if not terms:
-        return None
-    parts = []
-    for term in terms:
-        quoted = '"' + term.replace('"', '""') + '"'
-        parts.append(quoted + "*" if len(term) == 1 and _CJK_RUN.fullmatch(term) else quoted)
-    return " OR ".join(parts)
+    return list(seen)[:MAX_QUERY_TERMS]
+
+
+def match_term(term: str) -> str:
+    """An FTS5 MATCH expression for one word: quoted, so it is never FTS5 syntax; a single CJK character
+    matches the pairs it starts."""
+    quoted = '"' + term.replace('"', '""') + '"'
+    return quoted + "*" if len(term) == 1 and _CJK_RUN.fullmatch(term) else quoted
+
+
+def match_query(query: str) -> str | None:
+    """An FTS5 MATCH expression that finds chunks holding any word of `query` (None when it has none)."""
+    terms = query_terms(query)
+    return " OR ".join(match_term(t) for t in terms) if terms else None
+
+
+def is_cjk(term: str) -> bool:
+    """Whether `term` is Chinese, Japanese or Korean characters (a pair or a single one)."""
+    return _CJK_RUN.fullmatch(term) is not None
+
+
+def content_terms(terms: list[str]) -> list[str]:
+    """`terms` without the common English words ("the", "how", "we") that say nothing of what is asked;
+    all of them when every one is common."""
+    kept = [t for t in terms if t not in STOPWORDS]
+    return kept or terms
+
+
+# Words in nearly every English note: a chunk holding only these does not match the question.
+_COMMON = (
+    "a an and are as at be been but by can could do does did for from had has have how i if in into is it its"
+    " me my of on or our so than that the their them then there these they this those to us was we were what"
+    " when where which who whom why will with would you your"
+)
+STOPWORDS = frozenset(_COMMON.split(" "))

@@ -27,9 +27,9 @@ from ctxkeep.store import Folder
 from .embed import Embedder, default_embedder
 from .files import MEMORY_FILE, append_daily, append_to_section, read_lines
 from .index import MemoryIndex
-from .search import Hit, search
+from .search import MIN_RELEVANCE, Hit, search
 
-# Of each hit, what a tool shows the model: enough to judge it; the file and lines say where the rest is.
+# Of each hit's lines, how many characters a tool shows the model: enough to judge it; memory_read gives the rest.
 HIT_CHARS = 700
 MAX_K = 20
 MAX_READ_LINES = 500
@@ -73,9 +73,12 @@ class MemoryTool:
 class _Memory:
     """What the tools share: the workspace, the clock and one embedder, loaded on the first search."""
 
-    def __init__(self, folder: Folder, embedder: Embedder | str | None, now: Callable[[], datetime]) -> None:
+    def __init__(
+        self, folder: Folder, embedder: Embedder | str | None, now: Callable[[], datetime], min_relevance: float
+    ) -> None:
         self.folder = folder
         self.now = now
+        self.min_relevance = min_relevance
         self._embedder = embedder
         self._lock = threading.Lock()
 
@@ -115,17 +118,35 @@ class _Memory:
         _whole(k, "k")
         with MemoryIndex(self.folder, embedder=self.embedder()) as index:
             index.update()
-            hits = search(index, query, k=min(k, MAX_K), source=source)
+            hits = search(index, query, k=min(k, MAX_K), source=source, min_relevance=self.min_relevance)
         if not hits:
             return "no results"
         return "\n\n".join(_show(hit) for hit in hits)
 
 
 def _show(hit: Hit) -> str:
-    lines = str(hit.start_line) if hit.start_line == hit.end_line else f"{hit.start_line}-{hit.end_line}"
-    where = f"{hit.path} line{'s' if '-' in lines else ''} {lines}"
-    text = hit.text if len(hit.text) <= HIT_CHARS else hit.text[:HIT_CHARS] + " …"
-    return f"[{where}, score {hit.score:.4f}] (memory_read path={hit.path} start_line={hit.start_line})\n{text}"
+    """A result for the model: ``file:line``, relevance, how to read the whole chunk, then the matching lines."""
+    span = hit.end_line - hit.start_line + 1
+    head = (
+        f"[{hit.path}:{hit.line}, relevance {round(hit.score)}/100]"
+        f" (whole chunk: memory_read path={hit.path} start_line={hit.start_line} lines={span})"
+    )
+    one_line = span == 1  # an archived message: every text line is the same file line
+    body, used = [], 0
+    for line in hit.lines:
+        if not (line.text.strip() or line.match):
+            continue
+        text = (
+            f"{'>' if line.match else ' '} {line.text}"
+            if one_line
+            else f"{'>' if line.match else ' '} {line.number}: {line.text}"
+        )
+        if used + len(text) > HIT_CHARS:
+            body.append(text[: max(0, HIT_CHARS - used)] + " …")
+            break
+        body.append(text)
+        used += len(text)
+    return "\n".join([head, *body])
 
 
 def _text(value: object, name: str) -> None:
@@ -143,11 +164,15 @@ def memory_tools(
     *,
     embedder: Embedder | str | None = "default",
     now: Callable[[], datetime] | None = None,
+    min_relevance: float = MIN_RELEVANCE,
 ) -> list[MemoryTool]:
     """The memory tools of `workspace` (a folder path or a `Folder`). `embedder` "default" loads MiniLM when
-    installed; None searches full text only. `now` (default: local time) dates the day's log."""
+    installed; None searches full text only. `now` (default: local time) dates the day's log. The searches
+    leave out results under `min_relevance` (0-100; see `ctxkeep.memory.search`)."""
     folder = LocalFolder(workspace) if isinstance(workspace, str | Path | os.PathLike) else workspace
-    memory = _Memory(folder, embedder, now or (lambda: datetime.now().astimezone()))
+    if isinstance(min_relevance, bool) or not isinstance(min_relevance, int | float) or not 0 <= min_relevance <= 100:
+        raise ValueError(f"min_relevance must be a number from 0 to 100; got {min_relevance!r}")
+    memory = _Memory(folder, embedder, now or (lambda: datetime.now().astimezone()), min_relevance)
     k_schema = {"type": "integer", "minimum": 1, "maximum": MAX_K, "description": "how many results (default 5)"}
     return [
         MemoryTool(
@@ -191,7 +216,8 @@ def memory_tools(
             name="memory_search",
             description=(
                 "Search long-term memory (MEMORY.md and the day logs) by meaning and by words, in any language."
-                " Results name the file and lines; read more with memory_read."
+                " Each result names the file and line, a relevance out of 100 and the lines that match (marked >);"
+                " read the whole chunk with memory_read. Nothing matching well gives no results."
             ),
             parameters={
                 "type": "object",
