@@ -30,7 +30,8 @@ from ctxkeep.writer import usage_of
 NOW = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
 SETTINGS = EngineSettings(
     compact=CompactSettings(max_input_length=3_000, compact_ratio=0.7, reserve_ratio=0.2),
-    offload=OffloadSettings(recent_n=2, recent_max_bytes=1_500, old_max_bytes=300),
+    # each result ages as it passes the 2 newest (no waiting for a cheap moment): what is archived was offloaded
+    offload=OffloadSettings(recent_n=2, recent_max_bytes=1_500, old_max_bytes=300, age_batch_bytes=0),
 )
 
 

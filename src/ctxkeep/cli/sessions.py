@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ctxkeep import records
+from ctxkeep.workspace import records
 from ctxkeep.errors import CtxkeepError
 from ctxkeep.folder import LocalFolder
 

@@ -66,7 +66,7 @@ class SummaryRun:
     server reported them, else our count), parts, messages sent truncated, the parts that failed, the
     attempts at the final reply and the audit failures of the reply kept; the provider's own retries (after
     timeouts, 429, 5xx), and the identifiers the reply was checked for and those appended because it left
-    them out (the compaction record, ctxkeep.records, shows them)."""
+    them out (the compaction record, ctxkeep.workspace.records, shows them)."""
 
     calls: int = 0
     input_tokens: int = 0
