@@ -20,7 +20,7 @@ import orjson
 from .archive import Archive
 from .errors import MessageError, PinnedOverBudgetError
 from .messages import Link, Message, Pairs, pair_walk, without_surrogates
-from .offload import is_output, offload
+from .offload import arguments_excess, is_output, offload
 from .seq import Seq
 from .settings import OffloadSettings
 from .split import pair_groups
@@ -296,6 +296,13 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
     waiting = list(positions[: live.waiting])
     waiting_bytes = live.waiting_bytes
     for p in positions[live.waiting : passed]:
+        # A call whose results are all old is old too: its big arguments wait and age with them.
+        call = _call_of(live.messages, p)
+        if call is not None and (not waiting or waiting[-1] < call):
+            excess = _excess(live.messages[call], settings.old_max_bytes)
+            if excess and live.messages[call].id not in live.pinned:
+                waiting.append(call)
+                waiting_bytes += excess
         excess = _excess(live.messages[p], settings.old_max_bytes)
         if excess and live.messages[p].id not in live.pinned:
             waiting.append(p)
@@ -303,12 +310,12 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
     age = age or waiting_bytes >= settings.age_batch_bytes
     first = 0 if age else _cheap(live, waiting, settings)
     if age:
-        start, run = positions[0], settings
+        start, run = min([positions[0], *waiting[:1]]), settings
         still, waiting, waiting_bytes = list(positions[passed:]), [], 0
     elif first < len(waiting):
         # Everything from the first of these on is rewritten anyway: the waiting results after it age too.
         aged = waiting[first:]
-        start, run = max(positions[0], min(aged[0], live.checked)), settings
+        start, run = min(aged[0], max(positions[0], live.checked)), settings
         waiting = waiting[:first]
         waiting_bytes = max(0, waiting_bytes - sum(_excess(live.messages[p], settings.old_max_bytes) for p in aged))
         still = waiting + list(positions[passed:])
@@ -399,8 +406,21 @@ def _cut_tokens(message: Message, tokens: int, old_max_bytes: int) -> int:
     return -(-tokens * old_max_bytes // (excess + old_max_bytes))
 
 
+def _call_of(messages: Sequence[Message], result: int) -> int | None:
+    """The position of the assistant message whose call the result at `result` answers (results follow their call)."""
+    if messages[result].role != "tool":
+        return None  # a command's output answers no call
+    at = result - 1
+    while at >= 0 and messages[at].role == "tool":
+        at -= 1
+    return at if at >= 0 and messages[at].role == "assistant" else None
+
+
 def _excess(message: Message, old_max_bytes: int) -> int:
-    """The bytes of a result (or command output) past `old_max_bytes`: about what its "old" cut frees (0: none)."""
+    """The bytes of a result (or command output, or a call's arguments) past `old_max_bytes`: about what its
+    "old" cut frees (0: none)."""
+    if message.role == "assistant":
+        return arguments_excess(message, old_max_bytes)
     result = message.tool_result
     text = result.text if result is not None else message.text
     if len(text) * 4 <= old_max_bytes:  # a character takes at most 4 bytes
