@@ -294,7 +294,7 @@ def _old_calls(messages: Sequence[Message], recent: set[int]) -> list[int]:
 
 
 def arguments_excess(message: Message, limit: int) -> int:
-    """The bytes an assistant message's call arguments (not cut yet) take past `limit` each: about what cutting frees."""
+    """The bytes an assistant message's call arguments (not cut yet) take past `limit` each: about what a cut frees."""
     return sum(arguments.excess(c, limit) for c in message.tool_calls if OFFLOAD_KEY not in c.extra)
 
 
