@@ -21,6 +21,7 @@ from .archive import Archive
 from .errors import MessageError, PinnedOverBudgetError
 from .messages import Link, Message, Pairs, pair_walk, without_surrogates
 from .offload import arguments_excess, is_output, offload
+from .reasoning import loop_start, without_thinking
 from .seq import Seq
 from .settings import OffloadSettings
 from .split import pair_groups
@@ -286,10 +287,63 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
     The cost is the new messages, the few within the tail budget, and the waiting ones when they age.
     The positions rewritten are added to the returned `Live.offloaded`, for the caller to persist.
     """
+    length = len(live.messages)
+    rewritten: dict[int, Message] = {}
+    after = replace(live, checked=length) if live.checked != length else live
+    cold = cold_cache(live.messages, settings.cache_lifetime, live.checked - 1)
+    if live.tool_positions:
+        after, rewritten = _offload_waiting(live, settings, store, age=age or cold)
+    # Reasoning before the current tool loop is dropped where that costs a prompt cache nothing more: in the
+    # messages it never held (new since the previous request), and from the first one rewritten anyway (all of
+    # them when the cache is cold).
+    first = 0 if cold else min((p for p in rewritten if p < live.checked), default=live.checked)
+    end = loop_start(live.messages, first)
+    if end > first:
+        span = [rewritten.get(p, live.messages[p]) for p in range(first, end)]
+        for i, message in without_thinking(span, store).items():
+            if message.id not in live.pinned:
+                rewritten[first + i] = message
+    if not rewritten:
+        return after
+    positions = sorted(rewritten)
+    fresh = counter.count_each([rewritten[p] for p in positions])
+    counts = dict(zip(positions, fresh, strict=True))
+    total = live.total + sum(n - live.counts[at] for at, n in counts.items())
+    return replace(
+        after,
+        # Only the blocks holding a rewritten message are copied (`Seq.replaced`), not the history.
+        messages=Seq.of(live.messages).replaced(rewritten),
+        counts=Seq.of(live.counts).replaced(counts),
+        total=total,
+        offloaded=tuple(sorted({*live.offloaded, *positions})),
+    )
+
+
+def cold_cache(messages: Sequence[Message], lifetime: float, floor: int = 0) -> bool:
+    """True when the pause before the newest message passed `lifetime` seconds: a prompt cache is gone anyway.
+
+    The previous request ended with the newest assistant message (the model's answer to it), so the pause
+    is from that message's time to the newest message's (a user back after a while, a tool that ran long).
+    Read from the messages alone, so a replay and a reopened session decide alike; without timestamps
+    (or with a `lifetime` of 0) the cache is never taken for cold. Only the messages from `floor` on are
+    looked at (those since the previous pass, and the last it saw), so a step costs what it added.
+    """
+    if not lifetime or not messages or messages[-1].timestamp is None:
+        return False
+    newest = messages[-1].timestamp
+    for at in range(len(messages) - 1, max(0, floor) - 1, -1):
+        message = messages[at]
+        if message.role == "assistant":
+            return message.timestamp is not None and (newest - message.timestamp).total_seconds() > lifetime
+    return False
+
+
+def _offload_waiting(
+    live: Live, settings: OffloadSettings, store: Store, *, age: bool
+) -> tuple[Live, dict[int, Message]]:
+    """`live` with its waiting results and calls updated, and the messages `offload` rewrote (by position)."""
     positions = live.tool_positions
     length = len(live.messages)
-    if not positions:
-        return replace(live, checked=length) if live.checked != length else live
     recent_n = settings.recent_n
     passed = len(positions) - recent_n if recent_n else len(positions)
     passed = max(passed, live.waiting)
@@ -326,11 +380,11 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
         still = waiting + list(positions[passed:])
     part = live.messages[start:]
     done = offload(part, run, store, tool_names=live.result_tools)
-    changed = [
-        i
+    rewritten = {
+        start + i: b
         for i, (a, b) in enumerate(zip(part, done, strict=True))
         if a is not b and a.id not in live.pinned  # pinned messages are never offloaded
-    ]
+    }
     names = live.result_tools
     if len(still) != len(positions):
         # Results that became final need no tool name any more: the map stays as small as the results that may change.
@@ -343,19 +397,7 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
         waiting_bytes=waiting_bytes,
         checked=length,
     )
-    if not changed:
-        return after
-    fresh = counter.count_each([done[i] for i in changed])
-    counts = {start + i: n for i, n in zip(changed, fresh, strict=True)}
-    total = live.total + sum(n - live.counts[at] for at, n in counts.items())
-    return replace(
-        after,
-        # Only the blocks holding a rewritten message are copied (`Seq.replaced`), not the history.
-        messages=Seq.of(live.messages).replaced({start + i: done[i] for i in changed}),
-        counts=Seq.of(live.counts).replaced(counts),
-        total=total,
-        offloaded=tuple(sorted({*live.offloaded, *(start + i for i in changed)})),
-    )
+    return after, rewritten
 
 
 def _cheap(live: Live, waiting: Sequence[int], settings: OffloadSettings) -> int:

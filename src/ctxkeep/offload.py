@@ -22,6 +22,7 @@ from typing import Any, Literal, TypeAlias, get_args
 from . import arguments
 from .messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
 from .origin import origin
+from .reasoning import THINKING_KEY
 from .settings import OffloadSettings, PolicyKind
 from .store import OFFLOAD_KEY as OFFLOAD_KEY
 from .store import ORIGINAL_NAME, TOOL_RESULT_DIR, Store
@@ -548,9 +549,13 @@ def referenced_files(messages: Iterable[Message]) -> set[str]:
     """Names of saved files the messages point at: through their offload records or a path in their text."""
     names: set[str] = set()
     for message in messages:
-        raw = message.extra.get(OFFLOAD_KEY)  # a command's output keeps its record on the message
-        if isinstance(raw, Mapping) and isinstance(raw.get("file"), str):
-            names.add(raw["file"])
+        for key in (
+            OFFLOAD_KEY,
+            THINKING_KEY,
+        ):  # a command's output, or dropped thinking, notes its file on the message
+            raw = message.extra.get(key)
+            if isinstance(raw, Mapping) and isinstance(raw.get("file"), str):
+                names.add(raw["file"])
         for block in message.content:
             texts: list[str]
             if isinstance(block, ToolResult):
