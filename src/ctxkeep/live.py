@@ -435,7 +435,9 @@ def _cheap(live: Live, waiting: Sequence[int], settings: OffloadSettings) -> int
             return chosen
         first -= 1
         freed += counts[p] - cut
-        if freed >= spent + cut:  # the cut pays for the cache break: it frees at least what is sent again
+        # The cut pays for the cache break: it frees at least what is sent again. A call's arguments never start
+        # a rewrite at once; they age with the results, in a rewrite that reaches them anyway.
+        if freed >= spent + cut and messages[p].role != "assistant":
             chosen = first
     return chosen
 
