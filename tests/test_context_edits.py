@@ -18,7 +18,7 @@ NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 COUNTER = get_counter("o200k_base")
 
 
-def write_turn(i: int, body: str) -> list[Message]:
+def write_turn(i: int, body: str, result: str = "ok") -> list[Message]:
     """Turn `i`: the user asks, the assistant writes `body` to a file (a whole file in the call's arguments)."""
     arguments = json.dumps({"path": f"src/mod{i}.py", "content": body})
     return [
@@ -28,7 +28,7 @@ def write_turn(i: int, body: str) -> list[Message]:
             content=(TextBlock(text="writing"), ToolCall(id=f"c{i}", name="write", arguments=arguments)),
             id=f"a{i}",
         ),
-        Message(role="tool", content=(ToolResult(call_id=f"c{i}", content="ok"),), id=f"r{i}"),
+        Message(role="tool", content=(ToolResult(call_id=f"c{i}", content=result),), id=f"r{i}"),
     ]
 
 
@@ -65,23 +65,32 @@ def test_a_cut_call_keeps_its_keys_and_small_values_and_fits_the_limit() -> None
     assert list(broken) == ["arguments"] and "tool_result/f.txt" in broken["arguments"]
 
 
-def test_a_recent_call_is_never_cut_and_an_old_one_waits_then_ages_with_the_batch() -> None:
+def test_a_recent_call_is_never_cut_and_an_old_one_waits_then_ages_with_the_results() -> None:
     offload = OffloadSettings(
-        recent_n=2, recent_max_bytes=4_000, old_max_bytes=600, age_tail_tokens=0, age_batch_bytes=15_000
+        recent_n=2, recent_max_bytes=4_000, old_max_bytes=600, age_tail_tokens=0, age_batch_bytes=3_000
     )
     settings = EngineSettings(compact=CompactSettings(max_input_length=1_000_000), offload=offload)
     with Session(MemoryFolder(), settings=settings, counter=COUNTER) as session:
-        for i, body in enumerate(["z" * 10_000, "small", "small", "w" * 10_000, "small", "small"]):
-            session.add(write_turn(i, body))
+        turns = [
+            ("z" * 10_000, "ok"),
+            ("small", "ok"),
+            ("small", "ok"),
+            ("small", "o" * 9_000),
+            ("s", "ok"),
+            ("s", "ok"),
+        ]
+        for i, (body, result) in enumerate(turns):
+            session.add(write_turn(i, body, result))
             session.prepare("sys", now=NOW)
             calls = {m.id: m.tool_calls[0] for m in session.live.messages if m.role == "assistant"}
-            if i == 2:
-                # Past recent_n, but no cut is cheap and the batch is not full: it waits, the prompt cache keeps it.
+            if 2 <= i < 5:
+                # Past recent_n, but no cut is cheap and the batch is not full (a call alone never fills it):
+                # it waits, and the prompt cache keeps it.
                 assert len(calls["a0"].arguments) > 10_000 and session.live.waiting == 1
-        # The second big call passed recent_n: 19 KB to free, over the batch: both age together.
+        # The big result passed recent_n and filled the batch: the call ages with it.
         assert session.live.waiting == 0
-        assert len(calls["a0"].arguments.encode()) <= 700 and len(calls["a3"].arguments.encode()) <= 700
-        assert json.loads(calls["a4"].arguments)["content"] == "small"  # recent: never cut
+        assert len(calls["a0"].arguments.encode()) <= 700
+        assert json.loads(calls["a4"].arguments)["content"] == "s"  # recent: never cut
 
 
 def test_a_cut_calls_file_is_kept_while_live_and_rewritten_after_a_power_loss() -> None:

@@ -353,10 +353,9 @@ def _offload_waiting(
         # A call whose results are all old is old too: its big arguments wait and age with them.
         call = _call_of(live.messages, p)
         if call is not None and (not waiting or waiting[-1] < call):
-            excess = _excess(live.messages[call], settings.old_max_bytes)
-            if excess and live.messages[call].id not in live.pinned:
+            # Only results fill a batch: a call's arguments age in a rewrite that reaches them anyway.
+            if _excess(live.messages[call], settings.old_max_bytes) and live.messages[call].id not in live.pinned:
                 waiting.append(call)
-                waiting_bytes += excess
         excess = _excess(live.messages[p], settings.old_max_bytes)
         if excess and live.messages[p].id not in live.pinned:
             waiting.append(p)
@@ -371,7 +370,8 @@ def _offload_waiting(
         aged = waiting[first:]
         start, run = min(aged[0], max(positions[0], live.checked)), settings
         waiting = waiting[:first]
-        waiting_bytes = max(0, waiting_bytes - sum(_excess(live.messages[p], settings.old_max_bytes) for p in aged))
+        freed = sum(_excess(live.messages[p], settings.old_max_bytes) for p in aged if live.messages[p].role != "assistant")
+        waiting_bytes = max(0, waiting_bytes - freed)
         still = waiting + list(positions[passed:])
     else:
         # Only the new messages can change: each result among them is cut as a recent one.
