@@ -350,12 +350,11 @@ def _offload_waiting(
     waiting = list(positions[: live.waiting])
     waiting_bytes = live.waiting_bytes
     for p in positions[live.waiting : passed]:
-        # A call whose results are all old is old too: its big arguments wait and age with them.
+        # A call whose results are all old is old too: its big arguments wait and age with them (only results fill
+        # a batch: a call's arguments age in a rewrite that reaches them anyway).
         call = _call_of(live.messages, p)
-        if call is not None and (not waiting or waiting[-1] < call):
-            # Only results fill a batch: a call's arguments age in a rewrite that reaches them anyway.
-            if _excess(live.messages[call], settings.old_max_bytes) and live.messages[call].id not in live.pinned:
-                waiting.append(call)
+        if call is not None and _waits(live, call, waiting, settings.old_max_bytes):
+            waiting.append(call)
         excess = _excess(live.messages[p], settings.old_max_bytes)
         if excess and live.messages[p].id not in live.pinned:
             waiting.append(p)
@@ -370,7 +369,9 @@ def _offload_waiting(
         aged = waiting[first:]
         start, run = min(aged[0], max(positions[0], live.checked)), settings
         waiting = waiting[:first]
-        freed = sum(_excess(live.messages[p], settings.old_max_bytes) for p in aged if live.messages[p].role != "assistant")
+        freed = sum(
+            _excess(live.messages[p], settings.old_max_bytes) for p in aged if live.messages[p].role != "assistant"
+        )
         waiting_bytes = max(0, waiting_bytes - freed)
         still = waiting + list(positions[passed:])
     else:
@@ -448,6 +449,14 @@ def _cut_tokens(message: Message, tokens: int, old_max_bytes: int) -> int:
     if not excess:
         return tokens
     return -(-tokens * old_max_bytes // (excess + old_max_bytes))
+
+
+def _waits(live: Live, call: int, waiting: Sequence[int], old_max_bytes: int) -> bool:
+    """True when the call message at `call` is new among `waiting` and has arguments to cut (and is not pinned)."""
+    if waiting and waiting[-1] >= call:
+        return False
+    message = live.messages[call]
+    return bool(_excess(message, old_max_bytes)) and message.id not in live.pinned
 
 
 def _call_of(messages: Sequence[Message], result: int) -> int | None:
