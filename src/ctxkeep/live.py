@@ -282,7 +282,13 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
       that much (the cut is cheap now, only dearer later, and pays for the break in about ten requests at
       cached prices; older waiting ones stay as they are);
     - all together once they would free `settings.age_batch_bytes`, or when `age` is set (at a
-      compaction, where the prompt cache is lost anyway).
+      compaction, where the prompt cache is lost anyway), or after a pause longer than
+      `settings.cache_lifetime` (`cold_cache`: the cache is gone anyway).
+
+    A call whose results are all past `recent_n` waits too when its arguments are over `old_max_bytes`,
+    and ages in any rewrite that reaches it (never starting one, nor filling a batch, on its own). The
+    reasoning of turns before the current tool loop is dropped in the new messages and in every message
+    a rewrite reaches anyway (`ctxkeep.reasoning`).
 
     The cost is the new messages, the few within the tail budget, and the waiting ones when they age.
     The positions rewritten are added to the returned `Live.offloaded`, for the caller to persist.

@@ -8,7 +8,8 @@ A result over its limit (`recent_max_bytes` while among the `recent_n` newest, `
 after) keeps its head and a notice; its full text is saved to ``tool_result/<uuid>.txt`` first. Its
 visible text changes at most twice (when cut, when aged), which keeps prompt caches warm; the
 `OffloadRecord` in the result's extra makes `offload` idempotent and tells `cleanup` which files a
-live message still needs. The stages, the per-tool policies and the choices made: docs/offload.md.
+live message still needs. The big arguments of old tool calls (a whole file in a write) are cut the same
+way, once. The stages, the per-tool policies and the choices made: docs/offload.md.
 """
 
 from __future__ import annotations
@@ -232,8 +233,9 @@ def offload(
 ) -> list[Message]:
     """The messages with big tool results and command outputs (`is_output`) cut, their full texts saved in `store`.
 
-    Same length and order as `messages`; a message that does not change is returned as the same
-    object. A tool's name (which picks its policy) comes from `tool_names` (call id -> name), else
+    The arguments of old calls (every result answering them past `recent_n`) are cut too when over
+    `old_max_bytes` (`ctxkeep.arguments`), their full text saved. Same length and order as `messages`;
+    a message that does not change is returned as the same object. A tool's name (which picks its policy) comes from `tool_names` (call id -> name), else
     from the assistant call in `messages`; a command's output takes the default policy and counts
     among the results for `recent_n`. Every file is written before any message changes: when
     `store` raises `StorageError`, the error propagates and nothing is returned. File names derive
