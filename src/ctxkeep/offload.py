@@ -235,8 +235,9 @@ def offload(
 
     The arguments of old calls (every result answering them past `recent_n`) are cut too when over
     `old_max_bytes` (`ctxkeep.arguments`), their full text saved. Same length and order as `messages`;
-    a message that does not change is returned as the same object. A tool's name (which picks its policy) comes from `tool_names` (call id -> name), else
-    from the assistant call in `messages`; a command's output takes the default policy and counts
+    a message that does not change is returned as the same object. A tool's name (which picks its
+    policy) comes from `tool_names` (call id -> name), else from the assistant call in `messages`; a
+    command's output takes the default policy and counts
     among the results for `recent_n`. Every file is written before any message changes: when
     `store` raises `StorageError`, the error propagates and nothing is returned. File names derive
     from the message and call ids, so a retry rewrites the same files.
