@@ -40,11 +40,13 @@ def test_an_old_64_kb_write_no_longer_holds_a_small_window() -> None:
     settings = EngineSettings.for_window(window)
     with Session(MemoryFolder(), settings=settings, counter=COUNTER) as session:
         session.add(write_turn(0, body))
-        session.prepare("sys", now=NOW)
+        step = session.prepare("sys", now=NOW)
+        # Too big for the window even alone: the compaction's last resort (every result and call aged) cuts it.
+        assert step.compaction is not None and step.context.tokens <= window, step.context.tokens
         for i in range(1, 6):
             session.add(write_turn(i, f"x = {i}\n"))
             step = session.prepare("sys", now=NOW + timedelta(seconds=i))
-        assert step.context.tokens <= window, step.context.tokens
+            assert step.context.tokens <= window, step.context.tokens
         call = next(c for m in session.live.messages if m.id == "a0" for c in m.tool_calls)
         cut = json.loads(call.arguments)  # still valid JSON, keys kept
         assert set(cut) == {"path", "content"} and cut["path"] == "src/mod0.py"
