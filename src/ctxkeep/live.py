@@ -80,8 +80,9 @@ class Live:
     pairs: Pairs = field(default_factory=Pairs)
     # Positions of the results (and user-side command outputs, `ctxkeep.offload.is_output`) that may still
     # change, oldest first: the `waiting` oldest passed `recent_n` and wait for their "old" cut (with the
-    # assistant messages whose calls' arguments wait for theirs), the others are the newest. Results that got it, or are too small to need it, are final and never looked at
-    # again. Their tool names, by call id, in `result_tools`.
+    # assistant messages whose calls' arguments wait for theirs), the others are the newest. Results that got
+    # it, or are too small to need it, are final and never looked at again. Their tool names, by call id, in
+    # `result_tools`.
     tool_positions: tuple[int, ...] = ()
     result_tools: Mapping[str, str] = field(default_factory=lambda: _EMPTY_NAMES)
     waiting: int = 0
