@@ -10,6 +10,7 @@ from ctxkeep import arguments
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.messages import Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
 from ctxkeep.offload import offload, referenced_files, saved_texts
+from ctxkeep.reasoning import without_thinking
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
 from ctxkeep.tokens import get_counter
@@ -169,3 +170,15 @@ def test_after_a_pause_over_the_cache_lifetime_every_pending_cut_is_made() -> No
         assert session.live.waiting == 0
         assert all(len(m.text) <= 600 for m in step.context.messages if m.role == "tool" and m.id != "r2")
         assert _thinking(list(step.context.messages)) == set()  # a new user message: no loop is running
+
+
+def test_dropped_reasoning_is_saved_and_can_be_written_again_from_the_earlier_copy() -> None:
+    store = MemoryFolder()
+    before = thinking_turn(0, NOW)[3]
+    (after,) = without_thinking([before], store).values()
+    file = after.extra["ctxkeep_thinking"]["file"]
+    assert store.read(file) == ("wrap 0 " * 200).encode() and file in referenced_files([after])
+    assert saved_texts([(before, after)]) == {file: ("wrap 0 " * 200).encode()}
+    # A message with nothing but reasoning stays as it is: an empty assistant message would be refused.
+    alone = Message(role="assistant", content=(ThinkingBlock(text="hmm"),), id="t")
+    assert without_thinking([alone], store) == {}

@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeAlias, get_args
 from . import arguments
 from .messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
 from .origin import origin
-from .reasoning import THINKING_KEY
+from .reasoning import THINKING_KEY, saved_thinking
 from .settings import OffloadSettings, PolicyKind
 from .store import OFFLOAD_KEY as OFFLOAD_KEY
 from .store import ORIGINAL_NAME, TOOL_RESULT_DIR, Store
@@ -189,6 +189,9 @@ def saved_texts(replaced: Iterable[tuple[Message, Message]]) -> dict[str, bytes]
     for before, after in replaced:
         if before.role == "assistant":
             out.update(_saved_arguments(before, after))
+            note = after.extra.get(THINKING_KEY)
+            if THINKING_KEY not in before.extra and isinstance(note, Mapping) and isinstance(note.get("file"), str):
+                out[note["file"]] = saved_thinking(before)
             continue
         old = _output(before)
         if old is None or OFFLOAD_KEY in old.extra or before.role != after.role:

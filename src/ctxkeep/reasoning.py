@@ -53,10 +53,19 @@ def without_thinking(messages: Sequence[Message], store: Store) -> dict[int, Mes
         rest = tuple(b for b in message.content if not isinstance(b, ThinkingBlock))
         if not thinking or not rest:
             continue
-        file = thinking_file(message.id)
-        texts = [b.text for b in thinking if b.text]
-        if texts:  # redacted blocks hold no text a person could read
-            store.save_original(file, "\n\n".join(texts).encode("utf-8", "surrogatepass"))
-        note: dict[str, object] = {"file": file if texts else None, "blocks": len(thinking)}
+        data = saved_thinking(message)
+        file = thinking_file(message.id) if data else None  # redacted blocks hold no text a person could read
+        if file is not None:
+            store.save_original(file, data)
+        note: dict[str, object] = {"file": file, "blocks": len(thinking)}
         out[at] = replace(message, content=rest, extra={**message.extra, THINKING_KEY: note})
     return out
+
+
+def saved_thinking(message: Message) -> bytes:
+    """The bytes `without_thinking` saves for a message: its thinking texts, a blank line between (b"": none).
+
+    A session rewrites the file from the live log's earlier copy of the message when a power loss cut it short.
+    """
+    texts = [b.text for b in message.content if isinstance(b, ThinkingBlock) and b.text]
+    return "\n\n".join(texts).encode("utf-8", "surrogatepass")
