@@ -182,3 +182,19 @@ def test_dropped_reasoning_is_saved_and_can_be_written_again_from_the_earlier_co
     # A message with nothing but reasoning stays as it is: an empty assistant message would be refused.
     alone = Message(role="assistant", content=(ThinkingBlock(text="hmm"),), id="t")
     assert without_thinking([alone], store) == {}
+
+
+def test_a_pasted_message_too_big_for_the_window_keeps_its_head_and_tail() -> None:
+    window = 6_000
+    settings = EngineSettings.for_window(window)
+    paste = "\n".join(f"log line {k}: all fine" for k in range(3_000)) + "\nERROR: the disk is full"
+    with Session(MemoryFolder(), settings=settings, counter=COUNTER) as session:
+        session.add([Message.of("user", "hello", id="u0"), Message.of("assistant", "hi", id="a0")])
+        session.prepare("sys", now=NOW)
+        session.add([Message.of("user", f"why does this fail?\n{paste}", id="u1")])
+        step = session.prepare("sys", now=NOW)
+        assert step.context.tokens <= window, step.context.tokens
+        (sent,) = [m for m in step.context.messages if m.id == "u1"]
+        assert sent.text.startswith("why does this fail?") and sent.text.endswith("ERROR: the disk is full")
+        saved = sent.extra["ctxkeep_cut"]["file"]
+        assert saved in sent.text and session.store.read(saved) == f"why does this fail?\n{paste}".encode()

@@ -21,6 +21,7 @@ from .archive import Archive
 from .errors import MessageError, PinnedOverBudgetError
 from .messages import Link, Message, Pairs, pair_walk, without_surrogates
 from .offload import arguments_excess, is_output, offload
+from .oversize import cut_oversized
 from .reasoning import loop_start, without_thinking
 from .seq import Seq
 from .settings import OffloadSettings
@@ -489,8 +490,28 @@ def _excess(message: Message, old_max_bytes: int) -> int:
 
 
 def age_all(live: Live, settings: OffloadSettings, store: Store, counter: Counter) -> Live:
-    """Give every live result its "old" cut now (the second cut they would get later, only earlier)."""
+    """Give every live result (and call) its "old" cut now (the second cut they would get later, only earlier).
+
+    The last resort when what a compaction keeps is over the threshold: a message whose text is still over
+    `settings.recent_max_bytes` (a pasted log in the newest group) keeps its head and tail
+    (`ctxkeep.oversize`), rather than the request going over the window.
+    """
     aged = offload_recent(live, replace(settings, recent_n=0), store, counter, age=True)
+    cut = {
+        at: new
+        for at, message in enumerate(aged.messages)
+        if message.role in ("user", "assistant")
+        and message.id not in live.pinned
+        and (new := cut_oversized(message, settings.recent_max_bytes, store)) is not None
+    }
+    if cut:
+        fresh = dict(zip(cut, counter.count_each(list(cut.values())), strict=True))
+        aged = replace(
+            aged,
+            messages=Seq.of(aged.messages).replaced(cut),
+            counts=Seq.of(aged.counts).replaced(fresh),
+            total=aged.total + sum(n - aged.counts[at] for at, n in fresh.items()),
+        )
     return replace(aged, offloaded=())
 
 
