@@ -15,7 +15,10 @@ Run: PYTHONPATH=src .venv/bin/python bench/bench_cache.py [--window 128000] [--s
    - whole: the same over every step, compactions included;
    - of sent: the prefix over the tokens sent at the step, between compactions (new messages count
      against it, so no policy reaches 100%: bench_reme.py's figure);
-   - comp: compactions; peak: the largest context sent.
+   - comp: compactions; peak: the largest context sent;
+   - cold: steps after a pause longer than a prompt cache lives (`OffloadSettings.cache_lifetime`, 5
+     minutes, from the messages' timestamps): the previous prompt is cached no more, whatever the policy,
+     so like compactions they are left out of "between" and "p5" (and counted in "whole").
 
    `--explain` prints every step between compactions whose prefix broke: where, and why (a result
    offloaded or aged, the summary or system prompt changed, a message gone). `--agents-md FILE` puts
@@ -53,19 +56,21 @@ from bench_replay import RAW, conversations
 from ctxkeep import from_agentscope, to_agentscope
 from ctxkeep.context import SUMMARY_ID, Context
 from ctxkeep.folder import MemoryFolder
+from ctxkeep.live import cold_cache
 from ctxkeep.memory.rules import RULES_TAG
 from ctxkeep.messages import Message
 from ctxkeep.offload import record_in
 from ctxkeep.plan import PART_BREAK
 from ctxkeep.replay import turns
 from ctxkeep.session import Session
-from ctxkeep.settings import EngineSettings
+from ctxkeep.settings import EngineSettings, OffloadSettings
 from ctxkeep.summarize import ExtractiveSummarizer
 from ctxkeep.tokens import get_counter
 from ctxkeep.tokens.encodings import TiktokenTokenizer
 
 COUNTER = get_counter("o200k_base")
 TOKENIZER = TiktokenTokenizer("o200k_base")
+CACHE_LIFETIME = OffloadSettings().cache_lifetime  # the providers' own, whatever the policy replayed
 AGENTS_MD = ""  # --agents-md: the workspace's AGENTS.md in every replay of the shared transcripts
 
 
@@ -98,6 +103,7 @@ class Reuse:
     before_across: int = 0  # tokens of the contexts before them
     parts: int = 0  # the most parts a summary had ("frozen" layout)
     consolidations: int = 0  # compactions that made several parts one
+    cold: int = 0  # steps after a pause longer than the cache lives: nothing of the previous prompt is cached
 
     def add(self, other: Reuse) -> None:
         self.kept_across += other.kept_across
@@ -110,6 +116,7 @@ class Reuse:
         self.kept += other.kept
         self.before += other.before
         self.compactions += other.compactions
+        self.cold += other.cold
         self.peak = max(self.peak, other.peak)
         self.per_step += other.per_step
 
@@ -119,7 +126,8 @@ class Reuse:
         xs = sorted(self.per_step)
         p5 = xs[int(0.05 * (len(xs) - 1))] if xs else 1.0
         of_sent = self.kept_between / self.sent_between if self.sent_between else 1.0
-        return f"{between:>8.2%} {p5:>7.2%} {whole:>7.2%} {of_sent:>8.2%} {self.compactions:>5} {self.peak:>8,}"
+        figures = f"{between:>8.2%} {p5:>7.2%} {whole:>7.2%} {of_sent:>8.2%}"
+        return f"{figures} {self.compactions:>5} {self.peak:>8,} {self.cold:>5}"
 
 
 def common(before: list[Message], now: list[Message], counts: list[int]) -> tuple[int, int | None]:
@@ -182,6 +190,7 @@ def replay(
     with Session(folder, settings=settings, counter=COUNTER) as session:
         for n, group in enumerate(turns(messages)):
             session.add(group)
+            cold = cold_cache(session.live.messages, CACHE_LIFETIME)
             step = session.prepare(system)
             now = _sent(step.context)
             counts = COUNTER.count_each(now)
@@ -198,6 +207,8 @@ def replay(
                     parts = (step.live.summary or "").count(PART_BREAK) + 1
                     reuse.consolidations += parts < last_parts
                     reuse.parts, last_parts = max(reuse.parts, parts), parts
+                elif cold:
+                    reuse.cold += 1
                 else:
                     reuse.kept_between += kept
                     reuse.before_between += previous
@@ -216,7 +227,7 @@ def _sent(context: Context) -> list[Message]:
     return context.as_messages()
 
 
-HEAD = f"{'':<40} {'between':>8} {'p5':>7} {'whole':>7} {'of sent':>8} {'comp':>5} {'peak':>8}"
+HEAD = f"{'':<40} {'between':>8} {'p5':>7} {'whole':>7} {'of sent':>8} {'comp':>5} {'peak':>8} {'cold':>5}"
 
 
 Inputs = list[tuple[str, list[tuple[str | None, list[Message]]]]]

@@ -16,7 +16,8 @@ from ctxkeep.cli import main
 from ctxkeep.codec import message_from_dict
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import load
-from ctxkeep.offload import is_output
+from ctxkeep.messages import Block, Message, ThinkingBlock, ToolCall
+from ctxkeep.offload import OFFLOAD_KEY, is_output
 from ctxkeep.pairing import repair, validate
 from ctxkeep.replay import replay, split_system
 from ctxkeep.session import Session
@@ -48,14 +49,24 @@ def test_replay_loses_nothing_and_never_breaks_a_pair(path: Path) -> None:
         if result.compactions:
             assert summary is not None and missing_sections(summary) == []
             assert sum(c.compacted for c in result.compactions) == len(archived)
-        # Offloading changes only outputs (tool results, and command output the user ran), only their text.
+        # Offloading changes only outputs (tool results, and command output the user ran), only their text, and in
+        # old assistant messages their reasoning (dropped) and their calls' arguments (cut, ids and names kept).
         by_id = {m.id: m for m in fixed}
         for msg in archived + list(live):
             original = by_id[msg.id]
-            if msg != original:
+            if msg != original and original.role == "assistant":
+                assert [(c.id, c.name) for c in msg.tool_calls] == [(c.id, c.name) for c in original.tool_calls]
+                assert _said(msg) == _said(original)
+                assert all(isinstance(json.loads(c.arguments), dict) for c in msg.tool_calls if OFFLOAD_KEY in c.extra)
+            elif msg != original:
                 assert is_output(original) and msg.role == original.role
                 if msg.role == "tool":
                     assert msg.tool_result.call_id == original.tool_result.call_id  # type: ignore[union-attr]
+
+
+def _said(message: Message) -> list[Block]:
+    """What an assistant message says, without its reasoning and calls."""
+    return [b for b in message.content if not isinstance(b, ThinkingBlock | ToolCall)]
 
 
 def test_compact_command_writes_the_workspace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,8 +20,10 @@ import orjson
 from .archive import Archive
 from .errors import MessageError, PinnedOverBudgetError
 from .messages import Message, without_surrogates
-from .offload import is_output, offload
+from .offload import arguments_excess, is_output, offload
+from .oversize import cut_oversized
 from .pairing import Link, Pairs, pair_walk
+from .reasoning import loop_start, without_thinking
 from .seq import Seq
 from .settings import OffloadSettings
 from .split import pair_groups
@@ -79,9 +81,10 @@ class Live:
     # Calls of the newest assistant turn still waiting for their result, and calls that never got one.
     pairs: Pairs = field(default_factory=Pairs)
     # Positions of the results (and user-side command outputs, `ctxkeep.offload.is_output`) that may still
-    # change, oldest first: the `waiting` oldest passed `recent_n` and wait for their "old" cut, the others
-    # are the newest. Results that got it, or are too small to need it, are final and never looked at
-    # again. Their tool names, by call id, in `result_tools`.
+    # change, oldest first: the `waiting` oldest passed `recent_n` and wait for their "old" cut (with the
+    # assistant messages whose calls' arguments wait for theirs), the others are the newest. Results that got
+    # it, or are too small to need it, are final and never looked at again. Their tool names, by call id, in
+    # `result_tools`.
     tool_positions: tuple[int, ...] = ()
     result_tools: Mapping[str, str] = field(default_factory=lambda: _EMPTY_NAMES)
     waiting: int = 0
@@ -282,21 +285,85 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
       that much (the cut is cheap now, only dearer later, and pays for the break in about ten requests at
       cached prices; older waiting ones stay as they are);
     - all together once they would free `settings.age_batch_bytes`, or when `age` is set (at a
-      compaction, where the prompt cache is lost anyway).
+      compaction, where the prompt cache is lost anyway), or after a pause longer than
+      `settings.cache_lifetime` (`cold_cache`: the cache is gone anyway).
+
+    A call whose results are all past `recent_n` waits too when its arguments are over `old_max_bytes`,
+    and ages in any rewrite that reaches it (never starting one, nor filling a batch, on its own). The
+    reasoning of turns before the current tool loop is dropped in the new messages and in every message
+    a rewrite reaches anyway (`ctxkeep.reasoning`).
 
     The cost is the new messages, the few within the tail budget, and the waiting ones when they age.
     The positions rewritten are added to the returned `Live.offloaded`, for the caller to persist.
     """
+    length = len(live.messages)
+    rewritten: dict[int, Message] = {}
+    after = replace(live, checked=length) if live.checked != length else live
+    cold = cold_cache(live.messages, settings.cache_lifetime, live.checked - 1)
+    if live.tool_positions:
+        after, rewritten = _offload_waiting(live, settings, store, age=age or cold)
+    # Reasoning before the current tool loop is dropped where that costs a prompt cache nothing more: in the
+    # messages it never held (new since the previous request), and from the first one rewritten anyway (all of
+    # them when the cache is cold).
+    first = 0 if cold else min((p for p in rewritten if p < live.checked), default=live.checked)
+    end = loop_start(live.messages, first)
+    if end > first:
+        span = [rewritten.get(p, live.messages[p]) for p in range(first, end)]
+        for i, message in without_thinking(span, store).items():
+            if message.id not in live.pinned:
+                rewritten[first + i] = message
+    if not rewritten:
+        return after
+    positions = sorted(rewritten)
+    fresh = counter.count_each([rewritten[p] for p in positions])
+    counts = dict(zip(positions, fresh, strict=True))
+    total = live.total + sum(n - live.counts[at] for at, n in counts.items())
+    return replace(
+        after,
+        # Only the blocks holding a rewritten message are copied (`Seq.replaced`), not the history.
+        messages=Seq.of(live.messages).replaced(rewritten),
+        counts=Seq.of(live.counts).replaced(counts),
+        total=total,
+        offloaded=tuple(sorted({*live.offloaded, *positions})),
+    )
+
+
+def cold_cache(messages: Sequence[Message], lifetime: float, floor: int = 0) -> bool:
+    """True when the pause before the newest message passed `lifetime` seconds: a prompt cache is gone anyway.
+
+    The previous request ended with the newest assistant message (the model's answer to it), so the pause
+    is from that message's time to the newest message's (a user back after a while, a tool that ran long).
+    Read from the messages alone, so a replay and a reopened session decide alike; without timestamps
+    (or with a `lifetime` of 0) the cache is never taken for cold. Only the messages from `floor` on are
+    looked at (those since the previous pass, and the last it saw), so a step costs what it added.
+    """
+    if not lifetime or not messages or messages[-1].timestamp is None:
+        return False
+    newest = messages[-1].timestamp
+    for at in range(len(messages) - 1, max(0, floor) - 1, -1):
+        message = messages[at]
+        if message.role == "assistant":
+            return message.timestamp is not None and (newest - message.timestamp).total_seconds() > lifetime
+    return False
+
+
+def _offload_waiting(
+    live: Live, settings: OffloadSettings, store: Store, *, age: bool
+) -> tuple[Live, dict[int, Message]]:
+    """`live` with its waiting results and calls updated, and the messages `offload` rewrote (by position)."""
     positions = live.tool_positions
     length = len(live.messages)
-    if not positions:
-        return replace(live, checked=length) if live.checked != length else live
     recent_n = settings.recent_n
     passed = len(positions) - recent_n if recent_n else len(positions)
     passed = max(passed, live.waiting)
     waiting = list(positions[: live.waiting])
     waiting_bytes = live.waiting_bytes
     for p in positions[live.waiting : passed]:
+        # A call whose results are all old is old too: its big arguments wait and age with them (only results fill
+        # a batch: a call's arguments age in a rewrite that reaches them anyway).
+        call = _call_of(live.messages, p)
+        if call is not None and _waits(live, call, waiting, settings.old_max_bytes):
+            waiting.append(call)
         excess = _excess(live.messages[p], settings.old_max_bytes)
         if excess and live.messages[p].id not in live.pinned:
             waiting.append(p)
@@ -304,14 +371,17 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
     age = age or waiting_bytes >= settings.age_batch_bytes
     first = 0 if age else _cheap(live, waiting, settings)
     if age:
-        start, run = positions[0], settings
+        start, run = min([positions[0], *waiting[:1]]), settings
         still, waiting, waiting_bytes = list(positions[passed:]), [], 0
     elif first < len(waiting):
         # Everything from the first of these on is rewritten anyway: the waiting results after it age too.
         aged = waiting[first:]
-        start, run = max(positions[0], min(aged[0], live.checked)), settings
+        start, run = min(aged[0], max(positions[0], live.checked)), settings
         waiting = waiting[:first]
-        waiting_bytes = max(0, waiting_bytes - sum(_excess(live.messages[p], settings.old_max_bytes) for p in aged))
+        freed = sum(
+            _excess(live.messages[p], settings.old_max_bytes) for p in aged if live.messages[p].role != "assistant"
+        )
+        waiting_bytes = max(0, waiting_bytes - freed)
         still = waiting + list(positions[passed:])
     else:
         # Only the new messages can change: each result among them is cut as a recent one.
@@ -320,11 +390,11 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
         still = waiting + list(positions[passed:])
     part = live.messages[start:]
     done = offload(part, run, store, tool_names=live.result_tools)
-    changed = [
-        i
+    rewritten = {
+        start + i: b
         for i, (a, b) in enumerate(zip(part, done, strict=True))
         if a is not b and a.id not in live.pinned  # pinned messages are never offloaded
-    ]
+    }
     names = live.result_tools
     if len(still) != len(positions):
         # Results that became final need no tool name any more: the map stays as small as the results that may change.
@@ -337,19 +407,7 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
         waiting_bytes=waiting_bytes,
         checked=length,
     )
-    if not changed:
-        return after
-    fresh = counter.count_each([done[i] for i in changed])
-    counts = {start + i: n for i, n in zip(changed, fresh, strict=True)}
-    total = live.total + sum(n - live.counts[at] for at, n in counts.items())
-    return replace(
-        after,
-        # Only the blocks holding a rewritten message are copied (`Seq.replaced`), not the history.
-        messages=Seq.of(live.messages).replaced({start + i: done[i] for i in changed}),
-        counts=Seq.of(live.counts).replaced(counts),
-        total=total,
-        offloaded=tuple(sorted({*live.offloaded, *(start + i for i in changed)})),
-    )
+    return after, rewritten
 
 
 def _cheap(live: Live, waiting: Sequence[int], settings: OffloadSettings) -> int:
@@ -387,7 +445,9 @@ def _cheap(live: Live, waiting: Sequence[int], settings: OffloadSettings) -> int
             return chosen
         first -= 1
         freed += counts[p] - cut
-        if freed >= spent + cut:  # the cut pays for the cache break: it frees at least what is sent again
+        # The cut pays for the cache break: it frees at least what is sent again. A call's arguments never start
+        # a rewrite at once; they age with the results, in a rewrite that reaches them anyway.
+        if freed >= spent + cut and messages[p].role != "assistant":
             chosen = first
     return chosen
 
@@ -400,8 +460,29 @@ def _cut_tokens(message: Message, tokens: int, old_max_bytes: int) -> int:
     return -(-tokens * old_max_bytes // (excess + old_max_bytes))
 
 
+def _waits(live: Live, call: int, waiting: Sequence[int], old_max_bytes: int) -> bool:
+    """True when the call message at `call` is new among `waiting` and has arguments to cut (and is not pinned)."""
+    if waiting and waiting[-1] >= call:
+        return False
+    message = live.messages[call]
+    return bool(_excess(message, old_max_bytes)) and message.id not in live.pinned
+
+
+def _call_of(messages: Sequence[Message], result: int) -> int | None:
+    """The position of the assistant message whose call the result at `result` answers (results follow their call)."""
+    if messages[result].role != "tool":
+        return None  # a command's output answers no call
+    at = result - 1
+    while at >= 0 and messages[at].role == "tool":
+        at -= 1
+    return at if at >= 0 and messages[at].role == "assistant" else None
+
+
 def _excess(message: Message, old_max_bytes: int) -> int:
-    """The bytes of a result (or command output) past `old_max_bytes`: about what its "old" cut frees (0: none)."""
+    """The bytes of a result (or command output, or a call's arguments) past `old_max_bytes`: about what its
+    "old" cut frees (0: none)."""
+    if message.role == "assistant":
+        return arguments_excess(message, old_max_bytes)
     result = message.tool_result
     text = result.text if result is not None else message.text
     if len(text) * 4 <= old_max_bytes:  # a character takes at most 4 bytes
@@ -410,8 +491,28 @@ def _excess(message: Message, old_max_bytes: int) -> int:
 
 
 def age_all(live: Live, settings: OffloadSettings, store: Store, counter: Counter) -> Live:
-    """Give every live result its "old" cut now (the second cut they would get later, only earlier)."""
+    """Give every live result (and call) its "old" cut now (the second cut they would get later, only earlier).
+
+    The last resort when what a compaction keeps is over the threshold: a message whose text is still over
+    `settings.recent_max_bytes` (a pasted log in the newest group) keeps its head and tail
+    (`ctxkeep.oversize`), rather than the request going over the window.
+    """
     aged = offload_recent(live, replace(settings, recent_n=0), store, counter, age=True)
+    cut = {
+        at: new
+        for at, message in enumerate(aged.messages)
+        if message.role in ("user", "assistant")
+        and message.id not in live.pinned
+        and (new := cut_oversized(message, settings.recent_max_bytes, store)) is not None
+    }
+    if cut:
+        fresh = dict(zip(cut, counter.count_each(list(cut.values())), strict=True))
+        aged = replace(
+            aged,
+            messages=Seq.of(aged.messages).replaced(cut),
+            counts=Seq.of(aged.counts).replaced(fresh),
+            total=aged.total + sum(n - aged.counts[at] for at, n in fresh.items()),
+        )
     return replace(aged, offloaded=())
 
 

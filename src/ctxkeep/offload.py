@@ -8,7 +8,8 @@ A result over its limit (`recent_max_bytes` while among the `recent_n` newest, `
 after) keeps its head and a notice; its full text is saved to ``tool_result/<uuid>.txt`` first. Its
 visible text changes at most twice (when cut, when aged), which keeps prompt caches warm; the
 `OffloadRecord` in the result's extra makes `offload` idempotent and tells `cleanup` which files a
-live message still needs. The stages, the per-tool policies and the choices made: docs/offload.md.
+live message still needs. The big arguments of old tool calls (a whole file in a write) are cut the same
+way, once. The stages, the per-tool policies and the choices made: docs/offload.md.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias, get_args
 
+from . import arguments
 from .messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
 from .origin import origin
+from .reasoning import THINKING_KEY, saved_thinking
 from .settings import OffloadSettings, PolicyKind
 from .store import OFFLOAD_KEY as OFFLOAD_KEY
 from .store import ORIGINAL_NAME, TOOL_RESULT_DIR, Store
@@ -184,6 +187,12 @@ def saved_texts(replaced: Iterable[tuple[Message, Message]]) -> dict[str, bytes]
     """
     out: dict[str, bytes] = {}
     for before, after in replaced:
+        if before.role == "assistant":
+            out.update(_saved_arguments(before, after))
+            note = after.extra.get(THINKING_KEY)
+            if THINKING_KEY not in before.extra and isinstance(note, Mapping) and isinstance(note.get("file"), str):
+                out[note["file"]] = saved_thinking(before)
+            continue
         old = _output(before)
         if old is None or OFFLOAD_KEY in old.extra or before.role != after.role:
             continue
@@ -193,6 +202,24 @@ def saved_texts(replaced: Iterable[tuple[Message, Message]]) -> dict[str, bytes]
             continue
         data = _encode(old.text)
         if record is not None and record.original_bytes == len(data):
+            out[record.file] = data
+    return out
+
+
+def _saved_arguments(before: Message, after: Message) -> dict[str, bytes]:
+    """What the first cut of the calls of `before` (now `after`) saved: file -> the call's full arguments."""
+    out: dict[str, bytes] = {}
+    full = {c.id: c for c in before.tool_calls if OFFLOAD_KEY not in c.extra}
+    for call in after.tool_calls:
+        raw = call.extra.get(OFFLOAD_KEY)
+        if raw is None or call.id not in full:
+            continue
+        try:
+            record = OffloadRecord.from_dict(raw)
+        except ValueError:
+            continue
+        data = _encode(full[call.id].arguments)
+        if record.original_bytes == len(data):
             out[record.file] = data
     return out
 
@@ -209,9 +236,11 @@ def offload(
 ) -> list[Message]:
     """The messages with big tool results and command outputs (`is_output`) cut, their full texts saved in `store`.
 
-    Same length and order as `messages`; a message that does not change is returned as the same
-    object. A tool's name (which picks its policy) comes from `tool_names` (call id -> name), else
-    from the assistant call in `messages`; a command's output takes the default policy and counts
+    The arguments of old calls (every result answering them past `recent_n`) are cut too when over
+    `old_max_bytes` (`ctxkeep.arguments`), their full text saved. Same length and order as `messages`;
+    a message that does not change is returned as the same object. A tool's name (which picks its
+    policy) comes from `tool_names` (call id -> name), else from the assistant call in `messages`; a
+    command's output takes the default policy and counts
     among the results for `recent_n`. Every file is written before any message changes: when
     `store` raises `StorageError`, the error propagates and nothing is returned. File names derive
     from the message and call ids, so a retry rewrites the same files.
@@ -240,11 +269,74 @@ def offload(
             if write is not None:
                 writes[write[0]] = write[1]
 
+    for i in _old_calls(messages, recent):
+        planned = _plan_arguments(messages[i], settings.old_max_bytes, store)
+        if planned is not None:
+            changed[i], files = planned
+            writes.update(files)
+
     for name, data in writes.items():
         store.save_original(name, data)
     if changed:
         _log.debug("offloaded %d outputs (%d files written)", len(changed), len(writes))
     return [changed.get(i, m) for i, m in enumerate(messages)]
+
+
+def _old_calls(messages: Sequence[Message], recent: set[int]) -> list[int]:
+    """Positions of the assistant messages whose calls are old: every result answering them is old.
+
+    Results directly follow their call (`ctxkeep.live.add` refuses any other order), so those are the
+    tool messages right after it; a call still waiting for its result is not old.
+    """
+    old: list[int] = []
+    for i, message in enumerate(messages):
+        if message.role != "assistant" or not message.tool_calls:
+            continue
+        j = i + 1
+        while j < len(messages) and messages[j].role == "tool":
+            j += 1
+        if j > i + 1 and not any(k in recent for k in range(i + 1, j)):
+            old.append(i)
+    return old
+
+
+def arguments_excess(message: Message, limit: int) -> int:
+    """The bytes an assistant message's call arguments (not cut yet) take past `limit` each: about what a cut frees."""
+    return sum(arguments.excess(c, limit) for c in message.tool_calls if OFFLOAD_KEY not in c.extra)
+
+
+def _plan_arguments(message: Message, limit: int, store: Store) -> tuple[Message, dict[str, bytes]] | None:
+    """The message with its big call arguments cut, and the files to write (each call's full arguments), or None.
+
+    A call's arguments change once, when the call is old (there is no "recent" cut: the newest calls are
+    what the agent just did, and a cut before it ever sees them would hide its own work).
+    """
+    cut: dict[str, ToolCall] = {}
+    writes: dict[str, bytes] = {}
+    for call in message.tool_calls:
+        if OFFLOAD_KEY in call.extra or not arguments.excess(call, limit):
+            continue
+        data = _encode(call.arguments)
+        file = original_name(message.id, call.id)
+        text = arguments.cut(call.arguments, limit, store.where(file))
+        if len(_encode(text)) >= len(data):
+            continue  # nothing to free (small values only): left as it is, so a prompt cache keeps it
+        lines = _count_lines(data)
+        record = OffloadRecord(
+            file=file,
+            stage="old",
+            policy="default",
+            original_bytes=len(data),
+            original_lines=lines,
+            kept_bytes=0,
+            next_line=1,
+        )
+        writes[file] = data
+        cut[call.id] = replace(call, arguments=text, extra={**call.extra, OFFLOAD_KEY: record.to_dict()})
+    if not cut:
+        return None
+    content = tuple(cut.get(b.id, b) if isinstance(b, ToolCall) else b for b in message.content)
+    return replace(message, content=content), writes
 
 
 def _names(messages: Sequence[Message], given: Mapping[str, str] | None) -> dict[str, str]:
@@ -463,9 +555,13 @@ def referenced_files(messages: Iterable[Message]) -> set[str]:
     """Names of saved files the messages point at: through their offload records or a path in their text."""
     names: set[str] = set()
     for message in messages:
-        raw = message.extra.get(OFFLOAD_KEY)  # a command's output keeps its record on the message
-        if isinstance(raw, Mapping) and isinstance(raw.get("file"), str):
-            names.add(raw["file"])
+        for key in (
+            OFFLOAD_KEY,
+            THINKING_KEY,
+        ):  # a command's output, or dropped thinking, notes its file on the message
+            raw = message.extra.get(key)
+            if isinstance(raw, Mapping) and isinstance(raw.get("file"), str):
+                names.add(raw["file"])
         for block in message.content:
             texts: list[str]
             if isinstance(block, ToolResult):
@@ -477,6 +573,9 @@ def referenced_files(messages: Iterable[Message]) -> set[str]:
             elif isinstance(block, TextBlock | ThinkingBlock):
                 texts = [block.text]
             elif isinstance(block, ToolCall):
+                raw = block.extra.get(OFFLOAD_KEY)  # a cut call's arguments keep their record on the call
+                if isinstance(raw, Mapping) and isinstance(raw.get("file"), str):
+                    names.add(raw["file"])
                 texts = [block.arguments]
             else:
                 continue

@@ -153,7 +153,8 @@ class OffloadSettings:
     them in the previous request (0: never so), together once that frees `age_batch_bytes` (0: each
     one as soon as it passes `recent_n`), and at every compaction. Over the compaction threshold they
     age first, instead of a compaction, only with `age_over_threshold` (it spares compactions but
-    rewrites the context from the first of them, step after step near the threshold). The first
+    rewrites the context from the first of them, step after step near the threshold). After a pause
+    longer than `cache_lifetime` seconds the cache is cold and everything waiting is cut. The first
     policy whose pattern matches a tool's name applies; no match means the default policy.
     """
 
@@ -165,6 +166,9 @@ class OffloadSettings:
     # A thirtieth of the seed's threshold, as `for_window` derives it.
     age_tail_tokens: int = 2_986
     age_over_threshold: bool = False
+    # Seconds a provider keeps a prompt cache unused (Anthropic's and OpenAI's default: 5 minutes); after a
+    # longer pause it is gone anyway, and every waiting cut is made at once. 0: never assume so.
+    cache_lifetime: float = 300.0
     retention_days: int = 30
     policies: tuple[ToolPolicy, ...] = field(default=DEFAULT_POLICIES)
 
@@ -176,6 +180,10 @@ class OffloadSettings:
         _positive(self.age_tail_tokens, "age_tail_tokens", zero=True)
         if not isinstance(self.age_over_threshold, bool):
             raise TypeError(f"age_over_threshold must be True or False; got {self.age_over_threshold!r}")
+        if not isinstance(self.cache_lifetime, int | float) or isinstance(self.cache_lifetime, bool):
+            raise TypeError(f"cache_lifetime must be a number of seconds (0: never cold); got {self.cache_lifetime!r}")
+        if not 0 <= self.cache_lifetime < float("inf"):
+            raise ValueError(f"cache_lifetime must be 0 or more seconds (0: never cold); got {self.cache_lifetime!r}")
         _positive(self.retention_days, "retention_days")
         if self.old_max_bytes > self.recent_max_bytes:
             raise ValueError(

@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ctxkeep.workspace import records
 from ctxkeep.errors import CtxkeepError
 from ctxkeep.folder import LocalFolder
+from ctxkeep.workspace import records
 
 __all__ = ["Conversation", "add_arguments", "conversations", "default_root", "run"]
 
