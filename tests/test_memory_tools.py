@@ -30,7 +30,7 @@ def test_every_tool_has_schemas_both_sdks_accept() -> None:
     from pydantic import TypeAdapter
 
     tools = memory_tools(MemoryFolder(), embedder=None)
-    assert [t.name for t in tools] == ["memory_write", "memory_read", "memory_search", "dialog_search"]
+    assert [t.name for t in tools] == ["memory_write", "memory_read", "memory_search", "dialog_search", "recall"]
     for tool in tools:
         TypeAdapter(ChatCompletionToolParam).validate_python(tool.openai())
         TypeAdapter(ToolParam).validate_python(tool.anthropic())
