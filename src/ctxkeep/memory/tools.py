@@ -24,7 +24,7 @@ from typing import Any
 
 from ctxkeep.errors import CtxkeepError
 from ctxkeep.folder import LocalFolder
-from ctxkeep.store import Folder
+from ctxkeep.store import DIALOG_DIR, Folder
 from ctxkeep.workspace import recall
 
 from .embed import Embedder, default_embedder
@@ -180,12 +180,17 @@ def recalled_text(folder: Folder, source: str, max_chars: int) -> str:
 
 
 def _show(hit: Hit) -> str:
-    """A result for the model: ``file:line``, relevance, how to read the whole chunk, then the matching lines."""
+    """A result for the model: ``file:line``, relevance, how to read the whole chunk (an archived one: how to
+    recall it), then the matching lines."""
     span = hit.end_line - hit.start_line + 1
-    head = (
-        f"[{hit.path}:{hit.line}, relevance {round(hit.score)}/100]"
-        f" (whole chunk: memory_read path={hit.path} start_line={hit.start_line} lines={span})"
+    # An archived message is one JSON line holding what the context held (an offloaded output's head only):
+    # recall gives it word for word, with the saved original.
+    where = (
+        f"word for word: recall source={hit.path}:{hit.start_line}" + (f"-{hit.end_line}" if span > 1 else "")
+        if hit.path.startswith(f"{DIALOG_DIR}/")
+        else f"whole chunk: memory_read path={hit.path} start_line={hit.start_line} lines={span}"
     )
+    head = f"[{hit.path}:{hit.line}, relevance {round(hit.score)}/100] ({where})"
     one_line = span == 1  # an archived message: every text line is the same file line
     body, used = [], 0
     for line in hit.lines:
