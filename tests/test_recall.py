@@ -130,6 +130,17 @@ def test_cli_refuses_a_bad_range_in_one_line(
     assert err.startswith("ctxkeep: error: ") and error in err and err.count("\n") == 1
 
 
+def test_lines_a_crash_left_uncommitted_are_not_recalled(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    archive = ws / _archive(ws)
+    lines = archive.read_text(encoding="utf-8").count("\n")
+    with archive.open("a", encoding="utf-8") as f:  # an append whose commit never came
+        f.write('{"v":"ctxkeep/1","id":"late","role":"user","content":[{"type":"text","text":"never archived"}]}\n')
+    assert main(["recall", str(ws), f"{_archive(ws)}:{lines + 1}"]) == 2
+    assert f"has lines 1-{lines}; got {lines + 1}-{lines + 1}" in capsys.readouterr().err
+    assert main(["recall", str(ws), f"{_archive(ws)}:{lines}"]) == 0
+    assert "never archived" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     "source",
     ["../ws/dialog/2026-01-01.jsonl:1-2", "/etc/passwd", "tool_result/../state.json", "state.json", "dialog/../x:1"],

@@ -26,7 +26,9 @@ from ctxkeep.messages import Block, ImageBlock, Message, TextBlock, ThinkingBloc
 from ctxkeep.offload import record_in
 from ctxkeep.oversize import CUT_KEY
 from ctxkeep.reasoning import THINKING_KEY
-from ctxkeep.store import OFFLOAD_KEY, ORIGINAL_NAME, TOOL_RESULT_DIR, FileStore, Folder
+from ctxkeep.store import OFFLOAD_KEY, ORIGINAL_NAME, STATE, TOOL_RESULT_DIR, FileStore, Folder
+
+from . import state
 
 __all__ = ["MAX_LINES", "Recalled", "original_name", "parse_source", "read_original", "recall", "render"]
 
@@ -90,12 +92,13 @@ def read_original(folder: Folder, name: str) -> bytes | None:
 def recall(folder: Folder, source: str) -> list[Recalled]:
     """The archived messages `source` (``dialog/YYYY-MM-DD.jsonl:FROM-TO``) names, with their saved originals.
 
-    Raises `ValueError` for a malformed source or a range past the file (the message says what the file
-    holds), `FileNotFoundError` for an archive file the workspace does not have, and the store's
-    `StorageError` for a file it will not read (a symbolic link).
+    Only committed lines are read (the state's archive index), so what recall shows is what the archive
+    holds. Raises `ValueError` for a malformed source or a range past the file (the message says what the
+    file holds), `FileNotFoundError` for an archive file the workspace does not have, the store's
+    `StorageError` for a file it will not read (a symbolic link) and `WorkspaceError` for a damaged state.
     """
     name, first, last = parse_source(source)
-    data = folder.read(name)
+    data = _committed(folder, name)
     if data is None:
         raise FileNotFoundError(f"{name} is not in this workspace's archive")
     lines = data.splitlines()
@@ -112,6 +115,17 @@ def recall(folder: Folder, source: str) -> list[Recalled]:
             raise ValueError(f"{name}:{number} is not an archived message ({exc})") from None
         out.append(_with_originals(name, number, message, lambda n: read_original(folder, n)))
     return out
+
+
+def _committed(folder: Folder, name: str) -> bytes | None:
+    """The archive file's committed bytes: a crash between an append and its commit leaves lines that the next
+    session cuts off, which were never archived. A folder without a state file (an archive alone) is read whole."""
+    data = folder.read(name)
+    raw = folder.read(STATE)
+    if data is None or raw is None:
+        return data
+    known = state.parse(raw, folder.location(STATE)).archive.files.get(name)
+    return None if known is None else data[: known.bytes]
 
 
 def _with_originals(file: str, line: int, message: Message, read: Callable[[str], bytes | None]) -> Recalled:
