@@ -135,11 +135,11 @@ def _with_originals(file: str, line: int, message: Message, read: Callable[[str]
 
     def text_of(raw: object) -> str | None:
         """The saved original a record (a dict naming its "file") points at; None when there is none."""
-        file = raw.get("file") if isinstance(raw, Mapping) else None
-        if not isinstance(file, str):
+        name = raw.get("file") if isinstance(raw, Mapping) else None
+        if not isinstance(name, str):
             return None  # no record, or dropped reasoning that was redacted (nothing was saved)
-        data = read(file)
-        (missing if data is None else restored).append(file)
+        data = read(name)  # None too for a name ctxkeep never gives (an imported record may say anything)
+        (missing if data is None else restored).append(name)
         # `replace`: a byte the saver could not have written (a lone surrogate) prints as U+FFFD
         return None if data is None else data.decode("utf-8", "replace")
 
