@@ -265,3 +265,16 @@ def test_every_kind_of_saved_original_is_put_back() -> None:
     assert len(items[0].restored) == 2 and items[0].missing == ()
     (last,) = recall(store, f"dialog/2026-07-01.jsonl:{len(cut)}")
     assert last.message.text == paste and last.restored == (oversized_name(big.id),)
+
+
+def test_each_compaction_record_names_lines_recall_gives_back(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The lines `ctxkeep show` names per compaction (its record's archive_lines) are a source recall takes."""
+    records = [json.loads(line) for line in (ws / "compactions.jsonl").read_text(encoding="utf-8").splitlines()]
+    spans = [r["archive_lines"] for r in records if r.get("kind") == "compaction"]
+    assert len(spans) > 1
+    folder = LocalFolder(ws)
+    for span in spans:
+        source = f"{span['file']}:{span['first']}-{span['last']}"
+        assert [i.line for i in recall(folder, source)] == list(range(span["first"], span["last"] + 1))
+    assert main(["show", str(ws)]) == 0
+    assert f"{spans[1]['file']}:{spans[1]['first']}-{spans[1]['last']}" in capsys.readouterr().out
