@@ -85,7 +85,7 @@ def test_memory_tools_of_the_middleware_write_and_search_the_workspace(tmp_path:
         asyncio.run(go(api.base_url))
     assert api.refused == []
     sent = {t["function"]["name"]: t["function"]["parameters"] for t in api.records[0].body["tools"]}
-    assert list(sent) == ["memory_write", "memory_read", "memory_search", "dialog_search", "search_logs"]
+    assert list(sent) == ["memory_write", "memory_read", "memory_search", "dialog_search", "recall", "search_logs"]
     assert all(sent[t.name] == t.parameters for t in memory_tools(ws))  # each tool's JSON schema, as it is
 
     # The model's memory_write reached today's log, and its answer came back to the model.
@@ -108,6 +108,6 @@ def test_a_memory_tool_answers_a_bad_call_with_an_error_result(tmp_path: Path) -
     read = next(t for t in asyncio.run(tools(True)) if t.name == "memory_read")
     chunk = asyncio.run(read.call(path="state.json"))  # the workspace's own files are not memory's
     assert chunk.state == ToolResultState.ERROR
-    assert chunk.content[0].text.startswith("error: only MEMORY.md, memory/YYYY-MM-DD.md and dialog/")
+    assert chunk.content[0].text.startswith("error: only MEMORY.md, memory/YYYY-MM-DD.md, dialog/")
     with pytest.raises(TypeError, match="memory must be True, False or a list of MemoryTools"):
         ContextMiddleware(tmp_path / "ws", memory="yes")

@@ -331,7 +331,7 @@ def test_memory_tools_registered_by_the_middleware_write_and_search_the_workspac
             history = ask(agent, [*history, HumanMessage(task(1))], asynchronous)
     assert api.refused == []
     names = [t["function"]["name"] for t in api.records[0].body["tools"]]
-    assert names == ["memory_write", "memory_read", "memory_search", "dialog_search", "search_logs"]
+    assert names == ["memory_write", "memory_read", "memory_search", "dialog_search", "recall", "search_logs"]
     sent = {t["function"]["name"]: t["function"]["parameters"] for t in api.records[0].body["tools"]}
     assert all(sent[t.name] == t.parameters for t in memory_tools(ws))  # each tool's JSON schema, as it is
 

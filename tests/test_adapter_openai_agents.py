@@ -255,7 +255,7 @@ def test_memory_tools_of_the_filter_write_and_search_the_workspace(tmp_path: Pat
         history = asyncio.run(go(api.base_url))
     assert api.refused == []
     names = [t["function"]["name"] for t in api.records[0].body["tools"]]
-    assert names == ["memory_write", "memory_read", "memory_search", "dialog_search", "search_logs"]
+    assert names == ["memory_write", "memory_read", "memory_search", "dialog_search", "recall", "search_logs"]
     sent = {t["function"]["name"]: t["function"]["parameters"] for t in api.records[0].body["tools"]}
     assert all(sent[t.name] == t.parameters for t in memory_tools(ws))  # each tool's JSON schema, as it is
 
@@ -294,7 +294,9 @@ def test_a_memory_tool_answers_a_bad_call_with_an_error_text(tmp_path: Path) -> 
     context = ToolContext(context=None, tool_name=read.name, tool_call_id="c1", tool_arguments="")
     assert asyncio.run(read.on_invoke_tool(context, "")) == "error: MEMORY.md does not exist yet"  # no arguments
     answer = asyncio.run(read.on_invoke_tool(context, '{"path": "state.json"}'))
-    assert answer.startswith("error: only MEMORY.md, memory/YYYY-MM-DD.md and dialog/YYYY-MM-DD.jsonl can be read")
+    assert answer.startswith(
+        "error: only MEMORY.md, memory/YYYY-MM-DD.md, dialog/YYYY-MM-DD.jsonl and tool_result/<uuid>.txt can be read"
+    )
     assert CtxkeepInputFilter(tmp_path / "ws").tools == []
     with pytest.raises(TypeError, match="memory must be True, False or a list of MemoryTools"):
         CtxkeepInputFilter(tmp_path / "ws", memory=memory_tools(tmp_path / "ws")[0])

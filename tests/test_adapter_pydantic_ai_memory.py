@@ -54,7 +54,7 @@ def test_memory_tools_of_the_capability_write_and_search_the_workspace(tmp_path:
         history = asyncio.run(go(api.base_url))
     assert api.refused == []
     sent = {t["function"]["name"]: t["function"]["parameters"] for t in api.records[0].body["tools"]}
-    assert list(sent) == ["memory_write", "memory_read", "memory_search", "dialog_search"]
+    assert list(sent) == ["memory_write", "memory_read", "memory_search", "dialog_search", "recall"]
     assert all(sent[t.name] == t.parameters for t in memory_tools(ws))  # each tool's JSON schema, as it is
 
     # The model's memory_write reached today's log, and its answer came back to the model.
@@ -75,7 +75,9 @@ def test_memory_tools_answer_a_bad_call_with_an_error_text(tmp_path: Path) -> No
     assert capability.get_toolset() is not None
     read = next(t for t in capability.tools if t.name == "memory_read")
     answer = asyncio.run(read.function(path="state.json"))  # the workspace's own files are not memory's
-    assert answer.startswith("error: only MEMORY.md, memory/YYYY-MM-DD.md and dialog/YYYY-MM-DD.jsonl can be read")
+    assert answer.startswith(
+        "error: only MEMORY.md, memory/YYYY-MM-DD.md, dialog/YYYY-MM-DD.jsonl and tool_result/<uuid>.txt can be read"
+    )
     assert CtxkeepCapability(tmp_path / "ws").get_toolset() is None
     with pytest.raises(TypeError, match="memory must be True, False or a list of MemoryTools"):
         CtxkeepCapability(tmp_path / "ws", memory="yes")

@@ -30,7 +30,7 @@ def test_every_tool_has_schemas_both_sdks_accept() -> None:
     from pydantic import TypeAdapter
 
     tools = memory_tools(MemoryFolder(), embedder=None)
-    assert [t.name for t in tools] == ["memory_write", "memory_read", "memory_search", "dialog_search"]
+    assert [t.name for t in tools] == ["memory_write", "memory_read", "memory_search", "dialog_search", "recall"]
     for tool in tools:
         TypeAdapter(ChatCompletionToolParam).validate_python(tool.openai())
         TypeAdapter(ToolParam).validate_python(tool.anthropic())
@@ -69,7 +69,9 @@ def test_dialog_search_names_the_archive_line_to_read() -> None:
     )
     tools = _tools(folder)
     found = tools["dialog_search"].invoke({"query": "7f3a2c", "k": 2})
-    assert found.startswith("[dialog/2026-06-30.jsonl:2, relevance 100/100] (whole chunk: memory_read")
+    assert found.startswith(
+        "[dialog/2026-06-30.jsonl:2, relevance 100/100] (word for word: recall source=dialog/2026-06-30.jsonl:2)"
+    )
     assert found.endswith("\n> assistant: The migration id is 7f3a2c and it ran at 02:00.")
     assert tools["memory_search"].invoke({"query": "7f3a2c"}) == "no results"
     line = tools["memory_read"].invoke({"path": "dialog/2026-06-30.jsonl", "start_line": 2, "lines": 1})

@@ -9,6 +9,7 @@
                           [--agents-md FILE]]
     ctxkeep sessions [--root DIR] [--json]        (also: ctxkeep serve ls)
     ctxkeep show WORKSPACE [--compaction N] [--json]
+    ctxkeep recall WORKSPACE dialog/YYYY-MM-DD.jsonl:FROM-TO [--json]   (or a tool_result/<uuid>.txt)
     ctxkeep report WORKSPACE -o report.html
     ctxkeep serve --upstream URL [--host 127.0.0.1] [--port 8787] [--window N] [--root DIR] [--model SPEC]
                   [--timeout SECONDS] [--max-body SIZE] [--log-format text|json]
@@ -22,7 +23,7 @@ the new workspace in a folder beside it and swaps the two only when the new one 
 
 Exit codes: 0 success, 2 bad input (the message names file, line and what is wrong).
 
-One module per command (`inspect`, `compact`, `serve`, `sessions`, `show`, `report`; `memory` is
+One module per command (`inspect`, `compact`, `serve`, `sessions`, `show`, `recall`, `report`; `memory` is
 `ctxkeep.memory.cli`), each with `add_arguments(parser)` and `run(args)`; what several share has its own
 module: `transcripts` (FILE, --format, --max-bytes), `progress`, `output` (where a command may write),
 `workspace_build` (compact's replay and --replace's swap).
@@ -57,6 +58,7 @@ COMMANDS: dict[str, str] = {
     "serve": "an OpenAI- and Anthropic-compatible proxy that compacts before forwarding",
     "sessions": "the proxy's conversations: last use, size, compactions (also `ctxkeep serve ls`)",
     "show": "a workspace's steps and compactions, in the terminal",
+    "recall": "archived messages word for word, with the saved originals of offloaded outputs",
     "report": "a workspace as one self-contained HTML page",
     "memory": "long-term memory: search, write, index, consolidate, schedule",
 }

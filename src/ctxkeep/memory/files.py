@@ -22,14 +22,18 @@ from datetime import date, datetime
 
 from ctxkeep.errors import StorageError
 from ctxkeep.folder import LocalFolder
-from ctxkeep.store import Folder
+from ctxkeep.store import ORIGINAL_NAME, TOOL_RESULT_DIR, Folder
 
 MEMORY_FILE = "MEMORY.md"
 MEMORY_DIR = "memory"
 LOCK_FILE = f"{MEMORY_DIR}/.lock"
 DAILY_NAME = re.compile(r"memory/(?P<day>[0-9]{4}-[0-9]{2}-[0-9]{2})\.md")
-# What an agent may read with the memory tools: the trunk, the logs and the archived dialog.
-READABLE = re.compile(r"MEMORY\.md|memory/[0-9]{4}-[0-9]{2}-[0-9]{2}\.md|dialog/[0-9]{4}-[0-9]{2}-[0-9]{2}\.jsonl")
+# What an agent may read with the memory tools: the trunk, the logs, the archived dialog and the saved originals
+# of what was cut from it (only the names ctxkeep gives them: anything else in tool_result/ is not ctxkeep's).
+READABLE = re.compile(
+    r"MEMORY\.md|memory/[0-9]{4}-[0-9]{2}-[0-9]{2}\.md|dialog/[0-9]{4}-[0-9]{2}-[0-9]{2}\.jsonl"
+    rf"|{TOOL_RESULT_DIR}/{ORIGINAL_NAME.pattern}"
+)
 MEMORY_HEADING = "# MEMORY"
 # An entry is one Markdown list item; its further lines are indented by two spaces.
 _ITEM = re.compile(r"^[-*] ")
@@ -200,12 +204,16 @@ def entries_of(text: str) -> list[Entry]:
 def read_lines(folder: Folder, name: str, *, start: int = 1, count: int = 200) -> tuple[str, int]:
     """Lines `start`.. (1-based, at most `count`) of a memory or archive file, numbered; and the file's line count.
 
-    Only ``MEMORY.md``, ``memory/YYYY-MM-DD.md`` and ``dialog/YYYY-MM-DD.jsonl`` can be read: a tool given to
+    Only ``MEMORY.md``, ``memory/YYYY-MM-DD.md``, ``dialog/YYYY-MM-DD.jsonl`` and the saved originals
+    ``tool_result/<uuid>.txt`` can be read (never through a link, never written): a tool given to
     a model must not open the rest of the workspace. Raises `ValueError` for any other name, `FileNotFoundError`
     when the file does not exist.
     """
     if READABLE.fullmatch(name) is None:
-        raise ValueError(f"only MEMORY.md, memory/YYYY-MM-DD.md and dialog/YYYY-MM-DD.jsonl can be read; got {name!r}")
+        raise ValueError(
+            "only MEMORY.md, memory/YYYY-MM-DD.md, dialog/YYYY-MM-DD.jsonl and tool_result/<uuid>.txt can be read;"
+            f" got {name!r}"
+        )
     if start < 1 or count < 1:
         raise ValueError(f"start and count are 1 or more; got start={start}, count={count}")
     data = folder.read(name)

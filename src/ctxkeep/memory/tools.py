@@ -1,11 +1,12 @@
 """The agent's memory tools as plain data: a name, a Python callable and JSON schemas for OpenAI and Anthropic.
 
     memory_write    append to the day's log, or to a section of MEMORY.md
-    memory_read     read lines of MEMORY.md, a day log or an archive file (dialog/*.jsonl)
+    memory_read     read lines of MEMORY.md, a day log, an archive file (dialog/*.jsonl) or a saved original
     memory_search   search MEMORY.md and the day logs (full text and vectors)
     dialog_search   search the archived dialog: what compaction moved out of the context
+    recall          archived messages word for word (dialog/DATE.jsonl:FROM-TO), saved originals put back
 
-`memory_tools(workspace)` gives the four; an adapter registers each with its framework from `name`,
+`memory_tools(workspace)` gives the five; an adapter registers each with its framework from `name`,
 `description`, `parameters` and `function` (or `openai()` / `anthropic()`), and calls `invoke` with the
 model's arguments, which answers a bad call with an error text the model can act on instead of raising.
 """
@@ -21,8 +22,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ctxkeep.errors import CtxkeepError
 from ctxkeep.folder import LocalFolder
-from ctxkeep.store import Folder
+from ctxkeep.store import DIALOG_DIR, Folder
+from ctxkeep.workspace import recall
 
 from .embed import Embedder, default_embedder
 from .files import MEMORY_FILE, append_daily, append_to_section, read_lines
@@ -33,6 +36,9 @@ from .search import MIN_RELEVANCE, Hit, search
 HIT_CHARS = 700
 MAX_K = 20
 MAX_READ_LINES = 500
+# What one recall answers by default, and at most: a few results' worth, then the line to go on from.
+RECALL_CHARS = 20_000
+MAX_RECALL_CHARS = 200_000
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,8 +72,8 @@ class MemoryTool:
             if unknown:
                 raise ValueError(f"unknown argument {unknown[0]!r}; {self.name} takes {', '.join(sorted(allowed))}")
             return self.function(**args)
-        except (ValueError, TypeError, FileNotFoundError) as exc:
-            return f"error: {exc}"
+        except (ValueError, TypeError, FileNotFoundError, CtxkeepError) as exc:
+            return f"error: {exc}"  # CtxkeepError: a file the store refuses (a link where a file belongs)
 
 
 class _Memory:
@@ -123,14 +129,68 @@ class _Memory:
             return "no results"
         return "\n\n".join(_show(hit) for hit in hits)
 
+    def recall(self, source: str, max_chars: int = RECALL_CHARS) -> str:
+        _text(source, "source")
+        _whole(max_chars, "max_chars")
+        return recalled_text(self.folder, source, min(max_chars, MAX_RECALL_CHARS))
+
+
+def recalled_text(folder: Folder, source: str, max_chars: int) -> str:
+    """What the recall tool answers: the messages (or the saved original) `source` names, word for word, in at
+    most about `max_chars` characters; past them, where to go on from."""
+    name = recall.original_name(folder, source)
+    if name is not None:
+        data = recall.read_original(folder, name)
+        if data is None:
+            raise FileNotFoundError(f"{name} is no longer kept (removed by retention); the archive has its head")
+        text = data.decode("utf-8", "replace")
+        if len(text) <= max_chars:
+            return text
+        shown = text[:max_chars]
+        line = shown.count("\n") + 1
+        return (
+            f"{shown}\n[cut at max_chars={max_chars} of {len(text)} characters; go on with"
+            f" memory_read path={name} start_line={line}]"
+        )
+    items = recall.recall(folder, source)
+    out: list[str] = []
+    used = 0
+    for at, item in enumerate(items):
+        text = recall.render(item)
+        if used + len(text) > max_chars:
+            rest = at
+            if not out:  # one message over the limit: its head, and where the rest is
+                where = (
+                    f"path={item.restored[0]}" if item.restored else f"path={item.file} start_line={item.line} lines=1"
+                )
+                out.append(
+                    f"{text[:max_chars]}\n[cut at max_chars={max_chars} of {len(text)} characters; the rest:"
+                    f" memory_read {where}, or recall with a larger max_chars]"
+                )
+                rest = at + 1
+            if rest < len(items):
+                out.append(
+                    f"[lines {items[rest].line}-{items[-1].line} not shown (max_chars={max_chars});"
+                    f" recall source={item.file}:{items[rest].line}-{items[-1].line}]"
+                )
+            break
+        out.append(text)
+        used += len(text) + 2
+    return "\n\n".join(out)
+
 
 def _show(hit: Hit) -> str:
-    """A result for the model: ``file:line``, relevance, how to read the whole chunk, then the matching lines."""
+    """A result for the model: ``file:line``, relevance, how to read the whole chunk (an archived one: how to
+    recall it), then the matching lines."""
     span = hit.end_line - hit.start_line + 1
-    head = (
-        f"[{hit.path}:{hit.line}, relevance {round(hit.score)}/100]"
-        f" (whole chunk: memory_read path={hit.path} start_line={hit.start_line} lines={span})"
+    # An archived message is one JSON line holding what the context held (an offloaded output's head only):
+    # recall gives it word for word, with the saved original.
+    where = (
+        f"word for word: recall source={hit.path}:{hit.start_line}" + (f"-{hit.end_line}" if span > 1 else "")
+        if hit.path.startswith(f"{DIALOG_DIR}/")
+        else f"whole chunk: memory_read path={hit.path} start_line={hit.start_line} lines={span}"
     )
+    head = f"[{hit.path}:{hit.line}, relevance {round(hit.score)}/100] ({where})"
     one_line = span == 1  # an archived message: every text line is the same file line
     body, used = [], 0
     for line in hit.lines:
@@ -197,8 +257,9 @@ def memory_tools(
         MemoryTool(
             name="memory_read",
             description=(
-                "Read lines of MEMORY.md, a day log (memory/YYYY-MM-DD.md) or an archived dialog file"
-                " (dialog/YYYY-MM-DD.jsonl, one message per line), numbered."
+                "Read lines of MEMORY.md, a day log (memory/YYYY-MM-DD.md), an archived dialog file"
+                " (dialog/YYYY-MM-DD.jsonl, one message per line) or the saved full text of a cut output"
+                " (tool_result/<uuid>.txt), numbered."
             ),
             parameters={
                 "type": "object",
@@ -240,5 +301,31 @@ def memory_tools(
                 "additionalProperties": False,
             },
             function=lambda query, k=5: memory.search(query, k, source="dialog"),
+        ),
+        MemoryTool(
+            name="recall",
+            description=(
+                "Get earlier messages back word for word: source 'dialog/YYYY-MM-DD.jsonl:FROM-TO' (archive lines, as"
+                " a summary or dialog_search names them) or 'tool_result/<uuid>.txt'. A cut output comes back whole"
+                " from its saved original, so an error line past the kept head can be found."
+            ),
+            parameters={
+                "type": "object",
+                "properties": {
+                    "source": {
+                        "type": "string",
+                        "description": "dialog/YYYY-MM-DD.jsonl:FROM-TO, or tool_result/<uuid>.txt",
+                    },
+                    "max_chars": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": MAX_RECALL_CHARS,
+                        "description": f"at most this many characters (default {RECALL_CHARS})",
+                    },
+                },
+                "required": ["source"],
+                "additionalProperties": False,
+            },
+            function=memory.recall,
         ),
     ]
