@@ -331,3 +331,50 @@ def test_show_json_gives_the_steps_records_and_one_compaction_in_full(
     assert len(shown["failures"]) == 1 and "## Goal" in shown["summary"]
     assert main(["show", str(ws), "--json", "--compaction", "99"]) == 2
     assert "there is no compaction 99" in capsys.readouterr().err
+
+
+def test_show_gives_the_recorded_window_and_what_was_saved_at_the_price_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = tmp_path / "ws"
+    build(ws, "http://127.0.0.1:9")
+    records = [json.loads(x) for x in (ws / "compactions.jsonl").read_text().splitlines()]
+    sent, whole = whole_history(records)
+    assert main(["show", str(ws), "--json", "--price", "anthropic:claude-sonnet-4", "--input-price", "2"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["window"], shown["threshold"], shown["reserve"]) == (3_000, 2_100, 600)
+    saved = shown["savings"]
+    assert saved["sent"] == sum(sent) and saved["everything"] == sum(whole) > 2 * sum(sent)
+    assert saved["at_threshold"] == sum(min(w, 2_100) for w in whole)
+    assert saved["saved_vs_everything"] == sum(whole) - sum(sent)
+    # --input-price over the model's; its output price stays (the summarizer's tokens are priced with it).
+    assert saved["price"] == {"name": "$2 per million in", "input": 2.0, "output": 15.0}
+    assert saved["dollars_saved_vs_everything"] == pytest.approx(saved["saved_vs_everything"] * 2 / 1e6)
+    assert main(["show", str(ws), "--price", "openai:gpt-4o-mini"]) == 0
+    out = capsys.readouterr().out
+    assert "window      3,000 tokens, compaction at 2,100, 600 kept" in out
+    assert f"saved       vs whole history: {sum(whole) - sum(sent):,} tokens" in out and "at openai:gpt-4o-mini" in out
+    for wrong, error in (
+        (["--price", "acme:big"], "no price known for 'acme:big'; give --input-price, or one of: openai:gpt-4o-mini"),
+        (["--input-price", "-1"], "the input price must be US dollars per million tokens, 0 or more"),
+        (["--output-price", "1"], "an output price needs an input price"),
+    ):
+        assert main(["show", str(ws), *wrong]) == 2 and error in capsys.readouterr().err
+        assert main(["report", str(ws), "-o", str(tmp_path / "r.html"), *wrong]) == 2
+        assert error in capsys.readouterr().err and not (tmp_path / "r.html").exists()
+
+
+def test_a_workspace_that_did_not_record_its_window_gets_no_lines_and_says_so(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    build(ws, "http://127.0.0.1:9", turns=14)
+    older = [json.loads(x) for x in (ws / "compactions.jsonl").read_text().splitlines()]
+    for r in older:  # as a workspace written before the steps carried their settings
+        for key in ("window", "threshold", "reserve", "settings"):
+            r.pop(key, None)
+    (ws / "compactions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in older))
+    view = read(LocalFolder(ws), name="ws")
+    assert (view.window, view.threshold) == (None, None) and view.savings().vs_threshold is None
+    page = render(view)
+    assert "window-line" not in page and "threshold-line" not in page
+    assert "did not record its window" in page and "the workspace did not record its threshold" in page
+    assert f"{view.savings().vs_everything:,} tokens" in page and view.savings().vs_everything > 0

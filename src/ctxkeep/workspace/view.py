@@ -455,7 +455,7 @@ def _saved_lines(saved: Savings) -> list[str]:
             continue
         dollars = saved.dollars(tokens)
         money = "" if dollars is None else f", ${dollars:,.4f} net at {saved.price.name if saved.price else ''}"
-        out.append(f"saved       vs {label}: {tokens:,} tokens ({tokens / other:.0%} of {other:,}){money}")
+        out.append(f"saved       vs {label}: {tokens:,} tokens (sent {saved.sent:,} of {other:,}){money}")
     return out
 
 
