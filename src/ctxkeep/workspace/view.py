@@ -262,13 +262,13 @@ def read(store: Store, *, name: str, limits: Limits | None = None) -> View:
     found: list[tuple[dict[str, Any], int | None]] = []
     failures: list[dict[str, Any]] = []
     failure_steps: list[int | None] = []
-    window: dict[str, int | None] = {"window": None, "threshold": None, "reserve": None}
+    ran_under: dict[str, int | None] = {"window": None, "threshold": None, "reserve": None}
     for rec in raw_records:
         kind = rec["kind"]
         if kind == "steps":
             steps.extend(_int(n) for n in rec.get("tokens") or ())
             if _int(rec.get("window")):  # the newest that says wins: settings may change between sessions
-                window = {key: _int(rec.get(key)) or None for key in window}
+                ran_under = {key: _int(rec.get(key)) or None for key in ran_under}
         elif kind == "compaction":
             found.append((rec, len(steps) - 1 if steps else None))
         elif kind == "failed":
@@ -309,7 +309,7 @@ def read(store: Store, *, name: str, limits: Limits | None = None) -> View:
         failure_steps=tuple(failure_steps),
         originals=len(store.originals()),
         cuts=tuple(cuts),
-        **window,
+        **ran_under,
     )
 
 
