@@ -113,9 +113,9 @@ def chromium() -> str:
     return found
 
 
-def browse(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def browse(page: Path, profile: Path, *args: str, fragment: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args, page.as_uri()],
+        [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args, page.as_uri() + fragment],
         capture_output=True,
         text=True,
         timeout=180,
@@ -123,28 +123,78 @@ def browse(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess
     )
 
 
-def png_size_and_colours(data: bytes) -> tuple[int, int, int]:
-    """Width, height and the number of distinct byte values of the pixel data of a PNG."""
+def png_pixels(data: bytes) -> tuple[int, int, list[list[tuple[int, int, int]]]]:
+    """Width, height and the RGB rows of an 8-bit RGB or RGBA PNG, as Chromium writes its screenshots."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
-    width, height = struct.unpack(">II", data[16:24])
+    width, height, depth, colour = struct.unpack(">IIBB", data[16:26])
+    assert depth == 8 and colour in (2, 6), f"a PNG of depth {depth}, colour type {colour}"
     pos, idat = 8, b""
     while pos < len(data):
         (length,) = struct.unpack(">I", data[pos : pos + 4])
-        kind = data[pos + 4 : pos + 8]
-        if kind == b"IDAT":
+        if data[pos + 4 : pos + 8] == b"IDAT":
             idat += data[pos + 8 : pos + 8 + length]
         pos += 12 + length
-    return width, height, len(set(zlib.decompress(idat)))
+    raw, bpp = zlib.decompress(idat), 3 if colour == 2 else 4
+    stride, rows, prev = width * bpp, [], bytearray(width * bpp)
+    for r in range(height):
+        kind, line = raw[r * (stride + 1)], bytearray(raw[r * (stride + 1) + 1 : (r + 1) * (stride + 1)])
+        for i in range(stride):  # undo the row's filter (PNG spec, section 9)
+            a, b = line[i - bpp] if i >= bpp else 0, prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 255
+            elif kind == 2:
+                line[i] = (line[i] + b) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append([(line[i], line[i + 1], line[i + 2]) for i in range(0, stride, bpp)])
+        prev = line
+    return width, height, rows
 
 
-def test_the_report_shows_steps_compactions_and_messages_in_a_real_browser_safely(tmp_path: Path, watcher: str) -> None:
+def near(pixel: tuple[int, int, int], colour: str, within: int = 40) -> bool:
+    """Whether `pixel` is within `within` of the CSS colour `colour` (#rrggbb) in each channel. No grey is within
+    40 of the report's red, brown and blue, nor within 70 of its blue: the text's antialiasing cannot pass."""
+    want = (int(colour[1:3], 16), int(colour[3:5], 16), int(colour[5:7], 16))
+    return all(abs(p - w) <= within for p, w in zip(pixel, want, strict=True))
+
+
+def whole_history(records: list[dict[str, object]]) -> tuple[list[int], list[int]]:
+    """The tokens sent at each step, and the whole history's at each, from the records alone: what was sent
+    plus what every compaction up to that step took out (its tokens before less after)."""
+    sent: list[int] = []
+    taken: dict[int, int] = {}
+    for r in records:
+        if r["kind"] == "steps":
+            sent += r["tokens"]  # type: ignore[operator]
+        elif r["kind"] == "compaction":
+            step = len(sent) - 1
+            taken[step] = taken.get(step, 0) + r["tokens_before"] - r["tokens_after"]  # type: ignore[operator]
+    whole, running = [], 0
+    for i, n in enumerate(sent):
+        running += taken.get(i, 0)
+        whole.append(n + running)
+    return sent, whole
+
+
+def test_the_report_shows_the_window_what_was_sent_and_the_savings_in_a_real_browser_safely(
+    tmp_path: Path, watcher: str
+) -> None:
     ws, page = tmp_path / "ws", tmp_path / "report.html"
     steps = build(ws, watcher)
-    assert main(["report", str(ws), "-o", str(page)]) == 0
+    # Nothing tells the report the window: the workspace recorded it.
+    assert main(["report", str(ws), "-o", str(page), "--price", "openai:gpt-4o-mini"]) == 0
     assert stat.S_IMODE(page.stat().st_mode) == 0o600  # the page holds the conversation
     records = [json.loads(x) for x in (ws / "compactions.jsonl").read_text().splitlines()]
     compactions = [r for r in records if r["kind"] == "compaction"]
     assert len(compactions) >= 2 and any(r["kind"] == "failed" for r in records)
+    noted = [r for r in records if r["kind"] == "steps"]
+    assert all(r["window"] == 3_000 and r["threshold"] == 2_100 and r["reserve"] == 600 for r in noted)
+    assert noted[-1]["settings"]["compact_ratio"] == 0.7
 
     dom = browse(page, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000").stdout
     # The page's own script ran (under its CSP hash): it made the filter box. No script of a message ran.
@@ -153,24 +203,64 @@ def test_the_report_shows_steps_compactions_and_messages_in_a_real_browser_safel
     assert "data-pwned" not in dom and "<b>bold?</b>" not in dom and dom.count("<script>") == 1
     assert "&lt;script&gt;document.title='pwned'&lt;/script&gt;" in dom  # shown as text
     assert Counting.requests == [], "the page fetched something"
-    # Tokens per step: one point per step, one marker per compaction linking to its section, a cross per refusal.
-    points = re.search(r'<polyline class="tokens" points="([^"]+)"', dom)
-    assert points is not None and len(points.group(1).split()) == steps
-    assert len(re.findall(r'<a href="#c\d+" class="marker">', dom)) == len(compactions)
-    assert dom.count('<g class="failure">') == 1
-    sections = re.findall(r'<section class="compaction" id="c(\d+)">', dom)
-    assert sections == [str(n) for n in range(1, len(compactions) + 1)]
-    # Each compaction's archived messages are listed with their dialog lines, first to last.
+
+    # The window and the threshold, each a line across the chart at its count.
+    chart = dom.split('<svg class="chart"')[1].split("</svg>")[0]
+    window = re.search(r'<g class="window-line"><title>window: 3,000 tokens</title><line [^>]*y1="([\d.]+)"', chart)
+    threshold = re.search(
+        r'<g class="threshold-line"><title>threshold: 2,100 tokens</title><line [^>]*y1="([\d.]+)"', chart
+    )
+    assert window is not None and threshold is not None
+    # The series is what was sent: one point per step, each at its count on the scale the two lines set.
+    series = re.search(r'<polyline id="sent" class="tokens" points="([^"]+)"', chart)
+    assert series is not None
+    ys = [float(p.split(",")[1]) for p in series.group(1).split()]
+    sent, whole = whole_history(records)
+    assert len(ys) == len(sent) == steps
+    scale = (float(threshold.group(1)) - float(window.group(1))) / (3_000 - 2_100)  # pixels per token
+    for y, tokens in zip(ys, sent, strict=True):
+        assert abs(float(window.group(1)) + (3_000 - tokens) * scale - y) < 0.2
+    # The count before each compaction is a mark (linking to its section), above what was sent at that step.
+    befores = re.findall(r'<a href="#c\d+" class="marker">.*?<circle class="before" cx="[\d.]+" cy="([\d.]+)"', chart)
+    assert len(befores) == len(compactions)
+    for cy, rec in zip(befores, compactions, strict=True):
+        assert abs(float(window.group(1)) + (3_000 - rec["tokens_before"]) * scale - float(cy)) < 0.2
+    assert chart.count('<g class="failure">') == 1
+
+    # The savings in the header: tokens against sending everything and against cutting at the threshold, and
+    # dollars at the price asked for, net of the summarizer (the extractive one spends nothing).
+    header = dom.split('id="savings"')[1].split("</table>")[0]
+    saved_all = sum(whole) - sum(sent)
+    saved_cut = sum(min(w, 2_100) for w in whole) - sum(sent)
+    assert saved_all > sum(sent) > 0  # over 24 steps the history grew well past what was sent
+    everything = header.split('id="saved-everything"')[1].split('id="saved-threshold"')[0]
+    assert f"{saved_all:,} tokens" in everything and f"${saved_all * 0.15 / 1e6:,.4f} saved" in everything
+    assert f"{saved_cut:,} tokens" in header.split('id="saved-threshold"')[1] and "openai:gpt-4o-mini" in header
+
+    # Compactions collapsed, the newest open; each with its archived messages, dialog lines first to last.
+    sections = re.findall(r'<details class="compaction" id="c(\d+)"( open="")?>', dom)
+    assert [n for n, _ in sections] == [str(n) for n in range(1, len(compactions) + 1)]
+    assert [n for n, o in sections if o] == [str(len(compactions))]
+    # A mark's link opens the section it points to.
+    linked = browse(page, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000", fragment="#c1").stdout
+    assert '<details class="compaction" id="c1" open="">' in linked
     first = compactions[0]["archive_lines"]
     body = dom.split('id="c1"')[1].split('id="c2"')[0]
     lines = [int(n.replace(",", "")) for n in re.findall(r'<td class="line">([\d,]+)</td>', body)]
     assert lines == list(range(first["first"], first["last"] + 1))
     assert "Offloaded results (" in body and "web_fetch" in body and "+## Goal" in body
 
+    # On screen: the window a dashed red line across the chart, the sent series drawn across it, the savings.
     shot = tmp_path / "report.png"
-    browse(page, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,1600", "--hide-scrollbars")
-    width, height, colours = png_size_and_colours(shot.read_bytes())
-    assert (width, height) == (1280, 1600) and colours > 20, "the screenshot is blank"
+    browse(page, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,1100", "--hide-scrollbars")
+    width, height, rows = png_pixels(shot.read_bytes())
+    assert (width, height) == (1280, 1100) and len({p for row in rows for p in row}) > 20, "the screenshot is blank"
+    assert max(sum(near(p, "#b3261e") for p in row) for row in rows) > 300, "no window line on screen"
+    assert max(sum(near(p, "#8a5a00") for p in row) for row in rows) > 300, "no threshold line on screen"
+    blue = {x for row in rows for x, p in enumerate(row) if near(p, "#0b5cad", 70)}
+    assert len(blue) > 600, "no sent-tokens series on screen"
+    # Within 25 of the savings' green no grey of the text falls; 40 would take in antialiased black.
+    assert sum(near(p, "#1c6b35", 25) for row in rows for p in row) > 500, "no savings on screen"
     assert Counting.requests == []
 
 
@@ -185,7 +275,7 @@ def test_a_big_workspace_is_cut_to_the_limits_and_the_page_says_what_was_left_ou
     assert sum(len(m.text) for m in detailed[0].messages) <= 120 and all(
         len(m.text) <= 50 for m in detailed[0].messages
     )
-    assert page.count('<section class="compaction"') == 1 and page.count('<tr class="message">') <= 4
+    assert page.count('<details class="compaction"') == 1 and page.count('<tr class="message">') <= 4
     assert "Left out of this page" in page and "oldest compaction(s) shown by their record only" in page
     assert "archived message(s) not shown" in page and "line(s) of the summary diff not shown" in page
     assert "points, the largest of each bin" in page and len(view.steps) == 40
@@ -246,3 +336,50 @@ def test_show_json_gives_the_steps_records_and_one_compaction_in_full(
     assert len(shown["failures"]) == 1 and "## Goal" in shown["summary"]
     assert main(["show", str(ws), "--json", "--compaction", "99"]) == 2
     assert "there is no compaction 99" in capsys.readouterr().err
+
+
+def test_show_gives_the_recorded_window_and_what_was_saved_at_the_price_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = tmp_path / "ws"
+    build(ws, "http://127.0.0.1:9")
+    records = [json.loads(x) for x in (ws / "compactions.jsonl").read_text().splitlines()]
+    sent, whole = whole_history(records)
+    assert main(["show", str(ws), "--json", "--price", "anthropic:claude-sonnet-4", "--input-price", "2"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["window"], shown["threshold"], shown["reserve"]) == (3_000, 2_100, 600)
+    saved = shown["savings"]
+    assert saved["sent"] == sum(sent) and saved["everything"] == sum(whole) > 2 * sum(sent)
+    assert saved["at_threshold"] == sum(min(w, 2_100) for w in whole)
+    assert saved["saved_vs_everything"] == sum(whole) - sum(sent)
+    # --input-price over the model's; its output price stays (the summarizer's tokens are priced with it).
+    assert saved["price"] == {"name": "$2 per million in", "input": 2.0, "output": 15.0}
+    assert saved["dollars_saved_vs_everything"] == pytest.approx(saved["saved_vs_everything"] * 2 / 1e6)
+    assert main(["show", str(ws), "--price", "openai:gpt-4o-mini"]) == 0
+    out = capsys.readouterr().out
+    assert "window      3,000 tokens, compaction at 2,100, 600 kept" in out
+    assert f"saved       vs whole history: {sum(whole) - sum(sent):,} tokens" in out and "at openai:gpt-4o-mini" in out
+    for wrong, error in (
+        (["--price", "acme:big"], "no price known for 'acme:big'; give --input-price, or one of: openai:gpt-4o-mini"),
+        (["--input-price", "-1"], "the input price must be US dollars per million tokens, 0 or more"),
+        (["--output-price", "1"], "an output price needs an input price"),
+    ):
+        assert main(["show", str(ws), *wrong]) == 2 and error in capsys.readouterr().err
+        assert main(["report", str(ws), "-o", str(tmp_path / "r.html"), *wrong]) == 2
+        assert error in capsys.readouterr().err and not (tmp_path / "r.html").exists()
+
+
+def test_a_workspace_that_did_not_record_its_window_gets_no_lines_and_says_so(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    build(ws, "http://127.0.0.1:9", turns=14)
+    older = [json.loads(x) for x in (ws / "compactions.jsonl").read_text().splitlines()]
+    for r in older:  # as a workspace written before the steps carried their settings
+        for key in ("window", "threshold", "reserve", "settings"):
+            r.pop(key, None)
+    (ws / "compactions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in older))
+    view = read(LocalFolder(ws), name="ws")
+    assert (view.window, view.threshold) == (None, None) and view.savings().vs_threshold is None
+    page = render(view)
+    assert "window-line" not in page and "threshold-line" not in page
+    assert "did not record its window" in page and "the workspace did not record its threshold" in page
+    assert f"{view.savings().vs_everything:,} tokens" in page and view.savings().vs_everything > 0

@@ -1,15 +1,18 @@
 """`ctxkeep report`: a workspace's `View` as one self-contained HTML page.
 
-    header and totals
-    chart      tokens sent per step (inline SVG); each compaction a marker from its tokens before to after,
+    header     what was saved: input tokens (and dollars, given a price) against sending the whole history
+               and against cutting at the threshold (`View.savings`); then the totals
+    chart      the tokens sent at each step (inline SVG) under the model's window and the compaction
+               threshold; each compaction a mark at its count before, joined to what was sent after and
                linking to its section; each refused summary a cross
-    sections   per compaction: its record, the messages it archived (with their dialog lines), the results
-               it offloaded, the summary's diff against the previous one
+    sections   per compaction, collapsed but the newest: its record, the messages it archived (with their
+               dialog lines), the results it offloaded, the summary's diff against the previous one
     footer     refused summaries, the current summary, what the page left out
 
-Nothing is fetched: the styles, the SVG and the one script (a filter over the archived messages, allowed
-by its hash in the page's Content-Security-Policy, which forbids every other script and every load) are
-inline. Every text from the workspace goes through `html.escape`: transcripts hold HTML.
+Nothing is fetched: the styles, the SVG and the one script (a filter over the archived messages; opening
+the compaction a link points to), allowed by its hash in the page's Content-Security-Policy, which forbids
+every other script and every load, are inline. Every text from the workspace goes through `html.escape`:
+transcripts hold HTML.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .workspace.view import CompactionView, Limits, View, chart_points
+from .workspace.view import CompactionView, Limits, Price, Savings, View, chart_points
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1100px;padding:16px 24px;color:#1d232b;background:#fff}
@@ -34,13 +37,26 @@ pre{white-space:pre-wrap;word-break:break-word;margin:0;font:12px/1.4 ui-monospa
 .diff .add{background:#e6f6ea;display:block}.diff .del{background:#fbe9e9;display:block}
 .diff .ctx{display:block;color:#5f6b78}
 .cut{color:#8a5a00}.chart{width:100%;height:auto;border:1px solid #e3e7ec;border-radius:4px}
-details{margin:6px 0}summary{cursor:pointer;font-weight:600}#filter{margin:8px 0;padding:4px 6px;width:320px}
+details{margin:6px 0}summary{cursor:pointer;font-weight:600}
+.savings{display:flex;gap:28px;flex-wrap:wrap;margin:10px 0 4px;padding:10px 14px;background:#f3f7fb;border-radius:6px}
+.savings .big{font-size:24px;font-weight:700;color:#1c6b35}.savings .neg{color:#b3261e}
+details.compaction>summary h2{display:inline;border:0;padding:0}details.compaction{border-top:1px solid #d7dde4;
+margin-top:14px;padding-top:8px}.legend span{margin-right:16px}#filter{margin:8px 0;padding:4px 6px;width:320px}
 .hidden{display:none}
 """
 
-# Hides the archived messages that do not contain the text typed; the box is made by the script, so a page
-# whose script cannot run shows no dead control.
+# Opens the compaction a link points to, and hides the archived messages that do not contain the text typed;
+# the box is made by the script, so a page whose script cannot run shows no dead control.
 _SCRIPT = """
+(function () {
+  // A compaction's marker links to its section, collapsed unless it is the newest: open it on the way.
+  function reveal() {
+    var target = document.getElementById(location.hash.slice(1));
+    if (target && target.tagName === "DETAILS") target.open = true;
+  }
+  window.addEventListener("hashchange", reveal);
+  reveal();
+})();
 (function () {
   var rows = document.querySelectorAll("tr.message");
   if (!rows.length) return;
@@ -63,9 +79,10 @@ _SCRIPT = """
 _W, _H, _LEFT, _TOP, _BOTTOM = 1000, 260, 64, 14, 28
 
 
-def render(view: View, *, limits: Limits | None = None) -> str:
-    """The page for `view`: one HTML document with nothing to fetch."""
+def render(view: View, *, limits: Limits | None = None, price: Price | None = None) -> str:
+    """The page for `view`: one HTML document with nothing to fetch. With `price`, the savings in dollars too."""
     limits = limits or Limits()
+    newest = max((c.number for c in view.compactions if c.detailed), default=0)
     digest = base64.b64encode(hashlib.sha256(_SCRIPT.encode()).digest()).decode()
     policy = f"default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{digest}'"
     parts = [
@@ -75,12 +92,13 @@ def render(view: View, *, limits: Limits | None = None) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>ctxkeep report: {_e(view.name)}</title><style>{_CSS}</style></head><body>",
         f"<h1>ctxkeep report <small>{_e(view.name)}</small></h1>",
+        _savings(view, view.savings(price)),
         _totals(view),
-        '<h2 id="chart">Tokens per step</h2>',
+        '<h2 id="chart">Tokens sent per step</h2>',
         _chart(view, limits.chart_points),
         f'<h2 id="compactions">Compactions ({len(view.compactions):,})</h2>',
         _table(view.compactions),
-        *(_section(c) for c in view.compactions if c.detailed),
+        *(_section(c, open_=c.number == newest) for c in view.compactions if c.detailed),
         _failures(view),
         _current(view),
         _cuts(view),
@@ -104,9 +122,54 @@ def _n(value: object) -> str:
     return _e(value)
 
 
+def _savings(view: View, saved: Savings) -> str:
+    """The header: input tokens saved against the two other ways, a share of what they send, and dollars."""
+    if not view.steps:
+        return ""
+
+    def cell(kind: str, label: str, tokens: int | None, other: int | None) -> str:
+        if tokens is None or not other:
+            return (
+                f'<div id="saved-{kind}"><div class="big muted">–</div>{label}<br>'
+                "<small>the workspace did not record its threshold</small></div>"
+            )
+        dollars = saved.dollars(tokens)
+        money = "" if dollars is None else f'<div class="dollars">{_money(dollars)} saved</div>'
+        sign = " neg" if tokens < 0 else ""
+        return (
+            f'<div id="saved-{kind}"><div class="big{sign}">{tokens:,} tokens</div>{money}{label}<br>'
+            f"<small>{saved.sent:,} sent of {other:,} ({tokens / other:.0%} fewer)</small></div>"
+        )
+
+    if saved.price is None:
+        priced = (
+            "<small>Give <code>--price openai:gpt-4o-mini</code> (or <code>--input-price</code>) for dollars.</small>"
+        )
+    else:
+        p = saved.price
+        priced = (
+            f"<small>At {_e(p.name)}: ${p.input:g} per million tokens in, ${p.output:g} out; net of what the"
+            f" summarizer spent ({saved.summarizer_in:,} in, {saved.summarizer_out:,} out).</small>"
+        )
+    return (
+        '<div class="savings" id="savings">'
+        + cell("everything", "saved against sending the whole history", saved.vs_everything, saved.everything)
+        + cell("threshold", "saved against cutting the oldest at the threshold", saved.vs_threshold, saved.at_threshold)
+        + f"<div>{priced}<br><small>Input tokens over {len(view.steps):,} steps; offloaded results count at"
+        " their cut size, so the whole history is a lower bound.</small></div></div>"
+    )
+
+
+def _money(dollars: float) -> str:
+    sign = "-" if dollars < 0 else ""
+    return f"{sign}${abs(dollars):,.2f}" if abs(dollars) >= 1 else f"{sign}${abs(dollars):,.4f}"
+
+
 def _totals(view: View) -> str:
     t = view.totals()
+    window = "not recorded" if view.window is None else f"{view.window:,} tokens, compaction at {_n(view.threshold)}"
     rows = [
+        ("window", window),
         ("steps noted", _n(len(view.steps))),
         ("compactions", f"{_n(len(view.compactions))} applied, {_n(len(view.failures))} not applied"),
         ("archived messages", _n(view.archived_messages)),
@@ -126,7 +189,7 @@ def _chart(view: View, limit: int) -> str:
         )
     points = list(chart_points(steps, limit))
     befores = [_int(c.record.get("tokens_before")) for c in view.compactions if c.step is not None]
-    peak = max([*steps, *befores, 1])
+    peak = max([*steps, *befores, view.window or 0, 1])
     width, height = _W - _LEFT - 12, _H - _TOP - _BOTTOM
     last = max(1, len(steps) - 1)
 
@@ -149,18 +212,29 @@ def _chart(view: View, limit: int) -> str:
         )
     out.append(f'<text x="{_LEFT}" y="{_H - 8}" fill="#5f6b78">step 1</text>')
     out.append(f'<text x="{_W - 12}" y="{_H - 8}" text-anchor="end" fill="#5f6b78">step {len(steps):,}</text>')
-    out.append(f'<polyline class="tokens" points="{line}" fill="none" stroke="#0b5cad" stroke-width="1.5"/>')
+    # The two limits the steps ran under, dashed across the whole chart, each labelled with its count.
+    for kind, tokens, colour in (("window", view.window, "#b3261e"), ("threshold", view.threshold, "#8a5a00")):
+        if tokens is None:
+            continue
+        ly = y(tokens)
+        out.append(
+            f'<g class="{kind}-line"><title>{kind}: {tokens:,} tokens</title>'
+            f'<line x1="{_LEFT}" x2="{_W - 12}" y1="{ly:.1f}" y2="{ly:.1f}" stroke="{colour}"'
+            ' stroke-width="2" stroke-dasharray="6 4"/>'
+            f'<text x="{_W - 14}" y="{ly - 4:.1f}" text-anchor="end" fill="{colour}">{kind} {tokens:,}</text></g>'
+        )
+    out.append(f'<polyline id="sent" class="tokens" points="{line}" fill="none" stroke="#0b5cad" stroke-width="1.5"/>')
     for c in view.compactions:
         if c.step is None:
             continue
         cx, before, after = x(c.step), _int(c.record.get("tokens_before")), _int(c.record.get("tokens_after"))
         reason = c.record.get("reason", "")
-        tip = f"compaction {c.number} at step {c.step + 1:,} ({reason}): {before:,} → {after:,} tokens"
+        tip = f"compaction {c.number} at step {c.step + 1:,} ({reason}): {before:,} before, {after:,} sent"
         out.append(
             f'<a href="#c{c.number}" class="marker"><title>{_e(tip)}</title>'
             f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="{y(before):.1f}" y2="{y(after):.1f}"'
-            ' stroke="#d9730d" stroke-width="2"/>'
-            f'<circle cx="{cx:.1f}" cy="{y(before):.1f}" r="4" fill="#d9730d"/></a>'
+            ' stroke="#d9730d" stroke-width="1" stroke-dasharray="2 2"/>'
+            f'<circle class="before" cx="{cx:.1f}" cy="{y(before):.1f}" r="4" fill="#d9730d"/></a>'
         )
     for rec, s in zip(view.failures, view.failure_steps, strict=True):
         if s is None:
@@ -172,6 +246,14 @@ def _chart(view: View, limit: int) -> str:
             ' stroke="#c62828" stroke-width="2"/></g>'
         )
     out.append("</svg>")
+    out.append(
+        '<p class="legend muted"><span style="color:#0b5cad">━ tokens sent</span>'
+        '<span style="color:#d9730d">● count before a compaction</span>'
+        '<span style="color:#b3261e">┅ window</span><span style="color:#8a5a00">┅ threshold</span>'
+        '<span style="color:#c62828">✗ summary refused</span></p>'
+    )
+    if view.window is None:
+        out.append('<p class="muted">The workspace did not record its window: no window or threshold line.</p>')
     if len(points) < len(steps):
         out.append(f'<p class="cut">{len(steps):,} steps drawn as {len(points):,} points, the largest of each bin.</p>')
     return "".join(out)
@@ -195,7 +277,7 @@ def _table(compactions: Sequence[CompactionView]) -> str:
     return f'<table class="compaction-table">{head}{"".join(rows)}</table>'
 
 
-def _section(c: CompactionView) -> str:
+def _section(c: CompactionView, *, open_: bool) -> str:
     rec, usage = c.record, _dict(c.record.get("usage"))
     lines = _dict(rec.get("archive_lines"))
     focus = f", focus: {_e(rec['focus'])}" if rec.get("focus") else ""
@@ -231,10 +313,13 @@ def _section(c: CompactionView) -> str:
         ("summary", f"{_n(rec.get('summary_chars'))} characters"),
     ]
     table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in fields)
+    # Collapsed but the newest: thirty near-identical sections read as one list. A marker's link to a closed
+    # one still lands, the browser opens the <details> its fragment points into.
     return (
-        f'<section class="compaction" id="c{c.number}"><h2>Compaction {c.number}'
-        f" <small>{_e(str(rec.get('at', ''))[:19])} · {_e(rec.get('reason', ''))}</small></h2>"
-        f'<table class="record">{table}</table>{_messages(c)}{_offloaded(rec)}{_diff(c)}</section>'
+        f'<details class="compaction" id="c{c.number}"{" open" if open_ else ""}><summary><h2>Compaction {c.number}'
+        f" <small>{_e(str(rec.get('at', ''))[:19])} · {_e(rec.get('reason', ''))} ·"
+        f" {_n(rec.get('tokens_before'))} → {_n(rec.get('tokens_after'))} tokens</small></h2></summary>"
+        f'<table class="record">{table}</table>{_messages(c)}{_offloaded(rec)}{_diff(c)}</details>'
     )
 
 

@@ -75,8 +75,7 @@ class Session:
         self._stack.enter_context(store.lock(lock_timeout))
         try:
             at = now or datetime.now().astimezone()
-            days = self._setup.settings.offload.retention_days
-            self._journal, self._live = Journal.open(store, self._setup.counter, retention_days=days, now=at)
+            self._journal, self._live = Journal.open(store, self._setup.counter, settings=self._setup.settings, now=at)
         except BaseException:
             self._stack.close()
             raise

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
+
+from .report import add_price_arguments, price_of
 
 TYPE_CHECKING = False  # not `typing`'s: the command line imports no `typing` before it must
 if TYPE_CHECKING:
@@ -16,8 +19,11 @@ def add_arguments(show: argparse.ArgumentParser) -> None:
     show.add_argument("workspace", help="a folder a ctxkeep session wrote")
     show.add_argument("--compaction", type=int, metavar="N", help="also what compaction N archived and changed")
     show.add_argument(
-        "--json", action="store_true", help="print the steps, the compactions' records and the summary as JSON"
+        "--json",
+        action="store_true",
+        help="print the window, the savings, the steps, the compactions' records and the summary as JSON",
     )
+    add_price_arguments(show)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,13 +33,21 @@ def run(args: argparse.Namespace) -> int:
     from ctxkeep.folder import LocalFolder
     from ctxkeep.workspace import view as workspace_view  # here, so --help stays fast
 
+    try:
+        priced = price_of(args)
+    except ValueError as exc:
+        print(f"ctxkeep: error: {exc}", file=sys.stderr)
+        return 2
     view = workspace_view.read(LocalFolder(args.workspace), name=args.workspace)
     if args.json:
         import json
 
-        print(json.dumps(as_json(view, args.compaction), ensure_ascii=False, indent=2))
+        shown = as_json(view, args.compaction)
+        shown["savings"] = view.savings(priced).to_dict()
+        print(json.dumps(shown, ensure_ascii=False, indent=2))
         return 0
-    print(workspace_view.render_text(view, width=max(20, shutil.get_terminal_size().columns - 12)))
+    width = max(20, shutil.get_terminal_size().columns - 12)
+    print(workspace_view.render_text(view, width=width, price=priced))
     if args.compaction is not None:
         print()
         print(workspace_view.render_compaction(view, args.compaction))
@@ -41,8 +55,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def as_json(view: workspace_view.View, number: int | None) -> dict[str, object]:
-    """The view as plain data: the figures, the tokens sent at each step, every compaction's record (and,
-    for compaction `number`, the messages it archived and its summary's diff), the failures, what was left out."""
+    """The view as plain data: the figures, the window, threshold and kept tail, the tokens sent at each step,
+    every compaction's record (and, for compaction `number`, the messages it archived and its summary's diff),
+    the failures, what was left out. `run` adds the savings, priced by the command's options."""
     from ctxkeep.errors import WorkspaceError
 
     if number is not None and not 1 <= number <= len(view.compactions):
@@ -65,6 +80,9 @@ def as_json(view: workspace_view.View, number: int | None) -> dict[str, object]:
         "generation": view.generation,
         "archived_messages": view.archived_messages,
         "offloaded_results": view.originals,
+        "window": view.window,
+        "threshold": view.threshold,
+        "reserve": view.reserve,
         "steps": list(view.steps),
         "compactions": compactions,
         "failures": [

@@ -17,6 +17,7 @@ from ctxkeep import archive as archive_mod
 from ctxkeep.errors import CtxkeepError
 from ctxkeep.live import Live
 from ctxkeep.offload import cleanup
+from ctxkeep.settings import EngineSettings
 from ctxkeep.step import Failure, Step
 from ctxkeep.store import FAILED_DIR, Store
 from ctxkeep.tokens import Counter, count_key
@@ -31,12 +32,13 @@ log = logging.getLogger("ctxkeep")
 class Journal:
     """The workspace in `store` as one session writes it. Open it with `Journal.open`."""
 
-    def __init__(self, store: Store, state: State, *, key: str | None, retention_days: int) -> None:
+    def __init__(self, store: Store, state: State, *, key: str | None, settings: EngineSettings) -> None:
         """A journal over `state`, the workspace's committed state (`open` recovers it first)."""
         self._store = store
         self._state = state
         self._key = key  # whose counts the live log carries
-        self._retention_days = retention_days  # of offloaded originals no live message refers to
+        self._retention_days = settings.offload.retention_days  # of offloaded originals no live message refers to
+        self._compact = settings.compact  # noted with the steps: the report draws the window and threshold
         # Live-log lines of offloads not yet written: they go with the next append (one durable write per
         # step). Lost in a crash, they cost nothing: the next `prepare` offloads the same results the same way.
         self._pending: list[bytes] = []
@@ -50,12 +52,12 @@ class Journal:
         self._recorded: int | None = None
 
     @classmethod
-    def open(cls, store: Store, counter: Counter, *, retention_days: int, now: datetime) -> tuple[Journal, Live]:
+    def open(cls, store: Store, counter: Counter, *, settings: EngineSettings, now: datetime) -> tuple[Journal, Live]:
         """Recover the workspace in `store` (`ctxkeep.workspace.recovery`) and finish what a crash left half-done;
         the journal and the live context as committed."""
         key = count_key(counter)
         found = recover(store, counter, key=key, now=now)
-        journal = cls(store, found.state, key=key, retention_days=retention_days)
+        journal = cls(store, found.state, key=key, settings=settings)
         # A log with replaced lines, or counts of another counter, is rewritten: the next open reads it fast.
         journal._replaced = 1 if found.rewrite else 0
         journal.write_log(found.live)
@@ -157,7 +159,7 @@ class Journal:
         if not self._steps or self._steps_span is None:
             return
         first, last = self._steps_span
-        note = records.steps_record(self._steps, first=first, last=last)
+        note = records.steps_record(self._steps, first=first, last=last, compact=self._compact)
         self._steps, self._steps_span = [], None
         try:
             self._store.append_record(records.to_line(note))

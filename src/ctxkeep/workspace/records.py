@@ -4,7 +4,8 @@
                                                       summarizer spent (`Usage`), the archived line range,
                                                       the results offloaded, the summary it wrote
                         {"kind": "failed", ...}       a compaction not applied, why, what it spent
-                        {"kind": "steps", ...}        the tokens sent at each step since the previous one
+                        {"kind": "steps", ...}        the tokens sent at each step since the previous one,
+                                                      and the window and compaction settings they ran under
                         {"kind": "repaired", ...}     a torn live-log line dropped at open
 
 `compaction_record`, `failure_record` and `steps_record` build them (pure: the `Journal` writes them); `read` parses the
@@ -24,6 +25,7 @@ import orjson
 
 from ctxkeep.messages import Message
 from ctxkeep.offload import record_in
+from ctxkeep.settings import CompactSettings
 from ctxkeep.step import Failure, Step
 
 # A compaction record lists at most this many offloaded results (and says how many more): the record is
@@ -111,13 +113,18 @@ def failure_detail(failure: Failure) -> bytes:
     return orjson.dumps(detail, option=orjson.OPT_INDENT_2)
 
 
-def steps_record(tokens: Sequence[int], *, first: datetime, last: datetime) -> dict[str, Any]:
-    """The record of a run of steps: the tokens of the context sent at each, oldest first."""
+def steps_record(tokens: Sequence[int], *, first: datetime, last: datetime, compact: CompactSettings) -> dict[str, Any]:
+    """The record of a run of steps: the tokens of the context sent at each, oldest first, and the window,
+    threshold and kept tail they ran under (`compact`), so a report draws them without being told."""
     return {
         "kind": "steps",
         "first": first.isoformat(),
         "last": last.isoformat(),
         "tokens": list(tokens),
+        "window": compact.max_input_length,
+        "threshold": compact.compact_threshold,
+        "reserve": compact.reserve,
+        "settings": asdict(compact),
     }
 
 

@@ -9,6 +9,13 @@ the committed state (through `state.read`, the one reader of state.json), `compa
 (`records`) and the archive up to its committed size.
 Big workspaces stay readable: `Limits` caps what is kept of messages, diffs and compactions, and
 `View.cuts` says what was left out.
+
+What ctxkeep saved (`View.savings`) is derived from the records alone. A compaction at step k takes
+`tokens_before - tokens_after` out of what is sent, and these sum, telescoping over the summaries each
+replaced, to the archived messages' tokens less the current summary's; so the whole history at step i is
+what was sent then plus what the compactions up to i took out. Offloaded results count at their cut size
+there, so "sending everything" is a lower bound. "Cutting at the threshold" is a client that drops the
+oldest messages just enough to stay under the threshold: it sends min(whole history, threshold).
 """
 
 from __future__ import annotations
@@ -89,6 +96,39 @@ class View:
     failure_steps: tuple[int | None, ...]  # the step each failure happened at, as for compactions
     originals: int  # files in tool_result/ (offloaded originals)
     cuts: tuple[str, ...] = field(default_factory=tuple)  # what the view left out, in words
+    # The model's window, the compaction threshold and the kept tail, as the newest "steps" record gives
+    # them; None for a workspace written before they were recorded.
+    window: int | None = None
+    threshold: int | None = None
+    reserve: int | None = None
+
+    def whole(self) -> tuple[int, ...]:
+        """The tokens of the whole history at each step: what sending everything would have sent (offloaded
+        results at their cut size, so a lower bound)."""
+        taken = [0] * (len(self.steps) + 1)  # what the compactions took out, by the step they ran at
+        for c in self.compactions:
+            out = max(0, _int(c.record.get("tokens_before")) - _int(c.record.get("tokens_after")))
+            taken[0 if c.step is None else c.step] += out
+        whole, running = [], 0
+        for i, sent in enumerate(self.steps):
+            running += taken[i]
+            whole.append(sent + running)
+        return tuple(whole)
+
+    def savings(self, price: Price | None = None) -> Savings:
+        """What was sent against sending everything and against cutting at the threshold, and what the
+        summarizer spent; with `price`, in US dollars too."""
+        whole = self.whole()
+        at_threshold = None if self.threshold is None else sum(min(w, self.threshold) for w in whole)
+        totals = self.totals()
+        return Savings(
+            sent=sum(self.steps),
+            everything=sum(whole),
+            at_threshold=at_threshold,
+            summarizer_in=totals["input_tokens"],
+            summarizer_out=totals["output_tokens"],
+            price=price,
+        )
 
     def totals(self) -> dict[str, int]:
         """Sums over every compaction: model calls, tokens in and out, retries, results offloaded."""
@@ -98,6 +138,115 @@ class View:
             for key in ("calls", "input_tokens", "output_tokens", "retries"):
                 out[key] += _int(usage.get(key))
             out["offloaded"] += _int((c.record.get("offloaded") or {}).get("results"))
+        return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Price:
+    """What a model charges, in US dollars per million tokens: input (uncached) and output."""
+
+    name: str
+    input: float
+    output: float = 0.0
+
+    def __post_init__(self) -> None:
+        for part in ("input", "output"):
+            value = getattr(self, part)
+            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value < 10_000:
+                raise ValueError(f"the {part} price must be US dollars per million tokens, 0 or more; got {value!r}")
+
+    def of(self, input_tokens: int, output_tokens: int = 0) -> float:
+        """The dollars `input_tokens` in and `output_tokens` out cost."""
+        return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
+
+
+# List prices (US dollars per million tokens, uncached input and output) when this was written: defaults for
+# `--price`, which a user's own `--input-price` overrides. Prices change; the page says which one it used.
+PRICES = {
+    p.name: p
+    for p in (
+        Price(name="openai:gpt-4o-mini", input=0.15, output=0.60),
+        Price(name="openai:gpt-4o", input=2.50, output=10.00),
+        Price(name="openai:gpt-4.1", input=2.00, output=8.00),
+        Price(name="openai:gpt-4.1-mini", input=0.40, output=1.60),
+        Price(name="openai:gpt-4.1-nano", input=0.10, output=0.40),
+        Price(name="openai:gpt-5", input=1.25, output=10.00),
+        Price(name="openai:gpt-5-mini", input=0.25, output=2.00),
+        Price(name="openai:gpt-5-nano", input=0.05, output=0.40),
+        Price(name="anthropic:claude-opus-4", input=15.00, output=75.00),
+        Price(name="anthropic:claude-sonnet-4", input=3.00, output=15.00),
+        Price(name="anthropic:claude-haiku-4-5", input=1.00, output=5.00),
+        Price(name="google:gemini-2.5-pro", input=1.25, output=10.00),
+        Price(name="google:gemini-2.5-flash", input=0.30, output=2.50),
+    )
+}
+
+
+def price(
+    name: str | None = None, *, input_price: float | None = None, output_price: float | None = None
+) -> Price | None:
+    """The price of the model `name` (a key of `PRICES`), with `input_price` and `output_price` (dollars per
+    million) over it; None when neither is given. Raises `ValueError` naming the known models for an unknown one."""
+    if name is None and input_price is None:
+        if output_price is not None:
+            raise ValueError("an output price needs an input price (--input-price) or a model (--price)")
+        return None
+    base = Price(name="your price", input=0.0)
+    if name is not None:
+        if name not in PRICES:
+            known = ", ".join(PRICES)
+            raise ValueError(f"no price known for {name!r}; give --input-price, or one of: {known}")
+        base = PRICES[name]
+    return Price(
+        name=base.name if input_price is None else f"${input_price:g} per million in",
+        input=base.input if input_price is None else input_price,
+        output=base.output if output_price is None else output_price,
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Savings:
+    """Tokens sent over every step, against what two other ways would have sent, and what summarizing cost."""
+
+    sent: int  # what ctxkeep sent, summed over the steps
+    everything: int  # what sending the whole history each step would have (a lower bound: see the module)
+    at_threshold: int | None  # what cutting the oldest at the threshold would have; None: threshold unknown
+    summarizer_in: int  # the summarizer's tokens, in and out (0 for the extractive one)
+    summarizer_out: int
+    price: Price | None = None
+
+    @property
+    def vs_everything(self) -> int:
+        """Input tokens saved against sending everything."""
+        return self.everything - self.sent
+
+    @property
+    def vs_threshold(self) -> int | None:
+        """Input tokens saved against cutting at the threshold (negative when ctxkeep sent more)."""
+        return None if self.at_threshold is None else self.at_threshold - self.sent
+
+    def dollars(self, tokens: int) -> float | None:
+        """The dollars `tokens` input tokens saved are worth, less what the summarizer spent; None without a price."""
+        if self.price is None:
+            return None
+        return self.price.of(tokens) - self.price.of(self.summarizer_in, self.summarizer_out)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As plain data, for ``ctxkeep show --json``."""
+        out: dict[str, Any] = {
+            "sent": self.sent,
+            "everything": self.everything,
+            "at_threshold": self.at_threshold,
+            "saved_vs_everything": self.vs_everything,
+            "saved_vs_threshold": self.vs_threshold,
+            "summarizer_input_tokens": self.summarizer_in,
+            "summarizer_output_tokens": self.summarizer_out,
+        }
+        if self.price is not None:
+            vs_threshold = self.vs_threshold
+            out["price"] = {"name": self.price.name, "input": self.price.input, "output": self.price.output}
+            out["dollars_saved_vs_everything"] = self.dollars(self.vs_everything)
+            out["dollars_saved_vs_threshold"] = None if vs_threshold is None else self.dollars(vs_threshold)
         return out
 
 
@@ -113,10 +262,13 @@ def read(store: Store, *, name: str, limits: Limits | None = None) -> View:
     found: list[tuple[dict[str, Any], int | None]] = []
     failures: list[dict[str, Any]] = []
     failure_steps: list[int | None] = []
+    ran_under: dict[str, int | None] = {"window": None, "threshold": None, "reserve": None}
     for rec in raw_records:
         kind = rec["kind"]
         if kind == "steps":
             steps.extend(_int(n) for n in rec.get("tokens") or ())
+            if _int(rec.get("window")):  # the newest that says wins: settings may change between sessions
+                ran_under = {key: _int(rec.get(key)) or None for key in ran_under}
         elif kind == "compaction":
             found.append((rec, len(steps) - 1 if steps else None))
         elif kind == "failed":
@@ -157,6 +309,7 @@ def read(store: Store, *, name: str, limits: Limits | None = None) -> View:
         failure_steps=tuple(failure_steps),
         originals=len(store.originals()),
         cuts=tuple(cuts),
+        **ran_under,
     )
 
 
@@ -256,12 +409,16 @@ def _int(value: object) -> int:
 # --- the terminal ------------------------------------------------------------------------
 
 
-def render_text(view: View, *, width: int = 72) -> str:
-    """The view for a terminal: totals, a bar chart of the tokens per step with compactions marked, the table
-    of compactions and failures."""
+def render_text(view: View, *, width: int = 72, price: Price | None = None) -> str:
+    """The view for a terminal: what was saved (in dollars too, with `price`), totals, a bar chart of the tokens
+    per step with compactions marked, the table of compactions and failures."""
     totals = view.totals()
     out = [
         f"workspace   {view.name}",
+        "window      not recorded"
+        if view.window is None
+        else f"window      {view.window:,} tokens, compaction at {view.threshold or 0:,}, {view.reserve or 0:,} kept",
+        *_saved_lines(view.savings(price)),
         f"steps       {len(view.steps):,} noted; last context {view.steps[-1]:,} tokens"
         if view.steps
         else "steps       none noted",
@@ -282,6 +439,24 @@ def render_text(view: View, *, width: int = 72) -> str:
     for cut in view.cuts:
         out.append(f"note: {cut}")
     return "\n".join(out)
+
+
+def _saved_lines(saved: Savings) -> list[str]:
+    """Input tokens (and dollars) saved against sending everything and against cutting at the threshold."""
+    if not saved.sent:
+        return []
+    out = []
+    for label, tokens, other in (
+        ("whole history", saved.vs_everything, saved.everything),
+        ("threshold cut", saved.vs_threshold, saved.at_threshold),
+    ):
+        if tokens is None or not other:
+            out.append(f"saved       vs {label}: unknown (no threshold recorded)")
+            continue
+        dollars = saved.dollars(tokens)
+        money = "" if dollars is None else f", ${dollars:,.4f} net at {saved.price.name if saved.price else ''}"
+        out.append(f"saved       vs {label}: {tokens:,} tokens (sent {saved.sent:,} of {other:,}){money}")
+    return out
 
 
 def _sparkline(view: View, width: int) -> list[str]:
