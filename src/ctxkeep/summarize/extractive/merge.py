@@ -24,11 +24,13 @@ from ctxkeep.summarize.facts.collect import (
     unique,
     unique_keep_last,
 )
+from ctxkeep.summarize.facts.ledger import merge_todos, parse_todo
 from ctxkeep.summarize.request import Language
 from ctxkeep.summarize.sections.markdown import (
     CONTINUE_TITLE,
     ITEM_CHARS,
     PHRASES,
+    PLAN_TITLE,
     SECTIONS,
     clip,
     code_span,
@@ -81,8 +83,9 @@ def parse_draft(previous: str) -> Draft:
     draft.done = progress.get("", []) + progress.get("Done", [])
     draft.in_progress = list(progress.get("In Progress", []))
     draft.blocked = list(progress.get("Blocked", []))
+    draft.plan = tuple(t for i in progress.get(PLAN_TITLE, []) if (t := parse_todo(i)) is not None)
     for sub, items in progress.items():
-        if sub not in ("", "Done", "In Progress", "Blocked"):
+        if sub not in ("", "Done", "In Progress", "Blocked", PLAN_TITLE):
             draft.done.extend(f"{sub}: {i}" for i in items)
     draft.decisions = _flat(parsed.get("Key Decisions", {}))
     draft.next_steps = _flat(parsed.get("Next Steps", {}))
@@ -148,6 +151,7 @@ def merge(old: Draft, new: Draft, facts: Facts, language: Language) -> Draft:
     # evidence that it was finished (the Done items of the new messages say what was)
     merged.done = unique_keep_last(old.done + new.done)
     merged.in_progress = new.in_progress or old.in_progress
+    merged.plan = merge_todos(old.plan, new.plan)  # the ledger: each item's newest state, a finished one stays so
     merged.blocked = _merge_blocked(old.blocked, new.blocked, facts, language)
     merged.decisions = unique(new.decisions + old.decisions)
     if facts.asks or new.next_steps:

@@ -13,6 +13,8 @@ from typing import TypeAlias
 
 SECTIONS = ("Goal", "Constraints & Preferences", "Progress", "Key Decisions", "Next Steps", "Critical Context")
 PROGRESS_SUBSECTIONS = ("Done", "In Progress", "Blocked")
+# The ledger's list under Progress: the agent's own todo items, "[status] text", carried exactly across cuts
+PLAN_TITLE = "Plan"
 
 Sections: TypeAlias = dict[str, dict[str, list[str]]]
 
