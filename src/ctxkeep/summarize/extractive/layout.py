@@ -106,7 +106,8 @@ def sections_of(
             "Done": _cap(draft.done, _MAX_DONE, "head", language),
             "In Progress": _cap(draft.in_progress, _MAX_IN_PROGRESS, "tail", language),
             "Blocked": _cap(draft.blocked, MAX_FAILURES, "tail", language),
-            PLAN_TITLE: _plan_items(draft.plan, language),
+            # the ledger, only when the agent keeps a todo list (an empty one would read "(none)" in every summary)
+            **({PLAN_TITLE: _plan_items(draft.plan, language)} if draft.plan else {}),
         },
         "Key Decisions": {"": first(_cap(draft.decisions, MAX_DECISIONS, "tail", language))},
         "Next Steps": {"": first(_cap(draft.next_steps, MAX_NEXT, "tail", language))},

@@ -26,7 +26,7 @@ _STATES = {"done": COMPLETED, "complete": COMPLETED, "finished": COMPLETED, "tod
 _CREATE_TOOL = re.compile(r"(?i)^(?:task_?create|create_?task|add_?task)$")
 _UPDATE_TOOL = re.compile(r"(?i)^(?:task_?update|update_?task)$")
 _CREATED_ID = re.compile(r"#(\w+)")  # "Task #3 created successfully: ..."
-_ITEM = re.compile(r"^\[([a-z_]+)\] (?:#(\w+) )?(.*)$", re.DOTALL)  # "[pending] #3 Write the tests"
+_ITEM = re.compile(r"^\[([a-z_]+)\] (?:#(\w+)(?: |$))?(.*)$", re.DOTALL)  # "[pending] #3 Write the tests"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
