@@ -11,8 +11,8 @@ from ctxkeep.formats import load
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
 from ctxkeep.summarize import SummaryRequest
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
-from ctxkeep.summarize.facts.ledger import Todo, ledger_of, merge_todos, parse_todo
-from ctxkeep.summarize.sections.markdown import PLAN_TITLE, parse_sections
+from ctxkeep.summarize.facts.ledger import Job, Todo, jobs_of, ledger_of, merge_todos, parse_job, parse_todo
+from ctxkeep.summarize.sections.markdown import JOBS_TITLE, PLAN_TITLE, parse_sections
 
 SUMMARIZER = ExtractiveSummarizer()
 
@@ -137,3 +137,68 @@ def test_a_real_todo_list_survives_every_cut_exactly() -> None:
         summary = summarize(messages[start:end], previous=summary)
     assert summary is not None
     assert plan(summary) == [t.render() for t in whole]
+
+
+def started(cid: str, job: str, command: str) -> list[Message]:
+    """A Claude Code Bash call run in the background, and its result naming the job and its output file."""
+    return [
+        said("", call(cid, "Bash", command=command, run_in_background=True)),
+        result(cid, f"Command running in background with ID: {job}. Output is being written to: /tmp/t/{job}.output"),
+    ]
+
+
+def text_of(message: Message) -> str:
+    return message.tool_result.text if message.tool_result is not None else message.text
+
+
+def jobs(summary: str) -> list[str]:
+    return parse_sections(summary).get("Progress", {}).get(JOBS_TITLE, [])
+
+
+def test_background_jobs_started_and_not_ended_are_carried_until_they_end() -> None:
+    messages = [
+        Message.of("user", "Run the server and the slow tests."),
+        *started("c1", "b1", "mix phx.server"),
+        *started("c2", "b2", "mix test --slow"),
+        *started("c3", "b3", "sleep 60"),
+        said("", call("c4", "KillShell", shell_id="b3")),
+        result("c4", "Successfully killed shell: b3 (sleep 60)"),
+        said("", call("c5", "Read", file_path="/repo/notes.md")),
+        result("c5", "x\n" * 60 + "Command running in background with ID: b9."),  # a file quoting the words
+    ]
+    assert jobs_of(messages).running == (
+        Job(id="b1", what="mix phx.server", output="/tmp/t/b1.output"),
+        Job(id="b2", what="mix test --slow", output="/tmp/t/b2.output"),
+    )
+    first = summarize(messages)
+    assert jobs(first) == [
+        "`b1` `mix phx.server` → `/tmp/t/b1.output`",
+        "`b2` `mix test --slow` → `/tmp/t/b2.output`",
+    ]
+    # a cut with no word of them: carried as they were
+    quiet = summarize([Message.of("user", "Meanwhile, read the docs."), said("Reading.")], previous=first)
+    assert jobs(quiet) == jobs(first)
+    # the tests end, reported by a notification; an output read that says "running" ends nothing
+    ended = [
+        said("", call("c6", "BashOutput", bash_id="b1")),
+        result("c6", "<status>running</status>\n<stdout>Listening on :4000</stdout>"),
+        Message.of(
+            "user",
+            "<task-notification>\n<task-id>b2</task-id>\n<status>completed</status>\n"
+            "<summary>Background command completed (exit code 0)</summary>\n</task-notification>",
+        ),
+    ]
+    assert jobs(summarize(ended, previous=quiet)) == ["`b1` `mix phx.server` → `/tmp/t/b1.output`"]
+    assert parse_job(jobs(first)[0]) == Job(id="b1", what="mix phx.server", output="/tmp/t/b1.output")
+
+
+@pytest.mark.skipif(not (RAW / "cc_spotter_258c7280.jsonl").exists(), reason="no shared transcripts")
+def test_a_real_background_job_is_listed_while_it_runs_and_leaves_when_it_ends() -> None:
+    messages = list(load(RAW / "cc_spotter_258c7280.jsonl").messages)
+    start = next(i for i, m in enumerate(messages) if "background with ID: bd0afab" in text_of(m))
+    end = next(i for i, m in enumerate(messages) if i > start and "<task-id>bd0afab</task-id>" in text_of(m))
+    cut = start + 1
+    first = summarize(messages[:cut])
+    assert any(j.startswith("`bd0afab` ") and j.endswith("bd0afab.output`") for j in jobs(first))
+    second = summarize(messages[cut : end + 1], previous=first)
+    assert not any("bd0afab" in j for j in jobs(second))

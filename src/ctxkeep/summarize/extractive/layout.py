@@ -24,6 +24,7 @@ from ctxkeep.summarize.request import Language
 from ctxkeep.summarize.sections.fit import Drop, Shorten, Step
 from ctxkeep.summarize.sections.markdown import (
     ITEM_CHARS,
+    JOBS_TITLE,
     PLAN_TITLE,
     Sections,
     clip,
@@ -108,6 +109,7 @@ def sections_of(
             "Blocked": _cap(draft.blocked, MAX_FAILURES, "tail", language),
             # the ledger, only when the agent keeps a todo list (an empty one would read "(none)" in every summary)
             **({PLAN_TITLE: _plan_items(draft.plan, language)} if draft.plan else {}),
+            **({JOBS_TITLE: [j.render() for j in draft.jobs.running]} if draft.jobs.running else {}),
         },
         "Key Decisions": {"": first(_cap(draft.decisions, MAX_DECISIONS, "tail", language))},
         "Next Steps": {"": first(_cap(draft.next_steps, MAX_NEXT, "tail", language))},
@@ -140,6 +142,7 @@ def sections_of(
         Drop(section="Next Steps"),
         Drop(section="Progress", subsection="In Progress"),
         Drop(section="Progress", subsection=PLAN_TITLE, end="head"),
+        Drop(section="Progress", subsection=JOBS_TITLE, end="head"),
         # the newest few files modified and failing commands outlast the older ones of both
         Drop(section=cc, subsection=modified, final=True, only=lambda i: i not in newest),
         Drop(section=cc, subsection=commands, final=True, only=lambda i: i not in newest),

@@ -1,7 +1,9 @@
-"""The ledger: the agent's own plan as data, each item with its state, carried exactly across every cut.
+"""The ledger: the state of the work as data, carried exactly across every cut: the agent's own plan, each
+item with its state, and the background jobs it started that have not ended.
 
-    todo calls (TodoWrite, update_plan, TaskCreate/TaskUpdate) ─► ledger_of ─► Ledger ─► the Plan list
+    todo calls (TodoWrite, update_plan, TaskCreate/TaskUpdate) ─► ledger_of ─► the Plan list
     previous summary's Plan list ─► parse_todo ─┘ (merge_todos: the newest state wins, done stays done)
+    "running in background with ID: X" ─► jobs_of ─► the Background jobs list (merge_jobs: ended ones leave)
 
 A list tool (Claude Code ``TodoWrite`` {todos}, Codex ``update_plan`` {plan}) sends the whole list each
 time; a task tool (``TaskCreate`` then ``TaskUpdate`` {taskId, status}) changes one item, named by its id.
@@ -18,7 +20,7 @@ from typing import Any
 
 from ctxkeep.messages import Message
 from ctxkeep.summarize.facts.runs import todo_items
-from ctxkeep.summarize.sections.markdown import ITEM_CHARS, clip
+from ctxkeep.summarize.sections.markdown import ITEM_CHARS, clip, code_span, unquote
 
 COMPLETED = "completed"
 # how tools spell a state, as the ledger writes it (Claude Code and Codex already write these three)
@@ -26,6 +28,17 @@ _STATES = {"done": COMPLETED, "complete": COMPLETED, "finished": COMPLETED, "tod
 _CREATE_TOOL = re.compile(r"(?i)^(?:task_?create|create_?task|add_?task)$")
 _UPDATE_TOOL = re.compile(r"(?i)^(?:task_?update|update_?task)$")
 _CREATED_ID = re.compile(r"#(\w+)")  # "Task #3 created successfully: ..."
+# a tool result that says a job runs on (Claude Code's Bash and Task with run_in_background), and where to
+_STARTED = re.compile(r"(?i)running in (?:the )?background with ID:? ([\w.-]*\w)(?:.*?written to:? (\S*[^\s.]))?", re.S)
+# a job's end reported: Claude Code's <task-notification> and TaskOutput/BashOutput results
+_STATUS = re.compile(r"<task[-_]id>([\w.-]+)</task[-_]id>.*?<status>(\w+)</status>", re.S)
+_NOTICE_CHARS = 600  # of a result, where a tool says it started a job and where its output goes
+_READ_TOOL = re.compile(r"(?i)^(?:bash_?output|task_?output)$")
+_KILL_TOOL = re.compile(r"(?i)^(?:kill_?(?:bash|shell)|task_?stop)$")
+_HANDLE_KEYS = ("bash_id", "shell_id", "task_id")
+_STILL = frozenset({"running", "pending", "in_progress"})
+_WHAT_KEYS = ("command", "cmd", "description", "prompt")
+_JOB = re.compile(r"^(`+)(.+?)\1 (`+)(.+?)\3(?: → (`+)(.+?)\5)?$")  # "`id` `what` → `output`"
 _ITEM = re.compile(r"^\[([a-z_]+)\] (?:#(\w+)(?: |$))?(.*)$", re.DOTALL)  # "[pending] #3 Write the tests"
 
 
@@ -53,6 +66,84 @@ def parse_todo(item: str) -> Todo | None:
     if not m or "\n" in m.group(3):
         return None
     return Todo(status=m.group(1), id=m.group(2) or "", text=m.group(3).strip())
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Job:
+    """A background job (a shell or a subagent) started and not seen to end."""
+
+    id: str  # what later calls name it by (BashOutput, KillShell, TaskOutput)
+    what: str  # its command or description, one line
+    output: str = ""  # the file its output is written to, when the tool says
+
+    def render(self) -> str:
+        """The item as the summary lists it: "`id` `what` → `output`" (`parse_job` reads it back)."""
+        where = f" → {code_span(self.output)}" if self.output else ""
+        return f"{code_span(self.id)} {code_span(self.what)}{where}"
+
+
+def parse_job(item: str) -> Job | None:
+    """The `Job` an item of the summary's Background jobs list shows (`Job.render`), or None."""
+    m = _JOB.match(item.strip())
+    if not m:
+        return None
+    values = [unquote(m.group(k) + m.group(k + 1) + m.group(k)) for k in (1, 3, 5) if m.group(k)]
+    return Job(id=values[0], what=values[1], output=values[2] if len(values) > 2 else "")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Jobs:
+    """The background jobs of some messages: those still running, and the ids of all seen to end."""
+
+    running: tuple[Job, ...] = ()
+    ended: frozenset[str] = frozenset()  # started in these messages or before them
+
+
+def jobs_of(messages: Sequence[Message]) -> Jobs:
+    """The jobs `messages` start and end: a result saying a job runs in the background starts it; a task
+    notification or an output read with a final status, or a kill call that did not fail, ends it."""
+    calls = {c.id: c for m in messages if m.role == "assistant" for c in m.tool_calls}
+    started: dict[str, Job] = {}
+    ended: set[str] = set()
+    for msg in messages:
+        result = msg.tool_result
+        text = result.text if result is not None else msg.text if msg.role == "user" else ""
+        call = calls.get(result.call_id) if result is not None else None
+        if call is not None and result is not None and not result.is_error:
+            args = call.input_object()
+            handle = next((str(args[k]) for k in _HANDLE_KEYS if args.get(k)), "")
+            # the tool's own words open its result; a file that quotes them further down starts nothing
+            if (m := _STARTED.search(text[:_NOTICE_CHARS])) and m.start() < 100 and not _READ_TOOL.match(call.name):
+                started[m.group(1)] = Job(id=m.group(1), what=_what(call.name, args), output=m.group(2) or "")
+                ended.discard(m.group(1))
+            elif handle and (_KILL_TOOL.match(call.name) or _ended(text)):
+                ended.add(handle)
+        ended.update(m.group(1) for m in _STATUS.finditer(text) if m.group(2) not in _STILL)
+    running = tuple(j for j in started.values() if j.id not in ended)
+    return Jobs(running=running, ended=frozenset(ended))
+
+
+def merge_jobs(old: Sequence[Job], new: Jobs) -> tuple[Job, ...]:
+    """The jobs running after `old` and the newer messages' `new`: the older ones they did not see end, then theirs."""
+    fresh = {j.id for j in new.running}
+    return tuple(j for j in old if j.id not in new.ended and j.id not in fresh) + new.running
+
+
+def _ended(text: str) -> bool:
+    """True when an output read (BashOutput, TaskOutput) says its job is over ("<status>completed</status>")."""
+    status = re.search(r"<status>(\w+)</status>", text)
+    return status is not None and status.group(1) not in _STILL
+
+
+def _what(tool: str, args: Mapping[str, Any]) -> str:
+    for key in _WHAT_KEYS:
+        value = args.get(key)
+        if isinstance(value, str) and value.strip():
+            first = value.strip().split("\n", 1)
+            return clip(first[0], ITEM_CHARS // 2) + (
+                "…" if len(first) > 1 and len(first[0]) <= ITEM_CHARS // 2 else ""
+            )
+    return tool
 
 
 def ledger_of(messages: Sequence[Message]) -> tuple[Todo, ...]:
