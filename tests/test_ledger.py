@@ -11,18 +11,8 @@ from ctxkeep.formats import load
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
 from ctxkeep.summarize import SummaryRequest
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
-from ctxkeep.summarize.facts.ledger import (
-    Job,
-    Repository,
-    Todo,
-    jobs_of,
-    ledger_of,
-    merge_todos,
-    parse_job,
-    parse_repository,
-    parse_todo,
-)
-from ctxkeep.summarize.sections.markdown import JOBS_TITLE, PLAN_TITLE, REPOSITORY_TITLE, parse_sections
+from ctxkeep.summarize.facts.ledger import Job, Todo, jobs_of, ledger_of, merge_todos, parse_job, parse_todo
+from ctxkeep.summarize.sections.markdown import JOBS_TITLE, PLAN_TITLE, parse_sections
 
 SUMMARIZER = ExtractiveSummarizer()
 
@@ -36,8 +26,8 @@ def said(text: str, *calls: ToolCall) -> Message:
     return Message(role="assistant", content=blocks)
 
 
-def result(cid: str, text: str, exit_code: int | None = None) -> Message:
-    return Message(role="tool", content=(ToolResult(call_id=cid, content=text, exit_code=exit_code),))
+def result(cid: str, text: str) -> Message:
+    return Message(role="tool", content=(ToolResult(call_id=cid, content=text),))
 
 
 def todo_write(cid: str, *items: tuple[str, str]) -> list[Message]:
@@ -212,32 +202,3 @@ def test_a_real_background_job_is_listed_while_it_runs_and_leaves_when_it_ends()
     assert any(j.startswith("`bd0afab` ") and j.endswith("bd0afab.output`") for j in jobs(first))
     second = summarize(messages[cut : end + 1], previous=first)
     assert not any("bd0afab" in j for j in jobs(second))
-
-
-def repository(summary: str) -> list[str]:
-    return parse_sections(summary).get("Progress", {}).get(REPOSITORY_TITLE, [])
-
-
-def test_the_branch_and_last_commit_are_carried_and_moved_on() -> None:
-    first = summarize(
-        [
-            Message.of("user", "Fix the route and commit."),
-            said("", call("c1", "Bash", command="git commit -am 'Fix the /items route'")),
-            result("c1", "[main 3f9a2b1] Fix the /items route\n 1 file changed, 1 insertion(+)", exit_code=0),
-        ]
-    )
-    assert repository(first) == ["Branch: `main`", "Last commit: `3f9a2b1 (main): Fix the /items route`"]
-    assert parse_repository(repository(first)) == Repository(
-        branch="main", commit="3f9a2b1 (main): Fix the /items route"
-    )
-    switched = summarize(
-        [
-            Message.of("user", "Start the docs on a new branch."),
-            said("", call("c2", "Bash", command="git checkout src/app.py")),  # a file, not a branch
-            result("c2", "Updated 1 path from the index", exit_code=0),
-            said("", call("c3", "Bash", command="git switch -c docs/api")),
-            result("c3", "Switched to a new branch 'docs/api'", exit_code=0),
-        ],
-        previous=first,
-    )
-    assert repository(switched) == ["Branch: `docs/api`", "Last commit: `3f9a2b1 (main): Fix the /items route`"]

@@ -18,7 +18,7 @@ from ctxkeep.summarize.facts.collect import (
     unique_keep_last,
 )
 from ctxkeep.summarize.facts.identifiers import without_redundant
-from ctxkeep.summarize.facts.ledger import Jobs, Repository, Todo, repository_of
+from ctxkeep.summarize.facts.ledger import Jobs, Todo
 from ctxkeep.summarize.facts.runs import (
     ToolRun,
     call_text,
@@ -62,7 +62,6 @@ class Draft:
     next_steps: list[str] = field(default_factory=list)
     plan: tuple[Todo, ...] = ()  # the ledger: the agent's todo items with their states, carried exactly
     jobs: Jobs = field(default_factory=Jobs)  # the ledger: background jobs running, and those seen to end
-    repository: Repository = field(default_factory=Repository)  # the ledger: branch and last commit
     notes: list[str] = field(default_factory=list)  # free items of Critical Context
     files_read: list[str] = field(default_factory=list)  # bare paths
     files_modified: list[str] = field(default_factory=list)  # bare paths
@@ -88,7 +87,6 @@ def draft_of(facts: Facts, language: Language) -> Draft:
     # the todo items are said once, in the ledger (Progress / Plan), each with its state
     draft.plan = facts.plan
     draft.jobs = facts.jobs
-    draft.repository = repository_of(facts.runs)
     draft.done = _done(facts, language)
     draft.in_progress = list(facts.intents)
     draft.blocked = unique(failure_item(r, facts.resolved(r), language) for r in facts.failures)

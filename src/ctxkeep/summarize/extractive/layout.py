@@ -26,7 +26,6 @@ from ctxkeep.summarize.sections.markdown import (
     ITEM_CHARS,
     JOBS_TITLE,
     PLAN_TITLE,
-    REPOSITORY_TITLE,
     Sections,
     clip,
     code_span,
@@ -111,7 +110,6 @@ def sections_of(
             # the ledger, only when the agent keeps a todo list (an empty one would read "(none)" in every summary)
             **({PLAN_TITLE: _plan_items(draft.plan, language)} if draft.plan else {}),
             **({JOBS_TITLE: [j.render() for j in draft.jobs.running]} if draft.jobs.running else {}),
-            **({REPOSITORY_TITLE: draft.repository.items()} if draft.repository.items() else {}),
         },
         "Key Decisions": {"": first(_cap(draft.decisions, MAX_DECISIONS, "tail", language))},
         "Next Steps": {"": first(_cap(draft.next_steps, MAX_NEXT, "tail", language))},
@@ -145,7 +143,6 @@ def sections_of(
         Drop(section="Progress", subsection="In Progress"),
         Drop(section="Progress", subsection=PLAN_TITLE, end="head"),
         Drop(section="Progress", subsection=JOBS_TITLE, end="head"),
-        Drop(section="Progress", subsection=REPOSITORY_TITLE),
         # the newest few files modified and failing commands outlast the older ones of both
         Drop(section=cc, subsection=modified, final=True, only=lambda i: i not in newest),
         Drop(section=cc, subsection=commands, final=True, only=lambda i: i not in newest),

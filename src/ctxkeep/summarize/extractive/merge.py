@@ -24,15 +24,7 @@ from ctxkeep.summarize.facts.collect import (
     unique,
     unique_keep_last,
 )
-from ctxkeep.summarize.facts.ledger import (
-    Jobs,
-    Repository,
-    merge_jobs,
-    merge_todos,
-    parse_job,
-    parse_repository,
-    parse_todo,
-)
+from ctxkeep.summarize.facts.ledger import Jobs, merge_jobs, merge_todos, parse_job, parse_todo
 from ctxkeep.summarize.request import Language
 from ctxkeep.summarize.sections.markdown import (
     CONTINUE_TITLE,
@@ -40,7 +32,6 @@ from ctxkeep.summarize.sections.markdown import (
     JOBS_TITLE,
     PHRASES,
     PLAN_TITLE,
-    REPOSITORY_TITLE,
     SECTIONS,
     clip,
     code_span,
@@ -95,9 +86,8 @@ def parse_draft(previous: str) -> Draft:
     draft.blocked = list(progress.get("Blocked", []))
     draft.plan = tuple(t for i in progress.get(PLAN_TITLE, []) if (t := parse_todo(i)) is not None)
     draft.jobs = Jobs(running=tuple(j for i in progress.get(JOBS_TITLE, []) if (j := parse_job(i)) is not None))
-    draft.repository = parse_repository(progress.get(REPOSITORY_TITLE, []))
     for sub, items in progress.items():
-        if sub not in ("", "Done", "In Progress", "Blocked", PLAN_TITLE, JOBS_TITLE, REPOSITORY_TITLE):
+        if sub not in ("", "Done", "In Progress", "Blocked", PLAN_TITLE, JOBS_TITLE):
             draft.done.extend(f"{sub}: {i}" for i in items)
     draft.decisions = _flat(parsed.get("Key Decisions", {}))
     draft.next_steps = _flat(parsed.get("Next Steps", {}))
@@ -165,9 +155,6 @@ def merge(old: Draft, new: Draft, facts: Facts, language: Language) -> Draft:
     merged.in_progress = new.in_progress or old.in_progress
     merged.plan = merge_todos(old.plan, new.plan)  # the ledger: each item's newest state, a finished one stays so
     merged.jobs = Jobs(running=merge_jobs(old.jobs.running, new.jobs))  # ... and the jobs not seen to end
-    merged.repository = Repository(  # ... and where git stands: what the newer messages say, else as it was
-        branch=new.repository.branch or old.repository.branch, commit=new.repository.commit or old.repository.commit
-    )
     merged.blocked = _merge_blocked(old.blocked, new.blocked, facts, language)
     merged.decisions = unique(new.decisions + old.decisions)
     if facts.asks or new.next_steps:

@@ -1,10 +1,9 @@
 """The ledger: the state of the work as data, carried exactly across every cut: the agent's own plan, each
-item with its state, the background jobs it started that have not ended, and its branch and last commit.
+item with its state, and the background jobs it started that have not ended.
 
     todo calls (TodoWrite, update_plan, TaskCreate/TaskUpdate) ─► ledger_of ─► the Plan list
     previous summary's Plan list ─► parse_todo ─┘ (merge_todos: the newest state wins, done stays done)
     "running in background with ID: X" ─► jobs_of ─► the Background jobs list (merge_jobs: ended ones leave)
-    git commit / git switch runs ─► repository_of ─► the Repository list (the newer branch and commit win)
 
 A list tool (Claude Code ``TodoWrite`` {todos}, Codex ``update_plan`` {plan}) sends the whole list each
 time; a task tool (``TaskCreate`` then ``TaskUpdate`` {taskId, status}) changes one item, named by its id.
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxkeep.messages import Message
-from ctxkeep.summarize.facts.runs import ToolRun, todo_items
+from ctxkeep.summarize.facts.runs import todo_items
 from ctxkeep.summarize.sections.markdown import ITEM_CHARS, clip, code_span, unquote
 
 COMPLETED = "completed"
@@ -40,11 +39,6 @@ _HANDLE_KEYS = ("bash_id", "shell_id", "task_id")
 _STILL = frozenset({"running", "pending", "in_progress"})
 _WHAT_KEYS = ("command", "cmd", "description", "prompt")
 _JOB = re.compile(r"^(`+)(.+?)\1 (`+)(.+?)\3(?: → (`+)(.+?)\5)?$")  # "`id` `what` → `output`"
-# a command that moves to a branch: git switch [-c] NAME, git checkout -b NAME (not git checkout FILE)
-_SWITCH = re.compile(r"\bgit\s+(?:switch(?:\s+-[cC])?|checkout\s+-[bB])\s+([\w./-]+)")
-_COMMIT_BRANCH = re.compile(r"^\w+ \(([^)]+)\):")  # "abc1234 (main): message", as `commit_of` writes it
-_BRANCH_LABEL = "Branch: "
-_COMMIT_LABEL = "Last commit: "
 _ITEM = re.compile(r"^\[([a-z_]+)\] (?:#(\w+)(?: |$))?(.*)$", re.DOTALL)  # "[pending] #3 Write the tests"
 
 
@@ -150,47 +144,6 @@ def _what(tool: str, args: Mapping[str, Any]) -> str:
                 "…" if len(first) > 1 and len(first[0]) <= ITEM_CHARS // 2 else ""
             )
     return tool
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Repository:
-    """Where the work stands in git: the branch it is on and the last commit it made."""
-
-    branch: str = ""
-    commit: str = ""  # "abc1234 (main): message", as `runs.commit_of` writes it
-
-    def items(self) -> list[str]:
-        """The items of the summary's Repository list (`parse_repository` reads them back)."""
-        return [
-            f"{label}{code_span(value)}"
-            for label, value in ((_BRANCH_LABEL, self.branch), (_COMMIT_LABEL, self.commit))
-            if value
-        ]
-
-
-def parse_repository(items: Sequence[str]) -> Repository:
-    """The `Repository` the items of a summary's Repository list show (`Repository.items`)."""
-    values = {
-        label: unquote(i.removeprefix(label))
-        for i in items
-        for label in (_BRANCH_LABEL, _COMMIT_LABEL)
-        if i.startswith(label)
-    }
-    return Repository(branch=values.get(_BRANCH_LABEL, ""), commit=values.get(_COMMIT_LABEL, ""))
-
-
-def repository_of(runs: Sequence[ToolRun]) -> Repository:
-    """Where `runs` leave git: each successful commit sets the last commit and its branch; a successful
-    ``git switch`` or ``git checkout -b`` sets the branch ("" for what they do not show)."""
-    branch, commit = "", ""
-    for run in runs:
-        if run.commit:
-            commit = run.commit
-            m = _COMMIT_BRANCH.match(run.commit)
-            branch = m.group(1) if m else branch
-        elif run.command and run.has_result and not run.failed and (moves := _SWITCH.findall(run.command)):
-            branch = moves[-1]
-    return Repository(branch=branch, commit=commit)
 
 
 def ledger_of(messages: Sequence[Message]) -> tuple[Todo, ...]:

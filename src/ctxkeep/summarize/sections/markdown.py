@@ -17,8 +17,6 @@ PROGRESS_SUBSECTIONS = ("Done", "In Progress", "Blocked")
 PLAN_TITLE = "Plan"
 # ... and the background jobs started and not seen to end, "`id` `command` → `output file`"
 JOBS_TITLE = "Background jobs"
-# ... and the branch and last commit, "Branch: `main`", "Last commit: `abc1234 (main): message`"
-REPOSITORY_TITLE = "Repository"
 
 Sections: TypeAlias = dict[str, dict[str, list[str]]]
 
