@@ -34,6 +34,7 @@ from ctxkeep.summarize.facts.shell import asks_yes_or_no, command_head, command_
 from ctxkeep.summarize.sections.fit import Drop, Shorten, fit_sections
 from ctxkeep.summarize.sections.markdown import (
     CONTINUE_TITLE,
+    PLAN_TITLE,
     code_span,
     omission_note,
     omitted_count,
@@ -166,11 +167,13 @@ def test_english_conversation_items_land_in_their_sections() -> None:
     assert any(d.startswith("For “") and "Modified `routes.py`" in d for d in done)  # grouped by task
     assert not any("pytest -q" in d for d in done)  # commands are listed once, under Commands run ...
     assert any("Passed: `pytest`" in d for d in done)  # ... what passed is named
-    assert "Fix the /items route [evidence: `c5` todo list]" in done  # a completed todo, pointing to its call
-    assert section(s, "Progress", "In Progress") == [
-        "Update the changelog",  # the todo in progress, then what the assistant said it was doing
-        "Now I'm going to update CHANGELOG.md.",
+    assert not any("/items route" in d for d in done)  # the todo items are said once, in the ledger ...
+    assert section(s, "Progress", PLAN_TITLE) == [
+        "[completed] Fix the /items route",
+        "[in_progress] Update the changelog",
+        "[pending] Run the linter",
     ]
+    assert section(s, "Progress", "In Progress") == ["Now I'm going to update CHANGELOG.md."]  # ... what it said here
     [blocked] = section(s, "Progress", "Blocked")
     assert blocked.startswith("Bash (exit 1): `cd /repo && pytest -q tests/test_api.py` — ")
     assert "AssertionError: 404 != 200" in blocked
@@ -179,7 +182,6 @@ def test_english_conversation_items_land_in_their_sections() -> None:
     # a choice with the alternative it turned down, and the user's "ok" after it
     assert section(s, "Key Decisions") == [f"I decided to fix the route instead of the test. {CONFIRMED}"]
     assert section(s, "Next Steps") == [
-        "Run the linter",
         "Next I will run the linter on app/.",
         phrase("latest_unanswered", "en"),  # the ask itself is quoted
     ]
@@ -559,7 +561,8 @@ def test_incremental_update_merges_into_one_summary() -> None:
     assert section(second, "Critical Context", "Files read")[-1] == "`/repo/tests/test_api.py`"
     commands = section(second, "Critical Context", "Commands run")
     assert commands.count("`cd /repo && pytest -q tests/test_api.py` (exit 0)") == 1
-    assert section(second, "Next Steps")[0] == "Run the linter"
+    assert section(second, "Next Steps")[0] == "Next I will run the linter on app/."
+    assert "[pending] Run the linter" in section(second, "Progress", PLAN_TITLE)  # the ledger carried across the cut
 
     third = summarize([user("Now make the linter pass."), said("I'll start with app/routes.py.")], previous=second)
     goal = section(third, "Goal")

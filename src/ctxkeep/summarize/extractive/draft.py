@@ -18,13 +18,13 @@ from ctxkeep.summarize.facts.collect import (
     unique_keep_last,
 )
 from ctxkeep.summarize.facts.identifiers import without_redundant
+from ctxkeep.summarize.facts.ledger import Jobs, Todo
 from ctxkeep.summarize.facts.runs import (
     ToolRun,
     call_text,
     checks_passed,
     failure_item,
     outcome,
-    todo_items,
 )
 from ctxkeep.summarize.request import Language
 from ctxkeep.summarize.sections.markdown import (
@@ -60,6 +60,8 @@ class Draft:
     blocked: list[str] = field(default_factory=list)
     decisions: list[str] = field(default_factory=list)
     next_steps: list[str] = field(default_factory=list)
+    plan: tuple[Todo, ...] = ()  # the ledger: the agent's todo items with their states, carried exactly
+    jobs: Jobs = field(default_factory=Jobs)  # the ledger: background jobs running, and those seen to end
     notes: list[str] = field(default_factory=list)  # free items of Critical Context
     files_read: list[str] = field(default_factory=list)  # bare paths
     files_modified: list[str] = field(default_factory=list)  # bare paths
@@ -82,10 +84,13 @@ def draft_of(facts: Facts, language: Language) -> Draft:
         files_modified=facts.files_modified,
         commands=_commands(runs, language),
     )
-    draft.done = _done(facts, language) + _done_todos(facts, language)
-    draft.in_progress = [t for s, t in facts.todos if s == "in_progress"] + list(facts.intents)
+    # the todo items are said once, in the ledger (Progress / Plan), each with its state
+    draft.plan = facts.plan
+    draft.jobs = facts.jobs
+    draft.done = _done(facts, language)
+    draft.in_progress = list(facts.intents)
     draft.blocked = unique(failure_item(r, facts.resolved(r), language) for r in facts.failures)
-    draft.next_steps = [t for s, t in facts.todos if s == "pending"] + list(facts.plans)
+    draft.next_steps = list(facts.plans)
     if facts.asks and not facts.answered:
         draft.next_steps.append(labeled("pending_ask", clip(facts.asks[-1], ASK_CHARS), language))
     draft.identifiers = without_files(facts.identifiers, draft.files_read + draft.files_modified)
@@ -164,15 +169,6 @@ def _done(facts: Facts, language: Language) -> list[str]:
         refs = ", ".join(unique_keep_last(proof[task])[-_EVIDENCE_REFS:])
         items.append(f"{label} {'; '.join(pieces)} {phrase('evidence', language, refs=refs)}")
     return items
-
-
-def _done_todos(facts: Facts, language: Language) -> list[str]:
-    """The todo items the agent's newest todo call marks completed, each pointing to that call."""
-    marked = [r for r in facts.runs if r.kind == "todo" and todo_items(r.arguments)]
-    if not marked:
-        return []
-    ref = phrase("evidence", language, refs=f"{code_span(marked[-1].call_id)} {phrase('todo_list', language)}")
-    return [f"{t} {ref}" for s, t in facts.todos if s in ("completed", "done")]
 
 
 def _evidence(run: ToolRun, language: Language) -> str:

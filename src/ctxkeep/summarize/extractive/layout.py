@@ -17,12 +17,15 @@ from ctxkeep.summarize.facts.collect import (
 )
 from ctxkeep.summarize.facts.decisions import MAX_DECISIONS
 from ctxkeep.summarize.facts.identifiers import find_identifiers
+from ctxkeep.summarize.facts.ledger import COMPLETED, Todo, parse_todo
 from ctxkeep.summarize.facts.runs import MAX_FAILURES
 from ctxkeep.summarize.facts.shell import command_head, command_paths
 from ctxkeep.summarize.request import Language
 from ctxkeep.summarize.sections.fit import Drop, Shorten, Step
 from ctxkeep.summarize.sections.markdown import (
     ITEM_CHARS,
+    JOBS_TITLE,
+    PLAN_TITLE,
     Sections,
     clip,
     code_span,
@@ -39,6 +42,7 @@ _MAX_ASKS = 12
 _MAX_CONSTRAINTS = 20
 _MAX_IN_PROGRESS = 4
 _MAX_DONE = 300
+_MAX_PLAN = 40  # todo items in the ledger; past it the oldest finished ones go first
 _LONGITEM_CHARS = 300  # an item longer than this (or of several lines) has a short form for tight room
 _NAMES_CHARS = 160  # identifiers named in the cut-off part of a shortened command
 _LAST_KEPT = 3  # the newest files modified and failing commands that outlast the others of both
@@ -103,6 +107,9 @@ def sections_of(
             "Done": _cap(draft.done, _MAX_DONE, "head", language),
             "In Progress": _cap(draft.in_progress, _MAX_IN_PROGRESS, "tail", language),
             "Blocked": _cap(draft.blocked, MAX_FAILURES, "tail", language),
+            # the ledger, only when the agent keeps a todo list (an empty one would read "(none)" in every summary)
+            **({PLAN_TITLE: _plan_items(draft.plan, language)} if draft.plan else {}),
+            **({JOBS_TITLE: [j.render() for j in draft.jobs.running]} if draft.jobs.running else {}),
         },
         "Key Decisions": {"": first(_cap(draft.decisions, MAX_DECISIONS, "tail", language))},
         "Next Steps": {"": first(_cap(draft.next_steps, MAX_NEXT, "tail", language))},
@@ -129,9 +136,13 @@ def sections_of(
         Drop(section="Goal", end="head", only=lambda i: i not in protected),
         Drop(section="Constraints & Preferences", end="head"),
         Drop(section=cc, subsection=phrase("files_read", language), final=True),
+        # the ledger is the state of the work: its finished items go late, its open ones after In Progress
+        Drop(section="Progress", subsection=PLAN_TITLE, end="head", only=_finished),
         Drop(section="Progress", subsection="Blocked"),
         Drop(section="Next Steps"),
         Drop(section="Progress", subsection="In Progress"),
+        Drop(section="Progress", subsection=PLAN_TITLE, end="head"),
+        Drop(section="Progress", subsection=JOBS_TITLE, end="head"),
         # the newest few files modified and failing commands outlast the older ones of both
         Drop(section=cc, subsection=modified, final=True, only=lambda i: i not in newest),
         Drop(section=cc, subsection=commands, final=True, only=lambda i: i not in newest),
@@ -139,6 +150,21 @@ def sections_of(
         Drop(section=cc, subsection=commands, final=True),
     ]
     return sections, plan
+
+
+def _plan_items(plan: Sequence[Todo], language: Language) -> list[str]:
+    """The ledger's items as the Plan list shows them, at most `_MAX_PLAN`: past it, the oldest finished
+    items are left out first (one note says how many), so every open item stays."""
+    extra = max(0, len(plan) - _MAX_PLAN)
+    finished = [j for j, t in enumerate(plan) if t.status == COMPLETED][:extra]
+    left = set(finished)
+    kept = [t.render() for j, t in enumerate(plan) if j not in left]
+    return ([omission_note(len(left), language)] if left else []) + kept
+
+
+def _finished(item: str) -> bool:
+    todo = parse_todo(item)
+    return todo is not None and todo.status == COMPLETED
 
 
 def _commands_once(commands: Sequence[tuple[str, str]], language: Language) -> list[str]:

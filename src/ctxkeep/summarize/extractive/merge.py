@@ -24,11 +24,14 @@ from ctxkeep.summarize.facts.collect import (
     unique,
     unique_keep_last,
 )
+from ctxkeep.summarize.facts.ledger import Jobs, merge_jobs, merge_todos, parse_job, parse_todo
 from ctxkeep.summarize.request import Language
 from ctxkeep.summarize.sections.markdown import (
     CONTINUE_TITLE,
     ITEM_CHARS,
+    JOBS_TITLE,
     PHRASES,
+    PLAN_TITLE,
     SECTIONS,
     clip,
     code_span,
@@ -81,8 +84,10 @@ def parse_draft(previous: str) -> Draft:
     draft.done = progress.get("", []) + progress.get("Done", [])
     draft.in_progress = list(progress.get("In Progress", []))
     draft.blocked = list(progress.get("Blocked", []))
+    draft.plan = tuple(t for i in progress.get(PLAN_TITLE, []) if (t := parse_todo(i)) is not None)
+    draft.jobs = Jobs(running=tuple(j for i in progress.get(JOBS_TITLE, []) if (j := parse_job(i)) is not None))
     for sub, items in progress.items():
-        if sub not in ("", "Done", "In Progress", "Blocked"):
+        if sub not in ("", "Done", "In Progress", "Blocked", PLAN_TITLE, JOBS_TITLE):
             draft.done.extend(f"{sub}: {i}" for i in items)
     draft.decisions = _flat(parsed.get("Key Decisions", {}))
     draft.next_steps = _flat(parsed.get("Next Steps", {}))
@@ -148,6 +153,8 @@ def merge(old: Draft, new: Draft, facts: Facts, language: Language) -> Draft:
     # evidence that it was finished (the Done items of the new messages say what was)
     merged.done = unique_keep_last(old.done + new.done)
     merged.in_progress = new.in_progress or old.in_progress
+    merged.plan = merge_todos(old.plan, new.plan)  # the ledger: each item's newest state, a finished one stays so
+    merged.jobs = Jobs(running=merge_jobs(old.jobs.running, new.jobs))  # ... and the jobs not seen to end
     merged.blocked = _merge_blocked(old.blocked, new.blocked, facts, language)
     merged.decisions = unique(new.decisions + old.decisions)
     if facts.asks or new.next_steps:

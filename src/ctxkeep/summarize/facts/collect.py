@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ctxkeep.messages import Message, ToolResult
 from ctxkeep.summarize.facts.decisions import confirmed, confirms, pick_decisions, proposes, rejected, rejects
@@ -23,6 +23,7 @@ from ctxkeep.summarize.facts.identifiers import (
     value_identifiers,
     without_redundant,
 )
+from ctxkeep.summarize.facts.ledger import Jobs, Todo, jobs_of, ledger_of
 from ctxkeep.summarize.facts.runs import TAG, ToolRun, fixes, is_resolved, mark_expected, todo_items, tool_run
 from ctxkeep.summarize.sections.markdown import ITEM_CHARS, clip, is_placeholder, missing_sections
 
@@ -147,6 +148,8 @@ class Facts:
     intents: tuple[str, ...] = ()  # what the assistant last said it was doing or about to do
     plans: tuple[str, ...] = ()  # what the latest assistant text says comes next
     todos: tuple[tuple[str, str], ...] = ()  # (status, text) from the latest todo or plan tool call
+    plan: tuple[Todo, ...] = ()  # the ledger of every todo and task call (`ledger_of`), oldest item first
+    jobs: Jobs = field(default_factory=Jobs)  # background jobs started and ended (`jobs_of`)
     runs: tuple[ToolRun, ...] = ()
     tasks: tuple[tuple[int, str], ...] = ()  # (message index, ask shortened) of every ask, oldest first
     findings: tuple[tuple[int, str], ...] = ()  # (message index, sentence): what the assistant found or concluded
@@ -282,6 +285,8 @@ def collect_facts(
         intents=tuple(clip(s, ITEM_CHARS) for s in intents),
         plans=tuple(clip(p, ITEM_CHARS) for p in plans),
         todos=todos,
+        plan=ledger_of(messages),
+        jobs=jobs_of(messages),
         runs=tuple(mark_expected(runs, said)),
         tasks=tuple(asks),
         findings=tuple(findings),

@@ -13,6 +13,10 @@ from typing import TypeAlias
 
 SECTIONS = ("Goal", "Constraints & Preferences", "Progress", "Key Decisions", "Next Steps", "Critical Context")
 PROGRESS_SUBSECTIONS = ("Done", "In Progress", "Blocked")
+# The ledger's list under Progress: the agent's own todo items, "[status] text", carried exactly across cuts
+PLAN_TITLE = "Plan"
+# ... and the background jobs started and not seen to end, "`id` `command` → `output file`"
+JOBS_TITLE = "Background jobs"
 
 Sections: TypeAlias = dict[str, dict[str, list[str]]]
 
