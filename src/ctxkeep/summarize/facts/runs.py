@@ -358,14 +358,31 @@ def fixes(runs: Sequence[ToolRun], tool: str, target: str) -> bool:
         head = target.removesuffix("…")
         if any(r.key.startswith(head) for r in ok if head):
             return True
-        # a command cut to its head: judged on its whole words (the last may be cut mid-way)
-        target = head.rsplit(" ", 1)[0] if shell and " " in head.strip() else ""
+        # a command cut to its head: judged on its whole words (the last may be cut mid-way), less an option
+        # left at the end whose value was cut (`git commit -m` of a message cut away)
+        words = _before_open_quote(head.split()[:-1]) if shell else []
+        while words and words[-1].startswith("-"):
+            words.pop()
+        target = " ".join(words)
         if not target:
             return False
     old = ToolRun(tool=tool, kind="shell" if shell else "", arguments={}, command=target if shell else None)
     if not shell:
         return any(r.key == target for r in ok)
     return _fixed_by(old, ok)
+
+
+def _before_open_quote(words: list[str]) -> list[str]:
+    """`words` up to the one that opens a quote the cut left unclosed (the rest is part of a cut value)."""
+    quote = ""
+    opened = len(words)
+    for i, word in enumerate(words):
+        for ch in word:
+            if quote and ch == quote:
+                quote = ""
+            elif not quote and ch in "\"'":
+                quote, opened = ch, i
+    return words[:opened] if quote else words
 
 
 def _program(run: ToolRun) -> str:
