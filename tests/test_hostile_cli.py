@@ -13,6 +13,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -478,3 +479,67 @@ def test_sessions_needs_no_extra(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[1].split()[0] == "conv"
+
+
+# --- 7. a kill in the middle of --replace is finished or undone by the next run or open -----------------------------
+
+# `ctxkeep compact --replace`, killed (SIGKILL) as it makes the rename named: between the two moves of the
+# swap (the old workspace aside, the new one not yet in), or at the first (the new one built, nothing moved).
+_KILLED_AT = """
+import os, signal, sys
+from pathlib import Path
+from ctxkeep.cli import main
+real, out, at = os.rename, Path(sys.argv[1]).resolve(), sys.argv[2]
+def rename(src, dst, **kw):
+    moving_in = Path(dst) == out and str(src).endswith(".new")
+    moving_aside = Path(src) == out
+    if (at == "between" and moving_in) or (at == "first" and moving_aside):
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(src, dst, **kw)
+os.rename = rename
+sys.exit(main(["compact", sys.argv[3], "-o", sys.argv[1], "--replace", "--window", "32000", "--no-progress"]))
+"""
+
+
+def killed_replace(workspace: Path, at: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_AT, str(workspace), at, str(CLAUDE_CODE)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+
+
+def test_a_replace_killed_between_its_moves_is_finished_by_the_next_run(workspace: Path) -> None:
+    foreign = workspace.parent / f".{workspace.name}.mine.old"  # named like ctxkeep's copies, but the user's
+    foreign.mkdir()
+    killed_replace(workspace, "between")
+    assert not workspace.exists()  # what the kill leaves: no workspace, the two hidden copies and the journal
+    assert len(siblings(workspace)) == 4
+    proc = ctxkeep("compact", GOOD, "-o", workspace, "--replace", "--window", "32000")
+    assert proc.returncode == 0, proc.stderr
+    assert "interrupted replace" in proc.stderr and "finished" in proc.stderr
+    assert siblings(workspace) == [foreign.name]  # never deleted what ctxkeep did not write
+
+
+def test_a_replace_killed_between_its_moves_is_finished_by_the_next_open(workspace: Path) -> None:
+    from ctxkeep import Session
+
+    killed_replace(workspace, "between")
+    with Session.open(workspace) as session:  # the new workspace, not a silently created empty one
+        texts = "\n".join(m.text for m in session.messages)
+    assert "invoice" in texts and "coupon" not in texts  # the Claude Code transcript, not GOOD's
+    assert siblings(workspace) == []
+
+
+def test_a_replace_killed_before_its_moves_is_rolled_back(workspace: Path) -> None:
+    before = tree(workspace)
+    killed_replace(workspace, "first")
+    assert len(siblings(workspace)) == 3  # the new copy, the empty folder made for the old, the journal
+    from ctxkeep import Session
+
+    with Session.open(workspace) as session:
+        assert "coupon" in "\n".join(m.text for m in session.messages)  # the old workspace, as it was
+    assert siblings(workspace) == []
+    assert tree(workspace)[f"{workspace.name}/state.json"] == before[f"{workspace.name}/state.json"]

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from .errors import StorageError, WorkspaceLockedError
 from .store import FAILED_DIR, LIVE_DIR, ORIGINAL_NAME, TOOL_RESULT_DIR, FileInfo, FileStore
+from .swap import recover
 
 log = logging.getLogger("ctxkeep")
 
@@ -445,6 +446,8 @@ class LocalFolder(FileStore):
         path = self.root / ".lock"
         deadline = time.monotonic() + timeout
         while True:
+            if not self._recovered(deadline):
+                continue
             with self._folder([], create=True) as d:
                 assert d is not None
                 fd, _ = self._create_file(d, ".lock", path, os.O_RDWR, "open the lock file")
@@ -473,6 +476,21 @@ class LocalFolder(FileStore):
                     fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+
+    def _recovered(self, deadline: float) -> bool:
+        """Whether no swap of this workspace (``compact --replace``) is pending: one a kill interrupted is
+        finished or undone now, before the folder is created (between its two moves the workspace is not at
+        its path); False after a short wait while one is under way."""
+        try:
+            done = recover(self.root)
+        except WorkspaceLockedError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
+            return False
+        if done is not None:
+            log.warning("%s", done)
+        return True
 
     def _wait_for(self, fd: int, deadline: float) -> None:
         while True:
