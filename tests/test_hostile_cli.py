@@ -543,3 +543,39 @@ def test_a_replace_killed_before_its_moves_is_rolled_back(workspace: Path) -> No
         assert "coupon" in "\n".join(m.text for m in session.messages)  # the old workspace, as it was
     assert siblings(workspace) == []
     assert tree(workspace)[f"{workspace.name}/state.json"] == before[f"{workspace.name}/state.json"]
+
+
+# --- 8. a command that reads a workspace never makes one -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["show", "{ws}"],
+        ["report", "{ws}", "-o", "{ws}.html"],
+        ["memory", "search", "backups", "-w", "{ws}", "--no-vectors"],
+        ["memory", "index", "-w", "{ws}", "--no-vectors"],
+        ["memory", "consolidate", "-w", "{ws}"],
+        ["memory", "schedule", "-w", "{ws}", "--cron"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+@pytest.mark.parametrize("kind", ["missing", "empty folder", "file"])
+def test_a_command_reading_a_workspace_refuses_a_path_that_is_not_one(
+    tmp_path: Path, argv: list[str], kind: str
+) -> None:
+    ws = tmp_path / "TYPO"
+    if kind == "empty folder":
+        ws.mkdir()
+    elif kind == "file":
+        ws.write_text("notes\n")
+    before = tree(tmp_path)
+    refused(ctxkeep(*(a.format(ws=ws) for a in argv)), "TYPO")
+    assert tree(tmp_path) == before  # nothing made
+
+
+def test_memory_commands_read_a_folder_memory_write_made(tmp_path: Path) -> None:
+    ws = tmp_path / "notes"
+    assert ctxkeep("memory", "write", "Backups run at 02:00", "-w", ws).returncode == 0  # may start one
+    proc = ctxkeep("memory", "search", "backups", "-w", ws, "--no-vectors")
+    assert proc.returncode == 0 and "02:00" in proc.stdout, proc.stderr

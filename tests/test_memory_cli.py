@@ -83,6 +83,7 @@ def test_help_explains_the_relevance_with_the_numbers_search_uses() -> None:
 
 def test_bad_arguments_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ws = str(tmp_path)
+    (tmp_path / "MEMORY.md").write_text("# MEMORY\n")
     code, _, err = run(capsys, "memory", "search", "x", "-w", ws, "-k", "0")
     assert (code, err) == (2, "ctxkeep: error: -k must be 1 or more; got 0\n")
     code, _, err = run(capsys, "memory", "schedule", "-w", ws, "--at", "25:00")
@@ -94,6 +95,7 @@ def test_bad_arguments_are_one_line_errors(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_schedule_prints_a_cron_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "MEMORY.md").write_text("# MEMORY\n")
     code, out, _ = run(capsys, "memory", "schedule", "-w", str(tmp_path), "--cron", "--at", "00:05")
     assert (code, out) == (0, f"5 0 * * * ctxkeep memory consolidate --workspace '{tmp_path}'\n")
 
