@@ -125,6 +125,7 @@ class LocalFolder(FileStore):
         # While the lock is held, the live log appended to last stays open (name, fd, size): a step's
         # append is one write and one fdatasync, without opening the folders and the file again.
         self._held = False
+        self._lock_fd: int | None = None  # the lock file's descriptor, while held: see `_in_place`
         self._log: tuple[str, int, int] | None = None
 
     def __repr__(self) -> str:
@@ -277,6 +278,7 @@ class LocalFolder(FileStore):
     def _replace(self, name: str, data: bytes, *, durable: bool) -> None:
         *folders, base = self._parts(name)
         path = self.root / name
+        self._in_place()
         self._close_log(name)  # the file it has open is about to be replaced
         with self._folder(folders, create=True) as d:
             assert d is not None
@@ -306,6 +308,7 @@ class LocalFolder(FileStore):
     def append(self, name: str, data: bytes) -> int:
         *folders, base = self._parts(name)
         path = self.root / name
+        self._in_place()
         if self._held and folders == [LIVE_DIR]:
             return self._append_log(name, data)
         self._close_log(name)
@@ -356,6 +359,19 @@ class LocalFolder(FileStore):
             raise _storage_error(exc, "append to", path) from exc
         self._log = (name, fd, start + len(data))
         return start + len(data)
+
+    def _in_place(self) -> None:
+        """Refuse to write once the workspace held was moved or deleted: a write would go to the folder
+        elsewhere, to deleted files, or to a new folder made at the path without the lock, where another
+        process could get in. Its lock file still at its path, the same file, says the folder is."""
+        if self._lock_fd is None or _still_at(self._lock_fd, self.root / ".lock"):
+            return
+        self._close_log()
+        raise StorageError(
+            f"the workspace {self.root} was moved or deleted while this session had it open; nothing more is"
+            " written: open it again where it is now",
+            path=str(self.root),
+        )
 
     def _close_log(self, name: str | None = None) -> None:
         """Close the kept live log (only when it is `name`, if given): it is about to be replaced, cut or removed."""
@@ -466,10 +482,10 @@ class LocalFolder(FileStore):
             try:
                 # Held now: no write of ours is in progress, so every temporary of ours is a killed one's.
                 self._remove_temporaries()
-                self._held = True
+                self._held, self._lock_fd = True, fd
                 yield
             finally:
-                self._held = False
+                self._held, self._lock_fd = False, None
                 try:
                     self._close_log()
                 finally:
@@ -536,7 +552,7 @@ def _still_at(fd: int, path: Path) -> bool:
     """True when `path` is still the file `fd` has open (not removed, nor replaced by another)."""
     try:
         st = os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
     held = os.fstat(fd)
     return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
