@@ -128,3 +128,11 @@ def test_two_processes_writing_at_once_never_interleave_nor_lose_an_entry(tmp_pa
     memory = entries_of((folder.read(MEMORY_FILE) or b"").decode())
     assert sorted(e.text for e in memory) == sorted(f"{w}-{i}" for w in "ab" for i in range(n))
     assert all(e.section == f"S{int(e.text.split('-')[1]) % 3}" for e in memory)
+
+
+@pytest.mark.parametrize("title", ["Title\u2028# Fake", "Title\r## Fake", "Title\x85X", "Title\nX", "  ", ""])
+def test_a_section_title_with_any_line_break_is_refused(title: str) -> None:
+    folder = MemoryFolder()
+    with pytest.raises(ValueError, match="one non-empty line"):
+        append_to_section(folder, "entry", section=title)
+    assert folder.read("MEMORY.md") is None

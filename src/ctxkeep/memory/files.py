@@ -129,7 +129,8 @@ def append_entries(folder: Folder, texts: list[str], *, at: datetime, tag: str |
 def append_to_section(folder: Folder, text: str, *, section: str) -> str:
     """Add an entry at the end of `section` of ``MEMORY.md`` (the section is made when missing); atomic."""
     title = section.strip()
-    if not title or "\n" in title:
+    # Any line break, not only \n: \r, \u2028 and the like end a line for `splitlines`, which reads the file.
+    if len(title.splitlines()) != 1:
         raise ValueError(f"a section title is one non-empty line; got {section!r}")
     entry = format_entry(text)
     with memory_lock(folder):
