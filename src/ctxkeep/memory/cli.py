@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -256,7 +257,9 @@ def _schedule(folder: Folder, args: argparse.Namespace) -> int:
 
     next_run(datetime.now(), args.at)  # checks --at
     if args.cron:
-        print(cron_line(args.workspace, args.at))
+        # Absolute: cron starts in the home folder with a bare PATH. The interpreter running now has ctxkeep.
+        program = (sys.executable, "-m", "ctxkeep.cli")
+        print(cron_line(os.path.abspath(args.workspace), args.at, program=program))
         return 0
     print(f"consolidating {args.workspace} every day at {args.at} (local time); Ctrl-C stops", file=sys.stderr)
     schedule(folder, args.at, clock=lambda: datetime.now().astimezone(), sleep=time.sleep)
