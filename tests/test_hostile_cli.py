@@ -579,3 +579,26 @@ def test_memory_commands_read_a_folder_memory_write_made(tmp_path: Path) -> None
     assert ctxkeep("memory", "write", "Backups run at 02:00", "-w", ws).returncode == 0  # may start one
     proc = ctxkeep("memory", "search", "backups", "-w", ws, "--no-vectors")
     assert proc.returncode == 0 and "02:00" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("damage", ["garbage", "cut", "torn pages"])
+@pytest.mark.parametrize("rebuild", [False, True])
+def test_a_damaged_memory_index_is_rebuilt_from_the_files(tmp_path: Path, damage: str, rebuild: bool) -> None:
+    ws = tmp_path / "ws"
+    assert ctxkeep("memory", "write", "Backups run at 02:00 on db-1", "-w", ws).returncode == 0
+    assert ctxkeep("memory", "index", "-w", ws, "--no-vectors").returncode == 0
+    index = ws / "index" / "memory.sqlite"
+    data = index.read_bytes()
+    if damage == "garbage":
+        index.write_bytes(os.urandom(len(data)))
+    elif damage == "cut":
+        index.write_bytes(data[:100])
+    else:
+        index.write_bytes(data[:100] + b"\xff" * 4096 + data[4196:])
+    if rebuild:
+        proc = ctxkeep("memory", "index", "-w", ws, "--no-vectors", "--rebuild")
+        assert proc.returncode == 0 and "1 files indexed" in proc.stdout, proc.stderr
+    proc = ctxkeep("memory", "search", "backups", "-w", ws, "--no-vectors")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0 and "db-1" in proc.stdout, proc.stderr
+    assert rebuild or "damaged" in proc.stderr
