@@ -602,3 +602,16 @@ def test_a_damaged_memory_index_is_rebuilt_from_the_files(tmp_path: Path, damage
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 0 and "db-1" in proc.stdout, proc.stderr
     assert rebuild or "damaged" in proc.stderr
+
+
+def test_the_temporary_files_of_killed_memory_writes_are_removed(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    assert ctxkeep("memory", "write", "first", "-w", ws, "--section", "Notes").returncode == 0
+    (ws / "memory" / "backup").mkdir()
+    left = [".MEMORY.md.0123456789abcdef.tmp", "memory/.consolidated.json.0123456789abcdef.tmp"]
+    left += ["memory/backup/.MEMORY-20260101T000000.md.0123456789abcdef.tmp"]
+    others = [".notes.txt.0123456789abcdef.tmp", "memory/.flush.json.0123456789abcdef.tmp", "mine.tmp"]
+    for name in left + others:
+        (ws / name).write_text("partial")
+    assert ctxkeep("memory", "write", "second", "-w", ws, "--section", "Notes").returncode == 0
+    assert [name for name in left + others if (ws / name).exists()] == others  # only ctxkeep's, under its lock

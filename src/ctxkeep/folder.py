@@ -23,7 +23,7 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from .errors import StorageError, WorkspaceLockedError
@@ -524,11 +524,19 @@ class LocalFolder(FileStore):
 
     def _remove_temporaries(self) -> None:
         """Remove the temporary files a killed `write` left: only names ctxkeep gives them, only regular files."""
+        self.remove_temporaries(_REPLACED)
+
+    def remove_temporaries(self, replaced_in: Mapping[str, re.Pattern[str]]) -> None:
+        """Remove the temporary files a killed `write` of a name `replaced_in` matches (by folder) left.
+
+        Only while holding what keeps every writer of those names out (the workspace's lock, the memory lock):
+        a temporary then is a killed process's, never one being written.
+        """
         removed = 0
-        for folder, replaced in _REPLACED.items():
+        for folder, replaced in replaced_in.items():
             where = self.root / folder
             try:
-                with self._folder([folder] if folder else [], create=False) as d:
+                with self._folder(folder.split("/") if folder else [], create=False) as d:
                     if d is None:
                         continue
                     with os.scandir(d) as entries:

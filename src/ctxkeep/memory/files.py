@@ -64,6 +64,14 @@ def daily_logs(folder: Folder) -> list[tuple[date, str]]:
     return sorted(out)
 
 
+# What is written only under `memory_lock`, by folder: MEMORY.md, the consolidation's state and backups.
+_LOCKED_WRITES = {
+    "": re.compile(re.escape(MEMORY_FILE)),
+    MEMORY_DIR: re.compile(r"consolidated\.json"),
+    f"{MEMORY_DIR}/backup": re.compile(r"MEMORY-[0-9T]+\.md"),
+}
+
+
 @contextlib.contextmanager
 def memory_lock(folder: Folder) -> Iterator[None]:
     """Hold the memory files against every other writer, in this process or another, until the block ends."""
@@ -86,6 +94,7 @@ def memory_lock(folder: Folder) -> Iterator[None]:
             raise StorageError(f"{path} is not a regular file; remove it", path=str(path), errno=errno.EINVAL)
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
+            folder.remove_temporaries(_LOCKED_WRITES)  # what a killed writer left: none is writing now
             yield
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
