@@ -615,3 +615,14 @@ def test_the_temporary_files_of_killed_memory_writes_are_removed(tmp_path: Path)
         (ws / name).write_text("partial")
     assert ctxkeep("memory", "write", "second", "-w", ws, "--section", "Notes").returncode == 0
     assert [name for name in left + others if (ws / name).exists()] == others  # only ctxkeep's, under its lock
+
+
+@pytest.mark.parametrize("section", [[], ["--section", "Notes"]])
+def test_a_memory_entry_over_the_cap_is_refused_in_one_line(tmp_path: Path, section: list[str]) -> None:
+    ws = tmp_path / "ws"
+    assert ctxkeep("memory", "write", "small", "-w", ws).returncode == 0
+    before = tree(ws)
+    refused(ctxkeep("memory", "write", "x" * 20_000, "-w", ws, *section), "at most 16,384 bytes")
+    assert {k: v for k, v in tree(ws).items() if "/index" not in k} == {
+        k: v for k, v in before.items() if "/index" not in k
+    }

@@ -31,6 +31,7 @@ DAILY_NAME = re.compile(r"memory/(?P<day>[0-9]{4}-[0-9]{2}-[0-9]{2})\.md")
 # What an agent may read with the memory tools: the trunk, the logs and the archived dialog.
 READABLE = re.compile(r"MEMORY\.md|memory/[0-9]{4}-[0-9]{2}-[0-9]{2}\.md|dialog/[0-9]{4}-[0-9]{2}-[0-9]{2}\.jsonl")
 MEMORY_HEADING = "# MEMORY"
+MAX_ENTRY_BYTES = 16_384  # one entry written by `append_daily` or `append_to_section` (the memory tools, the CLI)
 # An entry is one Markdown list item; its further lines are indented by two spaces.
 _ITEM = re.compile(r"^[-*] ")
 _SECTION = re.compile(r"^## +(?P<title>.+?)\s*$")
@@ -115,8 +116,20 @@ def format_entry(text: str, *, at: datetime | None = None, tag: str | None = Non
     return "\n".join([f"- {head}", *(f"  {line}" for line in lines[1:])]) + "\n"
 
 
+def _check_size(text: str) -> None:
+    # A note, not a store of outputs: one 20 MB entry made every later search hold it (925 MB).
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_ENTRY_BYTES:
+        raise ValueError(
+            f"a memory entry holds at most {MAX_ENTRY_BYTES:,} bytes; got {size:,}: write the facts to keep,"
+            " not the whole text (or save it as a file and note its path)"
+        )
+
+
 def append_daily(folder: Folder, text: str, *, at: datetime, tag: str | None = None) -> str:
-    """Append an entry to the day's log of `at` (created with its heading); the log's name."""
+    """Append an entry to the day's log of `at` (created with its heading); the log's name.
+    At most `MAX_ENTRY_BYTES`, else `ValueError`."""
+    _check_size(text)
     return append_entries(folder, [text], at=at, tag=tag)
 
 
@@ -136,7 +149,9 @@ def append_entries(folder: Folder, texts: list[str], *, at: datetime, tag: str |
 
 
 def append_to_section(folder: Folder, text: str, *, section: str) -> str:
-    """Add an entry at the end of `section` of ``MEMORY.md`` (the section is made when missing); atomic."""
+    """Add an entry at the end of `section` of ``MEMORY.md`` (the section is made when missing); atomic.
+    At most `MAX_ENTRY_BYTES`, else `ValueError`."""
+    _check_size(text)
     title = section.strip()
     # Any line break, not only \n: \r, \u2028 and the like end a line for `splitlines`, which reads the file.
     if len(title.splitlines()) != 1:
