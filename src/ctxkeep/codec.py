@@ -145,7 +145,10 @@ def storable(messages: Sequence[Message]) -> list[Message]:
     """
     out: list[Message] = []
     for i, msg in enumerate(messages):
-        clean = without_surrogates(msg)
+        try:
+            clean = without_surrogates(msg)
+        except RecursionError:
+            raise MessageError(_too_deep(msg.id, i), index=i) from None
         if clean is not msg:
             log.warning("message %s: lone UTF-16 surrogates replaced with U+FFFD; the message is kept", msg.id)
         try:
@@ -159,6 +162,13 @@ def storable(messages: Sequence[Message]) -> list[Message]:
         out.append(clean)
     check_finite(out)
     return out
+
+
+def _too_deep(message_id: str, index: int) -> str:
+    return (
+        f"the message {message_id!r} at position {index} cannot be stored: a value in it is nested deeper than"
+        " JSON here can hold (254 levels); flatten it"
+    )
 
 
 def check_finite(messages: Sequence[Message]) -> None:
