@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +137,20 @@ def test_a_section_title_with_any_line_break_is_refused(title: str) -> None:
     with pytest.raises(ValueError, match="one non-empty line"):
         append_to_section(folder, "entry", section=title)
     assert folder.read("MEMORY.md") is None
+
+
+def test_a_full_disk_while_indexing_is_a_storage_error(tmp_path: Path) -> None:
+    """SQLite's "database or disk is full" (here: the index may not grow) is ctxkeep's error, not sqlite's."""
+    from ctxkeep.memory.index import MemoryIndex
+
+    folder = LocalFolder(tmp_path)
+    append_daily(folder, "first note", at=datetime(2026, 3, 14, 9, 0, tzinfo=UTC))
+    with MemoryIndex(folder) as index:
+        index.update()
+        pages = index.db.execute("PRAGMA page_count").fetchone()[0]
+        index.db.execute(f"PRAGMA max_page_count = {pages}")
+        for day in range(1, 20):
+            text = " ".join(f"word{day}x{i}" for i in range(1000))
+            append_daily(folder, text, at=datetime(2026, 4, day, 9, 0, tzinfo=UTC))
+        with pytest.raises(StorageError, match="memory index"):
+            index.update()

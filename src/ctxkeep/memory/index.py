@@ -84,6 +84,7 @@ class MemoryIndex:
         self.embed_dialog = embed_dialog
         sqlite, loadable = _sqlite()
         path = _database(folder)
+        self._sqlite, self._path = sqlite, path
         try:
             self._open(sqlite, path, loadable=loadable)
         except sqlite.DatabaseError as exc:
@@ -134,13 +135,21 @@ class MemoryIndex:
     @contextlib.contextmanager
     def _write(self) -> Iterator[None]:
         # IMMEDIATE: two processes updating at once take turns instead of failing half-way.
-        self._db.execute("BEGIN IMMEDIATE")
+        error = self._sqlite.Error
         try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                with contextlib.suppress(error):  # SQLite may have rolled back already (a full disk)
+                    self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except error as exc:
+            if _damaged(exc):
+                raise  # opening the index deletes and rebuilds it
+            # A full disk, an I/O error: ctxkeep's error in one line, out of the tools and the CLI alike.
+            raise _storage_error(exc, self._path) from None
 
     def _create(self) -> None:
         db = self._db
