@@ -13,6 +13,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -478,3 +479,150 @@ def test_sessions_needs_no_extra(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[1].split()[0] == "conv"
+
+
+# --- 7. a kill in the middle of --replace is finished or undone by the next run or open -----------------------------
+
+# `ctxkeep compact --replace`, killed (SIGKILL) as it makes the rename named: between the two moves of the
+# swap (the old workspace aside, the new one not yet in), or at the first (the new one built, nothing moved).
+_KILLED_AT = """
+import os, signal, sys
+from pathlib import Path
+from ctxkeep.cli import main
+real, out, at = os.rename, Path(sys.argv[1]).resolve(), sys.argv[2]
+def rename(src, dst, **kw):
+    moving_in = Path(dst) == out and str(src).endswith(".new")
+    moving_aside = Path(src) == out
+    if (at == "between" and moving_in) or (at == "first" and moving_aside):
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(src, dst, **kw)
+os.rename = rename
+sys.exit(main(["compact", sys.argv[3], "-o", sys.argv[1], "--replace", "--window", "32000", "--no-progress"]))
+"""
+
+
+def killed_replace(workspace: Path, at: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_AT, str(workspace), at, str(CLAUDE_CODE)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+
+
+def test_a_replace_killed_between_its_moves_is_finished_by_the_next_run(workspace: Path) -> None:
+    foreign = workspace.parent / f".{workspace.name}.mine.old"  # named like ctxkeep's copies, but the user's
+    foreign.mkdir()
+    killed_replace(workspace, "between")
+    assert not workspace.exists()  # what the kill leaves: no workspace, the two hidden copies and the journal
+    assert len(siblings(workspace)) == 4
+    proc = ctxkeep("compact", GOOD, "-o", workspace, "--replace", "--window", "32000")
+    assert proc.returncode == 0, proc.stderr
+    assert "interrupted replace" in proc.stderr and "finished" in proc.stderr
+    assert siblings(workspace) == [foreign.name]  # never deleted what ctxkeep did not write
+
+
+def test_a_replace_killed_between_its_moves_is_finished_by_the_next_open(workspace: Path) -> None:
+    from ctxkeep import Session
+
+    killed_replace(workspace, "between")
+    with Session.open(workspace) as session:  # the new workspace, not a silently created empty one
+        texts = "\n".join(m.text for m in session.messages)
+    assert "invoice" in texts and "coupon" not in texts  # the Claude Code transcript, not GOOD's
+    assert siblings(workspace) == []
+
+
+def test_a_replace_killed_before_its_moves_is_rolled_back(workspace: Path) -> None:
+    before = tree(workspace)
+    killed_replace(workspace, "first")
+    assert len(siblings(workspace)) == 3  # the new copy, the empty folder made for the old, the journal
+    from ctxkeep import Session
+
+    with Session.open(workspace) as session:
+        assert "coupon" in "\n".join(m.text for m in session.messages)  # the old workspace, as it was
+    assert siblings(workspace) == []
+    assert tree(workspace)[f"{workspace.name}/state.json"] == before[f"{workspace.name}/state.json"]
+
+
+# --- 8. a command that reads a workspace never makes one -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["show", "{ws}"],
+        ["report", "{ws}", "-o", "{ws}.html"],
+        ["memory", "search", "backups", "-w", "{ws}", "--no-vectors"],
+        ["memory", "index", "-w", "{ws}", "--no-vectors"],
+        ["memory", "consolidate", "-w", "{ws}"],
+        ["memory", "schedule", "-w", "{ws}", "--cron"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+@pytest.mark.parametrize("kind", ["missing", "empty folder", "file"])
+def test_a_command_reading_a_workspace_refuses_a_path_that_is_not_one(
+    tmp_path: Path, argv: list[str], kind: str
+) -> None:
+    ws = tmp_path / "TYPO"
+    if kind == "empty folder":
+        ws.mkdir()
+    elif kind == "file":
+        ws.write_text("notes\n")
+    before = tree(tmp_path)
+    refused(ctxkeep(*(a.format(ws=ws) for a in argv)), "TYPO")
+    assert tree(tmp_path) == before  # nothing made
+
+
+def test_memory_commands_read_a_folder_memory_write_made(tmp_path: Path) -> None:
+    ws = tmp_path / "notes"
+    assert ctxkeep("memory", "write", "Backups run at 02:00", "-w", ws).returncode == 0  # may start one
+    proc = ctxkeep("memory", "search", "backups", "-w", ws, "--no-vectors")
+    assert proc.returncode == 0 and "02:00" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("damage", ["garbage", "cut", "torn pages"])
+@pytest.mark.parametrize("rebuild", [False, True])
+def test_a_damaged_memory_index_is_rebuilt_from_the_files(tmp_path: Path, damage: str, rebuild: bool) -> None:
+    ws = tmp_path / "ws"
+    assert ctxkeep("memory", "write", "Backups run at 02:00 on db-1", "-w", ws).returncode == 0
+    assert ctxkeep("memory", "index", "-w", ws, "--no-vectors").returncode == 0
+    index = ws / "index" / "memory.sqlite"
+    data = index.read_bytes()
+    if damage == "garbage":
+        index.write_bytes(os.urandom(len(data)))
+    elif damage == "cut":
+        index.write_bytes(data[:100])
+    else:
+        index.write_bytes(data[:100] + b"\xff" * 4096 + data[4196:])
+    if rebuild:
+        proc = ctxkeep("memory", "index", "-w", ws, "--no-vectors", "--rebuild")
+        assert proc.returncode == 0 and "1 files indexed" in proc.stdout, proc.stderr
+    proc = ctxkeep("memory", "search", "backups", "-w", ws, "--no-vectors")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0 and "db-1" in proc.stdout, proc.stderr
+    assert rebuild or "damaged" in proc.stderr
+
+
+def test_the_temporary_files_of_killed_memory_writes_are_removed(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    assert ctxkeep("memory", "write", "first", "-w", ws, "--section", "Notes").returncode == 0
+    (ws / "memory" / "backup").mkdir()
+    left = [".MEMORY.md.0123456789abcdef.tmp", "memory/.consolidated.json.0123456789abcdef.tmp"]
+    left += ["memory/backup/.MEMORY-20260101T000000.md.0123456789abcdef.tmp"]
+    others = [".notes.txt.0123456789abcdef.tmp", "memory/.flush.json.0123456789abcdef.tmp", "mine.tmp"]
+    for name in left + others:
+        (ws / name).write_text("partial")
+    assert ctxkeep("memory", "write", "second", "-w", ws, "--section", "Notes").returncode == 0
+    assert [name for name in left + others if (ws / name).exists()] == others  # only ctxkeep's, under its lock
+
+
+@pytest.mark.parametrize("section", [[], ["--section", "Notes"]])
+def test_a_memory_entry_over_the_cap_is_refused_in_one_line(tmp_path: Path, section: list[str]) -> None:
+    ws = tmp_path / "ws"
+    assert ctxkeep("memory", "write", "small", "-w", ws).returncode == 0
+    before = tree(ws)
+    refused(ctxkeep("memory", "write", "x" * 20_000, "-w", ws, *section), "at most 16,384 bytes")
+    assert {k: v for k, v in tree(ws).items() if "/index" not in k} == {
+        k: v for k, v in before.items() if "/index" not in k
+    }

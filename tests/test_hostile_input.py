@@ -137,6 +137,41 @@ def test_a_value_json_cannot_hold_is_refused_before_anything_is_written(value: o
         assert [m.id for m in s.messages] == ["fine"]
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), [1.0, {"deep": float("-inf")}]])
+def test_nan_and_infinity_are_refused_not_read_back_as_null(tmp_path: Path, value: object) -> None:
+    """orjson writes them as null: the message would come back changed after a reopen."""
+    with Session.open(tmp_path) as s:
+        with pytest.raises(MessageError, match="NaN or infinity"):
+            s.add([Message.of("user", "ok", id="fine"), Message.of("user", "x", id="bad", extra={"v": value})])
+        with pytest.raises(MessageError, match="NaN or infinity"):
+            s.sync([{"role": "user", "content": "x", "extra": {"v": value}}])
+        s.add(Message.of("user", "ok", id="fine", extra={"v": None, "w": 1.5}))  # null and numbers are fine
+    with Session.open(tmp_path) as s:
+        assert [(m.id, dict(m.extra)) for m in s.messages] == [("fine", {"v": None, "w": 1.5})]
+
+
+def _nested(depth: int, *, as_list: bool) -> object:
+    value: object = {}
+    for _ in range(depth):
+        value = [value] if as_list else {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("depth", [300, 100_000])
+@pytest.mark.parametrize("as_list", [False, True])
+def test_a_value_nested_too_deep_is_a_message_error(tmp_path: Path, depth: int, as_list: bool) -> None:
+    """Never a RecursionError out of add or sync, and nothing written."""
+    value = _nested(depth, as_list=as_list)
+    with Session.open(tmp_path) as s:
+        with pytest.raises(MessageError, match=r"nested deeper|Recursion limit"):
+            s.add(Message.of("user", "x", extra={"v": value}))
+        with pytest.raises(MessageError, match=r"nested deeper|Recursion limit"):
+            s.sync([{"role": "user", "content": "x", "extra": {"v": value}}])
+        s.add(Message.of("user", "ok", id="fine"))
+    with Session.open(tmp_path) as s:
+        assert [m.id for m in s.messages] == ["fine"]
+
+
 @pytest.mark.parametrize("timeout", [None, "10", -1, float("nan")])
 def test_a_bad_lock_timeout_is_a_ctxkeep_error(tmp_path: Path, timeout: object) -> None:
     with pytest.raises(WorkspaceError, match="lock_timeout"):

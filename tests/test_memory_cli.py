@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -83,6 +84,7 @@ def test_help_explains_the_relevance_with_the_numbers_search_uses() -> None:
 
 def test_bad_arguments_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ws = str(tmp_path)
+    (tmp_path / "MEMORY.md").write_text("# MEMORY\n")
     code, _, err = run(capsys, "memory", "search", "x", "-w", ws, "-k", "0")
     assert (code, err) == (2, "ctxkeep: error: -k must be 1 or more; got 0\n")
     code, _, err = run(capsys, "memory", "schedule", "-w", ws, "--at", "25:00")
@@ -93,9 +95,20 @@ def test_bad_arguments_are_one_line_errors(tmp_path: Path, capsys: pytest.Captur
     assert code == 2 and "some text" in err
 
 
-def test_schedule_prints_a_cron_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "memory", "schedule", "-w", str(tmp_path), "--cron", "--at", "00:05")
-    assert (code, out) == (0, f"5 0 * * * ctxkeep memory consolidate --workspace '{tmp_path}'\n")
+def test_schedule_prints_a_cron_line_that_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Run as cron runs it: /bin/sh from the home folder with a bare PATH, ``\\%`` read as ``%``."""
+    ws = tmp_path / "agent 50% ws"
+    assert run(capsys, "memory", "write", "Backups run at 02:00 from cron on db-1", "-w", str(ws))[0] == 0
+    home = tmp_path / "home"
+    home.mkdir()
+    code, out, _ = run(capsys, "memory", "schedule", "-w", os.path.relpath(ws), "--cron", "--at", "00:05")
+    assert code == 0 and out.startswith("5 0 * * * /") and "\\%" in out
+    command = out.rstrip("\n").split(" ", 5)[5].replace("\\%", "%")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(["/bin/sh", "-c", command], cwd=home, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "merged 1 logs" in done.stdout
+    assert "db-1" in (ws / "MEMORY.md").read_text()
 
 
 def test_the_scheduler_catches_up_then_runs_at_the_time(tmp_path: Path) -> None:

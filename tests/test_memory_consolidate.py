@@ -114,6 +114,8 @@ def test_the_schedule_times_and_the_cron_line() -> None:
     assert next_run(datetime(2026, 9, 3, 0, 0), "00:00") == datetime(2026, 9, 4, 0, 0)
     assert next_run(datetime(2026, 9, 3, 1, 0), "03:30") == datetime(2026, 9, 3, 3, 30)
     assert cron_line("/srv/agent ws", "03:30") == "30 3 * * * ctxkeep memory consolidate --workspace '/srv/agent ws'"
+    line = cron_line("/srv/50%", "03:30", program=("/opt/py", "-m", "ctxkeep.cli"))
+    assert line == "30 3 * * * /opt/py -m ctxkeep.cli memory consolidate --workspace /srv/50\\%"
     with pytest.raises(ValueError, match="HH:MM"):
         next_run(DAY1, "24:00")
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -128,3 +129,28 @@ def test_two_processes_writing_at_once_never_interleave_nor_lose_an_entry(tmp_pa
     memory = entries_of((folder.read(MEMORY_FILE) or b"").decode())
     assert sorted(e.text for e in memory) == sorted(f"{w}-{i}" for w in "ab" for i in range(n))
     assert all(e.section == f"S{int(e.text.split('-')[1]) % 3}" for e in memory)
+
+
+@pytest.mark.parametrize("title", ["Title\u2028# Fake", "Title\r## Fake", "Title\x85X", "Title\nX", "  ", ""])
+def test_a_section_title_with_any_line_break_is_refused(title: str) -> None:
+    folder = MemoryFolder()
+    with pytest.raises(ValueError, match="one non-empty line"):
+        append_to_section(folder, "entry", section=title)
+    assert folder.read("MEMORY.md") is None
+
+
+def test_a_full_disk_while_indexing_is_a_storage_error(tmp_path: Path) -> None:
+    """SQLite's "database or disk is full" (here: the index may not grow) is ctxkeep's error, not sqlite's."""
+    from ctxkeep.memory.index import MemoryIndex
+
+    folder = LocalFolder(tmp_path)
+    append_daily(folder, "first note", at=datetime(2026, 3, 14, 9, 0, tzinfo=UTC))
+    with MemoryIndex(folder) as index:
+        index.update()
+        pages = index.db.execute("PRAGMA page_count").fetchone()[0]
+        index.db.execute(f"PRAGMA max_page_count = {pages}")
+        for day in range(1, 20):
+            text = " ".join(f"word{day}x{i}" for i in range(1000))
+            append_daily(folder, text, at=datetime(2026, 4, day, 9, 0, tzinfo=UTC))
+        with pytest.raises(StorageError, match="memory index"):
+            index.update()

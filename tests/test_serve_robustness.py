@@ -754,3 +754,38 @@ def test_an_unexpected_error_is_a_json_500_in_the_routes_shape(
     assert (answer.json().get("type") == "error") == (shape == "anthropic")
     assert after.status_code == 200
     assert len(up.calls) == 1  # the failed request never reached the upstream
+
+
+def test_a_lone_surrogate_a_client_keeps_is_replaced_on_every_turn(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A message holding a lone surrogate escape is accepted with U+FFFD in its place, turn after turn, and
+    noted once for the conversation. The body is written as Node's JSON.stringify (the openai Node SDK)
+    writes it, ``"\\ud800"``; the Python SDK cannot send one (its encoder raises first)."""
+    caplog.set_level("WARNING", logger="ctxkeep")
+    messages: list[Any] = [SYSTEM, {"role": "user", "content": "broken \ud800 text"}]
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
+        for turn in range(3):
+            answer = post(url, {"model": "m", "messages": messages}, **{"x-ctxkeep-session": "s"})
+            assert answer.status_code == 200, answer.text
+            reply = openai.types.chat.ChatCompletion.model_validate(answer.json())  # as the SDK reads it
+            messages += [
+                reply.choices[0].message.model_dump(exclude_none=True),
+                {"role": "user", "content": f"next {turn}"},
+            ]
+        sent = [body["messages"][1]["content"] for _, body in up.calls]
+    assert sent == ["broken \ufffd text"] * 3  # forwarded, cleaned, on every turn
+    with Session.open(tmp_path / "s" / "0") as session:
+        assert [m.text for m in session.messages[:2]] == ["broken \ufffd text", "ok: broken \ufffd text"]
+        assert len(session.messages) == 6  # one conversation: the cleaned message is recognised each turn
+    noted = [r for r in caplog.records if "surrogates replaced" in r.getMessage()]
+    assert len(noted) == 1
+
+
+def test_a_body_with_a_surrogate_escape_and_another_error_is_still_refused(tmp_path: Path) -> None:
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
+        nan = post(url, b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}], "x": NaN}')
+        cut = post(url, b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}')
+    assert (nan.status_code, cut.status_code) == (400, 400)
+    assert "not valid JSON" in nan.json()["error"]["message"]
+    assert up.calls == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -494,3 +495,32 @@ def test_a_lock_taken_while_the_workspace_was_replaced_is_the_new_ones(tmp_path:
     finally:
         release.set()
         thread.join(60.0)
+
+
+@pytest.mark.parametrize("how", ["moved", "deleted", "deleted and made again"])
+def test_a_workspace_moved_or_deleted_under_an_open_session_refuses_the_next_write(tmp_path: Path, how: str) -> None:
+    """Never a silent write elsewhere, to deleted files, or into a new folder without the lock (where another
+    process got in, and the first one's acknowledged messages were lost)."""
+    ws = tmp_path / "ws"
+    first = Session.open(ws)
+    first.add(Message.of("user", "kept", id="kept"))
+    if how == "moved":
+        ws.rename(tmp_path / "elsewhere")
+    else:
+        shutil.rmtree(ws)
+    second = Session.open(ws) if how == "deleted and made again" else None
+    if second is not None:
+        second.add(Message.of("user", "theirs", id="theirs"))
+    with pytest.raises(StorageError, match="moved or deleted while this session had it open"):
+        first.add(Message.of("user", "lost?", id="late"))
+    first.close()
+    if second is not None:
+        second.close()
+        with Session.open(ws) as s:
+            assert [m.id for m in s.messages] == ["theirs"]
+    elif how == "moved":
+        assert not ws.exists()  # not made again at the old path
+        with Session.open(tmp_path / "elsewhere") as s:
+            assert [m.id for m in s.messages] == ["kept"]
+    else:
+        assert not ws.exists()

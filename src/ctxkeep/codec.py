@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
@@ -140,11 +141,14 @@ def storable(messages: Sequence[Message]) -> list[Message]:
 
     Replacing keeps the message (what a user wants from text an editor or Node wrote) where refusing
     would lose it. Raises `MessageError` for a message holding, in its `extra`, a value JSON cannot
-    hold (a set, bytes, an object, a non-string key, an integer past 64 bits).
+    hold (a set, bytes, an object, a non-string key, an integer past 64 bits, NaN or an infinity).
     """
     out: list[Message] = []
     for i, msg in enumerate(messages):
-        clean = without_surrogates(msg)
+        try:
+            clean = without_surrogates(msg)
+        except RecursionError:
+            raise MessageError(_too_deep(msg.id, i), index=i) from None
         if clean is not msg:
             log.warning("message %s: lone UTF-16 surrogates replaced with U+FFFD; the message is kept", msg.id)
         try:
@@ -156,7 +160,40 @@ def storable(messages: Sequence[Message]) -> list[Message]:
                 index=i,
             ) from None
         out.append(clean)
+    check_finite(out)
     return out
+
+
+def _too_deep(message_id: str, index: int) -> str:
+    return (
+        f"the message {message_id!r} at position {index} cannot be stored: a value in it is nested deeper than"
+        " JSON here can hold (254 levels); flatten it"
+    )
+
+
+def check_finite(messages: Sequence[Message]) -> None:
+    """Raise `MessageError` for a message holding NaN or an infinity (in `extra`, in a call's arguments),
+    which orjson writes as null: the message would read back changed. For a line holding ``null``."""
+    for i, msg in enumerate(messages):
+        try:
+            _refuse_non_finite(message_to_dict(msg))
+        except ValueError as exc:
+            raise MessageError(
+                f"the message {msg.id!r} at position {i} cannot be stored ({exc}): JSON has no NaN or infinity;"
+                " give a number, a string or None",
+                index=i,
+            ) from None
+
+
+def _refuse_non_finite(value: object) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value} is no JSON number")
+    if isinstance(value, dict):
+        for v in value.values():
+            _refuse_non_finite(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _refuse_non_finite(v)
 
 
 _ID_START = b'{"v":"' + MARK.encode() + b'","id":"'

@@ -23,11 +23,12 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from .errors import StorageError, WorkspaceLockedError
 from .store import FAILED_DIR, LIVE_DIR, ORIGINAL_NAME, TOOL_RESULT_DIR, FileInfo, FileStore
+from .swap import recover
 
 log = logging.getLogger("ctxkeep")
 
@@ -124,6 +125,7 @@ class LocalFolder(FileStore):
         # While the lock is held, the live log appended to last stays open (name, fd, size): a step's
         # append is one write and one fdatasync, without opening the folders and the file again.
         self._held = False
+        self._lock_fd: int | None = None  # the lock file's descriptor, while held: see `_in_place`
         self._log: tuple[str, int, int] | None = None
 
     def __repr__(self) -> str:
@@ -276,6 +278,7 @@ class LocalFolder(FileStore):
     def _replace(self, name: str, data: bytes, *, durable: bool) -> None:
         *folders, base = self._parts(name)
         path = self.root / name
+        self._in_place()
         self._close_log(name)  # the file it has open is about to be replaced
         with self._folder(folders, create=True) as d:
             assert d is not None
@@ -305,6 +308,7 @@ class LocalFolder(FileStore):
     def append(self, name: str, data: bytes) -> int:
         *folders, base = self._parts(name)
         path = self.root / name
+        self._in_place()
         if self._held and folders == [LIVE_DIR]:
             return self._append_log(name, data)
         self._close_log(name)
@@ -355,6 +359,19 @@ class LocalFolder(FileStore):
             raise _storage_error(exc, "append to", path) from exc
         self._log = (name, fd, start + len(data))
         return start + len(data)
+
+    def _in_place(self) -> None:
+        """Refuse to write once the workspace held was moved or deleted: a write would go to the folder
+        elsewhere, to deleted files, or to a new folder made at the path without the lock, where another
+        process could get in. Its lock file still at its path, the same file, says the folder is."""
+        if self._lock_fd is None or _still_at(self._lock_fd, self.root / ".lock"):
+            return
+        self._close_log()
+        raise StorageError(
+            f"the workspace {self.root} was moved or deleted while this session had it open; nothing more is"
+            " written: open it again where it is now",
+            path=str(self.root),
+        )
 
     def _close_log(self, name: str | None = None) -> None:
         """Close the kept live log (only when it is `name`, if given): it is about to be replaced, cut or removed."""
@@ -445,6 +462,8 @@ class LocalFolder(FileStore):
         path = self.root / ".lock"
         deadline = time.monotonic() + timeout
         while True:
+            if not self._recovered(deadline):
+                continue
             with self._folder([], create=True) as d:
                 assert d is not None
                 fd, _ = self._create_file(d, ".lock", path, os.O_RDWR, "open the lock file")
@@ -463,16 +482,31 @@ class LocalFolder(FileStore):
             try:
                 # Held now: no write of ours is in progress, so every temporary of ours is a killed one's.
                 self._remove_temporaries()
-                self._held = True
+                self._held, self._lock_fd = True, fd
                 yield
             finally:
-                self._held = False
+                self._held, self._lock_fd = False, None
                 try:
                     self._close_log()
                 finally:
                     fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+
+    def _recovered(self, deadline: float) -> bool:
+        """Whether no swap of this workspace (``compact --replace``) is pending: one a kill interrupted is
+        finished or undone now, before the folder is created (between its two moves the workspace is not at
+        its path); False after a short wait while one is under way."""
+        try:
+            done = recover(self.root)
+        except WorkspaceLockedError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
+            return False
+        if done is not None:
+            log.warning("%s", done)
+        return True
 
     def _wait_for(self, fd: int, deadline: float) -> None:
         while True:
@@ -490,11 +524,19 @@ class LocalFolder(FileStore):
 
     def _remove_temporaries(self) -> None:
         """Remove the temporary files a killed `write` left: only names ctxkeep gives them, only regular files."""
+        self.remove_temporaries(_REPLACED)
+
+    def remove_temporaries(self, replaced_in: Mapping[str, re.Pattern[str]]) -> None:
+        """Remove the temporary files a killed `write` of a name `replaced_in` matches (by folder) left.
+
+        Only while holding what keeps every writer of those names out (the workspace's lock, the memory lock):
+        a temporary then is a killed process's, never one being written.
+        """
         removed = 0
-        for folder, replaced in _REPLACED.items():
+        for folder, replaced in replaced_in.items():
             where = self.root / folder
             try:
-                with self._folder([folder] if folder else [], create=False) as d:
+                with self._folder(folder.split("/") if folder else [], create=False) as d:
                     if d is None:
                         continue
                     with os.scandir(d) as entries:
@@ -518,7 +560,7 @@ def _still_at(fd: int, path: Path) -> bool:
     """True when `path` is still the file `fd` has open (not removed, nor replaced by another)."""
     try:
         st = os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
     held = os.fstat(fd)
     return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)

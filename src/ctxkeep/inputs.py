@@ -150,6 +150,9 @@ def _entries(items: list[object]) -> list[Entry]:
             out.extend(replace(e, replaced=i in replaced) for e in _CONVERTERS[kind](i, raw))
         except MessageError:
             raise
+        except RecursionError:
+            message = f"item {i}: a value in it is nested deeper than JSON here can hold (254 levels); flatten it"
+            raise MessageError(message, index=i) from None
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise MessageError(f"item {i}: {exc}", index=i) from exc
     flush()

@@ -34,6 +34,7 @@ from ctxkeep.settings import EngineSettings, ModelSummarySettings
 from ctxkeep.store import STATE, TOOL_RESULT_DIR
 from ctxkeep.summarize import ModelSummarizer
 from ctxkeep.summarize.testing import host_model
+from ctxkeep.swap import Journal, recover
 from ctxkeep.tokens import TokenCounter, get_counter
 from ctxkeep.workspace import state as state_file
 
@@ -54,6 +55,7 @@ def build(args: argparse.Namespace) -> int:
     settings = _engine_settings(args.window)
     summarizer = _summarizer(args)
     counter = get_counter(args.encoding)
+    _recover(out)  # a replace a kill interrupted: finished or rolled back before `out` is looked at
     replacing = _check_output(out, replace=args.replace)
     transcript = read_transcript(args)
     if not 0 <= args.conversation < len(transcript.conversations):
@@ -172,22 +174,37 @@ def _not_a_workspace(folder: Path) -> str | None:
     return None
 
 
+def _recover(out: Path) -> None:
+    try:
+        done = recover(Path(os.path.abspath(out)))  # `.` named: its own name; a link is not followed
+    except WorkspaceLockedError as exc:
+        raise CtxkeepError(f"{exc}; nothing was touched") from None
+    if done is not None:
+        print(f"ctxkeep: {done}", file=sys.stderr)
+
+
 def _replace(out: Path, run: _Run) -> tuple[Replay, int]:
-    """Build the new workspace beside `out` while holding its lock, then swap: a failure leaves `out` as it was."""
+    """Build the new workspace beside `out` while holding its lock, then swap: a failure leaves `out` as it
+    was, and so does a kill (`ctxkeep.swap`: the next run or open finishes or undoes the swap)."""
     target = out.resolve()  # not a link (checked): this only spells `.` and `..` out, for the renames
+    journal = Journal(target)
     with _held(out):
         why = _not_a_workspace(target)  # again, now that nobody else can change it
         if why is not None:
             raise CtxkeepError(f"{out} is no longer a ctxkeep workspace ({why}); nothing was touched")
         staging = _sibling(target, "new")
+        left = False  # a copy of the old workspace left aside: the journal stays, the next run deletes it
         try:
+            journal.write(staging)
             try:
                 built = run.build(_Staged(staging, final=target))
             except CtxkeepError as exc:
                 raise CtxkeepError(f"{exc} (the workspace {out} is as it was)") from exc
-            _swap(staging, target)
+            left = _swap(staging, target, journal)
         finally:
             shutil.rmtree(staging, ignore_errors=True)  # gone already after a swap
+            if not left and os.path.lexists(target):  # else the old one is stranded aside: `recover` moves it back
+                journal.remove()
     return built
 
 
@@ -216,9 +233,11 @@ def _sibling(out: Path, kind: str) -> Path:
         ) from None
 
 
-def _swap(new: Path, out: Path) -> None:
-    """Put the complete workspace `new` where `out` is: old aside, new in, then the old deleted."""
+def _swap(new: Path, out: Path, journal: Journal) -> bool:
+    """Put the complete workspace `new` where `out` is: old aside, new in, then the old deleted; whether
+    a copy is left behind."""
     aside = _sibling(out, "old")
+    journal.write(new, aside)  # before the first move: from it on, `recover` finishes the swap
     try:
         os.rename(out, aside)  # onto the empty folder just made: a rename may replace an empty folder
     except OSError as exc:
@@ -234,7 +253,7 @@ def _swap(new: Path, out: Path) -> None:
         except OSError:
             raise StorageError(
                 f"cannot move the new workspace to {out}: {exc.strerror or exc}; the old workspace is in {aside}:"
-                " move it back by hand",
+                " the next ctxkeep compact --replace, or the next open of the workspace, moves it back",
                 path=str(aside),
                 errno=exc.errno,
             ) from None
@@ -247,6 +266,8 @@ def _swap(new: Path, out: Path) -> None:
         shutil.rmtree(aside)
     except OSError as exc:
         print(f"ctxkeep: warning: the old workspace is left in {aside}: {exc.strerror or exc}", file=sys.stderr)
+        return True
+    return False
 
 
 def _check_offload_files(messages: Sequence[Message], path: str) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -126,10 +127,32 @@ def run(args: argparse.Namespace) -> int:
         "schedule": _schedule,
     }
     try:
+        if args.memory_command != "write":  # the one command that may start a workspace's memory
+            _check_workspace(args.workspace)
         return handlers[args.memory_command](LocalFolder(args.workspace), args)
     except ValueError as exc:  # a bad argument: the same one-line error as the rest of the CLI
         print(f"ctxkeep: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _check_workspace(path: str) -> None:
+    """Refuse a path that holds no workspace (a typo would otherwise become a new, empty one); one that
+    `memory write` alone made counts."""
+    from pathlib import Path
+
+    from ctxkeep.store import STATE
+
+    from .files import MEMORY_DIR, MEMORY_FILE
+
+    folder = Path(path)
+    if not folder.is_dir():
+        why = "not a folder" if folder.exists() else "no such folder"
+        raise ValueError(f"{path} is not a workspace ({why}); give the folder a session or `ctxkeep memory write` made")
+    if not any((folder / name).exists() for name in (STATE, MEMORY_FILE, MEMORY_DIR)):
+        raise ValueError(
+            f"{path} is not a workspace (no {STATE}, {MEMORY_FILE} or {MEMORY_DIR}/ in it); give the folder a session"
+            " or `ctxkeep memory write` made"
+        )
 
 
 def _embedder(args: argparse.Namespace, *, resident: bool = False) -> Embedder | None:
@@ -234,7 +257,9 @@ def _schedule(folder: Folder, args: argparse.Namespace) -> int:
 
     next_run(datetime.now(), args.at)  # checks --at
     if args.cron:
-        print(cron_line(args.workspace, args.at))
+        # Absolute: cron starts in the home folder with a bare PATH. The interpreter running now has ctxkeep.
+        program = (sys.executable, "-m", "ctxkeep.cli")
+        print(cron_line(os.path.abspath(args.workspace), args.at, program=program))
         return 0
     print(f"consolidating {args.workspace} every day at {args.at} (local time); Ctrl-C stops", file=sys.stderr)
     schedule(folder, args.at, clock=lambda: datetime.now().astimezone(), sleep=time.sleep)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -220,10 +222,15 @@ def next_run(now: datetime, at: str = "00:00") -> datetime:
     return run if run > now else run + timedelta(days=1)
 
 
-def cron_line(workspace: str, at: str = "00:00") -> str:
-    """The crontab line that consolidates `workspace` every day at `at` (local time)."""
+def cron_line(workspace: str, at: str = "00:00", *, program: Sequence[str] = ("ctxkeep",)) -> str:
+    """The crontab line that runs `program` (``ctxkeep``, or the absolute command the CLI gives) to consolidate
+    `workspace` every day at `at` (local time).
+
+    cron runs it with /bin/sh from the home folder and a bare PATH, so the CLI gives absolute paths; each
+    word is quoted for the shell, and ``%`` (a line break to cron) is escaped.
+    """
     m = _TIME.match(at)
     if m is None:
         raise ValueError(f"the time of day is HH:MM, 00:00 to 23:59; got {at!r}")
-    quoted = "'" + workspace.replace("'", "'\\''") + "'"
-    return f"{int(m['m'])} {int(m['h'])} * * * ctxkeep memory consolidate --workspace {quoted}"
+    command = shlex.join([*program, "memory", "consolidate", "--workspace", workspace])
+    return f"{int(m['m'])} {int(m['h'])} * * * " + command.replace("%", "\\%")

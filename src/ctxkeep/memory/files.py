@@ -35,6 +35,7 @@ READABLE = re.compile(
     rf"|{TOOL_RESULT_DIR}/{ORIGINAL_NAME.pattern}"
 )
 MEMORY_HEADING = "# MEMORY"
+MAX_ENTRY_BYTES = 16_384  # one entry written by `append_daily` or `append_to_section` (the memory tools, the CLI)
 # An entry is one Markdown list item; its further lines are indented by two spaces.
 _ITEM = re.compile(r"^[-*] ")
 _SECTION = re.compile(r"^## +(?P<title>.+?)\s*$")
@@ -68,6 +69,14 @@ def daily_logs(folder: Folder) -> list[tuple[date, str]]:
     return sorted(out)
 
 
+# What is written only under `memory_lock`, by folder: MEMORY.md, the consolidation's state and backups.
+_LOCKED_WRITES = {
+    "": re.compile(re.escape(MEMORY_FILE)),
+    MEMORY_DIR: re.compile(r"consolidated\.json"),
+    f"{MEMORY_DIR}/backup": re.compile(r"MEMORY-[0-9T]+\.md"),
+}
+
+
 @contextlib.contextmanager
 def memory_lock(folder: Folder) -> Iterator[None]:
     """Hold the memory files against every other writer, in this process or another, until the block ends."""
@@ -90,6 +99,7 @@ def memory_lock(folder: Folder) -> Iterator[None]:
             raise StorageError(f"{path} is not a regular file; remove it", path=str(path), errno=errno.EINVAL)
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
+            folder.remove_temporaries(_LOCKED_WRITES)  # what a killed writer left: none is writing now
             yield
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -110,8 +120,20 @@ def format_entry(text: str, *, at: datetime | None = None, tag: str | None = Non
     return "\n".join([f"- {head}", *(f"  {line}" for line in lines[1:])]) + "\n"
 
 
+def _check_size(text: str) -> None:
+    # A note, not a store of outputs: one 20 MB entry made every later search hold it (925 MB).
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_ENTRY_BYTES:
+        raise ValueError(
+            f"a memory entry holds at most {MAX_ENTRY_BYTES:,} bytes; got {size:,}: write the facts to keep,"
+            " not the whole text (or save it as a file and note its path)"
+        )
+
+
 def append_daily(folder: Folder, text: str, *, at: datetime, tag: str | None = None) -> str:
-    """Append an entry to the day's log of `at` (created with its heading); the log's name."""
+    """Append an entry to the day's log of `at` (created with its heading); the log's name.
+    At most `MAX_ENTRY_BYTES`, else `ValueError`."""
+    _check_size(text)
     return append_entries(folder, [text], at=at, tag=tag)
 
 
@@ -131,9 +153,12 @@ def append_entries(folder: Folder, texts: list[str], *, at: datetime, tag: str |
 
 
 def append_to_section(folder: Folder, text: str, *, section: str) -> str:
-    """Add an entry at the end of `section` of ``MEMORY.md`` (the section is made when missing); atomic."""
+    """Add an entry at the end of `section` of ``MEMORY.md`` (the section is made when missing); atomic.
+    At most `MAX_ENTRY_BYTES`, else `ValueError`."""
+    _check_size(text)
     title = section.strip()
-    if not title or "\n" in title:
+    # Any line break, not only \n: \r, \u2028 and the like end a line for `splitlines`, which reads the file.
+    if len(title.splitlines()) != 1:
         raise ValueError(f"a section title is one non-empty line; got {section!r}")
     entry = format_entry(text)
     with memory_lock(folder):

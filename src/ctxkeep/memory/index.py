@@ -83,15 +83,39 @@ class MemoryIndex:
         self.embedder = embedder
         self.embed_dialog = embed_dialog
         sqlite, loadable = _sqlite()
-        self._db: Any = sqlite.connect(_database(folder), timeout=60.0, isolation_level=None)
-        self._db.execute("PRAGMA busy_timeout = 60000")
-        if isinstance(folder, LocalFolder):
-            self._db.execute("PRAGMA journal_mode = WAL")
-        self.vectors = embedder is not None and loadable and _load_vec(self._db)
-        if embedder is not None and not self.vectors:
-            log.warning("sqlite-vec cannot be loaded here: memory search uses full text only (install ctxkeep[memory])")
-        with self._write():
-            self._create()
+        path = _database(folder)
+        self._sqlite, self._path = sqlite, path
+        try:
+            self._open(sqlite, path, loadable=loadable)
+        except sqlite.DatabaseError as exc:
+            if not _damaged(exc) or path == ":memory:":
+                raise _storage_error(exc, path) from None
+            # Derived data (module docstring): a damaged index is deleted and made again from the files.
+            log.warning("the memory index %s is damaged (%s): it is rebuilt from the memory files", path, exc)
+            for name in (path, path + "-wal", path + "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name)
+            try:
+                self._open(sqlite, _database(folder), loadable=loadable)
+            except sqlite.DatabaseError as again:
+                raise _storage_error(again, path) from None
+
+    def _open(self, sqlite: ModuleType, path: str, *, loadable: bool) -> None:
+        self._db: Any = sqlite.connect(path, timeout=60.0, isolation_level=None)
+        try:
+            self._db.execute("PRAGMA busy_timeout = 60000")
+            if path != ":memory:":
+                self._db.execute("PRAGMA journal_mode = WAL")
+            self.vectors = self.embedder is not None and loadable and _load_vec(self._db)
+            if self.embedder is not None and not self.vectors:
+                log.warning(
+                    "sqlite-vec cannot be loaded here: memory search uses full text only (install ctxkeep[memory])"
+                )
+            with self._write():
+                self._create()
+        except BaseException:
+            self._db.close()
+            raise
 
     def __enter__(self) -> MemoryIndex:
         return self
@@ -111,13 +135,21 @@ class MemoryIndex:
     @contextlib.contextmanager
     def _write(self) -> Iterator[None]:
         # IMMEDIATE: two processes updating at once take turns instead of failing half-way.
-        self._db.execute("BEGIN IMMEDIATE")
+        error = self._sqlite.Error
         try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                with contextlib.suppress(error):  # SQLite may have rolled back already (a full disk)
+                    self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except error as exc:
+            if _damaged(exc):
+                raise  # opening the index deletes and rebuilds it
+            # A full disk, an I/O error: ctxkeep's error in one line, out of the tools and the CLI alike.
+            raise _storage_error(exc, self._path) from None
 
     def _create(self) -> None:
         db = self._db
@@ -309,6 +341,26 @@ def _vec_path() -> str:
     if spec is None or spec.origin is None:
         raise ImportError("sqlite-vec is not installed: pip install 'ctxkeep[memory]'")
     return os.path.join(os.path.dirname(spec.origin), "vec0")  # the package's own `loadable_path()`
+
+
+# SQLite's result codes for a file that is no database, or a damaged one.
+_DAMAGED = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
+
+
+def _damaged(exc: Exception) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return int(code) & 0xFF in _DAMAGED  # the primary code of an extended one
+    return any(words in str(exc) for words in ("not a database", "malformed"))
+
+
+def _storage_error(exc: Exception, path: str) -> StorageError:
+    """A SQLite error as ctxkeep's: a full disk, a locked or unreadable index, named in one line."""
+    return StorageError(
+        f"cannot use the memory index {path}: {exc}; free some space or fix its permissions, or delete it"
+        " (it is rebuilt from the memory files)",
+        path=path,
+    )
 
 
 def _database(folder: Folder) -> str:

@@ -9,7 +9,9 @@ client ──► POST /v1/chat/completions | /v1/messages
 from __future__ import annotations
 
 import hmac
+import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -26,6 +28,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ctxkeep.errors import CtxkeepError, WorkspaceLockedError
+from ctxkeep.messages import value_without_surrogates
 from ctxkeep.step import Step
 from ctxkeep.summarize import Summarizer
 
@@ -92,6 +95,7 @@ class Proxy:
         self._settings = settings
         self._sessions = sessions
         self._upstream = upstream
+        self._surrogates_noted: set[str] = set()  # conversations whose lone surrogates were noted
 
     async def close(self) -> None:
         """Close the workspaces and the upstream's connections."""
@@ -154,7 +158,7 @@ class Proxy:
         if (refused := self._refuse_unauthorized(request, dialect)) is not None:
             return refused
         try:
-            body = orjson.loads(await _body(request, self._settings.max_body))
+            body, replaced = _request_json(await _body(request, self._settings.max_body))
             if not isinstance(body, dict):
                 raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
             turn = dialect.parse(body)
@@ -167,6 +171,10 @@ class Proxy:
         except BadRequest as exc:
             return _bad_request(dialect, str(exc))
         exchange.conversation = key
+        if replaced and key not in self._surrogates_noted:
+            # Once per conversation: a client that keeps the message sends it again on every turn.
+            self._surrogates_noted.add(key)
+            log.warning("conversation %s: lone UTF-16 surrogates replaced with U+FFFD; the messages are kept", key)
         lease = await self._sessions.enter(key)
         handed_over = False  # to a relay, which releases the lease when the stream ends, however it ends
         try:
@@ -393,6 +401,38 @@ async def _body(request: Request, limit: int) -> bytes:
             raise _TooLarge(limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+# A \uD800-\uDFFF escape: only a body holding one is worth a second, slower parse.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _request_json(raw: bytes) -> tuple[object, bool]:
+    """The request's JSON, and whether lone UTF-16 surrogates in it were replaced by U+FFFD.
+
+    orjson refuses a lone surrogate escape (``"\\ud800"``), which Node's JSON.stringify writes; refusing
+    it would refuse the conversation on every later turn, since the client sends the message again. Such
+    a body is read by the standard library instead, and cleaned as `Message.of` cleans its text.
+    """
+    try:
+        return orjson.loads(raw), False
+    except orjson.JSONDecodeError as exc:
+        if _SURROGATE_ESCAPE.search(raw) is None:
+            raise
+        first = exc
+    try:
+        value = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError):
+        raise first from None  # not the surrogates: the error as orjson saw it
+    clean = value_without_surrogates(value)
+    if clean is value:
+        raise first  # parsed by the standard library only: orjson's refusal stands
+    return clean, True
+
+
+def _refuse_constant(name: str) -> object:
+    # NaN and Infinity are no JSON; the standard library would accept them where orjson does not.
+    raise ValueError(f"{name} is not JSON")
 
 
 def _too_large(dialect: Dialect, exc: _TooLarge) -> Response:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from ctxkeep.codec import message_from_dict, message_to_dict
+from ctxkeep.codec import check_finite, message_from_dict, message_to_dict
 from ctxkeep.messages import Message
 
 LIVE_MARK = "ctxkeep-live/1"
@@ -34,11 +34,16 @@ def header(counter: str | None) -> bytes:
 
 
 def batch_line(batch: Sequence[Message], counts: Sequence[int]) -> bytes:
-    """The line of one `add`; `orjson.JSONEncodeError` when a message holds what JSON cannot."""
+    """The line of one `add`; `orjson.JSONEncodeError` when a message holds what JSON cannot, `MessageError`
+    when it holds NaN or an infinity."""
     if len(batch) == 1:
-        return orjson.dumps({**message_to_dict(batch[0]), "n": counts[0]}) + b"\n"
-    d = {"v": BATCH_MARK, "messages": [message_to_dict(m) for m in batch], "counts": list(counts)}
-    return orjson.dumps(d) + b"\n"
+        line = orjson.dumps({**message_to_dict(batch[0]), "n": counts[0]}) + b"\n"
+    else:
+        d = {"v": BATCH_MARK, "messages": [message_to_dict(m) for m in batch], "counts": list(counts)}
+        line = orjson.dumps(d) + b"\n"
+    if b"null" in line:  # where orjson writes NaN and the infinities; else there is none to look for
+        check_finite(batch)
+    return line
 
 
 def replace_line(at: int, message: Message, count: int) -> bytes:
