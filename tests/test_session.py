@@ -313,3 +313,26 @@ def test_a_refused_summary_is_saved_for_debugging(tmp_path: Path) -> None:
     records = [r for r in records if r["kind"] != "steps"]  # the steps' token counts, noted at close
     assert records[0]["kind"] == "failed" and records[0]["saved"] == f"failed/{saved[0].name}"
     assert len(records) == len(saved), "one attempt per growth of the context, not one per step"
+
+
+def test_history_gives_back_the_whole_conversation_a_host_can_sync_again(tmp_path: Path) -> None:
+    from ctxkeep import to_openai
+
+    settings = EngineSettings(compact=CompactSettings(max_input_length=2_000, compact_ratio=0.7))
+    turns = [
+        m
+        for i in range(12)
+        for m in (
+            {"role": "user", "content": f"step {i}: " + "please look at the build log " * 30},
+            {"role": "assistant", "content": f"done with step {i}"},
+        )
+    ]
+    with Session.open(tmp_path / "ws", settings=settings) as session:
+        for k in range(0, len(turns), 2):
+            session.add(turns[k : k + 2])
+            session.prepare("be brief")
+        assert session.summary is not None  # some of it was compacted into the archive
+        whole = session.history()
+    assert [m.text for m in whole] == [t["content"] for t in turns]
+    with Session.open(tmp_path / "ws", settings=settings) as session:  # a restarted host rebuilds its list
+        assert session.sync(to_openai(session.history())) == []

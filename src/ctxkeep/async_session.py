@@ -91,6 +91,11 @@ class AsyncSession:
         async with self._turn:
             await self._run(self._session.add, messages)
 
+    async def history(self) -> list[Message]:
+        """`Session.history`, off the event loop (it reads the archive)."""
+        async with self._turn:
+            return await self._run(self._session.history)
+
     async def sync(self, history: Iterable[object]) -> list[Message]:
         """`Session.sync`, off the event loop."""
         async with self._turn:

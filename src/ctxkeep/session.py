@@ -20,7 +20,7 @@ import orjson
 from . import engine, inputs
 from . import live as live_mod
 from . import sync as sync_mod
-from .codec import storable
+from .codec import message_from_dict, storable
 from .errors import WorkspaceError
 from .folder import LocalFolder
 from .live import Live, Tools
@@ -141,6 +141,20 @@ class Session:
     def messages(self) -> Sequence[Message]:
         """The live messages, oldest first."""
         return self._live.messages
+
+    def history(self) -> list[Message]:
+        """The whole conversation the session holds, oldest first: every archived message, then the live ones.
+
+        A host that kept no history of its own rebuilds it from this (``to_openai(session.history())``) and
+        syncs it again. Archived messages are as they were archived: an offloaded output keeps its cut text
+        and the pointer to its saved original (`ctxkeep recall` puts the originals back). A pinned message
+        stays live while later ones are archived, so it comes after them.
+        """
+        archived: list[Message] = []
+        for name, committed in self._live.archive.files.items():
+            data = self.store.read_archive(name)[: committed.bytes]  # lines past the commit were never archived
+            archived.extend(message_from_dict(orjson.loads(line)) for line in data.splitlines() if line.strip())
+        return [*archived, *self._live.messages]
 
     @property
     def summary(self) -> str | None:
