@@ -63,3 +63,27 @@ def test_the_agent_loop_goes_on_when_run_again_in_the_same_folder(
     with Session.open(tmp_path / "workspace") as session:
         roles = [m.role for m in session.messages]
     assert roles.count("user") == 2 and roles[0] == "user"
+
+
+def test_the_agent_loop_run_for_30_requests_with_the_real_grep_stays_small(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop as written, 15 runs in one folder (30 requests), its `grep` searching the folder the workspace
+    sits in: each output would hold the earlier ones if grep read the workspace (it ran away to 2.8 GB);
+    the workspace folder is left out, so the outputs, the workspace and the context stay small."""
+    (tmp_path / "settings.py").write_text("RETRY_LIMIT = 5\n")
+    monkeypatch.chdir(tmp_path)
+    block = compile(readme_block("An agent loop in 15 lines"), "README.md", "exec")
+    with ValidatingServer(window=16_000) as api:
+        monkeypatch.setenv("OPENAI_BASE_URL", api.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-local")
+        monkeypatch.setenv("MODEL", "local-model")
+        for _ in range(15):
+            exec(block, {"__name__": "readme"})
+    assert api.refused == []
+    assert len(api.records) == 30
+    assert api.peak_tokens <= 16_000
+    outputs = {m["content"] for r in api.records for m in r.body["messages"] if m["role"] == "tool"}
+    assert outputs == {"no match"}  # the question's words are in no file but the workspace's own
+    size = sum(p.stat().st_size for p in (tmp_path / "workspace").rglob("*") if p.is_file())
+    assert size < 1_000_000, size
