@@ -16,6 +16,8 @@ from tests.test_serve_robustness import Handler, ScriptedUpstream
 
 from ctxkeep import Session
 from ctxkeep.formats.anthropic import from_anthropic, to_anthropic
+from ctxkeep.summarize import SummaryRequest
+from ctxkeep.summarize.verbatim import earlier_summaries, host_summary
 
 COMPACTION = {
     "type": "compaction",
@@ -166,3 +168,14 @@ def test_a_streamed_reply_never_carried_back_keeps_its_compaction_block(tmp_path
     with Session.open(tmp_path / "s" / "0", window=100_000) as session:
         _, held = session.prepare().to_anthropic()
     assert held[-1] == {"role": "assistant", "content": [COMPACTION, REPLY_TEXT]}
+
+
+def test_the_providers_summary_is_the_host_summary_a_new_one_builds_on() -> None:
+    """The compaction block's readable text is merged as the host's summary; a failed compaction (no text) is not."""
+    messages = from_anthropic(conversation())
+    assert host_summary(messages) == COMPACTION["content"]
+    assert earlier_summaries(SummaryRequest(messages=tuple(messages), previous="Older: the repo was cloned.")) == [
+        "Older: the repo was cloned.",
+        COMPACTION["content"],
+    ]
+    assert host_summary(from_anthropic(conversation()[2:])) is None
