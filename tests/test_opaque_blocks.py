@@ -18,6 +18,7 @@ from ctxkeep import Session
 from ctxkeep.formats.anthropic import from_anthropic, to_anthropic
 from ctxkeep.summarize import SummaryRequest
 from ctxkeep.summarize.verbatim import earlier_summaries, host_summary
+from ctxkeep.tokens import get_counter
 
 COMPACTION = {
     "type": "compaction",
@@ -179,3 +180,13 @@ def test_the_providers_summary_is_the_host_summary_a_new_one_builds_on() -> None
         COMPACTION["content"],
     ]
     assert host_summary(from_anthropic(conversation()[2:])) is None
+
+
+def test_the_blocks_count_in_the_window() -> None:
+    """A compaction block counts its summary's tokens; an unknown block, the tokens of its JSON."""
+    counter = get_counter("o200k_base")
+    compaction, _, unknown = from_anthropic(conversation()[1:4])[:3]
+    bare = from_anthropic([{"role": "assistant", "content": [REPLY_TEXT]}])[0]
+    summary = counter.count_text(str(COMPACTION["content"]))
+    assert counter.count_message(compaction) >= counter.count_message(bare) + summary
+    assert counter.count_message(unknown) >= counter.count_text(json.dumps(UNKNOWN["frames"]))
