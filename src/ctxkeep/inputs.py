@@ -43,9 +43,11 @@ log = logging.getLogger("ctxkeep")
 # keeps up to this much; more would only multiply in memory (the JSON line, the saved file) and on disk.
 MAX_TEXT_CHARS = 32_000_000
 
-_ANTHROPIC_BLOCKS = frozenset(
-    {"tool_use", "tool_result", "thinking", "redacted_thinking", "image", "document", "server_tool_use"}
-)
+# The content part types of OpenAI's chat API. A part of any other type in a user or assistant message
+# marks it as Anthropic's: ``compaction`` (server-side compaction), a block type added after this
+# release. Anthropic keeps such a block whole and gives it back unchanged; the chat reading would
+# send it to Anthropic as the text "[compaction]", the provider's summary lost.
+_OPENAI_PARTS = frozenset({"text", "image_url", "input_audio", "file", None})
 _RESPONSES_PARTS = frozenset({"input_text", "output_text", "input_image", "input_file", "refusal"})
 _RESPONSES_ASSISTANT = frozenset({"function_call", "reasoning"})
 # Fields of an Anthropic response `Message` that a request's message must not carry.
@@ -209,7 +211,7 @@ def _kind(raw: Mapping[str, Any]) -> str:
     types = {p.get("type") for p in content if isinstance(p, Mapping)} if isinstance(content, list) else set()
     if types & _RESPONSES_PARTS:
         return "responses"
-    if types & _ANTHROPIC_BLOCKS and not raw.get("tool_calls") and raw.get("role") in ("user", "assistant"):
+    if types - _OPENAI_PARTS and not raw.get("tool_calls") and raw.get("role") in ("user", "assistant"):
         return "anthropic"
     if kind == "message" and isinstance(content, list) and "model" in raw:  # an Anthropic response, text only
         return "anthropic"

@@ -99,6 +99,18 @@ def origin(msg: Message) -> Origin:
     return "typed"
 
 
+def provider_summary(msg: Message) -> str | None:
+    """The readable summary of a provider's compaction block in `msg` (Anthropic's server-side compaction,
+    kept whole by the reader as the host sent it), the newest if several; None when it holds none or its
+    compaction failed (no text). The block sits in an assistant reply, so `origin` does not see it."""
+    for block in reversed(msg.content):
+        marks = _marks(block.extra)
+        text = marks.get("content")
+        if marks.get("type") in _HOST_SUMMARY_TYPES and isinstance(text, str) and text.strip():
+            return text
+    return None
+
+
 def _marks(extra: Mapping[str, object]) -> dict[str, object]:
     """The flags of a message's `extra`, whether at its top level or under the importer's name."""
     out: dict[str, object] = {}

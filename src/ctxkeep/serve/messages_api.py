@@ -118,6 +118,10 @@ class EventReassembler:
             block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
         elif kind == "signature_delta":
             block["signature"] = block.get("signature", "") + delta.get("signature", "")
+        elif kind == "compaction_delta":
+            # The provider's summary (and its opaque metadata) comes whole in one delta; the SDK sets the
+            # block's fields from it, so a later one replaces, never appends.
+            block.update({k: v for k, v in delta.items() if k != "type"})
 
     def reply(self) -> Reply | None:
         """The assistant message, once ``message_stop`` came and nothing broke."""

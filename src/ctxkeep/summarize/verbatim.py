@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxkeep.messages import Message
-from ctxkeep.origin import HOST_SUMMARY_STARTS, origins
+from ctxkeep.origin import HOST_SUMMARY_STARTS, origins, provider_summary
 from ctxkeep.settings import MIN_SUMMARY_CHARS
 from ctxkeep.summarize.facts.collect import human_text, rules_in
 from ctxkeep.summarize.request import SummaryRequest
@@ -74,18 +74,22 @@ def typed_text(msg: Message) -> str | None:
 
 
 def host_summary(messages: Sequence[Message], *, max_chars: int | None = None) -> str | None:
-    """The newest compaction summary a host wrote into `messages` (Claude Code, pi, Codex), without the
-    header our importers put in front of it; None when there is none.
+    """The newest compaction summary a host wrote into `messages` (Claude Code, pi, Codex, a provider's
+    compaction block), without the header our importers put in front of it; None when there is none.
 
     With `max_chars`, a longer one keeps its head and tail within half of it, around a note pointing to
     the archive: it stands for a previous summary, which the cap holds too, and leaves room for the rest.
     """
     kinds = origins(messages)
     for msg, kind in zip(reversed(messages), reversed(kinds), strict=True):
-        if kind == "host_summary":
+        if (provided := provider_summary(msg)) is not None:
+            text = provided.strip()
+        elif kind == "host_summary":
             text = msg.text.strip()
             text = _HOST_HEADER.sub("", text, count=1) if text.startswith(HOST_SUMMARY_STARTS[1:]) else text
-            return text if max_chars is None else _head_and_tail(text, max_chars // 2)
+        else:
+            continue
+        return text if max_chars is None else _head_and_tail(text, max_chars // 2)
     return None
 
 
