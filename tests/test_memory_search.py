@@ -13,12 +13,13 @@ import pytest
 
 from ctxkeep.archive import Archive
 from ctxkeep.archive import append as archive_append
+from ctxkeep.disk import INDEX_FILE
 from ctxkeep.errors import StorageError
 from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.memory.chunks import markdown_chunks
 from ctxkeep.memory.embed import MiniLMEmbedder, default_embedder
 from ctxkeep.memory.files import append_daily, append_to_section
-from ctxkeep.memory.index import INDEX_FILE, MemoryIndex
+from ctxkeep.memory.index import MemoryIndex
 from ctxkeep.memory.search import search
 from ctxkeep.memory.terms import index_terms, match_query
 from ctxkeep.messages import Message, ToolCall, ToolResult
@@ -185,7 +186,7 @@ def test_the_archive_gets_vectors_only_when_asked(minilm: MiniLMEmbedder) -> Non
         assert (index.stats()["chunks"], index.stats()["vectors"]) == (6, 1)
         assert search(index, "build", k=2, source="dialog")[0].vector_rank is None
     with MemoryIndex(MemoryFolder(), embedder=minilm, embed_dialog=True) as index:
-        archive_append(index.folder, Archive(), [Message.of("user", "compiling the project")], date(2026, 3, 1))
+        archive_append(index.store, Archive(), [Message.of("user", "compiling the project")], date(2026, 3, 1))
         index.update()
         assert index.stats()["vectors"] == 1
         assert search(index, "build", k=1, source="dialog")[0].vector_rank == 1

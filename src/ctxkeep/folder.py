@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from . import disk
 from .errors import StorageError, WorkspaceLockedError
 from .store import FAILED_DIR, LIVE_DIR, ORIGINAL_NAME, TOOL_RESULT_DIR, FileInfo, FileStore
 from .swap import recover
@@ -521,6 +522,12 @@ class LocalFolder(FileStore):
                         path=str(self.root),
                     ) from None
                 time.sleep(0.05)
+
+    def memory_lock(self) -> contextlib.AbstractContextManager[None]:
+        return disk.memory_lock(self)  # across processes: the agent, a CLI and a scheduler all write memory
+
+    def index_path(self) -> str | None:
+        return disk.index_path(self)
 
     def _remove_temporaries(self) -> None:
         """Remove the temporary files a killed `write` left: only names ctxkeep gives them, only regular files."""

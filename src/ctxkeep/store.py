@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -175,6 +177,43 @@ class Store(Protocol):
         """Replace the copy of the summary kept for people."""
         ...
 
+    # Memory: ``MEMORY.md``, the day logs ``memory/YYYY-MM-DD.md`` and memory's own state under ``memory/``,
+    # and the workspace's ``AGENTS.md``, each by its workspace-relative name.
+    def read_memory(self, name: str) -> bytes | None:
+        """A memory file's bytes, or None when it does not exist."""
+        ...
+
+    def write_memory(self, name: str, data: bytes) -> None:
+        """Replace a memory file atomically."""
+        ...
+
+    def append_memory(self, name: str, data: bytes) -> int:
+        """Append to a memory file durably; its new size."""
+        ...
+
+    def memory_files(self) -> list[FileInfo]:
+        """``MEMORY.md`` and the files under ``memory/``, sorted by name."""
+        ...
+
+    def memory_lock(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the memory files against every other writer (the agent, a CLI, a scheduler) until the block ends.
+
+        Separate from `lock`: a session holds that one for its whole life, while others write memory."""
+        ...
+
+    def index_path(self) -> str | None:
+        """Where memory's SQLite search index lives on this machine, or None when the store keeps no local
+        files: the index is then built in memory from the files at each search (full text and vectors alike)."""
+        ...
+
+
+MEMORY_FILE = "MEMORY.md"
+MEMORY_DIR = "memory"
+AGENTS_FILE = "AGENTS.md"
+# The memory files a store without processes of its own holds with a thread lock, by store.
+_memory_locks: dict[int, threading.Lock] = {}
+_memory_guard = threading.Lock()
+
 
 def live_name(generation: int) -> str:
     """The live log of a generation in a folder."""
@@ -264,3 +303,31 @@ class FileStore:
 
     def write_summary(self: Folder, data: bytes) -> None:
         self.write(SUMMARY, data)
+
+    def read_memory(self: Folder, name: str) -> bytes | None:
+        return self.read(name)
+
+    def write_memory(self: Folder, name: str, data: bytes) -> None:
+        self.write(name, data)
+
+    def append_memory(self: Folder, name: str, data: bytes) -> int:
+        return self.append(name, data)
+
+    def memory_files(self: Folder) -> list[FileInfo]:
+        return [*self.list(MEMORY_FILE), *self.list(f"{MEMORY_DIR}/")]
+
+    def memory_lock(self) -> contextlib.AbstractContextManager[None]:
+        # A store with no file system of its own (MemoryFolder) lives in one process: a thread lock is enough.
+        # `LocalFolder` overrides this with a lock across processes.
+        with _memory_guard:
+            lock = _memory_locks.setdefault(id(self), threading.Lock())
+        return _held(lock)
+
+    def index_path(self) -> str | None:
+        return None
+
+
+@contextlib.contextmanager
+def _held(lock: threading.Lock) -> Iterator[None]:
+    with lock:
+        yield

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import SUMMARY_ID, SYSTEM_ID, Context
@@ -25,7 +25,6 @@ from ctxkeep.memory.tools import MemoryTool, memory_tools
 from ctxkeep.messages import NO_RESULT_TEXT, Message, ToolResult
 from ctxkeep.session import Session
 from ctxkeep.step import Step
-from ctxkeep.store import FileStore, Folder
 
 Workspace = str | Path | Session | AsyncSession
 # An adapter's `memory` option: False (no tools), True (`memory_tools` of the adapter's workspace), or the
@@ -36,9 +35,9 @@ Memory = bool | Sequence[MemoryTool]
 def memory_tools_of(workspace: Workspace, memory: Memory) -> list[MemoryTool]:
     """The memory tools an adapter on `workspace` registers for its `memory` option.
 
-    True gives `memory_tools` of the same folder the session keeps, so what the agent writes is what the
-    flush, consolidation and search of that workspace see. Raises `WorkspaceError` for True on a session
-    that is not kept in a folder, and `TypeError` for an option that is none of the three.
+    True gives `memory_tools` of the same store the session keeps, so what the agent writes is what the
+    flush, consolidation and search of that workspace see. Raises `TypeError` for an option that is none
+    of the three.
     """
     if memory is False:
         return []
@@ -46,13 +45,7 @@ def memory_tools_of(workspace: Workspace, memory: Memory) -> list[MemoryTool]:
         if isinstance(workspace, str | Path):
             return memory_tools(workspace)
         session = workspace.session if isinstance(workspace, AsyncSession) else workspace
-        if not isinstance(session.store, FileStore):
-            raise WorkspaceError(
-                f"memory=True needs a session kept in a folder; this one is in a {type(session.store).__name__}:"
-                " pass memory=memory_tools(folder) to choose where memory lives"
-            )
-        # A FileStore is written over a Folder's file operations: LocalFolder and MemoryFolder are both.
-        return memory_tools(cast("Folder", session.store))
+        return memory_tools(session.store)  # memory is part of every store: the session's workspace keeps it
     if isinstance(memory, Sequence) and not isinstance(memory, str) and all(isinstance(t, MemoryTool) for t in memory):
         return list(memory)
     raise TypeError(f"memory must be True, False or a list of MemoryTools (memory_tools(...)); got {memory!r}")

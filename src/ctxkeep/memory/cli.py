@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ctxkeep.store import Folder
+    from ctxkeep.store import Store
 
     from .embed import Embedder
     from .search import Hit
@@ -140,9 +140,7 @@ def _check_workspace(path: str) -> None:
     `memory write` alone made counts."""
     from pathlib import Path
 
-    from ctxkeep.store import STATE
-
-    from .files import MEMORY_DIR, MEMORY_FILE
+    from ctxkeep.store import MEMORY_DIR, MEMORY_FILE, STATE
 
     folder = Path(path)
     if not folder.is_dir():
@@ -172,7 +170,7 @@ def _embedder(args: argparse.Namespace, *, resident: bool = False) -> Embedder |
     return default_embedder()
 
 
-def _search(folder: Folder, args: argparse.Namespace) -> int:
+def _search(folder: Store, args: argparse.Namespace) -> int:
     from .index import MemoryIndex
     from .search import search
 
@@ -209,7 +207,7 @@ def show(hit: Hit) -> str:
     return "\n".join([head, *body])
 
 
-def _write(folder: Folder, args: argparse.Namespace) -> int:
+def _write(folder: Store, args: argparse.Namespace) -> int:
     from .files import append_daily, append_to_section
 
     if args.section:
@@ -220,7 +218,7 @@ def _write(folder: Folder, args: argparse.Namespace) -> int:
     return 0
 
 
-def _index(folder: Folder, args: argparse.Namespace) -> int:
+def _index(folder: Store, args: argparse.Namespace) -> int:
     from .index import MemoryIndex
 
     with MemoryIndex(folder, embedder=_embedder(args)) as index:
@@ -235,7 +233,7 @@ def _index(folder: Folder, args: argparse.Namespace) -> int:
     return 0
 
 
-def _consolidate(folder: Folder, args: argparse.Namespace) -> int:
+def _consolidate(folder: Store, args: argparse.Namespace) -> int:
     from ctxkeep.summarize.testing import host_model
 
     from .consolidate import consolidate
@@ -252,7 +250,7 @@ def _consolidate(folder: Folder, args: argparse.Namespace) -> int:
     return 0
 
 
-def _schedule(folder: Folder, args: argparse.Namespace) -> int:
+def _schedule(folder: Store, args: argparse.Namespace) -> int:
     from .consolidate import cron_line, next_run
 
     next_run(datetime.now(), args.at)  # checks --at
@@ -267,7 +265,7 @@ def _schedule(folder: Folder, args: argparse.Namespace) -> int:
 
 
 def schedule(
-    folder: Folder,
+    folder: Store,
     at: str,
     *,
     clock: Callable[[], datetime],

@@ -24,11 +24,9 @@ from typing import Any
 import orjson
 
 from ctxkeep.providers import Completion, Model, Turn
-from ctxkeep.store import Folder
+from ctxkeep.store import MEMORY_DIR, MEMORY_FILE, Store
 
 from .files import (
-    MEMORY_DIR,
-    MEMORY_FILE,
     MEMORY_HEADING,
     Entry,
     daily_logs,
@@ -67,19 +65,19 @@ def _key(text: str) -> str:
     return " ".join(body.casefold().split())
 
 
-def pending_logs(folder: Folder) -> list[str]:
+def pending_logs(store: Store) -> list[str]:
     """The day logs changed since they were last merged, oldest first."""
-    merged = _merged(folder)
+    merged = _merged(store)
     out = []
-    for _, name in daily_logs(folder):
-        data = folder.read(name) or b""
+    for _, name in daily_logs(store):
+        data = store.read_memory(name) or b""
         if merged.get(name) != hashlib.sha256(data).hexdigest():
             out.append(name)
     return out
 
 
-def _merged(folder: Folder) -> dict[str, str]:
-    raw = folder.read(STATE_FILE)
+def _merged(store: Store) -> dict[str, str]:
+    raw = store.read_memory(STATE_FILE)
     try:
         files = orjson.loads(raw).get("files") if raw else None
     except (orjson.JSONDecodeError, AttributeError):
@@ -87,14 +85,14 @@ def _merged(folder: Folder) -> dict[str, str]:
     return {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
 
 
-def consolidate(folder: Folder, *, now: datetime, model: Model | None = None) -> Consolidation:
+def consolidate(store: Store, *, now: datetime, model: Model | None = None) -> Consolidation:
     """Merge the pending day logs into MEMORY.md (a backup of the old one first); what was merged."""
-    with memory_lock(folder):
-        names = pending_logs(folder)
+    with memory_lock(store):
+        names = pending_logs(store)
         if not names:
             return Consolidation(logs=(), added=0, repeated=0, superseded=0, backup=None, by="rule")
-        texts = {name: folder.read(name) or b"" for name in names}
-        old = (folder.read(MEMORY_FILE) or b"").decode("utf-8", errors="replace")
+        texts = {name: store.read_memory(name) or b"" for name in names}
+        old = (store.read_memory(MEMORY_FILE) or b"").decode("utf-8", errors="replace")
         new_entries = [(name, e) for name in names for e in entries_of(texts[name].decode("utf-8", errors="replace"))]
         document, added, repeated = merge_by_rule(old, new_entries)
         superseded, by = 0, "rule"
@@ -107,11 +105,13 @@ def consolidate(folder: Folder, *, now: datetime, model: Model | None = None) ->
         backup = None
         if old.strip():
             backup = f"{BACKUP_DIR}/MEMORY-{now.strftime('%Y%m%dT%H%M%S')}.md"
-            folder.write(backup, old.encode())
-        folder.write(MEMORY_FILE, document.encode())
-        merged = _merged(folder)
+            store.write_memory(backup, old.encode())
+        store.write_memory(MEMORY_FILE, document.encode())
+        merged = _merged(store)
         merged.update({name: hashlib.sha256(data).hexdigest() for name, data in texts.items()})
-        folder.write(STATE_FILE, orjson.dumps({"files": merged, "at": now.isoformat()}, option=orjson.OPT_INDENT_2))
+        store.write_memory(
+            STATE_FILE, orjson.dumps({"files": merged, "at": now.isoformat()}, option=orjson.OPT_INDENT_2)
+        )
     return Consolidation(logs=tuple(names), added=added, repeated=repeated, superseded=superseded, backup=backup, by=by)
 
 

@@ -1,32 +1,21 @@
 """The memory files of a workspace: ``MEMORY.md`` (the long-term trunk) and ``memory/YYYY-MM-DD.md`` (a day's log).
 
-Every write goes through the workspace's `Folder` (``LocalFolder``: private modes, no link followed, atomic
-replace, durable append) and holds the memory lock, a ``flock`` on ``memory/.lock`` that is separate from
-the session's lock (a session holds that one for its whole life, while the agent, a CLI and a scheduler
-all write memory). Under it an append never interleaves with another process's, and a section edit of
-``MEMORY.md`` (read, change, replace) never loses a line another writer added.
+Every write goes through the memory part of the workspace's `Store` (``LocalFolder``: private modes, no link
+followed, atomic replace, durable append) and holds its memory lock (``LocalFolder``: a ``flock`` on
+``memory/.lock``), separate from the session's lock (a session holds that one for its whole life, while the
+agent, a CLI and a scheduler all write memory). Under it an append never interleaves with another process's,
+and a section edit of ``MEMORY.md`` (read, change, replace) never loses a line another writer added.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
-import os
 import re
-import stat
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from ctxkeep.errors import StorageError
-from ctxkeep.folder import LocalFolder
-from ctxkeep.store import ORIGINAL_NAME, TOOL_RESULT_DIR, Folder
+from ctxkeep.store import DIALOG_DIR, MEMORY_DIR, MEMORY_FILE, ORIGINAL_NAME, TOOL_RESULT_DIR, Store
 
-MEMORY_FILE = "MEMORY.md"
-MEMORY_DIR = "memory"
-LOCK_FILE = f"{MEMORY_DIR}/.lock"
 DAILY_NAME = re.compile(r"memory/(?P<day>[0-9]{4}-[0-9]{2}-[0-9]{2})\.md")
 # What an agent may read with the memory tools: the trunk, the logs, the archived dialog and the saved originals
 # of what was cut from it (only the names ctxkeep gives them: anything else in tool_result/ is not ctxkeep's).
@@ -39,9 +28,6 @@ MAX_ENTRY_BYTES = 16_384  # one entry written by `append_daily` or `append_to_se
 # An entry is one Markdown list item; its further lines are indented by two spaces.
 _ITEM = re.compile(r"^[-*] ")
 _SECTION = re.compile(r"^## +(?P<title>.+?)\s*$")
-
-_local_locks: dict[int, threading.Lock] = {}
-_guard = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +44,10 @@ def daily_name(day: date) -> str:
     return f"{MEMORY_DIR}/{day.isoformat()}.md"
 
 
-def daily_logs(folder: Folder) -> list[tuple[date, str]]:
+def daily_logs(store: Store) -> list[tuple[date, str]]:
     """The day logs of the workspace, oldest first."""
     out = []
-    for info in folder.list(f"{MEMORY_DIR}/"):
+    for info in store.memory_files():
         m = DAILY_NAME.fullmatch(info.name)
         if m is not None:
             with contextlib.suppress(ValueError):
@@ -69,42 +55,9 @@ def daily_logs(folder: Folder) -> list[tuple[date, str]]:
     return sorted(out)
 
 
-# What is written only under `memory_lock`, by folder: MEMORY.md, the consolidation's state and backups.
-_LOCKED_WRITES = {
-    "": re.compile(re.escape(MEMORY_FILE)),
-    MEMORY_DIR: re.compile(r"consolidated\.json"),
-    f"{MEMORY_DIR}/backup": re.compile(r"MEMORY-[0-9T]+\.md"),
-}
-
-
-@contextlib.contextmanager
-def memory_lock(folder: Folder) -> Iterator[None]:
+def memory_lock(store: Store) -> contextlib.AbstractContextManager[None]:
     """Hold the memory files against every other writer, in this process or another, until the block ends."""
-    if not isinstance(folder, LocalFolder):
-        # A store with no file system (MemoryFolder) lives in one process: a thread lock per store is enough.
-        with _guard:
-            lock = _local_locks.setdefault(id(folder), threading.Lock())
-        with lock:
-            yield
-        return
-    folder.append(LOCK_FILE, b"")  # creates memory/ and the lock file privately, through no link
-    path = folder.root / LOCK_FILE
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        why = f"cannot open the memory lock {path}: {exc.strerror}"
-        raise StorageError(why, path=str(path), errno=exc.errno) from exc
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise StorageError(f"{path} is not a regular file; remove it", path=str(path), errno=errno.EINVAL)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            folder.remove_temporaries(_LOCKED_WRITES)  # what a killed writer left: none is writing now
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+    return store.memory_lock()
 
 
 def format_entry(text: str, *, at: datetime | None = None, tag: str | None = None) -> str:
@@ -130,29 +83,28 @@ def _check_size(text: str) -> None:
         )
 
 
-def append_daily(folder: Folder, text: str, *, at: datetime, tag: str | None = None) -> str:
+def append_daily(store: Store, text: str, *, at: datetime, tag: str | None = None) -> str:
     """Append an entry to the day's log of `at` (created with its heading); the log's name.
     At most `MAX_ENTRY_BYTES`, else `ValueError`."""
     _check_size(text)
-    return append_entries(folder, [text], at=at, tag=tag)
+    return append_entries(store, [text], at=at, tag=tag)
 
 
-def append_entries(folder: Folder, texts: list[str], *, at: datetime, tag: str | None = None) -> str:
+def append_entries(store: Store, texts: list[str], *, at: datetime, tag: str | None = None) -> str:
     """Append entries to the day's log of `at` in one write, so no other writer's lines come between them."""
     name = daily_name(at.date())
     data = "".join(format_entry(t, at=at, tag=tag) for t in texts).encode()
-    with memory_lock(folder):
-        if folder.size(name) == 0:
+    with store.memory_lock():
+        existing = store.read_memory(name) or b""
+        if not existing:
             data = f"# {at.date().isoformat()}\n\n".encode() + data
-        else:
-            existing = folder.read(name) or b""
-            if not existing.endswith(b"\n"):
-                data = b"\n" + data
-        folder.append(name, data)
+        elif not existing.endswith(b"\n"):
+            data = b"\n" + data
+        store.append_memory(name, data)
     return name
 
 
-def append_to_section(folder: Folder, text: str, *, section: str) -> str:
+def append_to_section(store: Store, text: str, *, section: str) -> str:
     """Add an entry at the end of `section` of ``MEMORY.md`` (the section is made when missing); atomic.
     At most `MAX_ENTRY_BYTES`, else `ValueError`."""
     _check_size(text)
@@ -161,9 +113,9 @@ def append_to_section(folder: Folder, text: str, *, section: str) -> str:
     if len(title.splitlines()) != 1:
         raise ValueError(f"a section title is one non-empty line; got {section!r}")
     entry = format_entry(text)
-    with memory_lock(folder):
-        current = (folder.read(MEMORY_FILE) or b"").decode("utf-8", errors="replace")
-        folder.write(MEMORY_FILE, insert_in_section(current, title, entry).encode())
+    with store.memory_lock():
+        current = (store.read_memory(MEMORY_FILE) or b"").decode("utf-8", errors="replace")
+        store.write_memory(MEMORY_FILE, insert_in_section(current, title, entry).encode())
     return MEMORY_FILE
 
 
@@ -226,7 +178,7 @@ def entries_of(text: str) -> list[Entry]:
     return out
 
 
-def read_lines(folder: Folder, name: str, *, start: int = 1, count: int = 200) -> tuple[str, int]:
+def read_lines(store: Store, name: str, *, start: int = 1, count: int = 200) -> tuple[str, int]:
     """Lines `start`.. (1-based, at most `count`) of a memory or archive file, numbered; and the file's line count.
 
     Only ``MEMORY.md``, ``memory/YYYY-MM-DD.md``, ``dialog/YYYY-MM-DD.jsonl`` and the saved originals
@@ -241,7 +193,8 @@ def read_lines(folder: Folder, name: str, *, start: int = 1, count: int = 200) -
         )
     if start < 1 or count < 1:
         raise ValueError(f"start and count are 1 or more; got start={start}, count={count}")
-    data = folder.read(name)
+    # the archive through its own part of the seam; the originals are files a store keeps beside memory
+    data = (store.read_archive(name) or None) if name.startswith(f"{DIALOG_DIR}/") else store.read_memory(name)
     if data is None:
         raise FileNotFoundError(name)
     lines = data.decode("utf-8", errors="replace").splitlines()

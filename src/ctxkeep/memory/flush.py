@@ -26,10 +26,10 @@ from ctxkeep.errors import CtxkeepError
 from ctxkeep.messages import Message
 from ctxkeep.providers import Completion, Model, Turn
 from ctxkeep.settings import MemorySettings
-from ctxkeep.store import FileStore, Folder, Store
+from ctxkeep.store import MEMORY_DIR, Store
 
 from .extract import Note, extract
-from .files import MEMORY_DIR, append_entries
+from .files import append_entries
 
 log = logging.getLogger("ctxkeep")
 
@@ -85,9 +85,9 @@ class FlushRun:
     errors: tuple[str, ...] = field(default=())
 
 
-def flushed_cycle(folder: Folder) -> int | None:
+def flushed_cycle(store: Store) -> int | None:
     """The compaction cycle the last flush ran for, or None."""
-    raw = folder.read(STATE_FILE)
+    raw = store.read_memory(STATE_FILE)
     if raw is None:
         return None
     try:
@@ -110,15 +110,14 @@ def before_compaction(
 
     Never raises for a failure of its own (a full disk, a failing model): it logs it, and the pass goes on.
     """
-    if not settings.flush or not isinstance(store, FileStore) or not messages:
+    if not settings.flush or not messages:
         return None
-    folder: Any = store
     try:
-        if flushed_cycle(folder) == cycle:
+        if flushed_cycle(store) == cycle:
             return None
         # Recorded first: whatever happens next, this cycle is not flushed again.
-        folder.write(STATE_FILE, orjson.dumps({"cycle": cycle, "at": now.isoformat()}))
-        run = flush(folder, messages, now=now, model=model, steps=settings.flush_steps)
+        store.write_memory(STATE_FILE, orjson.dumps({"cycle": cycle, "at": now.isoformat()}))
+        run = flush(store, messages, now=now, model=model, steps=settings.flush_steps)
         run = replace(run, cycle=cycle)
     except CtxkeepError as exc:
         log.warning("memory flush skipped: %s", exc)
@@ -128,7 +127,7 @@ def before_compaction(
 
 
 def flush(
-    folder: Folder, messages: Sequence[Message], *, now: datetime, model: Model | None = None, steps: int = 3
+    store: Store, messages: Sequence[Message], *, now: datetime, model: Model | None = None, steps: int = 3
 ) -> FlushRun:
     """Write the preferences and lessons of `messages` to the day's log of `now`; by `model` when given.
 
@@ -141,7 +140,7 @@ def flush(
     by = "rule"
     if model is not None:
         try:
-            notes, calls = _model_notes(model, messages, steps=steps, search=lambda q: _search(folder, q))
+            notes, calls = _model_notes(model, messages, steps=steps, search=lambda q: _search(store, q))
             by = "model" if calls else "rule"  # no time left for even one call: the rule's notes
         except (CtxkeepError, ValueError) as exc:
             errors.append(f"the model flush failed ({exc}); the rule's notes are kept instead")
@@ -154,7 +153,7 @@ def flush(
         for kind in KINDS:
             texts = [n.text for n in notes if n.kind == kind]
             if texts:
-                written = append_entries(folder, texts, at=now, tag=kind)
+                written = append_entries(store, texts, at=now, tag=kind)
     return FlushRun(
         cycle=-1,
         notes=tuple(notes),
@@ -166,12 +165,12 @@ def flush(
     )
 
 
-def _search(folder: Folder, query: str) -> str:
+def _search(store: Store, query: str) -> str:
     """What memory already holds about `query` (full text only: the flush must stay cheap)."""
     from .index import MemoryIndex
     from .search import search
 
-    with MemoryIndex(folder) as index:
+    with MemoryIndex(store) as index:
         index.update()
         hits = search(index, query, k=5, source="memory")
     return "\n".join(f"- {h.text[:300]}" for h in hits) or "(nothing saved about this)"

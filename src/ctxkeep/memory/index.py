@@ -13,28 +13,24 @@ without an embedder, the index holds full text only, and search still answers.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import logging
 import os
-import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from ctxkeep.errors import StorageError
-from ctxkeep.folder import LocalFolder
-from ctxkeep.store import DIALOG_DIR, FileInfo, Folder
+from ctxkeep.store import DIALOG_DIR, MEMORY_FILE, FileInfo, Store
 
 from .chunks import Chunk, dialog_chunks, markdown_chunks
 from .embed import Embedder
-from .files import DAILY_NAME, MEMORY_DIR, MEMORY_FILE
+from .files import DAILY_NAME
 from .terms import index_terms
 
 log = logging.getLogger("ctxkeep")
 
-INDEX_FILE = "index/memory.sqlite"
 SOURCES = ("memory", "dialog")
 _SCHEMA = 1
 
@@ -73,17 +69,17 @@ def source_of(name: str) -> str | None:
 class MemoryIndex:
     """The search index of a workspace's memory files and archive. Close it (or use ``with``) when done."""
 
-    def __init__(self, folder: Folder, *, embedder: Embedder | None = None, embed_dialog: bool = False) -> None:
-        """Open (or create) the index of `folder`; `embedder` None keeps full text only.
+    def __init__(self, store: Store, *, embedder: Embedder | None = None, embed_dialog: bool = False) -> None:
+        """Open (or create) the index of `store`; `embedder` None keeps full text only.
 
         The archive gets vectors only with `embed_dialog`: a long session archives thousands of messages, and
         what an agent looks for there (a command, a path, an error) is found by its words.
         """
-        self.folder = folder
+        self.store = store
         self.embedder = embedder
         self.embed_dialog = embed_dialog
         sqlite, loadable = _sqlite()
-        path = _database(folder)
+        path = _database(store)
         self._sqlite, self._path = sqlite, path
         try:
             self._open(sqlite, path, loadable=loadable)
@@ -96,7 +92,7 @@ class MemoryIndex:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(name)
             try:
-                self._open(sqlite, _database(folder), loadable=loadable)
+                self._open(sqlite, _database(store), loadable=loadable)
             except sqlite.DatabaseError as again:
                 raise _storage_error(again, path) from None
 
@@ -189,8 +185,7 @@ class MemoryIndex:
 
     def files(self) -> list[FileInfo]:
         """The workspace files the index covers: MEMORY.md, the day logs, the archive."""
-        listed = [*self.folder.list(MEMORY_FILE), *self.folder.list(f"{MEMORY_DIR}/")]
-        listed += self.folder.list(f"{DIALOG_DIR}/")
+        listed = [*self.store.memory_files(), *self.store.archive_files()]
         return [f for f in listed if source_of(f.name) is not None]
 
     def update(self) -> Update:
@@ -201,7 +196,9 @@ class MemoryIndex:
         gone = [name for name in known if name not in present]
         chunks = embedded = 0
         for info in changed:
-            data = self.folder.read(info.name)
+            data = (
+                self.store.read_memory(info.name) if source_of(info.name) == "memory" else _archived(self.store, info)
+            )
             if data is None:  # removed since the listing
                 gone.append(info.name)
                 continue
@@ -363,39 +360,12 @@ def _storage_error(exc: Exception, path: str) -> StorageError:
     )
 
 
-def _database(folder: Folder) -> str:
-    """Where the index lives: ``index/memory.sqlite`` of a local folder (private, through no link), else in memory."""
-    if not isinstance(folder, LocalFolder):
-        return ":memory:"
-    where = folder.root / "index"
-    folder.append(f"{MEMORY_DIR}/.lock", b"")  # makes the workspace folder, privately, when missing
-    try:
-        os.mkdir(where, 0o700)
-        os.chmod(where, 0o700, follow_symlinks=False)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise StorageError(f"cannot create {where}: {exc.strerror}", path=str(where), errno=exc.errno) from exc
-    if not stat.S_ISDIR(os.lstat(where).st_mode):
-        raise StorageError(
-            f"{where} is not a folder (a link?): ctxkeep never follows links inside a workspace; remove it",
-            path=str(where),
-            errno=errno.ELOOP,
-        )
-    path = folder.root / INDEX_FILE
-    for name in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-        with contextlib.suppress(FileNotFoundError):
-            if not stat.S_ISREG(os.lstat(name).st_mode):
-                raise StorageError(
-                    f"{name} is not a regular file (a link?): ctxkeep never follows links inside a workspace;"
-                    " remove it (the index is rebuilt)",
-                    path=str(name),
-                    errno=errno.ELOOP,
-                )
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        os.fchmod(fd, 0o600)
-        os.close(fd)
-    except OSError as exc:
-        raise StorageError(f"cannot create {path}: {exc.strerror}", path=str(path), errno=exc.errno) from exc
-    return str(path)
+def _database(store: Store) -> str:
+    """Where the index lives: the store's local file (``index/memory.sqlite`` of a `LocalFolder`), else in memory,
+    built again from the files at each open (search works the same, at the cost of re-indexing)."""
+    return store.index_path() or ":memory:"
+
+
+def _archived(store: Store, info: FileInfo) -> bytes | None:
+    """An archive file's bytes, None when it is gone since the listing (an archive file is never empty)."""
+    return store.read_archive(info.name) or (None if info.size else b"")

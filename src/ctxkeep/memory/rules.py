@@ -13,18 +13,16 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from datetime import date
-from typing import Any
 
 from ctxkeep.context import Context, summary_tokens_of
 from ctxkeep.errors import CtxkeepError
 from ctxkeep.settings import MemorySettings
-from ctxkeep.store import FileStore, Store
+from ctxkeep.store import AGENTS_FILE, Store
 from ctxkeep.summarize.model.augment import agents_rules
 from ctxkeep.tokens import Counter
 
 log = logging.getLogger("ctxkeep")
 
-AGENTS_FILE = "AGENTS.md"
 RULES_TAG = "workspace-rules"
 _CUT = "\n[… the rest is in AGENTS.md]"
 
@@ -43,12 +41,9 @@ def rules_text(agents_md: str, settings: MemorySettings, day: date) -> str | Non
 
 
 def read_agents_md(store: Store) -> str | None:
-    """The workspace's AGENTS.md, read now; None when it has none (or the store keeps no such files)."""
-    if not isinstance(store, FileStore):
-        return None
-    reader: Any = store
+    """The workspace's AGENTS.md, read now through the store's memory part; None when it has none."""
     try:
-        raw = reader.read(AGENTS_FILE)
+        raw = store.read_memory(AGENTS_FILE)
     except CtxkeepError as exc:
         # A link (AGENTS.md is often linked from a repository) or an unreadable file must not fail the
         # compaction that is being applied: the rules are left out, and the log says why.

@@ -24,11 +24,11 @@ from typing import Any
 
 from ctxkeep.errors import CtxkeepError
 from ctxkeep.folder import LocalFolder
-from ctxkeep.store import DIALOG_DIR, Folder
+from ctxkeep.store import DIALOG_DIR, MEMORY_FILE, Store
 from ctxkeep.workspace import recall
 
 from .embed import Embedder, default_embedder
-from .files import MEMORY_FILE, append_daily, append_to_section, read_lines
+from .files import append_daily, append_to_section, read_lines
 from .index import MemoryIndex
 from .search import MIN_RELEVANCE, Hit, search
 
@@ -80,9 +80,9 @@ class _Memory:
     """What the tools share: the workspace, the clock and one embedder, loaded on the first search."""
 
     def __init__(
-        self, folder: Folder, embedder: Embedder | str | None, now: Callable[[], datetime], min_relevance: float
+        self, store: Store, embedder: Embedder | str | None, now: Callable[[], datetime], min_relevance: float
     ) -> None:
-        self.folder = folder
+        self.store = store
         self.now = now
         self.min_relevance = min_relevance
         self._embedder = embedder
@@ -100,9 +100,9 @@ class _Memory:
         if target == "daily":
             if section is not None:
                 raise ValueError("section is for target 'memory' (MEMORY.md); the day's log has none")
-            name = append_daily(self.folder, text, at=self.now())
+            name = append_daily(self.store, text, at=self.now())
         elif target == "memory":
-            name = append_to_section(self.folder, text, section=section or "Notes")
+            name = append_to_section(self.store, text, section=section or "Notes")
         else:
             raise ValueError(f"target is 'daily' (today's log) or 'memory' (MEMORY.md); got {target!r}")
         return f"saved to {name}"
@@ -111,7 +111,7 @@ class _Memory:
         _whole(start_line, "start_line")
         _whole(lines, "lines")
         try:
-            text, total = read_lines(self.folder, path, start=start_line, count=min(lines, MAX_READ_LINES))
+            text, total = read_lines(self.store, path, start=start_line, count=min(lines, MAX_READ_LINES))
         except FileNotFoundError:
             raise FileNotFoundError(f"{path} does not exist yet") from None
         if not text:
@@ -122,7 +122,7 @@ class _Memory:
     def search(self, query: str, k: int = 5, *, source: str) -> str:
         _text(query, "query")
         _whole(k, "k")
-        with MemoryIndex(self.folder, embedder=self.embedder()) as index:
+        with MemoryIndex(self.store, embedder=self.embedder()) as index:
             index.update()
             hits = search(index, query, k=min(k, MAX_K), source=source, min_relevance=self.min_relevance)
         if not hits:
@@ -132,15 +132,15 @@ class _Memory:
     def recall(self, source: str, max_chars: int = RECALL_CHARS) -> str:
         _text(source, "source")
         _whole(max_chars, "max_chars")
-        return recalled_text(self.folder, source, min(max_chars, MAX_RECALL_CHARS))
+        return recalled_text(self.store, source, min(max_chars, MAX_RECALL_CHARS))
 
 
-def recalled_text(folder: Folder, source: str, max_chars: int) -> str:
+def recalled_text(store: Store, source: str, max_chars: int) -> str:
     """What the recall tool answers: the messages (or the saved original) `source` names, word for word, in at
     most about `max_chars` characters; past them, where to go on from."""
-    name = recall.original_name(folder, source)
+    name = recall.original_name(store, source)
     if name is not None:
-        data = recall.read_original(folder, name)
+        data = recall.read_original(store, name)
         if data is None:
             raise FileNotFoundError(f"{name} is no longer kept (removed by retention); the archive has its head")
         text = data.decode("utf-8", "replace")
@@ -152,7 +152,7 @@ def recalled_text(folder: Folder, source: str, max_chars: int) -> str:
             f"{shown}\n[cut at max_chars={max_chars} of {len(text)} characters; go on with"
             f" memory_read path={name} start_line={line}]"
         )
-    items = recall.recall(folder, source)
+    items = recall.recall(store, source)
     out: list[str] = []
     used = 0
     for at, item in enumerate(items):
@@ -220,19 +220,19 @@ def _whole(value: object, name: str) -> None:
 
 
 def memory_tools(
-    workspace: str | os.PathLike[str] | Folder,
+    workspace: str | os.PathLike[str] | Store,
     *,
     embedder: Embedder | str | None = "default",
     now: Callable[[], datetime] | None = None,
     min_relevance: float = MIN_RELEVANCE,
 ) -> list[MemoryTool]:
-    """The memory tools of `workspace` (a folder path or a `Folder`). `embedder` "default" loads MiniLM when
-    installed; None searches full text only. `now` (default: local time) dates the day's log. The searches
-    leave out results under `min_relevance` (0-100; see `ctxkeep.memory.search`)."""
-    folder = LocalFolder(workspace) if isinstance(workspace, str | Path | os.PathLike) else workspace
+    """The memory tools of `workspace` (a folder path, or a `Store` such as a session's). `embedder` "default"
+    loads MiniLM when installed; None searches full text only. `now` (default: local time) dates the day's log.
+    The searches leave out results under `min_relevance` (0-100; see `ctxkeep.memory.search`)."""
+    store = LocalFolder(workspace) if isinstance(workspace, str | Path | os.PathLike) else workspace
     if isinstance(min_relevance, bool) or not isinstance(min_relevance, int | float) or not 0 <= min_relevance <= 100:
         raise ValueError(f"min_relevance must be a number from 0 to 100; got {min_relevance!r}")
-    memory = _Memory(folder, embedder, now or (lambda: datetime.now().astimezone()), min_relevance)
+    memory = _Memory(store, embedder, now or (lambda: datetime.now().astimezone()), min_relevance)
     k_schema = {"type": "integer", "minimum": 1, "maximum": MAX_K, "description": "how many results (default 5)"}
     return [
         MemoryTool(

@@ -26,7 +26,7 @@ from ctxkeep.messages import Block, ImageBlock, Message, TextBlock, ThinkingBloc
 from ctxkeep.offload import record_in
 from ctxkeep.oversize import CUT_KEY
 from ctxkeep.reasoning import THINKING_KEY
-from ctxkeep.store import OFFLOAD_KEY, ORIGINAL_NAME, STATE, TOOL_RESULT_DIR, FileStore, Folder
+from ctxkeep.store import OFFLOAD_KEY, ORIGINAL_NAME, STATE, TOOL_RESULT_DIR, Store
 
 from . import state
 
@@ -70,7 +70,7 @@ def parse_source(source: str) -> tuple[str, int, int | None]:
     return found["file"], first, last
 
 
-def original_name(folder: Folder, source: str) -> str | None:
+def original_name(store: Store, source: str) -> str | None:
     """The saved original `source` names (``tool_result/<uuid>.txt``, or the path the store gives it), else None."""
     text = source.strip()
     folder_name, _, base = text.rpartition("/")
@@ -78,18 +78,17 @@ def original_name(folder: Folder, source: str) -> str | None:
         return None
     name = f"{TOOL_RESULT_DIR}/{base}"
     # A notice prints the store's location of the file: that path, and no other, is this workspace's.
-    return name if text == name or (folder_name.endswith(TOOL_RESULT_DIR) and text == folder.location(name)) else None
+    return name if text == name or (folder_name.endswith(TOOL_RESULT_DIR) and text == store.where(name)) else None
 
 
-def read_original(folder: Folder, name: str) -> bytes | None:
-    """A saved original through the store's `read_original` (None when retention removed it)."""
-    read: Callable[[str], bytes | None] = getattr(folder, "read_original", None) or (
-        lambda n: FileStore.read_original(folder, n)
-    )
-    return read(name)
+def read_original(store: Store, name: str) -> bytes | None:
+    """A saved original through the store's `read_original` (None when retention removed it, or when the store
+    has no such optional method: the message keeps its cut text)."""
+    read: Callable[[str], bytes | None] | None = getattr(store, "read_original", None)
+    return None if read is None else read(name)
 
 
-def recall(folder: Folder, source: str) -> list[Recalled]:
+def recall(store: Store, source: str) -> list[Recalled]:
     """The archived messages `source` (``dialog/YYYY-MM-DD.jsonl:FROM-TO``) names, with their saved originals.
 
     Only committed lines are read (the state's archive index), so what recall shows is what the archive
@@ -98,7 +97,7 @@ def recall(folder: Folder, source: str) -> list[Recalled]:
     `StorageError` for a file it will not read (a symbolic link) and `WorkspaceError` for a damaged state.
     """
     name, first, last = parse_source(source)
-    data = _committed(folder, name)
+    data = _committed(store, name)
     if data is None:
         raise FileNotFoundError(f"{name} is not in this workspace's archive")
     lines = data.splitlines()
@@ -113,18 +112,18 @@ def recall(folder: Folder, source: str) -> list[Recalled]:
             message = message_from_dict(orjson.loads(lines[number - 1]))
         except (orjson.JSONDecodeError, TypeError, ValueError, KeyError) as exc:
             raise ValueError(f"{name}:{number} is not an archived message ({exc})") from None
-        out.append(_with_originals(name, number, message, lambda n: read_original(folder, n)))
+        out.append(_with_originals(name, number, message, lambda n: read_original(store, n)))
     return out
 
 
-def _committed(folder: Folder, name: str) -> bytes | None:
+def _committed(store: Store, name: str) -> bytes | None:
     """The archive file's committed bytes: a crash between an append and its commit leaves lines that the next
     session cuts off, which were never archived. A folder without a state file (an archive alone) is read whole."""
-    data = folder.read(name)
-    raw = folder.read(STATE)
+    data = store.read_archive(name) or None  # empty: a file the archive does not have
+    raw = store.read_state()
     if data is None or raw is None:
         return data
-    known = state.parse(raw, folder.location(STATE)).archive.files.get(name)
+    known = state.parse(raw, store.where(STATE)).archive.files.get(name)
     return None if known is None else data[: known.bytes]
 
 
