@@ -1,10 +1,10 @@
 """The storage seam: what a workspace keeps, in its own terms, and where it keeps it in a folder.
 
-The steps and the session speak to a `Store` (the state, the live log of a generation, the archive,
-the offloaded originals, the records), so another backend (a database for fleets of agents)
-implements those and never pretends to be a file system. `FileStore` implements them over the nine
-file operations of a `Folder` (`ctxkeep.folder`); names are relative, with ``/`` separators
-(``tool_result/<uuid>.txt``).
+The steps, the session and memory speak to a `Store` (the state, the live log of a generation, the
+archive, the offloaded originals, the records, the memory files and where memory's search index may live),
+so another backend (a database for fleets of agents) implements those and never pretends to be a file
+system. `FileStore` implements them over the nine file operations of a `Folder` (`ctxkeep.folder`);
+names are relative, with ``/`` separators (``tool_result/<uuid>.txt``).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 
 from ctxkeep.store import DIALOG_DIR, MEMORY_DIR, MEMORY_FILE, ORIGINAL_NAME, TOOL_RESULT_DIR, Store
+from ctxkeep.workspace.recall import read_original
 
 DAILY_NAME = re.compile(r"memory/(?P<day>[0-9]{4}-[0-9]{2}-[0-9]{2})\.md")
 # What an agent may read with the memory tools: the trunk, the logs, the archived dialog and the saved originals
@@ -193,8 +194,13 @@ def read_lines(store: Store, name: str, *, start: int = 1, count: int = 200) -> 
         )
     if start < 1 or count < 1:
         raise ValueError(f"start and count are 1 or more; got start={start}, count={count}")
-    # the archive through its own part of the seam; the originals are files a store keeps beside memory
-    data = (store.read_archive(name) or None) if name.startswith(f"{DIALOG_DIR}/") else store.read_memory(name)
+    # each through its own part of the seam: the archive, the kept originals, the memory files
+    if name.startswith(f"{DIALOG_DIR}/"):
+        data = store.read_archive(name) or None
+    elif name.startswith(f"{TOOL_RESULT_DIR}/"):
+        data = read_original(store, name)
+    else:
+        data = store.read_memory(name)
     if data is None:
         raise FileNotFoundError(name)
     lines = data.decode("utf-8", errors="replace").splitlines()
