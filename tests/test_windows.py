@@ -15,8 +15,8 @@ from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
 from ctxkeep.pairing import repair
 from ctxkeep.replay import split_system, turns
 from ctxkeep.session import Session
-from ctxkeep.step import Step
 from ctxkeep.settings import CompactSettings, EngineSettings
+from ctxkeep.step import Step
 from ctxkeep.tokens import get_counter
 
 NOW = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
