@@ -529,16 +529,19 @@ SUMMARY_FLOOR_TOKENS = (MIN_SUMMARY_CHARS + GUIDE_CHARS) // CHARS_PER_TOKEN
 
 def threshold_of(live: Live, compact: CompactSettings) -> int:
     """The compaction threshold `live` is held to: `compact.compact_threshold`, raised when the system prompt and
-    tool schemas leave under it less than the smallest summary and the kept tail (`reserve`) need, but never past
-    the window less the reserve.
+    tool schemas leave under it less than the smallest summary and the kept tail (`reserve`) need (or half the
+    threshold, when that is less), but never past the window less the reserve.
 
     Past the threshold a compaction is due and brings the context back under it. A fixed threshold cannot hold
     5,450 tokens of system prompt at an 8,192 window (threshold 5,734) beside any summary: compaction would stop
     for good while 2,700 tokens of the window are free. Raised, the headroom above it shrinks to the reserve
     instead, and the summary and kept tail share what is left (`ctxkeep.plan.plan` squeezes both).
     """
-    needed = live.fixed_tokens + SUMMARY_FLOOR_TOKENS + compact.reserve
-    return max(compact.compact_threshold, min(needed, compact.max_input_length - compact.reserve))
+    threshold = compact.compact_threshold
+    # The room asked for is never more than half the threshold: at a window so small that the summary's floor
+    # (counted at 3 characters a token, the low end) passes it, that is the window's size, not the prompt's.
+    needed = live.fixed_tokens + min(SUMMARY_FLOOR_TOKENS + compact.reserve, threshold // 2)
+    return max(threshold, min(needed, compact.max_input_length - compact.reserve))
 
 
 # --- pins -------------------------------------------------------------------------------
