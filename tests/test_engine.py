@@ -129,6 +129,16 @@ def test_a_failed_summary_changes_nothing_and_is_not_retried_at_once(bad) -> Non
     assert run(grown, Recording(), folder).compaction is not None
 
 
+def test_a_failed_compaction_over_the_window_is_tried_again_as_soon_as_it_grows() -> None:
+    live = add(Live(), [m for i in range(30) for m in turn(i)], COUNTER)
+    assert live.tokens > SMALL.compact.max_input_length  # a request this size is refused anyway
+    failed = run(live, Raising())
+    assert failed.failure is not None
+    assert run(failed.live, Recording()).failure is None  # nothing new: not tried again
+    grown = run(add(failed.live, [Message.of("user", "one more")], COUNTER), Recording())
+    assert grown.compaction is not None  # far less than retry_growth came, but it is over the window
+
+
 def test_a_system_prompt_over_the_window_gets_the_smallest_context_and_one_warning() -> None:
     system = "rule " * 2_000  # alone over the window: compaction still sends the smallest context there is
     step = run(add(Live(), turn(0), COUNTER), system=system)

@@ -130,7 +130,10 @@ def plan(
 
 
 def _retry_allowed(live: Live, tokens: int, settings: EngineSettings) -> bool:
-    """After a compaction that failed, the next try waits for the context to grow by `retry_growth` of the window."""
+    """After a compaction that failed, the next try waits for the context to grow by `retry_growth` of the window;
+    over the window, for it to grow at all: a request that size is refused anyway, so a new try is worth it."""
     if live.failed_at is None:
         return True
+    if tokens > settings.compact.max_input_length:
+        return tokens > live.failed_at
     return tokens >= live.failed_at + settings.retry_growth * settings.compact.max_input_length
