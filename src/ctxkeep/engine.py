@@ -281,7 +281,8 @@ def _skipped(live: Live, skip: Skip, now: datetime, counter: Counter) -> Step:
 def _not_applied(live: Live, failure: Failure, counter: Counter) -> Step:
     log.warning("compaction not applied: %s", failure.reason)
     return Step(
-        live=replace(live, failed_at=failure.tokens),
+        # The size the next try must grow from is what is sent now (results may have aged since the plan).
+        live=replace(live, failed_at=live.tokens),
         context=context_of(live, counter),
         failure=failure,
         warnings=(f"compaction not applied: {failure.reason}",),
