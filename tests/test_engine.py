@@ -129,14 +129,27 @@ def test_a_failed_summary_changes_nothing_and_is_not_retried_at_once(bad) -> Non
     assert run(grown, Recording(), folder).compaction is not None
 
 
-def test_gate_skips_when_the_system_prompt_alone_is_over() -> None:
-    live = add(Live(), turn(0), COUNTER)
-    step = run(live, system="rule " * 2_000)
-    assert step.compaction is None and step.warnings and "compaction skipped" in step.warnings[0]
-    again = run(step.live, system="rule " * 2_000)
-    assert again.compaction is None and again.failure is None  # no loop: not tried again until it grows
-    # ...but a context over the window is never sent silently: every such step says so.
-    assert len(again.warnings) == 1 and "over the model's window" in again.warnings[0]
+def test_a_failed_compaction_over_the_window_is_tried_again_as_soon_as_it_grows() -> None:
+    live = add(Live(), [m for i in range(30) for m in turn(i)], COUNTER)
+    assert live.tokens > SMALL.compact.max_input_length  # a request this size is refused anyway
+    failed = run(live, Raising())
+    assert failed.failure is not None
+    assert run(failed.live, Recording()).failure is None  # nothing new: not tried again
+    grown = run(add(failed.live, [Message.of("user", "one more")], COUNTER), Recording())
+    assert grown.compaction is not None  # far less than retry_growth came, but it is over the window
+
+
+def test_a_system_prompt_over_the_window_gets_the_smallest_context_and_one_warning() -> None:
+    system = "rule " * 2_000  # alone over the window: compaction still sends the smallest context there is
+    step = run(add(Live(), turn(0), COUNTER), system=system)
+    assert step.compaction is not None and [m.id for m in step.live.messages] == ["d0"]
+    assert len(step.warnings) == 1 and "over the model's window" in step.warnings[0]
+    again = run(step.live, system=system)
+    assert again.compaction is None and again.failure is not None  # nothing older is left to compact...
+    third = run(again.live, system=system)
+    assert third.compaction is None and third.failure is None  # ...and it is not tried again until it grows
+    # A context over the window is never sent silently: every such step says so.
+    assert len(third.warnings) == 1 and "over the model's window" in third.warnings[0]
 
 
 def test_nothing_to_compact_is_a_failure_not_a_loop() -> None:
@@ -260,9 +273,11 @@ def test_plan_decides_with_no_store_and_no_summarizer() -> None:
     manual = plan_mod.plan(small, SMALL, now=NOW, force=True)
     assert isinstance(manual, plan_mod.Plan) and manual.reason == "manual"
 
+    # A system prompt that fills the threshold raises it (up to the window less the reserve) and squeezes the
+    # kept tail, rather than stopping compaction.
     huge = replace(live, system_tokens=SMALL.compact.compact_threshold)
-    skipped = plan_mod.plan(huge, SMALL, now=NOW)
-    assert isinstance(skipped, plan_mod.Skip) and skipped.failure is None and "alone reach" in (skipped.warning or "")
+    squeezed = plan_mod.plan(huge, SMALL, now=NOW)
+    assert isinstance(squeezed, plan_mod.Plan) and len(squeezed.cut.to_keep) < len(decided.cut.to_keep)
 
     alone = add(Live(), [Message.of("user", "huge " * 3_000, id="big")], COUNTER)
     skipped = plan_mod.plan(alone, SMALL, now=NOW)

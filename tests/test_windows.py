@@ -11,11 +11,12 @@ from tests.conftest import ROOT
 from ctxkeep.context import system_tokens_of
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import load
-from ctxkeep.messages import Message
+from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
 from ctxkeep.pairing import repair
 from ctxkeep.replay import split_system, turns
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings
+from ctxkeep.step import Step
 from ctxkeep.tokens import get_counter
 
 NOW = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
@@ -107,3 +108,80 @@ def test_tool_schemas_count_against_the_window() -> None:
         step = session.prepare("be brief", tools=TOOLS, now=NOW)
         assert step.compaction is not None  # the tools pushed it over the threshold; without them it fits
         assert step.context.tokens <= settings.compact.compact_threshold
+
+
+def _prompt(tokens: int) -> str:
+    """A system prompt of about `tokens` tokens (o200k_base)."""
+    text = "Rule: keep every answer short and cite the file you changed. " * (tokens // 12 + 1)
+    while system_tokens_of(text, COUNTER) > tokens:
+        text = text[: -max(1, len(text) // 200)]
+    return text
+
+
+def _agent_step(i: int, result_lines: int) -> list[Message]:
+    """One step of a coding agent: a request, a tool call, its result (`result_lines` lines), the answer."""
+    call = ToolCall(id=f"c{i}", name="bash", arguments=f'{{"command": "grep -rn handler src/mod{i}"}}')
+    output = "".join(
+        f"src/mod{i}/file{j}.py:{j}: def handler_{j}(request): return route(request)\n" for j in range(result_lines)
+    )
+    return [
+        Message.of("user", f"step {i}: find where handler {i} is defined and fix its routing", id=f"u{i}"),
+        Message(role="assistant", content=(TextBlock(text=f"searching mod{i}"), call), id=f"a{i}"),
+        Message(role="tool", content=(ToolResult(call_id=f"c{i}", content=output),), id=f"r{i}"),
+        Message.of("assistant", f"handler {i} fixed in src/mod{i}/file0.py", id=f"d{i}"),
+    ]
+
+
+def _replay_steps(window: int, fixed: int, steps: int, *, tools_share: float = 0.0) -> tuple[int, int, list[Step]]:
+    """`steps` tool-call steps replayed at `window` with about `fixed` tokens of system prompt and tool schemas
+    (the schemas `tools_share` of it): how many steps went over the window, the peak, and the steps."""
+    tools = None
+    if tools_share:
+        schema = {"name": "bash", "description": _prompt(int(fixed * tools_share)), "parameters": {}}
+        tools = [{"type": "function", "function": schema}]
+    system = _prompt(int(fixed * (1 - tools_share)))
+    over, peak, taken = 0, 0, []
+    with Session(MemoryFolder(), settings=EngineSettings.for_window(window), counter=COUNTER) as session:
+        for i in range(steps):
+            session.add(_agent_step(i, result_lines=5 + (i * 7) % 30))
+            step = session.prepare(system, tools=tools, now=NOW)
+            peak = max(peak, step.context.tokens)
+            over += step.context.tokens > window
+            taken.append(step)
+    return over, peak, taken
+
+
+def test_a_large_system_prompt_at_8192_never_sends_over_the_window() -> None:
+    # 5,450 tokens of system prompt leave the 5,734-token threshold too little for the summary: compaction
+    # must go on with a squeezed summary and a shorter kept tail, not stop for good.
+    over, peak, steps = _replay_steps(8_192, 5_450, 100)
+    assert over == 0, f"{over} steps over the window, peak {peak}"
+    assert sum(s.compaction is not None for s in steps) >= 5
+    assert not any("compaction skipped" in w for s in steps for w in s.warnings)
+
+
+def test_system_and_tools_of_23k_at_32k_never_send_over_the_window() -> None:
+    over, peak, _ = _replay_steps(32_000, 23_000, 120, tools_share=0.3)
+    assert over == 0, f"{over} steps over the window, peak {peak}"
+
+
+@pytest.mark.parametrize(("window", "fixed"), [(2_048, 900), (3_000, 1_500), (4_096, 2_600)])
+def test_small_windows_with_a_large_prompt_keep_compacting(window: int, fixed: int) -> None:
+    over, peak, steps = _replay_steps(window, fixed, 60)
+    assert over == 0, f"{over} steps over the window, peak {peak}"
+    assert sum(s.compaction is not None for s in steps) >= 3
+
+
+def test_what_cannot_fit_is_said_once_and_the_smallest_context_is_sent() -> None:
+    # The system prompt and the newest step alone are over the window: one warning a step says so, and the
+    # context sent is the smallest there is (everything older compacted).
+    settings = EngineSettings.for_window(4_096)
+    system = _prompt(3_900)
+    with Session(MemoryFolder(), settings=settings, counter=COUNTER) as session:
+        for i in range(6):
+            session.add(_agent_step(i, result_lines=20))
+            step = session.prepare(system, now=NOW)
+        assert step.context.tokens > 4_096
+        assert len(step.warnings) == 1 and OVER in step.warnings[0]
+        assert session.live.messages == tuple(_agent_step(5, 20))[-len(session.live.messages) :]
+        assert len(session.live.messages) <= 4

@@ -28,7 +28,7 @@ from . import archive as archive_mod
 from .context import Context, summary_tokens_of, system_tokens_of
 from .context import of as context_of
 from .errors import CtxkeepError
-from .live import Live, age_all, offload_recent, rebuild
+from .live import Live, age_all, offload_recent, rebuild, threshold_of
 from .memory.hooks import MemoryHooks
 from .memory.rules import RULES_TAG
 from .plan import PART_BREAK, Manual, Plan, Skip, plan
@@ -191,7 +191,7 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
         summary_tokens=summary_tokens_of(text, counter),
         archive=archive,
     )
-    threshold = settings.compact.compact_threshold
+    threshold = threshold_of(after, settings.compact)
     if after.tokens > threshold:
         # The kept tail is too big (a group of huge parallel results, say): age its results now rather than
         # send a context over the threshold. This is the same second cut they would get later, only earlier.
@@ -219,7 +219,8 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
     )
     log.info("compacted %d -> %d tokens in %.2f s", plan.tokens, after.tokens, compaction.seconds)
     warnings: tuple[str, ...] = ()
-    if after.tokens > threshold:
+    # Over the window, the one warning is `_warn_over_window`'s: this is the smallest context there is.
+    if threshold < after.tokens <= settings.compact.max_input_length:
         warnings = (
             f"after compaction the context still has {after.tokens} tokens, over the threshold ({threshold});"
             " the kept messages are too large to shrink further",
@@ -261,9 +262,11 @@ def _warn_over_window(step: Step, window: int) -> Step:
     tokens = step.context.tokens
     if tokens <= window:
         return step
+    fixed = step.live.fixed_tokens
     warning = (
-        f"the context is {tokens} tokens, over the model's window ({window}): the system prompt, the summary and"
-        " the newest messages that must stay do not fit; shorten the system prompt or raise max_input_length"
+        f"the context is {tokens} tokens, over the model's window ({window}): the system prompt and tools ({fixed}),"
+        " the summary and the newest messages that must stay do not fit, and this is the smallest context they"
+        " make; shorten the system prompt or tools, or raise max_input_length"
     )
     log.warning(warning)
     return replace(step, warnings=(*step.warnings, warning))
@@ -272,17 +275,14 @@ def _warn_over_window(step: Step, window: int) -> Step:
 def _skipped(live: Live, skip: Skip, now: datetime, counter: Counter) -> Step:
     if skip.failure is not None:
         return _not_applied(live, Failure(at=now, reason=skip.failure, tokens=live.tokens), counter)
-    if skip.warning is None:
-        return Step(live=live, context=context_of(live, counter))
-    log.warning(skip.warning)
-    live = replace(live, failed_at=live.tokens)
-    return Step(live=live, context=context_of(live, counter), warnings=(skip.warning,))
+    return Step(live=live, context=context_of(live, counter))
 
 
 def _not_applied(live: Live, failure: Failure, counter: Counter) -> Step:
     log.warning("compaction not applied: %s", failure.reason)
     return Step(
-        live=replace(live, failed_at=failure.tokens),
+        # The size the next try must grow from is what is sent now (results may have aged since the plan).
+        live=replace(live, failed_at=live.tokens),
         context=context_of(live, counter),
         failure=failure,
         warnings=(f"compaction not applied: {failure.reason}",),

@@ -25,7 +25,7 @@ from .oversize import cut_oversized
 from .pairing import Link, Pairs, pair_walk
 from .reasoning import loop_start, without_thinking
 from .seq import Seq
-from .settings import OffloadSettings
+from .settings import CHARS_PER_TOKEN, GUIDE_CHARS, MIN_SUMMARY_CHARS, CompactSettings, OffloadSettings
 from .split import pair_groups
 from .store import Store
 from .tokens import Counter
@@ -519,6 +519,29 @@ def age_all(live: Live, settings: OffloadSettings, store: Store, counter: Counte
 def _call_id(msg: Message) -> str:
     result = msg.tool_result
     return result.call_id if result is not None else ""
+
+
+# --- the threshold this context is held to ------------------------------------------------
+
+# The smallest summary a compaction writes, in tokens: the sections' floor and the archive guide.
+SUMMARY_FLOOR_TOKENS = (MIN_SUMMARY_CHARS + GUIDE_CHARS) // CHARS_PER_TOKEN
+
+
+def threshold_of(live: Live, compact: CompactSettings) -> int:
+    """The compaction threshold `live` is held to: `compact.compact_threshold`, raised when the system prompt and
+    tool schemas leave under it less than the smallest summary and the kept tail (`reserve`) need (or half the
+    threshold, when that is less), but never past the window less the reserve.
+
+    Past the threshold a compaction is due and brings the context back under it. A fixed threshold cannot hold
+    5,450 tokens of system prompt at an 8,192 window (threshold 5,734) beside any summary: compaction would stop
+    for good while 2,700 tokens of the window are free. Raised, the headroom above it shrinks to the reserve
+    instead, and the summary and kept tail share what is left (`ctxkeep.plan.plan` squeezes both).
+    """
+    threshold = compact.compact_threshold
+    # The room asked for is never more than half the threshold: at a window so small that the summary's floor
+    # (counted at 3 characters a token, the low end) passes it, that is the window's size, not the prompt's.
+    needed = live.fixed_tokens + min(SUMMARY_FLOOR_TOKENS + compact.reserve, threshold // 2)
+    return max(threshold, min(needed, compact.max_input_length - compact.reserve))
 
 
 # --- pins -------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from . import archive as archive_mod
-from .live import Live, check_pins
+from .live import SUMMARY_FLOOR_TOKENS, Live, check_pins, threshold_of
 from .settings import CHARS_PER_TOKEN, EngineSettings
 from .split import Split, split
 from .summarize import MIN_SUMMARY_CHARS, SummaryRequest
@@ -48,11 +48,9 @@ class Plan:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Skip:
-    """No compaction this step. `failure` (a compaction was due but cannot free anything) or `warning`, or
-    neither when none was due."""
+    """No compaction this step: `failure` says why when one was due but cannot free anything."""
 
     failure: str | None = None
-    warning: str | None = None
 
 
 def plan(
@@ -70,23 +68,24 @@ def plan(
     (`CompactSettings.soft_threshold`), so that its summary can be written in the background
     (`ctxkeep.writer.WriteAhead`); the summary's size is then planned for the kept tail the threshold will find.
 
+    The threshold is `ctxkeep.live.threshold_of`'s: a compaction is never skipped because the system prompt,
+    tools and summary fill it, the summary's cap and the kept tail shrink to the room they leave instead.
+
     `live.system_tokens` must be the system prompt's (`prepare` sets it). Raises `PinnedOverBudgetError`
     when the pins alone leave no room.
     """
     tokens = live.tokens
-    threshold = settings.compact.compact_threshold
-    due = settings.compact.soft_threshold if ahead else threshold
+    threshold = threshold_of(live, settings.compact)
+    due = int(threshold * settings.compact.soft_ratio) if ahead else threshold
     if not force and (tokens <= due or not _retry_allowed(live, tokens, settings)):
         return Skip()
-    budget = threshold - live.fixed_tokens - live.summary_tokens
-    if budget <= 0 and not force:
-        return Skip(
-            warning=f"the system prompt and tools ({live.fixed_tokens} tokens) and summary ({live.summary_tokens})"
-            f" alone reach the compaction threshold ({threshold}); compaction skipped. Raise max_input_length or"
-            " shorten them."
-        )
     check_pins(live, live.pinned, threshold)
     reserve = settings.compact.reserve
+    if threshold > settings.compact.compact_threshold:
+        # The system prompt and tools crowd the threshold: the kept tail gets what they and the smallest summary
+        # leave, up to `reserve`, so a large system prompt keeps fewer recent messages rather than stopping
+        # compaction (the newest group is kept whatever it costs, `split`).
+        reserve = min(reserve, max(0, threshold - live.fixed_tokens - SUMMARY_FLOOR_TOKENS))
     if force:
         # A manual compaction always frees something: keep at most half of what is live.
         reserve = min(reserve, live.total // 2)
@@ -131,7 +130,10 @@ def plan(
 
 
 def _retry_allowed(live: Live, tokens: int, settings: EngineSettings) -> bool:
-    """After a compaction that failed, the next try waits for the context to grow by `retry_growth` of the window."""
+    """After a compaction that failed, the next try waits for the context to grow by `retry_growth` of the window;
+    over the window, for it to grow at all: a request that size is refused anyway, so a new try is worth it."""
     if live.failed_at is None:
         return True
+    if tokens > settings.compact.max_input_length:
+        return tokens > live.failed_at
     return tokens >= live.failed_at + settings.retry_growth * settings.compact.max_input_length

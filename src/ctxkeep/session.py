@@ -210,7 +210,7 @@ class Session:
 
         Raises `PinnedOverBudgetError` when the pins would take more than a compaction can leave them.
         """
-        live = live_mod.pin(self._live, message_id, self.settings.compact.compact_threshold)
+        live = live_mod.pin(self._live, message_id, live_mod.threshold_of(self._live, self.settings.compact))
         self._journal.commit(pinned=live.pinned)
         self._live = live
 

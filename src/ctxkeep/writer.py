@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from .context import summary_tokens_of
 from .errors import CtxkeepError, SummaryError
-from .live import Live
+from .live import Live, threshold_of
 from .plan import Plan, plan
 from .settings import EngineSettings
 from .split import Split, safe_cuts
@@ -316,7 +316,7 @@ def _frees_enough(ahead: Plan, live: Live, written: Written, settings: EngineSet
     compacted = {id(m) for m in ahead.cut.to_compact}
     freed = sum(n for m, n in zip(live.messages, live.counts, strict=True) if id(m) in compacted)
     after = live.tokens - freed - live.summary_tokens + summary_tokens_of(written.summary, counter)
-    return after <= settings.compact.compact_threshold
+    return after <= threshold_of(live, settings.compact)
 
 
 def _summarize(summarizer: Summarizer, request: SummaryRequest) -> str | Failure:
