@@ -61,6 +61,7 @@ class KindStore:
         self.records = bytearray()
         self.failures: dict[str, bytes] = {}
         self.summary: bytes | None = None
+        self.memory: dict[str, bytearray] = {}  # MEMORY.md, memory/..., AGENTS.md by name
 
     @contextlib.contextmanager
     def lock(self, timeout: float) -> Iterator[None]:
@@ -132,6 +133,27 @@ class KindStore:
 
     def write_summary(self, data: bytes) -> None:
         self.summary = data
+
+    def read_memory(self, name: str) -> bytes | None:
+        found = self.memory.get(name)
+        return None if found is None else bytes(found)
+
+    def write_memory(self, name: str, data: bytes) -> None:
+        self.memory[name] = bytearray(data)
+
+    def append_memory(self, name: str, data: bytes) -> int:
+        self.memory.setdefault(name, bytearray()).extend(data)
+        return len(self.memory[name])
+
+    def memory_files(self) -> list[FileInfo]:
+        return [FileInfo(name, len(data), 0.0) for name, data in sorted(self.memory.items())]
+
+    @contextlib.contextmanager
+    def memory_lock(self) -> Iterator[None]:
+        yield
+
+    def index_path(self) -> str | None:
+        return None
 
 
 def test_a_session_needs_only_the_store_seam() -> None:
