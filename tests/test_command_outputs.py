@@ -20,10 +20,11 @@ from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import claude_code, codex, load, pi
 from ctxkeep.formats.source import Source
 from ctxkeep.messages import Message
-from ctxkeep.offload import OFFLOAD_KEY, is_output, offload, record_in, referenced_files, saved_texts
+from ctxkeep.offload import OFFLOAD_KEY, is_output, offload, record_in, saved_texts
 from ctxkeep.origin import origin
 from ctxkeep.pairing import repair
 from ctxkeep.replay import split_system, turns
+from ctxkeep.retention import referenced_files
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
 from ctxkeep.tokens import get_counter

@@ -9,8 +9,9 @@ from datetime import UTC, datetime, timedelta
 from ctxkeep import arguments
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.messages import Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
-from ctxkeep.offload import offload, referenced_files, saved_texts
+from ctxkeep.offload import offload, saved_texts
 from ctxkeep.reasoning import without_thinking
+from ctxkeep.retention import referenced_files
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
 from ctxkeep.tokens import get_counter

@@ -23,14 +23,13 @@ from ctxkeep.offload import (
     OFFLOAD_KEY,
     TOOL_RESULT_DIR,
     OffloadRecord,
-    cleanup,
     is_original,
     offload,
     original_file,
     original_name,
     record_of,
-    referenced_files,
 )
+from ctxkeep.retention import cleanup, referenced_files
 from ctxkeep.settings import OffloadSettings, ToolPolicy
 from ctxkeep.store import Folder
 

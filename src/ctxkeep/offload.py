@@ -7,21 +7,20 @@ A command's output the user ran themselves (pi's ``!command``, Codex's user shel
 A result over its limit (`recent_max_bytes` while among the `recent_n` newest, `old_max_bytes`
 after) keeps its head and a notice; its full text is saved to ``tool_result/<uuid>.txt`` first. Its
 visible text changes at most twice (when cut, when aged), which keeps prompt caches warm; the
-`OffloadRecord` in the result's extra makes `offload` idempotent and tells `cleanup` which files a
-live message still needs. The big arguments of old tool calls (a whole file in a write) are cut the same
+`OffloadRecord` in the result's extra makes `offload` idempotent and tells `retention.cleanup` which
+files a live message still needs. The big arguments of old tool calls (a whole file in a write) are cut the same
 way, once. The stages, the per-tool policies and the choices made: docs/offload.md.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias, get_args
 
 from . import arguments
-from .messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult, make_id
+from .messages import ImageBlock, Message, TextBlock, ToolCall, ToolResult, make_id
 from .origin import origin
 from .reasoning import THINKING_KEY, saved_thinking
 from .settings import OffloadSettings, PolicyKind
@@ -31,10 +30,7 @@ from .store import ORIGINAL_NAME, TOOL_RESULT_DIR, Store
 Stage: TypeAlias = Literal["recent", "old"]
 
 _log = logging.getLogger("ctxkeep")
-_SECONDS_PER_DAY = 86_400
 _POLICIES: tuple[str, ...] = get_args(PolicyKind)
-# A reference to a saved file inside some text: what the notice prints, or what an agent copied.
-_REFERENCE = re.compile(TOOL_RESULT_DIR + r"/([\w.-]+)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -546,66 +542,3 @@ def _without_notice(content: str | tuple[TextBlock | ImageBlock, ...]) -> str | 
 
 def _texts(parts: Iterable[TextBlock | ImageBlock]) -> list[str]:
     return [p.text for p in parts if isinstance(p, TextBlock)]
-
-
-# --- references and cleanup ----------------------------------------------------------
-
-
-def referenced_files(messages: Iterable[Message]) -> set[str]:
-    """Names of saved files the messages point at: through their offload records or a path in their text."""
-    names: set[str] = set()
-    for message in messages:
-        for key in (
-            OFFLOAD_KEY,
-            THINKING_KEY,
-        ):  # a command's output, or dropped thinking, notes its file on the message
-            raw = message.extra.get(key)
-            if isinstance(raw, Mapping) and isinstance(raw.get("file"), str):
-                names.add(raw["file"])
-        for block in message.content:
-            texts: list[str]
-            if isinstance(block, ToolResult):
-                raw = block.extra.get(OFFLOAD_KEY)
-                # Read leniently: even a damaged record protects the file it names.
-                if isinstance(raw, Mapping) and isinstance(raw.get("file"), str):
-                    names.add(raw["file"])
-                texts = [block.content] if isinstance(block.content, str) else _texts(block.content)
-            elif isinstance(block, TextBlock | ThinkingBlock):
-                texts = [block.text]
-            elif isinstance(block, ToolCall):
-                raw = block.extra.get(OFFLOAD_KEY)  # a cut call's arguments keep their record on the call
-                if isinstance(raw, Mapping) and isinstance(raw.get("file"), str):
-                    names.add(raw["file"])
-                texts = [block.arguments]
-            else:
-                continue
-            for text in texts:
-                if TOOL_RESULT_DIR + "/" not in text:
-                    continue
-                for match in _REFERENCE.finditer(text):
-                    # "see tool_result/x.txt." ends a sentence: keep both readings.
-                    names.add(f"{TOOL_RESULT_DIR}/{match[1]}")
-                    names.add(f"{TOOL_RESULT_DIR}/{match[1].rstrip('.-')}")
-    return names
-
-
-def cleanup(store: Store, live: Iterable[Message], *, retention_days: int, now: float) -> list[str]:
-    """Remove the originals ctxkeep saved that are older than `retention_days` and no live message references.
-
-    Only names `original_name` gives are touched: anything else in ``tool_result/`` is not ctxkeep's.
-    `now` is the current time in epoch seconds (passed in, so tests pin it). Returns the removed
-    names, sorted.
-    """
-    if not isinstance(retention_days, int) or isinstance(retention_days, bool) or retention_days < 1:
-        raise ValueError(f"retention_days must be a whole number, 1 or more; got {retention_days!r}")
-    cutoff = now - retention_days * _SECONDS_PER_DAY
-    expired = [info for info in store.originals() if info.mtime < cutoff and is_original(info.name)]
-    if not expired:
-        return []  # the common case: no need to read every live message for references
-    keep = referenced_files(live)
-    removed: list[str] = []
-    for info in expired:
-        if info.name not in keep:
-            store.drop_original(info.name)
-            removed.append(info.name)
-    return removed

@@ -16,7 +16,7 @@ from typing import Any
 from ctxkeep import archive as archive_mod
 from ctxkeep.errors import CtxkeepError
 from ctxkeep.live import Live
-from ctxkeep.offload import cleanup
+from ctxkeep.retention import cleanup
 from ctxkeep.settings import EngineSettings
 from ctxkeep.step import Failure, Step
 from ctxkeep.store import FAILED_DIR, Store
