@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from . import disk
+from . import disk, fileops
 from .errors import StorageError, WorkspaceLockedError
 from .store import FAILED_DIR, LIVE_DIR, ORIGINAL_NAME, TOOL_RESULT_DIR, FileInfo, FileStore
 from .swap import recover
@@ -34,19 +34,6 @@ from .swap import recover
 log = logging.getLogger("ctxkeep")
 
 
-_ADVICE = {
-    errno.ENOSPC: "the disk is full; free some space and try again",
-    errno.EDQUOT: "the disk quota is exhausted; free some space and try again",
-    errno.EROFS: "the file system is read-only; use a writable workspace folder",
-    errno.EACCES: "permission denied; make the workspace folder writable for this user",
-    errno.EPERM: "operation not permitted; make the workspace folder writable for this user",
-}
-
-FILE_MODE = 0o600
-FOLDER_MODE = 0o700
-# Never through a link; never stuck opening a FIFO someone left where a file of ours belongs.
-_FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # `write`'s temporary file: `.<name>.<16 random hex digits>.tmp` (before: `.<name>.<pid>.tmp`).
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?:[0-9a-f]{16}|[0-9]+)\.tmp")
 # What `write` replaces in each folder of a workspace: only a temporary that would have become one
@@ -57,59 +44,6 @@ _REPLACED = {
     FAILED_DIR: re.compile(r"[^/]+\.json"),
     TOOL_RESULT_DIR: ORIGINAL_NAME,
 }
-
-
-def _storage_error(exc: OSError, action: str, path: Path) -> StorageError:
-    advice = _ADVICE.get(exc.errno or 0, exc.strerror or str(exc))
-    return StorageError(f"cannot {action} {path}: {advice}", path=str(path), errno=exc.errno)
-
-
-def _refusal(exc: OSError, action: str, path: Path) -> StorageError:
-    """The error for an open that failed, naming a link or a file found where the workspace has its own."""
-    if exc.errno in (errno.ELOOP, errno.ENOTDIR) and path.is_symlink():
-        return StorageError(
-            f"cannot {action} {path}: it is a symbolic link, and ctxkeep never follows links inside a workspace;"
-            " put the real file or folder there, or remove the link",
-            path=str(path),
-            errno=errno.ELOOP,
-        )
-    if exc.errno == errno.ENOTDIR:
-        return StorageError(
-            f"cannot {action} {path}: it is not a folder; move it out of the workspace", path=str(path), errno=exc.errno
-        )
-    return _storage_error(exc, action, path)
-
-
-def _not_a_link(folder: int, base: str, path: Path, action: str) -> None:
-    """Refuse a link where a file of the workspace belongs (a missing file is fine)."""
-    try:
-        st = os.stat(base, dir_fd=folder, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise _storage_error(exc, action, path) from exc
-    if stat.S_ISLNK(st.st_mode):
-        raise _refusal(OSError(errno.ELOOP, "is a symbolic link"), action, path)
-
-
-def _private(fd: int, mode: int) -> None:
-    """Give what ctxkeep just created its private mode, whatever the umask took off."""
-    if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
-        os.fchmod(fd, mode)
-
-
-def _datasync(fd: int) -> None:
-    """fdatasync where the system has it (Linux): it skips the inode times an fsync would also flush."""
-    if hasattr(os, "fdatasync"):
-        os.fdatasync(fd)
-    else:  # macOS
-        os.fsync(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 class LocalFolder(FileStore):
@@ -142,31 +76,31 @@ class LocalFolder(FileStore):
         """A folder of the workspace, opened without following a link; made (private) when missing and `create`."""
         made = False
         try:
-            fd = os.open(name, _FOLDER_FLAGS, dir_fd=parent)
+            fd = os.open(name, fileops.FOLDER_FLAGS, dir_fd=parent)
         except FileNotFoundError:
             if not create:
                 return None
             try:
                 if parent is None:
                     path.parent.mkdir(parents=True, exist_ok=True)
-                os.mkdir(name, FOLDER_MODE, dir_fd=parent)
+                os.mkdir(name, fileops.FOLDER_MODE, dir_fd=parent)
                 made = True
             except FileExistsError:
                 pass
             except OSError as exc:
-                raise _storage_error(exc, "create the folder", path) from exc
+                raise fileops.storage_error(exc, "create the folder", path) from exc
             try:
-                fd = os.open(name, _FOLDER_FLAGS, dir_fd=parent)
+                fd = os.open(name, fileops.FOLDER_FLAGS, dir_fd=parent)
             except OSError as exc:
-                raise _refusal(exc, "open the folder", path) from exc
+                raise fileops.refusal(exc, "open the folder", path) from exc
         except OSError as exc:
-            raise _refusal(exc, "open the folder", path) from exc
+            raise fileops.refusal(exc, "open the folder", path) from exc
         if made:  # never the mode of a folder ctxkeep did not create
             try:
-                _private(fd, FOLDER_MODE)
+                fileops.private(fd, fileops.FOLDER_MODE)
             except OSError as exc:
                 os.close(fd)
-                raise _storage_error(exc, "make private", path) from exc
+                raise fileops.storage_error(exc, "make private", path) from exc
         return fd
 
     @contextlib.contextmanager
@@ -192,11 +126,11 @@ class LocalFolder(FileStore):
     def _open_file(self, folder: int, base: str, path: Path, flags: int, action: str) -> int | None:
         """A regular file of the workspace, opened without following a link; None when it is missing."""
         try:
-            fd = os.open(base, flags | _FILE_FLAGS, FILE_MODE, dir_fd=folder)
+            fd = os.open(base, flags | fileops.FILE_FLAGS, fileops.FILE_MODE, dir_fd=folder)
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise _refusal(exc, action, path) from exc
+            raise fileops.refusal(exc, action, path) from exc
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise StorageError(
@@ -207,19 +141,19 @@ class LocalFolder(FileStore):
     def _create_file(self, folder: int, base: str, path: Path, flags: int, action: str) -> tuple[int, bool]:
         """A regular file of the workspace, made (private) when missing; and whether it was made now."""
         try:
-            fd = os.open(base, flags | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, FILE_MODE, dir_fd=folder)
+            fd = os.open(base, flags | os.O_CREAT | os.O_EXCL | fileops.FILE_FLAGS, fileops.FILE_MODE, dir_fd=folder)
         except FileExistsError:
             existing = self._open_file(folder, base, path, flags, action)
             if existing is None:
-                raise _storage_error(OSError(errno.ENOENT, "removed while opening"), action, path) from None
+                raise fileops.storage_error(OSError(errno.ENOENT, "removed while opening"), action, path) from None
             return existing, False
         except OSError as exc:
-            raise _refusal(exc, action, path) from exc
+            raise fileops.refusal(exc, action, path) from exc
         try:
-            _private(fd, FILE_MODE)
+            fileops.private(fd, fileops.FILE_MODE)
         except OSError as exc:
             os.close(fd)
-            raise _storage_error(exc, action, path) from exc
+            raise fileops.storage_error(exc, action, path) from exc
         return fd, True
 
     def read(self, name: str) -> bytes | None:
@@ -233,7 +167,7 @@ class LocalFolder(FileStore):
             with os.fdopen(fd, "rb") as f:
                 return f.read()
         except OSError as exc:
-            raise _storage_error(exc, "read", path) from exc
+            raise fileops.storage_error(exc, "read", path) from exc
 
     def write(self, name: str, data: bytes) -> None:
         self._replace(name, data, durable=True)
@@ -265,15 +199,15 @@ class LocalFolder(FileStore):
                 if fd is None:
                     continue  # removed since (retention): nothing to make durable
                 try:
-                    _datasync(fd)
+                    fileops.datasync(fd)
                 except OSError as exc:
-                    raise _storage_error(exc, "sync", path) from exc
+                    raise fileops.storage_error(exc, "sync", path) from exc
                 finally:
                     os.close(fd)
             try:
                 os.fsync(d)
             except OSError as exc:
-                raise _storage_error(exc, "sync", self.root / TOOL_RESULT_DIR) from exc
+                raise fileops.storage_error(exc, "sync", self.root / TOOL_RESULT_DIR) from exc
         self._unsynced.clear()
 
     def _replace(self, name: str, data: bytes, *, durable: bool) -> None:
@@ -283,16 +217,18 @@ class LocalFolder(FileStore):
         self._close_log(name)  # the file it has open is about to be replaced
         with self._folder(folders, create=True) as d:
             assert d is not None
-            _not_a_link(d, base, path, "write")
+            fileops.not_a_link(d, base, path, "write")
             # An unpredictable name, created exclusively: nothing planted there is ever written through.
             tmp = f".{base}.{secrets.token_hex(8)}.tmp"
             made = False
             try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, FILE_MODE, dir_fd=d)
+                fd = os.open(
+                    tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | fileops.FILE_FLAGS, fileops.FILE_MODE, dir_fd=d
+                )
                 made = True
                 try:
-                    _private(fd, FILE_MODE)
-                    _write_all(fd, data)
+                    fileops.private(fd, fileops.FILE_MODE)
+                    fileops.write_all(fd, data)
                     if durable:
                         os.fsync(fd)
                 finally:
@@ -304,7 +240,7 @@ class LocalFolder(FileStore):
                 if made:
                     with contextlib.suppress(OSError):
                         os.unlink(tmp, dir_fd=d)
-                raise _storage_error(exc, "write", path) from exc
+                raise fileops.storage_error(exc, "write", path) from exc
 
     def append(self, name: str, data: bytes) -> int:
         *folders, base = self._parts(name)
@@ -319,18 +255,18 @@ class LocalFolder(FileStore):
             try:
                 start = os.fstat(fd).st_size
                 try:
-                    _write_all(fd, data)
-                    _datasync(fd)  # the size is flushed too: what reading the data back needs
+                    fileops.write_all(fd, data)
+                    fileops.datasync(fd)  # the size is flushed too: what reading the data back needs
                     if made:
                         os.fsync(d)
                     return os.fstat(fd).st_size
                 except OSError as exc:
                     # A full disk may have taken part of the data: cut it back, so the file still ends
                     # with its last complete line and the next append does not follow a torn one.
-                    _cut_back(fd, start, path)
-                    raise _storage_error(exc, "append to", path) from exc
+                    fileops.cut_back(fd, start, path)
+                    raise fileops.storage_error(exc, "append to", path) from exc
             except OSError as exc:
-                raise _storage_error(exc, "append to", path) from exc
+                raise fileops.storage_error(exc, "append to", path) from exc
             finally:
                 os.close(fd)
 
@@ -349,15 +285,15 @@ class LocalFolder(FileStore):
                     self._log = (name, fd, os.fstat(fd).st_size)
                 except OSError as exc:
                     os.close(fd)
-                    raise _storage_error(exc, "append to", path) from exc
+                    raise fileops.storage_error(exc, "append to", path) from exc
         _, fd, start = self._log
         try:
-            _write_all(fd, data)
-            _datasync(fd)  # the size is flushed too: what reading the data back needs
+            fileops.write_all(fd, data)
+            fileops.datasync(fd)  # the size is flushed too: what reading the data back needs
         except OSError as exc:
-            _cut_back(fd, start, path)  # as in `append`: the file still ends with its last complete line
+            fileops.cut_back(fd, start, path)  # as in `append`: the file still ends with its last complete line
             self._close_log()  # reopened (and its size read again) by the next append
-            raise _storage_error(exc, "append to", path) from exc
+            raise fileops.storage_error(exc, "append to", path) from exc
         self._log = (name, fd, start + len(data))
         return start + len(data)
 
@@ -365,7 +301,7 @@ class LocalFolder(FileStore):
         """Refuse to write once the workspace held was moved or deleted: a write would go to the folder
         elsewhere, to deleted files, or to a new folder made at the path without the lock, where another
         process could get in. Its lock file still at its path, the same file, says the folder is."""
-        if self._lock_fd is None or _still_at(self._lock_fd, self.root / ".lock"):
+        if self._lock_fd is None or fileops.still_at(self._lock_fd, self.root / ".lock"):
             return
         self._close_log()
         raise StorageError(
@@ -392,9 +328,9 @@ class LocalFolder(FileStore):
             except FileNotFoundError:
                 return 0
             except OSError as exc:
-                raise _storage_error(exc, "read the size of", path) from exc
+                raise fileops.storage_error(exc, "read the size of", path) from exc
         if stat.S_ISLNK(st.st_mode):
-            raise _refusal(OSError(errno.ELOOP, "is a symbolic link"), "read the size of", path)
+            raise fileops.refusal(OSError(errno.ELOOP, "is a symbolic link"), "read the size of", path)
         return st.st_size
 
     def truncate(self, name: str, size: int) -> None:
@@ -407,12 +343,12 @@ class LocalFolder(FileStore):
         with self._folder(folders, create=False) as d:
             fd = None if d is None else self._open_file(d, base, path, os.O_WRONLY, "truncate")
             if fd is None:
-                raise _storage_error(OSError(errno.ENOENT, "No such file or directory"), "truncate", path)
+                raise fileops.storage_error(OSError(errno.ENOENT, "No such file or directory"), "truncate", path)
             try:
                 os.ftruncate(fd, size)
                 os.fsync(fd)
             except OSError as exc:
-                raise _storage_error(exc, "truncate", path) from exc
+                raise fileops.storage_error(exc, "truncate", path) from exc
             finally:
                 os.close(fd)
 
@@ -423,13 +359,13 @@ class LocalFolder(FileStore):
         with self._folder(folders, create=False) as d:
             if d is None:
                 return
-            _not_a_link(d, base, path, "remove")
+            fileops.not_a_link(d, base, path, "remove")
             try:
                 os.unlink(base, dir_fd=d)
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                raise _storage_error(exc, "remove", path) from exc
+                raise fileops.storage_error(exc, "remove", path) from exc
 
     def list(self, prefix: str) -> list[FileInfo]:
         folder, _, start = prefix.rpartition("/")
@@ -451,7 +387,7 @@ class LocalFolder(FileStore):
                             name = f"{folder}/{entry.name}" if folder else entry.name
                             out.append(FileInfo(name, st.st_size, st.st_mtime))
             except OSError as exc:
-                raise _storage_error(exc, "list", base) from exc
+                raise fileops.storage_error(exc, "list", base) from exc
         return sorted(out, key=lambda f: f.name)
 
     def location(self, name: str) -> str:
@@ -473,7 +409,7 @@ class LocalFolder(FileStore):
             except BaseException:
                 os.close(fd)
                 raise
-            if _still_at(fd, path):
+            if fileops.still_at(fd, path):
                 break
             # The workspace was replaced while we waited (`compact --replace` swaps in a new folder): the
             # lock we got is the old folder's, so take the new one's.
@@ -561,25 +497,6 @@ class LocalFolder(FileStore):
                 log.warning("cannot remove the temporary files a stopped process left in %s: %s", where, exc)
         if removed:
             log.info("removed %d temporary files a stopped process left in %s", removed, self.root)
-
-
-def _still_at(fd: int, path: Path) -> bool:
-    """True when `path` is still the file `fd` has open (not removed, nor replaced by another)."""
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    held = os.fstat(fd)
-    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
-
-
-def _cut_back(fd: int, size: int, path: Path) -> None:
-    try:
-        os.ftruncate(fd, size)
-        os.fsync(fd)
-    except OSError as exc:
-        # The session drops a torn line when it next opens the workspace; say why it will.
-        log.warning("cannot cut %s back to its last complete line (%s); it is repaired when next opened", path, exc)
 
 
 class MemoryFolder(FileStore):
