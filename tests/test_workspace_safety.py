@@ -22,7 +22,7 @@ import pytest
 from ctxkeep.errors import StorageError, WorkspaceLockedError
 from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.messages import Message, make_id
-from ctxkeep.offload import cleanup
+from ctxkeep.retention import cleanup
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
 from test_engine import NOW, Garbage, turn
