@@ -1,25 +1,31 @@
-"""What `ctxkeep serve` adds to a request, and what it holds per session.
+"""What `ctxkeep serve` adds to a request, and what it holds per session, beside a plain pass-through.
 
-Starts a fast local upstream (an OpenAI-compatible server that answers at once) and `ctxkeep serve` as
-a real process in front of it, then prints:
+Starts a fast local upstream (an OpenAI-compatible server that answers at once), `ctxkeep serve` as a real
+process in front of it, and a plain pass-through (the standard library's HTTP server forwarding each
+request over a kept-alive `http.client` connection: the least any proxy adds), then prints:
 
 1. added latency per request outside compaction: a 100,000-token history (tool calls with ~4 KB
-   results) grown by one turn per request, sent to the proxy and, paired, straight to the upstream;
-   the difference per request, median and p95 (target < 5 ms);
-2. throughput with 8 concurrent sessions (threads, one conversation each, ~20,000-token histories);
+   results) grown by one turn per request, sent to the proxy, to the plain pass-through and straight to
+   the upstream, in turn; each one's time over the direct one, median and p95; beside them the durable
+   write (a turn's bytes appended and fdatasync'ed in the workspaces' folder). Target: ctxkeep's median
+   at most 1 ms over the durable write;
+2. throughput with 8 concurrent conversations (threads, one each, ~20,000-token histories, every body
+   made before the clock starts): through the proxy, the plain pass-through, and straight. Target: 1,000
+   requests/s through the proxy;
 3. memory per session: the proxy's resident memory after the sessions of (2) and of (1), per session.
 
     .venv/bin/python bench/bench_serve.py [--requests 40] [--tokens 100000] [--sessions 8] [--dir PATH]
 
 Every request's new messages are appended to the workspace with an fdatasync before it is forwarded
 (the session's durability), so the figures include the disk: `--dir /dev/shm` (tmpfs) shows the proxy
-without it.
+without it. The machine's load changes every figure: compare each with the pass-through of the same run.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import http.client
 import json
 import os
 import socket
@@ -68,6 +74,34 @@ class Fast(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(ANSWER)))
         self.end_headers()
         self.wfile.write(ANSWER)
+
+
+class Plain(BaseHTTPRequestHandler):
+    """The plain pass-through: reads the body, sends it on over this thread's kept-alive connection to the
+    upstream, and answers with what came back."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    upstream_port = 0
+    _local = threading.local()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = self._local.connection = http.client.HTTPConnection("127.0.0.1", self.upstream_port)
+        headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
+        connection.request("POST", self.path, body=body, headers=headers)
+        answer = connection.getresponse()
+        content = answer.read()
+        self.send_response(answer.status)
+        self.send_header("Content-Type", answer.getheader("Content-Type") or "application/json")
+        self.send_header("Content-Length", str(len(content)))
+        self.end_headers()
+        self.wfile.write(content)
 
 
 def turn(i: int, tag: str) -> list[dict[str, Any]]:
@@ -139,19 +173,43 @@ def post(
     return took
 
 
-def latency(client: httpx.Client, proxy: str, upstream: str, tokens: int, requests: int) -> list[float]:
-    """Per request: proxy time minus direct time, for a history growing by one turn per request."""
+def latency(
+    client: httpx.Client, urls: tuple[str, str, str], tokens: int, requests: int
+) -> tuple[list[float], list[float], list[int]]:
+    """Per request, for a history growing by one turn per request: the proxy's time and the plain
+    pass-through's, each minus the direct time; and the bytes of each request's new messages."""
+    proxy, plain, upstream = urls
     messages = history_of(tokens, "latency")
     body = json.dumps({"model": "fast", "messages": messages, "tools": [TOOL]}).encode()
     post(client, proxy, body, "latency")  # the first request syncs the whole history: not "outside compaction"
-    added = []
+    post(client, plain, body)  # its connection to the upstream opened
+    added: list[float] = []
+    passed: list[float] = []
+    new: list[int] = []
     for i in range(requests):
-        messages = grow(messages, 10_000 + i, "latency")
+        grown = grow(messages, 10_000 + i, "latency")
+        new.append(len(json.dumps(grown[len(messages) :]).encode()))
+        messages = grown
         body = json.dumps({"model": "fast", "messages": messages, "tools": [TOOL]}).encode()
         via = post(client, proxy, body, "latency")
         direct = post(client, upstream, body)
+        plainly = post(client, plain, body)
         added.append(via - direct)
-    return added
+        passed.append(plainly - direct)
+    return added, passed, new
+
+
+def durable_write(folder: str, sizes: list[int]) -> list[float]:
+    """Seconds to append each of `sizes` bytes to a file in `folder` and fdatasync it: a step's floor."""
+    took = []
+    with tempfile.NamedTemporaryFile(dir=folder) as file:
+        for size in sizes:
+            data = b"x" * size
+            started = time.perf_counter()
+            os.write(file.fileno(), data)
+            os.fdatasync(file.fileno())
+            took.append(time.perf_counter() - started)
+    return took
 
 
 def relay(client: httpx.Client, proxy: str, upstream: str, tokens: int, requests: int) -> list[float]:
@@ -168,29 +226,41 @@ def relay(client: httpx.Client, proxy: str, upstream: str, tokens: int, requests
 def figures(seconds: list[float]) -> str:
     ms = sorted(1000 * s for s in seconds)
     p95 = ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))]
-    return f"median {statistics.median(ms):.1f} ms, p95 {p95:.1f} ms"
+    return f"median {statistics.median(ms):.2f} ms, p95 {p95:.2f} ms"
 
 
-def throughput(proxy: str, sessions: int, tokens: int, requests: int) -> float:
-    """Requests per second over `sessions` threads, one conversation each."""
-    done = []
+def conversations(sessions: int, tokens: int, requests: int, tag: str) -> list[list[bytes]]:
+    """Each conversation's request bodies, its history grown by one turn per request (the first syncs it whole)."""
+    out = []
+    for k in range(sessions):
+        messages = history_of(tokens, f"{tag}{k}")
+        bodies = []
+        for i in range(requests + 1):
+            bodies.append(json.dumps({"model": "fast", "messages": messages, "tools": [TOOL]}).encode())
+            messages = grow(messages, 10_000 + i, f"{tag}{k}")
+        out.append(bodies)
+    return out
+
+
+def throughput(url: str, bodies: list[list[bytes]], tag: str) -> float:
+    """Requests per second over one thread per conversation, its first request (a whole sync) not timed."""
+    ready = threading.Barrier(len(bodies) + 1)
 
     def run(k: int) -> None:
-        messages = history_of(tokens, f"t{k}")
         with httpx.Client(timeout=600) as client:
-            for i in range(requests):
-                messages = grow(messages, 10_000 + i, f"t{k}")
-                body = json.dumps({"model": "fast", "messages": messages, "tools": [TOOL]}).encode()
-                post(client, proxy, body, f"t{k}")
-                done.append(1)
+            post(client, url, bodies[k][0], f"{tag}{k}")
+            ready.wait()
+            for body in bodies[k][1:]:
+                post(client, url, body, f"{tag}{k}")
 
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(sessions)]
-    started = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(bodies))]
     for t in threads:
         t.start()
+    ready.wait()
+    started = time.perf_counter()
     for t in threads:
         t.join()
-    return len(done) / (time.perf_counter() - started)
+    return sum(len(b) - 1 for b in bodies) / (time.perf_counter() - started)
 
 
 def main() -> None:
@@ -198,18 +268,27 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--tokens", type=int, default=100_000)
     parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--turns", type=int, default=40, help="requests per conversation for the throughput")
     parser.add_argument("--dir", help="where the workspaces go (default: the system's temporary folder)")
     parser.add_argument("--upstream-only", type=int, help=argparse.SUPPRESS)  # the upstream's own process
+    parser.add_argument("--plain-only", type=int, nargs=2, help=argparse.SUPPRESS)  # the pass-through's
     args = parser.parse_args()
     if args.upstream_only:
         ThreadingHTTPServer(("127.0.0.1", args.upstream_only), Fast).serve_forever()
         return
+    if args.plain_only:
+        Plain.upstream_port = args.plain_only[1]
+        ThreadingHTTPServer(("127.0.0.1", args.plain_only[0]), Plain).serve_forever()
+        return
 
-    # Three processes, as in use: this client, the proxy and the upstream (threads of one process would
-    # take turns at one interpreter lock and add its switching to every figure).
+    # Four processes, as in use: this client, the proxy, the pass-through and the upstream (threads of one
+    # process would take turns at one interpreter lock and add its switching to every figure).
     upstream_port = free_port()
     upstream_process = subprocess.Popen([sys.executable, __file__, "--upstream-only", str(upstream_port)])
     upstream = f"http://127.0.0.1:{upstream_port}/v1"
+    plain_port = free_port()
+    plain_process = subprocess.Popen([sys.executable, __file__, "--plain-only", str(plain_port), str(upstream_port)])
+    plain = f"http://127.0.0.1:{plain_port}/v1"
     port = free_port()
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
         command = [sys.executable, "-m", "ctxkeep.cli", "serve", "--upstream", upstream, "--port", str(port)]
@@ -219,22 +298,36 @@ def main() -> None:
         try:
             wait_for(f"http://127.0.0.1:{port}/healthz")
             wait_for(f"{upstream}/models")
+            wait_for(f"http://127.0.0.1:{plain_port}/")
             with httpx.Client(timeout=600) as client:
                 # One small conversation first, so the tokenizer (loaded once, shared) is not counted as a session's.
                 post(client, proxy, json.dumps({"model": "fast", "messages": history_of(100, "warm")}).encode(), "warm")
                 idle = rss_kib(proxy_process.pid)
-                added = latency(client, proxy, upstream, args.tokens, args.requests)
+                added, passed, new = latency(client, (proxy, plain, upstream), args.tokens, args.requests)
                 relayed = relay(client, proxy, upstream, args.tokens, args.requests)
+            written = durable_write(root, new)
             print(
-                f"added latency per request, {args.tokens:,}-token history, {len(added)} requests outside compaction:"
+                f"added latency per request, {args.tokens:,}-token history, {len(added)} requests outside compaction"
+                " (each over the same body sent straight to the upstream):"
             )
-            print(f"  {figures(added)} (target < 5 ms)")
+            print(f"  ctxkeep serve:       {figures(added)}")
+            print(f"  plain pass-through:  {figures(passed)}")
+            print(f"  the durable write:   {figures(written)} (a turn's bytes appended, fdatasync)")
             print(
-                f"  of which the HTTP hop alone (the same body on a path passed through unchanged): {figures(relayed)}"
+                f"  ctxkeep's own, over the plain pass-through: median"
+                f" {1000 * (statistics.median(added) - statistics.median(passed)):.2f} ms;"
+                f" target: ctxkeep serve's median <= 1 ms + the durable write"
+                f" = {1 + 1000 * statistics.median(written):.2f} ms"
             )
+            print(f"  the proxy's HTTP hop alone (the same body on a path it passes on unchanged): {figures(relayed)}")
             after_one = rss_kib(proxy_process.pid)
-            rate = throughput(proxy, args.sessions, 20_000, 10)
-            print(f"throughput, {args.sessions} concurrent sessions, 20,000-token histories: {rate:.1f} requests/s")
+            bodies = conversations(args.sessions, 20_000, args.turns, "t")
+            rates = [throughput(url, bodies, "t") for url in (proxy, plain, upstream)]
+            print(
+                f"throughput, {args.sessions} conversations at once, 20,000-token histories, {args.turns} turns each:"
+                f" ctxkeep serve {rates[0]:,.0f} requests/s (target 1,000), plain pass-through {rates[1]:,.0f},"
+                f" straight to the upstream {rates[2]:,.0f}; ctxkeep / plain = {rates[0] / rates[1]:.2f}"
+            )
             after_all = rss_kib(proxy_process.pid)
             one = (after_one - idle) / 1024
             each = (after_all - after_one) / 1024 / args.sessions
@@ -244,8 +337,9 @@ def main() -> None:
         finally:
             proxy_process.terminate()
             proxy_process.wait(timeout=60)
-            upstream_process.terminate()
-            upstream_process.wait(timeout=60)
+            for process in (plain_process, upstream_process):
+                process.terminate()
+                process.wait(timeout=60)
 
 
 if __name__ == "__main__":

@@ -198,7 +198,7 @@ class Proxy:
                 exchange.compacted, exchange.tokens_before = True, step.compaction.tokens_before
             for warning in step.warnings:
                 log.warning("conversation %s: %s", key, warning)
-            outgoing = orjson.dumps(dialect.outgoing(body, turn, step))
+            outgoing = orjson.dumps(dialect.outgoing(body, turn, step, lease.forms))
             target = f"{path}?{request.url.query}" if request.url.query else path  # e.g. ?beta=true
             exchange.forwarded()
             try:

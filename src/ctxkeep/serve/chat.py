@@ -6,9 +6,11 @@ from typing import Any
 
 import orjson
 
+from ctxkeep.formats.openai import to_openai
+from ctxkeep.messages import Message
 from ctxkeep.step import Step
 
-from .dialect import Reply, Turn, check_messages, check_stream, check_tools, text_of, without_none
+from .dialect import Reply, Turn, WireForms, check_messages, check_stream, check_tools, text_of, without_none
 from .sse import Event
 
 # Not the legacy "function" role: ctxkeep holds tool calls and their results as `tool` messages, and a
@@ -32,9 +34,13 @@ class ChatCompletions:
         system = "\n\n".join(text_of(m.get("content")) for m in prefix) if prefix else None
         return Turn(system=system, history=messages[lead:], tools=tools, stream=stream, prefix=prefix)
 
-    def outgoing(self, body: dict[str, Any], turn: Turn, step: Step) -> dict[str, Any]:
-        """The client's system messages exactly as sent, then the summary and the recent messages."""
-        return {**body, "messages": [*turn.prefix, *step.to_openai(system=False)]}
+    def outgoing(self, body: dict[str, Any], turn: Turn, step: Step, forms: WireForms) -> dict[str, Any]:
+        """The client's system messages exactly as sent, then the summary and the recent messages
+        (`Step.to_openai` without the system prompt, each message converted once while it stays)."""
+        context = step.context.as_messages()
+        if step.context.system:
+            context = context[1:]
+        return {**body, "messages": [*turn.prefix, *forms.of(context, _openai)]}
 
     def reply(self, answer: Any) -> Reply | None:
         """The first choice's message, without the fields a request does not carry back."""
@@ -129,6 +135,10 @@ class ChunkReassembler:
             calls = [c for _, c in sorted(self._calls.items())]
             message["tool_calls"] = [{**c, "function": {"name": "", "arguments": "", **c["function"]}} for c in calls]
         return Reply(_sendable(message), self._prompt_tokens, self._output_tokens)
+
+
+def _openai(message: Message) -> dict[str, Any]:
+    return to_openai([message])[0]
 
 
 def _sendable(message: dict[str, Any]) -> dict[str, Any]:

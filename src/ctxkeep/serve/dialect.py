@@ -6,10 +6,11 @@ implement it; the request handler in `ctxkeep.serve.app` is written once against
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ctxkeep.messages import Message
 from ctxkeep.step import Step
 
 from .sse import Event
@@ -60,14 +61,40 @@ class Reassembler(Protocol):
         """The whole reply once the stream said it ended; None when it was cut short or refused."""
 
 
+class WireForms:
+    """A branch's messages in an API's wire form, kept while they stay in its context: a request converts
+    only the messages its step added or changed (an offloaded output is a new `Message`), not the context.
+
+    Messages are immutable values, so a message's form is kept by the message's identity; a form is kept
+    with the message itself and the converter, so a recycled ``id`` or the other route is never mistaken for it.
+    """
+
+    def __init__(self) -> None:
+        self._forms: dict[int, tuple[Message, Callable[[Message], Any], Any]] = {}
+
+    def of(self, messages: Iterable[Message], convert: Callable[[Message], Any]) -> list[Any]:
+        """`convert` of each message, reused from the last call for the messages it had; the others are
+        forgotten, so what is kept is one context's worth."""
+        old, forms, out = self._forms, {}, []
+        for message in messages:
+            kept = old.get(id(message))
+            if kept is None or kept[0] is not message or kept[1] is not convert:
+                kept = (message, convert, convert(message))
+            forms[id(message)] = kept
+            out.append(kept[2])
+        self._forms = forms
+        return out
+
+
 class Dialect(Protocol):
     """One API's request and answer shapes."""
 
     def parse(self, body: dict[str, Any]) -> Turn:
         """The request's conversation; `BadRequest` when the body is not one."""
 
-    def outgoing(self, body: dict[str, Any], turn: Turn, step: Step) -> dict[str, Any]:
-        """The body to send upstream: every field as the client sent it, the messages compacted."""
+    def outgoing(self, body: dict[str, Any], turn: Turn, step: Step, forms: WireForms) -> dict[str, Any]:
+        """The body to send upstream: every field as the client sent it, the messages compacted; `forms` holds
+        the branch's messages already converted (the wire form must not be changed in place)."""
 
     def reply(self, answer: Any) -> Reply | None:
         """The reply in a JSON answer; None when the answer holds none."""

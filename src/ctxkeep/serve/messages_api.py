@@ -8,7 +8,17 @@ import orjson
 
 from ctxkeep.step import Step
 
-from .dialect import BadRequest, Reply, Turn, check_messages, check_stream, check_tools, text_of, without_none
+from .dialect import (
+    BadRequest,
+    Reply,
+    Turn,
+    WireForms,
+    check_messages,
+    check_stream,
+    check_tools,
+    text_of,
+    without_none,
+)
 from .sse import Event
 
 ROLES = frozenset({"user", "assistant"})
@@ -28,8 +38,9 @@ class AnthropicMessages:
         text = text_of(system) if system is not None else None
         return Turn(system=text or None, history=messages, tools=check_tools(body), stream=check_stream(body))
 
-    def outgoing(self, body: dict[str, Any], turn: Turn, step: Step) -> dict[str, Any]:
-        """The client's ``system`` as sent; the summary and the recent messages, roles alternating."""
+    def outgoing(self, body: dict[str, Any], turn: Turn, step: Step, forms: WireForms) -> dict[str, Any]:
+        """The client's ``system`` as sent; the summary and the recent messages, roles alternating. (A
+        message's Anthropic form depends on its neighbours, which it is merged with: `forms` is not used.)"""
         _, messages = step.to_anthropic()
         return {**body, "messages": alternate([dict(m) for m in messages])}
 
