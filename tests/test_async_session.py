@@ -170,3 +170,23 @@ def test_every_call_runs_in_one_worker_thread_started_at_open(tmp_path: Path) ->
 
     asyncio.run(main())
     assert len(threads) == 1 and next(iter(threads)).startswith("ctxkeep")
+
+
+def test_run_calls_the_session_in_its_worker_after_the_calls_made_before(tmp_path: Path) -> None:
+    def add_and_prepare(session: Session) -> tuple[str, int, int]:
+        session.add([Message.of("assistant", "second")])
+        step = session.prepare("You are terse.")
+        return threading.current_thread().name, len(session.messages), step.context.tokens
+
+    async def main() -> tuple[str, int, int]:
+        session = await AsyncSession.open(tmp_path)
+        try:
+            # Made first, so run after: the run sees the first message and adds the second.
+            _, ran = await asyncio.gather(session.add([Message.of("user", "first")]), session.run(add_and_prepare))
+            return ran
+        finally:
+            await session.close()
+
+    thread, held, tokens = asyncio.run(main())
+    assert thread.startswith("ctxkeep") and thread != threading.current_thread().name
+    assert held == 2 and tokens > 0

@@ -124,6 +124,12 @@ class AsyncSession:
         async with self._turn:
             return await self._run(self._session.compact, focus, system=system, tools=tools, now=now)
 
+    async def run(self, call: Callable[[Session], T]) -> T:
+        """``call(session)`` in the worker, in turn with the other calls: several `Session` calls (an `add`
+        then a `prepare`, say) for one trip to the thread instead of one each."""
+        async with self._turn:
+            return await self._run(call, self._session)
+
     async def pin(self, message_id: str) -> None:
         """`Session.pin`, off the event loop."""
         async with self._turn:

@@ -195,10 +195,11 @@ class Sessions:
         """Sync the turn's history into the branch it extends (a new one when none does) and prepare."""
         for branch in self._branch_order(key):
             session = await self._session(key, branch)
-            if not await self._extend(session, (key, branch), turn.history):
+            step = await self._extend(session, (key, branch), turn)
+            if step is None:
                 continue
             self._use(key, branch)
-            return await session.prepare(turn.system, tools=turn.tools), session, branch
+            return step, session, branch
         branch = max(self._branch_order(key), default=-1) + 1
         session = await self._session(key, branch)
         try:
@@ -212,24 +213,22 @@ class Sessions:
         self._use(key, branch)
         return await session.prepare(turn.system, tools=turn.tools), session, branch
 
-    async def _extend(self, session: AsyncSession, where: tuple[str, int], history: Sequence[Any]) -> bool:
-        """Take what is new in `history` into the branch; False when the history does not extend it.
+    async def _extend(self, session: AsyncSession, where: tuple[str, int], turn: Turn) -> Step | None:
+        """Take what is new in the turn's history into the branch and prepare; None when the history does
+        not extend the branch.
 
         The fast path: when the history begins with exactly the items this branch took last time, only the
         items after them are added, so a request does not convert and match a long history again.
         Otherwise (a restart, an edit, a different client) `Session.sync` decides.
         """
         seen = self._seen.get(where)
-        try:
-            if seen is not None and _begins_with(history, seen):
-                await session.add(list(history[len(seen) :]))
-            else:
-                await session.sync(history)
-        except MessageError:
-            return False
+        new = list(turn.history[len(seen) :]) if seen is not None and _begins_with(turn.history, seen) else None
+        step = await session.run(lambda s: _extended(s, turn, new))
+        if step is None:
+            return None
         self._pending.pop(where, None)  # carried back and taken, or dropped by a retry
-        self._seen[where] = list(history)
-        return True
+        self._seen[where] = list(turn.history)
+        return step
 
     def _branch_order(self, key: str) -> list[int]:
         if key not in self._branches:
@@ -346,6 +345,19 @@ class Lease:
         self._held = False
         self._turns.lock.release()
         self._sessions.leave(self.key, self._turns)
+
+
+def _extended(session: Session, turn: Turn, new: list[Any] | None) -> Step | None:
+    """In the session's worker: `new` added (the whole history synced when None), then the pass; None,
+    with nothing added, when the history does not extend the session."""
+    try:
+        if new is not None:
+            session.add(new)
+        else:
+            session.sync(turn.history)
+    except MessageError:
+        return None
+    return session.prepare(turn.system, tools=turn.tools)
 
 
 def _begins_with(history: Sequence[Any], seen: list[Any]) -> bool:
