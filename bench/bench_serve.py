@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -173,19 +174,35 @@ def post(
     return took
 
 
+def cpu_seconds(pid: int) -> float:
+    """The process's CPU time so far (user and system): what a request costs it, whatever else runs."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Paired:
+    """The latency run's figures (`latency`)."""
+
+    added: list[float] = field(default_factory=list)  # seconds, the proxy's time minus the direct time
+    passed: list[float] = field(default_factory=list)  # seconds, the plain pass-through's minus the direct
+    new: list[int] = field(default_factory=list)  # bytes of each request's new messages
+    cpu: tuple[float, float] = (0.0, 0.0)  # CPU seconds per request: the proxy's process, the pass-through's
+
+
 def latency(
-    client: httpx.Client, urls: tuple[str, str, str], tokens: int, requests: int
-) -> tuple[list[float], list[float], list[int]]:
-    """Per request, for a history growing by one turn per request: the proxy's time and the plain
-    pass-through's, each minus the direct time; and the bytes of each request's new messages."""
+    client: httpx.Client, urls: tuple[str, str, str], pids: tuple[int, int], tokens: int, requests: int
+) -> Paired:
+    """For a history growing by one turn per request, sent to the proxy, straight, and to the plain
+    pass-through (whose processes are `pids`), in turn."""
     proxy, plain, upstream = urls
     messages = history_of(tokens, "latency")
     body = json.dumps({"model": "fast", "messages": messages, "tools": [TOOL]}).encode()
     post(client, proxy, body, "latency")  # the first request syncs the whole history: not "outside compaction"
     post(client, plain, body)  # its connection to the upstream opened
-    added: list[float] = []
-    passed: list[float] = []
-    new: list[int] = []
+    out = Paired()
+    added, passed, new = out.added, out.passed, out.new
+    before = [cpu_seconds(pid) for pid in pids]
     for i in range(requests):
         grown = grow(messages, 10_000 + i, "latency")
         new.append(len(json.dumps(grown[len(messages) :]).encode()))
@@ -196,7 +213,9 @@ def latency(
         plainly = post(client, plain, body)
         added.append(via - direct)
         passed.append(plainly - direct)
-    return added, passed, new
+    proxy_cpu, plain_cpu = ((cpu_seconds(pid) - b) / requests for pid, b in zip(pids, before, strict=True))
+    out.cpu = (proxy_cpu, plain_cpu)
+    return out
 
 
 def durable_write(folder: str, sizes: list[int]) -> list[float]:
@@ -303,15 +322,18 @@ def main() -> None:
                 # One small conversation first, so the tokenizer (loaded once, shared) is not counted as a session's.
                 post(client, proxy, json.dumps({"model": "fast", "messages": history_of(100, "warm")}).encode(), "warm")
                 idle = rss_kib(proxy_process.pid)
-                added, passed, new = latency(client, (proxy, plain, upstream), args.tokens, args.requests)
+                pids = (proxy_process.pid, plain_process.pid)
+                paired = latency(client, (proxy, plain, upstream), pids, args.tokens, args.requests)
                 relayed = relay(client, proxy, upstream, args.tokens, args.requests)
-            written = durable_write(root, new)
+            added, passed, written = paired.added, paired.passed, durable_write(root, paired.new)
             print(
                 f"added latency per request, {args.tokens:,}-token history, {len(added)} requests outside compaction"
                 " (each over the same body sent straight to the upstream):"
             )
-            print(f"  ctxkeep serve:       {figures(added)}")
-            print(f"  plain pass-through:  {figures(passed)}")
+            print(f"  ctxkeep serve:       {figures(added)}; its process's CPU {1000 * paired.cpu[0]:.2f} ms a request")
+            print(
+                f"  plain pass-through:  {figures(passed)}; its process's CPU {1000 * paired.cpu[1]:.2f} ms a request"
+            )
             print(f"  the durable write:   {figures(written)} (a turn's bytes appended, fdatasync)")
             print(
                 f"  ctxkeep's own, over the plain pass-through: median"
