@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -37,9 +38,8 @@ class ChatCompletions:
     def outgoing(self, body: dict[str, Any], turn: Turn, step: Step, forms: WireForms) -> dict[str, Any]:
         """The client's system messages exactly as sent, then the summary and the recent messages
         (`Step.to_openai` without the system prompt, each message converted once while it stays)."""
-        context = step.context.as_messages()
-        if step.context.system:
-            context = context[1:]
+        # Without the system prompt, which would only be made into a message (its id hashed) to be dropped.
+        context = replace(step.context, system=None).as_messages()
         return {**body, "messages": [*turn.prefix, *forms.of(context, _openai)]}
 
     def reply(self, answer: Any) -> Reply | None:
