@@ -1,4 +1,4 @@
-"""The upstream, over one pooled httpx transport: what is sent, what comes back, and its failures.
+"""The upstream, over one pooled transport (`Http11Transport`): what is sent, what comes back, and its failures.
 
 Headers pass through both ways except those that describe one hop (connection, length, encoding) and
 ctxkeep's own; the client's credentials go upstream and nowhere else (never stored, never logged).
@@ -11,6 +11,7 @@ from urllib.parse import unquote
 
 import httpx
 
+from .http11 import Http11Transport
 from .settings import ServeSettings
 
 # Headers of one hop, recomputed by each side; and ctxkeep's own, which the upstream has no use for.
@@ -53,12 +54,11 @@ class Upstream:
 
     def __init__(self, settings: ServeSettings, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self._settings = settings
-        # The transport itself, not an `httpx.AsyncClient` over it: the client's layers (cookies, auth,
-        # redirects, hooks, URL merging) do nothing a proxy wants and cost a third of a millisecond a request.
-        # No proxy variable is read: the upstream is the one named.
-        self._transport = transport or httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64), trust_env=False
-        )
+        # A transport itself, not an `httpx.AsyncClient` over it: the client's layers (cookies, auth,
+        # redirects, hooks, URL merging) do nothing a proxy wants and cost a third of a millisecond a request;
+        # and the proxy's own (`Http11Transport`) rather than httpcore's pool. No proxy variable is read:
+        # the upstream is the one named.
+        self._transport = transport or Http11Transport(keep=64)
         self._timeout = httpx.Timeout(settings.timeout, connect=min(settings.timeout, 30.0)).as_dict()
 
     async def open(self, method: str, path: str, headers: Iterable[tuple[str, str]], body: bytes) -> httpx.Response:
