@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,9 +55,12 @@ class Exchange:
         self.logged = True
         if status is not None:
             self.status = status
-        fields = {k: v for k, v in asdict(self).items() if k not in ("started", "logged")}
-        fields["ms"] = round((time.monotonic() - self.started) * 1000, 1)
-        log.info("%s", self.text(), extra={FIELDS: fields})
+        if not log.isEnabledFor(logging.INFO):
+            return  # nobody reads it: the line is not even made
+        # The fields are scalars: read as they are (`dataclasses.asdict` copies deeply, a request's cost).
+        values = {f.name: getattr(self, f.name) for f in _LOGGED}
+        values["ms"] = round((time.monotonic() - self.started) * 1000, 1)
+        log.info("%s", self.text(), extra={FIELDS: values})
 
     def text(self) -> str:
         """The line as text."""
@@ -73,6 +76,9 @@ class Exchange:
         out = f"{self.tokens_out:,} out" if self.tokens_out is not None else "? out"
         added = f", +{self.added_ms} ms" if self.added_ms is not None else ""
         return f"{head} {self.conversation}: {sent}, {out}{added}{tail}"
+
+
+_LOGGED = tuple(f for f in fields(Exchange) if f.name not in ("started", "logged"))
 
 
 class JsonFormatter(logging.Formatter):
