@@ -15,10 +15,12 @@ request over a kept-alive `http.client` connection: the least any proxy adds), t
 3. memory per session: the proxy's resident memory after the sessions of (2) and of (1), per session.
 
     .venv/bin/python bench/bench_serve.py [--requests 40] [--tokens 100000] [--sessions 8] [--dir PATH]
+                                          [--turns 40] [--durability step|batch|off]
 
 Every request's new messages are appended to the workspace with an fdatasync before it is forwarded
 (the session's durability), so the figures include the disk: `--dir /dev/shm` (tmpfs) shows the proxy
-without it. The machine's load changes every figure: compare each with the pass-through of the same run.
+without it; `--durability batch` (group commit) is what the proxy wants under load. The machine's load
+changes every figure: compare each with the pass-through of the same run.
 """
 
 from __future__ import annotations
@@ -289,6 +291,11 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--turns", type=int, default=40, help="requests per conversation for the throughput")
     parser.add_argument("--dir", help="where the workspaces go (default: the system's temporary folder)")
+    parser.add_argument(
+        "--durability",
+        choices=("step", "batch", "off"),
+        help="passed to `ctxkeep serve --durability` (issue 25's setting; default: the proxy's own, step)",
+    )
     parser.add_argument("--upstream-only", type=int, help=argparse.SUPPRESS)  # the upstream's own process
     parser.add_argument("--plain-only", type=int, nargs=2, help=argparse.SUPPRESS)  # the pass-through's
     args = parser.parse_args()
@@ -312,6 +319,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
         command = [sys.executable, "-m", "ctxkeep.cli", "serve", "--upstream", upstream, "--port", str(port)]
         command += ["--root", root, "--window", str(4 * args.tokens)]  # a window no request comes near
+        if args.durability:
+            command += ["--durability", args.durability]
         proxy_process = subprocess.Popen(command, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONWARNINGS": ""})
         proxy = f"http://127.0.0.1:{port}/v1"
         try:
