@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from . import disk, fileops
-from .errors import StorageError, WorkspaceLockedError
+from .errors import StorageError, WorkspaceError, WorkspaceLockedError
 from .store import FAILED_DIR, LIVE_DIR, ORIGINAL_NAME, TOOL_RESULT_DIR, FileInfo, FileStore
 from .swap import recover
 
@@ -69,7 +69,11 @@ class LocalFolder(FileStore):
     def _parts(self, name: str) -> list[str]:
         parts = name.split("/")
         if not name or any(p in ("", ".", "..") for p in parts):
-            raise ValueError(f"a workspace file name must be relative and stay inside the folder; got {name!r}")
+            # A ctxkeep error, not a ValueError: a damaged state or an imported record can name such a file.
+            raise WorkspaceError(
+                f"a workspace file name must be relative and stay inside the folder; got {name!r}",
+                path=str(self.root),
+            )
         return parts
 
     def _open_folder(self, parent: int | None, name: str | Path, path: Path, *, create: bool) -> int | None:
