@@ -29,6 +29,11 @@ from .store import ORIGINAL_NAME, TOOL_RESULT_DIR, Store
 
 Stage: TypeAlias = Literal["recent", "old"]
 
+# An output over this many bytes is cut as it is added (`offload_new`), before it is counted or held, not at
+# the next step: its original is written once, to its file, and the live log holds the cut form only.
+# Below it the log keeps the full text until a compaction, which spares a sync of each saved original.
+SAVE_AT_ONCE_BYTES = 1_048_576
+
 _log = logging.getLogger("ctxkeep")
 _POLICIES: tuple[str, ...] = get_args(PolicyKind)
 
@@ -276,6 +281,26 @@ def offload(
     if changed:
         _log.debug("offloaded %d outputs (%d files written)", len(changed), len(writes))
     return [changed.get(i, m) for i, m in enumerate(messages)]
+
+
+def offload_new(
+    messages: Sequence[Message], settings: OffloadSettings, store: Store, *, tool_names: Mapping[str, str]
+) -> list[Message]:
+    """The messages of one `add` with their outputs cut as new results are (`offload` with all of them recent),
+    when one of them is over `SAVE_AT_ONCE_BYTES`; else `messages` as they are.
+
+    The originals are durable before this returns (`sync_originals`, where the store has it): the live log
+    will hold only the cut forms, so nothing but the saved file has the full text. `tool_names` maps the
+    call ids of the live calls to their tools' names (`Live.result_tools`).
+    """
+    outputs = [m for m in messages if is_output(m)]
+    if not any(_over(out.text, SAVE_AT_ONCE_BYTES) for m in outputs if (out := _output(m)) is not None):
+        return list(messages)
+    done = offload(messages, replace(settings, recent_n=len(outputs)), store, tool_names=tool_names)
+    sync = getattr(store, "sync_originals", None)  # an optional method: a store in memory has nothing to sync
+    if callable(sync) and any(a is not b for a, b in zip(messages, done, strict=True)):
+        sync()
+    return done
 
 
 def _old_calls(messages: Sequence[Message], recent: set[int]) -> list[int]:

@@ -26,6 +26,7 @@ from .errors import WorkspaceError
 from .folder import LocalFolder
 from .live import Live, Tools
 from .messages import Message
+from .offload import offload_new
 from .plan import Manual
 from .settings import EngineSettings
 from .step import Step
@@ -196,7 +197,7 @@ class Session:
         be worse.
         """
         with self._open_call():
-            self._append(_batch_of(messages, sync_mod.Held(self._live)))
+            self._append(_batch_of(messages, sync_mod.Held(self._live), self.settings.offload.max_message_chars))
 
     def sync(self, history: Iterable[object]) -> list[Message]:
         """Add what is new in the host's whole `history` (any kinds `add` takes); returns what was added.
@@ -207,7 +208,9 @@ class Session:
         the history no longer holds what the session has (an earlier message edited or removed).
         """
         with self._open_call():
-            entries = inputs.convert(inputs.as_list(history, single=False))
+            entries = inputs.convert(
+                inputs.as_list(history, single=False), max_chars=self.settings.offload.max_message_chars
+            )
             batch = [e.message for e in sync_mod.new_entries(self._live, entries)]
             self._append(batch)
             return batch
@@ -215,6 +218,10 @@ class Session:
     def _append(self, batch: list[Message]) -> None:
         if not batch:
             return
+        live_mod.check(self._live, batch)  # a batch refused writes nothing, not even a saved original
+        # A big output is cut before it is counted or held: its original goes to its file once, and the
+        # live log (and memory) hold the cut form and the pointer.
+        batch = offload_new(batch, self.settings.offload, self.store, tool_names=self._live.result_tools)
         # One line per call: a crash mid-append leaves a torn last line, which reopening drops, so a
         # batch (a call and its results, say) is live entirely or not at all. Encoded first, so what
         # is kept in memory is exactly what the line holds.
@@ -284,9 +291,10 @@ class Session:
             return step
 
 
-def _batch_of(messages: object, taken: Container[str]) -> list[Message]:
-    """What `Session.add` was given, as a list of messages; `MessageError` for anything else."""
+def _batch_of(messages: object, taken: Container[str], max_chars: int) -> list[Message]:
+    """What `Session.add` was given, as a list of messages, each capped to `max_chars`; `MessageError` for
+    anything else."""
     if isinstance(messages, Message):
-        return [inputs.capped(messages)]  # what `inputs.convert` does to each message of a list
-    batch = inputs.convert(messages)
+        return [inputs.capped(messages, max_chars)]  # what `inputs.convert` does to each message of a list
+    batch = inputs.convert(messages, max_chars=max_chars)
     return [e.message for e in inputs.renumber(batch, taken)]
