@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ctxkeep import EngineSettings, Message, Session, ToolResult, inputs
+from ctxkeep import EngineSettings, Message, MessageError, Session, ToolResult, inputs
 from ctxkeep.offload import SAVE_AT_ONCE_BYTES
 
 MB = 1_000_000
@@ -144,3 +144,12 @@ def test_a_big_output_is_written_once_held_once_and_the_live_log_keeps_its_cut_f
     with Session.open(ws) as s:  # and reopened, the cut form with its pointer
         again = s.messages[2].tool_result
         assert again is not None and again.text == held.text
+
+
+def test_a_refused_batch_saves_no_original(tmp_path: Path) -> None:
+    """A result answering no call is refused before its big output is cut and saved."""
+    with Session.open(tmp_path / "ws") as s:
+        with pytest.raises(MessageError):
+            s.add({"role": "tool", "tool_call_id": "nowhere", "content": output(2 * MB)})
+        assert not s.messages
+    assert not (tmp_path / "ws" / "tool_result").exists() or not any((tmp_path / "ws" / "tool_result").iterdir())
