@@ -23,7 +23,7 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from . import disk, fileops
@@ -186,6 +186,12 @@ class LocalFolder(FileStore):
         self._replace(name, data, durable=False)
         self._unsynced.add(name)
 
+    def stream_original(self, name: str, parts: Iterable[bytes]) -> None:
+        """`save_original` of the bytes `parts` make, written as they come: a big output is never held encoded
+        whole (`ctxkeep.offload` calls it where a store has it)."""
+        self._replace(name, parts, durable=False)
+        self._unsynced.add(name)
+
     def start_live(self, generation: int, data: bytes) -> None:
         self.sync_originals()
         FileStore.start_live(self, generation, data)
@@ -214,7 +220,7 @@ class LocalFolder(FileStore):
                 raise fileops.storage_error(exc, "sync", self.root / TOOL_RESULT_DIR) from exc
         self._unsynced.clear()
 
-    def _replace(self, name: str, data: bytes, *, durable: bool) -> None:
+    def _replace(self, name: str, data: bytes | Iterable[bytes], *, durable: bool) -> None:
         *folders, base = self._parts(name)
         path = self.root / name
         self._in_place()
@@ -232,7 +238,8 @@ class LocalFolder(FileStore):
                 made = True
                 try:
                     fileops.private(fd, fileops.FILE_MODE)
-                    fileops.write_all(fd, data)
+                    for part in (data,) if isinstance(data, bytes) else data:
+                        fileops.write_all(fd, part)
                     if durable:
                         os.fsync(fd)
                 finally:

@@ -363,7 +363,7 @@ def _cut_middle(text: str, max_chars: int) -> str:
     )
     keep = max(0, max_chars - len(note))
     head = keep * 3 // 4  # more of the head: where a listing or a log starts
-    return text[:head] + note + text[len(text) - (keep - head) :]
+    return "".join((text[:head], note, text[len(text) - (keep - head) :]))  # no head + note copy on the way
 
 
 _CONVERTERS: dict[str, Callable[[int, Mapping[str, Any], int], list[Entry]]] = {
