@@ -11,7 +11,7 @@ import pytest
 
 from ctxkeep import archive
 from ctxkeep.codec import message_from_dict
-from ctxkeep.errors import StorageError, WorkspaceLockedError
+from ctxkeep.errors import StorageError, WorkspaceError, WorkspaceLockedError
 from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.messages import Message
 
@@ -83,7 +83,7 @@ def test_local_folder_write_is_atomic_and_leaves_no_temp_files(tmp_path) -> None
 def test_local_folder_refuses_names_outside_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
     folder = LocalFolder(tmp_path)
     for bad in ("../x", "/etc/passwd", "a/../../x", ""):
-        with pytest.raises(ValueError, match="relative"):
+        with pytest.raises(WorkspaceError, match="relative"):  # a ctxkeep error, never a bare ValueError
             folder.write(bad, b"")
 
 

@@ -7,18 +7,24 @@ script as a subprocess, with a timeout.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Awaitable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from tests.conftest import ROOT
 
+from ctxkeep.async_session import AsyncSession
 from ctxkeep.codec import dumps, message_from_dict
 from ctxkeep.errors import MessageError, ProviderError, WorkspaceError
-from ctxkeep.folder import MemoryFolder
+from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.formats import load
 from ctxkeep.formats.source import Source
 from ctxkeep.live import Live, add, offload_recent
@@ -195,6 +201,10 @@ def test_a_bad_lock_timeout_is_a_ctxkeep_error(tmp_path: Path, timeout: object) 
         ("failed_at", "soon"),
         ("compactions", [1]),
         ("last_record", 5),
+        ("archive", {"../evil.jsonl": {"bytes": 0, "lines": 0}}),
+        ("archive", {"dialog/../../evil.jsonl": {"bytes": 0, "lines": 0}}),
+        ("archive", {"/etc/passwd": {"bytes": 0, "lines": 0}}),
+        ("archive", {"state.json": {"bytes": 0, "lines": 0}}),
     ],
 )
 def test_a_damaged_state_is_a_workspace_error(tmp_path: Path, field: str, value: object) -> None:
@@ -205,6 +215,102 @@ def test_a_damaged_state_is_a_workspace_error(tmp_path: Path, field: str, value:
     (tmp_path / "state.json").write_text(json.dumps(state))
     with pytest.raises(WorkspaceError, match=r"state\.json is damaged"):
         Session.open(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["../evil.jsonl", "dialog/../../x.jsonl", "/etc/passwd", "", "dialog//x"])
+def test_a_file_name_leaving_the_workspace_is_a_workspace_error(tmp_path: Path, name: str) -> None:
+    """`LocalFolder` refuses it with a ctxkeep error (a `ValueError` before), and reads or makes nothing."""
+    folder = LocalFolder(tmp_path / "ws")
+    with pytest.raises(WorkspaceError, match="stay inside"):
+        folder.read_archive(name)
+    with pytest.raises(WorkspaceError, match="stay inside"):
+        folder.append_archive(name, b"x\n")
+    assert not (tmp_path / "evil.jsonl").exists() and not (tmp_path / "x.jsonl").exists()
+
+
+def test_a_closed_session_refuses_every_call_and_writes_nothing(tmp_path: Path) -> None:
+    """After `close` the lock is gone: a call that went on would write past another process's lock."""
+    s = Session.open(tmp_path, settings=SETTINGS)
+    s.add(turn(0))
+    s.close()
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    calls = {
+        "add": lambda: s.add(turn(1)),
+        "sync": lambda: s.sync([{"role": "user", "content": "more"}]),
+        "prepare": s.prepare,
+        "compact": s.compact,
+        "pin": lambda: s.pin(s.messages[0].id),
+        "unpin": lambda: s.unpin(s.messages[0].id),
+        "history": s.history,
+    }
+    for name, call in calls.items():
+        with pytest.raises(WorkspaceError, match="closed"):
+            call()
+        assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before, name
+    s.close()  # closing again is harmless
+
+
+def test_an_async_call_racing_close_is_a_workspace_error(tmp_path: Path) -> None:
+    """`prepare` queued behind `close` (or made after it) raised the executor's RuntimeError before."""
+
+    async def main() -> list[object]:
+        session = await AsyncSession.open(tmp_path, settings=SETTINGS)
+        await session.add(turn(0))
+        raced = await asyncio.gather(session.close(), session.prepare(), return_exceptions=True)
+        after = [await _outcome(call) for call in (session.prepare(), session.add(turn(1)), session.history())]
+        return [*raced, *after]
+
+    outcomes = asyncio.run(asyncio.wait_for(main(), 120))
+    assert outcomes[0] is None
+    assert all(isinstance(o, WorkspaceError) and "closed" in str(o) for o in outcomes[1:]), outcomes
+
+
+async def _outcome(call: Awaitable[object]) -> object:
+    try:
+        return await call
+    except Exception as exc:  # the test looks at which exception it was
+        return exc
+
+
+def test_a_prepare_in_another_thread_racing_close_never_raises_a_foreign_error(tmp_path: Path) -> None:
+    """A summary written ahead (background) has a thread pool of its own, which `close` shuts down."""
+    settings = replace(SETTINGS, compact=replace(SETTINGS.compact, background=True))
+    for attempt in range(5):
+        s = Session.open(tmp_path / str(attempt), settings=settings)
+        errors: list[BaseException] = []
+
+        def steps(session: Session = s, errors: list[BaseException] = errors) -> None:
+            try:
+                for i in range(200):
+                    session.add(turn(i))
+                    session.prepare(now=NOW)
+            except BaseException as exc:
+                errors.append(exc)
+
+        worker = threading.Thread(target=steps)
+        worker.start()
+        time.sleep(0.05 * attempt)
+        s.close()
+        worker.join(60)
+        assert not worker.is_alive()
+        assert all(isinstance(e, WorkspaceError) for e in errors), errors
+        with Session.open(tmp_path / str(attempt)):  # and the workspace opens again
+            pass
+
+
+def test_deeply_nested_argument_text_never_stops_compaction(tmp_path: Path) -> None:
+    """Arguments are the model's JSON text: nested 100,000 deep, Python's json raised RecursionError in the
+    summarizer, and every compaction of the session failed."""
+    deep = "[" * 100_000 + "]" * 100_000
+    call = Message(id="a", role="assistant", content=(ToolCall(id="deep", name="f", arguments=deep),))
+    assert call.tool_calls[0].input() == deep and call.tool_calls[0].input_object() == {"arguments": deep}
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        s.add([Message.of("user", "go", id="u"), call])
+        s.add(Message(id="r", role="tool", content=(ToolResult(call_id="deep", content="ok"),)))
+        for i in range(1, 6):
+            s.add(turn(i))
+        step = s.compact(now=NOW)
+    assert step.failure is None and step.compaction is not None
 
 
 # ── 14. one message id, one original file ─────────────────────────────────────────────────────────

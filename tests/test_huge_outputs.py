@@ -1,17 +1,22 @@
 """A single huge tool output (what a runaway agent loop makes: a search that reads its own workspace) cannot
-take the process down: each text is cut to `inputs.MAX_TEXT_CHARS` as it comes in, its middle dropped with a
-note, so memory and disk are bounded by the cap, not by the output."""
+take the process down: the texts of a message are cut to `OffloadSettings.max_message_chars` as they come in,
+their middle dropped with a note, so memory and disk are bounded by the cap, not by the output; and a big
+output is cut and its original saved before it is held, so it is written once and held about once."""
 
 from __future__ import annotations
 
 import logging
 import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ctxkeep import Message, Session, ToolResult, inputs
+from ctxkeep import EngineSettings, LocalFolder, Message, MessageError, Session, ToolResult, inputs
+from ctxkeep import offload as offload_mod
+from ctxkeep.offload import SAVE_AT_ONCE_BYTES
+from ctxkeep.settings import OffloadSettings
 
 MB = 1_000_000
 LINE = './workspace/live-1.jsonl:1: {"content": "RETRY_LIMIT = 5 \\\\\\" nested"}\n'
@@ -34,15 +39,30 @@ def folder_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def capped_at(cap: int, window: int = 16_000) -> EngineSettings:
+    settings = EngineSettings.for_window(window)
+    return replace(settings, offload=replace(settings.offload, max_message_chars=cap))
+
+
+def written_bytes() -> int:
+    """What this process passed to write() so far (a file rewritten counts each time)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("wchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no wchar in /proc/self/io")
+
+
 def test_a_50_mb_output_is_cut_to_the_cap_in_bounded_memory_and_disk(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cap = 2 * MB
-    monkeypatch.setattr(inputs, "MAX_TEXT_CHARS", cap)
     history = turn(output(50 * MB))  # built before tracing: the host holds it either way
     tracemalloc.start()
     try:
-        with caplog.at_level(logging.WARNING, logger="ctxkeep"), Session.open(tmp_path / "ws", window=16_000) as s:
+        with (
+            caplog.at_level(logging.WARNING, logger="ctxkeep"),
+            Session.open(tmp_path / "ws", settings=capped_at(cap)) as s,
+        ):
             s.sync(history)
             step = s.prepare("be brief")
             _, peak = tracemalloc.get_traced_memory()
@@ -51,7 +71,7 @@ def test_a_50_mb_output_is_cut_to_the_cap_in_bounded_memory_and_disk(
         tracemalloc.stop()
     assert peak < 15 * cap < 50 * MB  # the cap's size some times over (588 MB uncapped), not the output's
     assert folder_bytes(tmp_path / "ws") < 3 * cap
-    assert any("its middle was dropped" in r.getMessage() for r in caplog.records)
+    assert any("their middle was dropped" in r.getMessage() for r in caplog.records)
     assert step.context.tokens < 16_000
     with Session.open(tmp_path / "ws") as s:
         result = s.messages[2].tool_result
@@ -69,10 +89,9 @@ def test_the_cut_keeps_the_head_and_the_end_and_says_how_much_went() -> None:
 
 
 @pytest.mark.parametrize("way", ["dict", "message", "one message"])
-def test_every_way_in_is_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, way: str) -> None:
-    monkeypatch.setattr(inputs, "MAX_TEXT_CHARS", 1_000)
+def test_every_way_in_is_capped(tmp_path: Path, way: str) -> None:
     body = output(5_000)
-    with Session.open(tmp_path) as s:
+    with Session.open(tmp_path, settings=capped_at(1_000)) as s:
         if way == "dict":
             s.add([{"role": "user", "content": body}])
         elif way == "message":
@@ -80,3 +99,80 @@ def test_every_way_in_is_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         else:
             s.add(Message.of("user", body, id="u"))
         assert len(s.messages[0].text) == 1_000 and "dropped here" in s.messages[0].text
+
+
+def test_the_cap_is_per_message_not_per_text() -> None:
+    """A hundred texts each under the cap made a message a hundred times the cap."""
+    parts = [{"type": "text", "text": output(3_000)} for _ in range(100)]
+    (entry,) = inputs.convert(
+        [{"role": "user", "content": [*parts, {"type": "text", "text": "the ask"}]}], max_chars=30_000
+    )
+    texts = [b.text for b in entry.message.content]
+    assert sum(len(t) for t in texts) <= 30_000 and texts[-1] == "the ask"  # a small text is kept whole
+    assert all("dropped here" in t for t in texts[:-1])
+
+
+def test_the_cap_setting_is_checked() -> None:
+    with pytest.raises(ValueError, match="max_message_chars"):
+        capped_at(0)
+
+
+@pytest.mark.parametrize("size", [3 * MB, 12 * MB])
+def test_a_big_output_is_written_once_held_once_and_the_live_log_keeps_its_cut_form(tmp_path: Path, size: int) -> None:
+    """The live log held each original whole and tool_result/ held it again (2.8 GB of workspace for the
+    README's loop); several copies were held in memory while it was added."""
+    assert size > SAVE_AT_ONCE_BYTES
+    body = output(size)
+    history = turn(body)
+    with Session.open(tmp_path / "ws", settings=capped_at(64 * MB)) as s:
+        s.add(history[:2])
+        before = written_bytes()
+        tracemalloc.start()
+        try:
+            s.sync(history)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        held = s.messages[2].tool_result
+        s.prepare("be brief")
+        written = written_bytes() - before
+    assert held is not None and len(held.text) < 100_000 and "tool_result/" in held.text  # held cut, with the pointer
+    ws = tmp_path / "ws"
+    live_log = sum(p.stat().st_size for p in (ws / "live").iterdir())
+    assert live_log < 200_000, live_log  # the cut form and the pointer, not the original
+    (original,) = (ws / "tool_result").iterdir()
+    assert original.read_text() == body  # whole, and once
+    assert written <= 1.2 * size, written / size
+    assert peak <= 4 * MB, peak / size  # beyond the host's own copy: a few pieces, never a whole encoded copy
+    with Session.open(ws) as s:  # and reopened, the cut form with its pointer
+        again = s.messages[2].tool_result
+        assert again is not None and again.text == held.text
+
+
+def test_a_refused_batch_saves_no_original(tmp_path: Path) -> None:
+    """A result answering no call is refused before its big output is cut and saved."""
+    with Session.open(tmp_path / "ws") as s:
+        with pytest.raises(MessageError):
+            s.add({"role": "tool", "tool_call_id": "nowhere", "content": output(2 * MB)})
+        assert not s.messages
+    assert not (tmp_path / "ws" / "tool_result").exists() or not any((tmp_path / "ws" / "tool_result").iterdir())
+
+
+def test_a_text_saved_in_pieces_is_measured_cut_and_saved_as_one_encoded_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pieces of characters, never of bytes: a piece boundary inside a CJK character, an emoji or a lone
+    surrogate changes nothing in the record, the kept head or the saved bytes."""
+    body = ("日志第一行 ok\n" + "错误🙂\ud800 ✓ line\n" * 40_000) * 3  # well over a piece of 1 MiB characters
+    call = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
+    batch = [Message.of("user", "go", id="u"), *inputs.to_messages([{"role": "assistant", "tool_calls": [call]}])]
+    batch.append(Message(role="tool", content=(ToolResult(call_id="c1", content=body),), id="r"))
+    streamed = offload_mod.offload(batch, OffloadSettings(), LocalFolder(tmp_path / "a"))[-1]
+    monkeypatch.setattr(offload_mod, "_PIECE", 10 * len(body))  # the same text encoded whole
+    whole = offload_mod.offload(batch, OffloadSettings(), LocalFolder(tmp_path / "b"))[-1]
+    record = offload_mod.record_in(whole)
+    assert record is not None and offload_mod.record_in(streamed) == record
+    texts = [m.tool_result.text if m.tool_result else "" for m in (streamed, whole)]
+    assert texts[0].replace("/a/", "/b/") == texts[1] and texts[1].startswith("日志第一行 ok\n")
+    saved = [(tmp_path / f / record.file).read_bytes() for f in "ab"]
+    assert saved[0] == saved[1] == body.encode("utf-8", "surrogatepass")

@@ -105,3 +105,63 @@ def test_a_path_gives_a_local_folder(tmp_path: Path) -> None:
     tools["memory_write"].invoke({"text": "x"})
     assert (tmp_path / "memory" / "2026-07-01.md").read_text().endswith("- 08:15 x\n")
     assert json.loads(json.dumps(tools["memory_search"].openai()))["function"]["name"] == "memory_search"
+
+
+# ── hostile arguments: a model (or a prompt injection) can send anything ──────────────────────────────────────
+
+DEEP_TEXT = "[" * 20_000 + "]" * 20_000  # under the size limit, past what Python's json follows
+
+
+def _nested(depth: int) -> object:
+    value: object = "x"
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [DEEP_TEXT, '{"text": ' + DEEP_TEXT + "}", '{"query": ' + '{"a": ' * 5_000 + '"x"' + "}" * 5_001],
+)
+def test_arguments_nested_too_deep_are_an_error_text(arguments: str) -> None:
+    """Python's json raised RecursionError into the agent loop."""
+    folder = MemoryFolder()
+    for tool in _tools(folder).values():
+        answer = tool.invoke(arguments)
+        assert answer.startswith("error: ") and "nested" in answer and len(answer) < 300, (tool.name, answer[:300])
+    assert not folder.files
+
+
+def test_a_nested_value_given_as_a_dict_is_an_error_text_that_does_not_echo_it() -> None:
+    """An adapter hands the parsed arguments over: the error named the value by its repr (RecursionError, or
+    megabytes of text back into the context)."""
+    folder = MemoryFolder()
+    tools = _tools(folder)
+    for value in (_nested(100_000), _nested(50), ["x"] * 1_000_000):
+        for tool, name in (("memory_write", "text"), ("memory_search", "query"), ("recall", "source")):
+            answer = tools[tool].invoke({name: value})
+            assert answer.startswith("error: ") and len(answer) < 300, answer[:300]
+    assert not folder.files
+
+
+@pytest.mark.parametrize("as_text", [True, False])
+def test_arguments_over_the_size_limit_are_refused_before_they_are_read(as_text: bool) -> None:
+    folder = MemoryFolder()
+    tools = _tools(folder)
+    big = "x" * 20_000_000
+    for tool, name in (("memory_write", "text"), ("memory_search", "query"), ("memory_read", "path")):
+        arguments = json.dumps({name: big}) if as_text else {name: big}
+        answer = tools[tool].invoke(arguments)
+        assert answer.startswith("error: ") and "at most" in answer and len(answer) < 300, answer[:300]
+    assert not folder.files
+
+
+def test_memory_write_keeps_its_cap_and_single_line_titles_through_the_tool() -> None:
+    folder = MemoryFolder()
+    tools = _tools(folder)
+    answer = tools["memory_write"].invoke({"text": "y" * 20_000})
+    assert answer.startswith("error: a memory entry holds at most 16,384 bytes"), answer
+    for title in ("Notes\u2028# Injected", "Notes\r# Injected", "Notes\n# Injected", "Notes\x85x"):
+        answer = tools["memory_write"].invoke({"text": "fact", "target": "memory", "section": title})
+        assert answer.startswith("error: "), answer
+    assert not folder.files

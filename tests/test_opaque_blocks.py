@@ -16,7 +16,7 @@ from tests.test_serve_robustness import Handler, ScriptedUpstream
 
 from ctxkeep import Session
 from ctxkeep.formats.anthropic import from_anthropic, to_anthropic
-from ctxkeep.summarize import SummaryRequest
+from ctxkeep.summarize import ExtractiveSummarizer, SummaryRequest
 from ctxkeep.summarize.verbatim import earlier_summaries, host_summary
 from ctxkeep.tokens import get_counter
 
@@ -190,3 +190,84 @@ def test_the_blocks_count_in_the_window() -> None:
     summary = counter.count_text(str(COMPACTION["content"]))
     assert counter.count_message(compaction) >= counter.count_message(bare) + summary
     assert counter.count_message(unknown) >= counter.count_text(json.dumps(UNKNOWN["frames"]))
+
+
+# ── a conversation the provider compacted is not compacted again over the same span ─────────────────────────
+
+
+def compacted_by_provider(turns_before: int, turns_after: int) -> list[dict[str, Any]]:
+    """`turns_before` user/assistant turns, the assistant reply opening with the provider's compaction block
+    (its summary of all of them), then `turns_after` turns."""
+    words = "the parser reads the nested tables of config.toml and the tests cover each of them " * 6
+    out: list[dict[str, Any]] = []
+    for i in range(turns_before):
+        out += [
+            {"role": "user", "content": f"step {i}: {words}"},
+            {"role": "assistant", "content": f"did {i}: {words}"},
+        ]
+    out += [
+        {"role": "user", "content": "go on"},
+        {"role": "assistant", "content": [COMPACTION, {"type": "text", "text": "Continuing from the summary."}]},
+    ]
+    for i in range(turns_after):
+        out += [
+            {"role": "user", "content": f"later {i}: {words}"},
+            {"role": "assistant", "content": f"ok {i}: {words}"},
+        ]
+    return out
+
+
+class Recording:
+    """A summarizer that keeps each request and answers a valid summary."""
+
+    def __init__(self) -> None:
+        self.requests: list[SummaryRequest] = []
+
+    def summarize(self, request: SummaryRequest) -> str:
+        self.requests.append(request)
+        return ExtractiveSummarizer().summarize(request)
+
+
+def before_the_block(history: list[dict[str, Any]]) -> set[str]:
+    """The texts of the messages the provider's compaction block summarized."""
+    at = next(i for i, m in enumerate(history) if isinstance(m["content"], list) and m["content"][0] is COMPACTION)
+    return {m["content"] for m in history[: at - 1] if isinstance(m["content"], str)}
+
+
+def test_what_the_providers_compaction_summarized_is_archived_not_summarized_again(tmp_path: Path) -> None:
+    """The block is among what ctxkeep compacts: the summarizer sees the block (its text is the earlier summary
+    it builds on) and what came after, never the messages before it nor a summary of those."""
+    history = compacted_by_provider(turns_before=12, turns_after=12)
+    summarizer = Recording()
+    with Session.open(tmp_path / "ws", window=8_000, summarizer=summarizer) as session:
+        session.add(history[:20])
+        session.compact()  # ctxkeep's own summary of the first turns, before the provider's block
+        session.add(history[20:])
+        step = session.compact()
+        archived = {m.text for m in session.history()[: -len(session.messages)]}
+    assert step.compaction is not None and len(summarizer.requests) == 2
+    request = summarizer.requests[-1]
+    seen = {m.text for m in request.messages}
+    assert not seen & before_the_block(history)
+    assert host_summary(list(request.messages)) == COMPACTION["content"]
+    assert request.previous is None  # ctxkeep's earlier summary came before the block: the provider's covers it
+    assert before_the_block(history) <= archived  # archived all the same, word for word
+
+
+def test_a_compaction_of_only_what_the_provider_summarized_asks_no_summarizer(tmp_path: Path) -> None:
+    """The block stays live (sent back unchanged); what precedes it is archived with no summary written of it."""
+    history = compacted_by_provider(turns_before=20, turns_after=1)
+    summarizer = Recording()
+    with Session.open(tmp_path / "ws", window=8_000, summarizer=summarizer) as session:
+        session.add(history)
+        step = session.compact()
+        _, sent = step.to_anthropic()
+    assert step.compaction is not None and step.failure is None
+    assert summarizer.requests == []
+    assert {
+        "role": "assistant",
+        "content": [COMPACTION, {"type": "text", "text": "Continuing from the summary."}],
+    } in sent
+    assert step.archived and {m.text for m in step.archived if m.role == "assistant"} <= before_the_block(history)
+    assert not {m.text for m in step.context.messages} & before_the_block(history)  # all of them, not the oldest
+    assert "the provider's own compaction" in (session.summary or "")

@@ -35,7 +35,7 @@ def cut(arguments: str, limit: int, location: str) -> str:
     """
     try:
         value: Any = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's json follows
         value = None
     if not isinstance(value, dict):
         value = {"arguments": arguments}

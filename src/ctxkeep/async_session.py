@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .errors import WorkspaceError
 from .live import Live, Tools
 from .messages import Message
 from .session import Session
@@ -154,7 +155,12 @@ class AsyncSession:
             await model.aclose()  # type: ignore[union-attr]
 
     async def _run(self, call: Callable[..., T], *args: Any, **kw: Any) -> T:
-        """`call` in the session's worker thread."""
+        """`call` in the session's worker thread; `WorkspaceError` once the session is closed (a call queued
+        behind `close` found the worker shut down: the executor's RuntimeError before)."""
+        if self._closed:
+            raise WorkspaceError(
+                "this session is closed (its workspace's lock released): open the workspace again to go on"
+            )
         return await asyncio.get_running_loop().run_in_executor(self._worker, functools.partial(call, *args, **kw))
 
 

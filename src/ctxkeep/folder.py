@@ -23,11 +23,11 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from . import disk, fileops
-from .errors import StorageError, WorkspaceLockedError
+from .errors import StorageError, WorkspaceError, WorkspaceLockedError
 from .store import FAILED_DIR, LIVE_DIR, ORIGINAL_NAME, TOOL_RESULT_DIR, FileInfo, FileStore
 from .swap import recover
 
@@ -69,7 +69,11 @@ class LocalFolder(FileStore):
     def _parts(self, name: str) -> list[str]:
         parts = name.split("/")
         if not name or any(p in ("", ".", "..") for p in parts):
-            raise ValueError(f"a workspace file name must be relative and stay inside the folder; got {name!r}")
+            # A ctxkeep error, not a ValueError: a damaged state or an imported record can name such a file.
+            raise WorkspaceError(
+                f"a workspace file name must be relative and stay inside the folder; got {name!r}",
+                path=str(self.root),
+            )
         return parts
 
     def _open_folder(self, parent: int | None, name: str | Path, path: Path, *, create: bool) -> int | None:
@@ -182,6 +186,12 @@ class LocalFolder(FileStore):
         self._replace(name, data, durable=False)
         self._unsynced.add(name)
 
+    def stream_original(self, name: str, parts: Iterable[bytes]) -> None:
+        """`save_original` of the bytes `parts` make, written as they come: a big output is never held encoded
+        whole (`ctxkeep.offload` calls it where a store has it)."""
+        self._replace(name, parts, durable=False)
+        self._unsynced.add(name)
+
     def start_live(self, generation: int, data: bytes) -> None:
         self.sync_originals()
         FileStore.start_live(self, generation, data)
@@ -210,7 +220,7 @@ class LocalFolder(FileStore):
                 raise fileops.storage_error(exc, "sync", self.root / TOOL_RESULT_DIR) from exc
         self._unsynced.clear()
 
-    def _replace(self, name: str, data: bytes, *, durable: bool) -> None:
+    def _replace(self, name: str, data: bytes | Iterable[bytes], *, durable: bool) -> None:
         *folders, base = self._parts(name)
         path = self.root / name
         self._in_place()
@@ -228,7 +238,8 @@ class LocalFolder(FileStore):
                 made = True
                 try:
                     fileops.private(fd, fileops.FILE_MODE)
-                    fileops.write_all(fd, data)
+                    for part in (data,) if isinstance(data, bytes) else data:
+                        fileops.write_all(fd, part)
                     if durable:
                         os.fsync(fd)
                 finally:

@@ -34,14 +34,14 @@ from ctxkeep.messages import (
     value_without_surrogates,
     without_surrogates,
 )
+from ctxkeep.settings import MAX_MESSAGE_CHARS
 
 log = logging.getLogger("ctxkeep")
 
-# A text past this many characters has its middle dropped, with a note, as it comes in: an output that runs
-# away (a tool whose search reads its own workspace, each output holding the ones before) must not take the
-# process down with it. A context window holds a few MB of text, and the offloaded original of a result
-# keeps up to this much; more would only multiply in memory (the JSON line, the saved file) and on disk.
-MAX_TEXT_CHARS = 32_000_000
+# The texts of a message past this many characters have their middle dropped, with a note, as they come in
+# (`OffloadSettings.max_message_chars` is a session's own): an output that runs away (a tool whose search
+# reads its own workspace, each output holding the ones before) must not take the process down with it.
+MAX_TEXT_CHARS = MAX_MESSAGE_CHARS
 
 # The content part types of OpenAI's chat API. A part of any other type in a user or assistant message
 # marks it as Anthropic's: ``compaction`` (server-side compaction), a block type added after this
@@ -77,9 +77,10 @@ def to_messages(items: Iterable[object] | object, *, taken: Container[str] = fro
     return [e.message for e in renumber(entries, taken)]
 
 
-def convert(items: Iterable[object] | object) -> list[Entry]:
-    """The entries of `items`, ids numbered by occurrence within them."""
-    return _number(_entries(as_list(items)))
+def convert(items: Iterable[object] | object, *, max_chars: int | None = None) -> list[Entry]:
+    """The entries of `items`, ids numbered by occurrence within them; each message `capped` to `max_chars`
+    (default `MAX_TEXT_CHARS`) before its id is derived, so a runaway text is never copied whole."""
+    return _number(_entries(as_list(items), MAX_TEXT_CHARS if max_chars is None else max_chars))
 
 
 def renumber(entries: Sequence[Entry], taken: Container[str]) -> list[Entry]:
@@ -122,14 +123,14 @@ def _dumpable(item: object) -> bool:
     return callable(getattr(item, "model_dump", None))
 
 
-def _entries(items: list[object]) -> list[Entry]:
+def _entries(items: list[object], max_chars: int) -> list[Entry]:
     out: list[Entry] = []
     run: list[tuple[int, Mapping[str, Any]]] = []  # consecutive assistant-side Responses items: one message
     replaced: set[int] = set()  # the items whose lone surrogates were replaced
 
     def flush() -> None:
         if run:
-            entry = _responses_turn(run)
+            entry = _responses_turn(run, max_chars)
             out.append(replace(entry, replaced=any(i in replaced for i, _ in run)))
             run.clear()
 
@@ -138,7 +139,7 @@ def _entries(items: list[object]) -> list[Entry]:
             if isinstance(item, Message):
                 flush()
                 clean = without_surrogates(item)
-                out.append(Entry(i, capped(clean), replaced=clean is not item))
+                out.append(Entry(i, capped(clean, max_chars), replaced=clean is not item))
                 continue
             given = _as_mapping(item)
             raw = value_without_surrogates(given)  # before ids are derived: they are made from the text
@@ -149,7 +150,7 @@ def _entries(items: list[object]) -> list[Entry]:
                 run.append((i, raw))
                 continue
             flush()
-            out.extend(replace(e, replaced=i in replaced) for e in _CONVERTERS[kind](i, raw))
+            out.extend(replace(e, replaced=i in replaced) for e in _CONVERTERS[kind](i, raw, max_chars))
         except MessageError:
             raise
         except RecursionError:
@@ -218,49 +219,51 @@ def _kind(raw: Mapping[str, Any]) -> str:
     return "openai" if kind is None else "responses"
 
 
-def _openai(i: int, raw: Mapping[str, Any]) -> list[Entry]:
+def _openai(i: int, raw: Mapping[str, Any], max_chars: int) -> list[Entry]:
     if "content" not in raw and not raw.get("tool_calls"):
         raise ValueError(f"a {raw['role']} message needs 'content' (text or a list of parts)")
-    msg = _one_or_error(from_openai, i, raw)
+    msg = _one_or_error(from_openai, i, raw, max_chars)
     return [Entry(i, m, _key(m, raw.get("id"))) for m in msg]
 
 
-def _anthropic(i: int, raw: Mapping[str, Any]) -> list[Entry]:
+def _anthropic(i: int, raw: Mapping[str, Any], max_chars: int) -> list[Entry]:
     source_id = raw.get("id")
     clean = {k: v for k, v in raw.items() if k not in _ANTHROPIC_RESPONSE_ONLY}
-    pieces = _one_or_error(from_anthropic, i, clean)
+    pieces = _one_or_error(from_anthropic, i, clean, max_chars)
     # The pieces of one message are rejoined by their group; a positional group would join pieces
     # of different messages converted in different calls, so it derives from the content too.
     group = make_id("ctxkeep-group", *(_key(m, source_id) for m in pieces))
     return [Entry(i, replace(m, extra={**m.extra, anthropic_format._GROUP: group}), _key(m, source_id)) for m in pieces]
 
 
-def _one_or_error(convert_one: Callable[..., list[Message]], i: int, raw: Mapping[str, Any]) -> list[Message]:
+def _one_or_error(
+    convert_one: Callable[..., list[Message]], i: int, raw: Mapping[str, Any], max_chars: int
+) -> list[Message]:
     try:
-        return [capped(m) for m in convert_one([raw])]
+        return [capped(m, max_chars) for m in convert_one([raw])]
     except ValueError as exc:
         detail = str(exc).removeprefix("message 0: ")
         raise MessageError(f"item {i}: {detail}", index=i) from exc
 
 
-def _responses_message(i: int, raw: Mapping[str, Any]) -> list[Entry]:
+def _responses_message(i: int, raw: Mapping[str, Any], max_chars: int) -> list[Entry]:
     role = raw["role"]
     if role == "developer":
         role = "system"
     if role not in ("system", "user", "assistant"):
         raise ValueError(f"unknown role {role!r}")
-    msg = capped(Message(role=role, content=tuple(_parts(raw["content"]))))
+    msg = capped(Message(role=role, content=tuple(_parts(raw["content"]))), max_chars)
     return [Entry(i, msg, _key(msg, raw.get("id")))]
 
 
-def _responses_output(i: int, raw: Mapping[str, Any]) -> list[Entry]:
+def _responses_output(i: int, raw: Mapping[str, Any], max_chars: int) -> list[Entry]:
     output = raw["output"]
     content = output if isinstance(output, str) else tuple(p for p in _parts(output) if not isinstance(p, ToolCall))
-    msg = capped(Message(role="tool", content=(ToolResult(call_id=raw["call_id"], content=content),)))
+    msg = capped(Message(role="tool", content=(ToolResult(call_id=raw["call_id"], content=content),)), max_chars)
     return [Entry(i, msg, _key(msg, None))]
 
 
-def _responses_turn(run: list[tuple[int, Mapping[str, Any]]]) -> Entry:
+def _responses_turn(run: list[tuple[int, Mapping[str, Any]]], max_chars: int) -> Entry:
     """One assistant message for a run of assistant-side items (reasoning, text, parallel calls)."""
     blocks: list[Block] = []
     ids: list[str] = []
@@ -278,7 +281,7 @@ def _responses_turn(run: list[tuple[int, Mapping[str, Any]]]) -> Entry:
             raise MessageError(f"item {i}: {exc}", index=i) from exc
         if isinstance(raw.get("id"), str):
             ids.append(raw["id"])
-    msg = capped(Message(role="assistant", content=tuple(blocks)))
+    msg = capped(Message(role="assistant", content=tuple(blocks)), max_chars)
     return Entry(run[0][0], msg, _key(msg, " ".join(ids) or None))
 
 
@@ -302,16 +305,30 @@ def _parts(content: object) -> list[TextBlock | ImageBlock]:
 
 
 def capped(msg: Message, max_chars: int | None = None) -> Message:
-    """`msg` with each text (a text block, a tool result) over `max_chars` characters cut in its middle, where
-    a note says how much was dropped, and a warning; `msg` itself when none is over. The head and the end are
-    kept: a command's first lines and its last (an error, a summary line) say the most. `max_chars` defaults
-    to `MAX_TEXT_CHARS`."""
+    """`msg` with its texts (text blocks, a tool result's) in at most `max_chars` characters together: past
+    that, each text over its share is cut in its middle, where a note says how much was dropped, and a
+    warning; `msg` itself when they fit. The head and the end are kept: a command's first lines and its last
+    (an error, a summary line) say the most. `max_chars` defaults to `MAX_TEXT_CHARS`."""
     max_chars = MAX_TEXT_CHARS if max_chars is None else max_chars
-    if all(len(text) <= max_chars for text in _texts(msg)):
+    sizes = [len(text) for text in _texts(msg)]
+    if sum(sizes) <= max_chars:
         return msg
-    blocks = tuple(_capped_block(b, max_chars) for b in msg.content)
-    log.warning("a %s message had a text over %s characters: its middle was dropped", msg.role, f"{max_chars:,}")
+    share = _share(sizes, max_chars)
+    blocks = tuple(_capped_block(b, share) for b in msg.content)
+    log.warning("a %s message had texts over %s characters: their middle was dropped", msg.role, f"{max_chars:,}")
     return replace(msg, content=blocks)
+
+
+def _share(sizes: list[int], budget: int) -> int:
+    """The most characters each text may keep so that all fit in `budget`: the smaller texts whole, the
+    budget left split evenly among the bigger ones."""
+    left = len(sizes)
+    for size in sorted(sizes):
+        if size * left > budget:
+            return budget // left
+        budget -= size
+        left -= 1
+    return budget
 
 
 def _texts(msg: Message) -> Iterable[str]:
@@ -342,14 +359,14 @@ def _cut_middle(text: str, max_chars: int) -> str:
     """`text` in at most `max_chars` characters: its head and its end, the middle replaced by a note."""
     note = (
         f"\n\n[ctxkeep: {len(text) - max_chars:,} characters of {len(text):,} dropped here, over the cap of"
-        f" {max_chars:,} characters per text; the output was too large to keep whole]\n\n"
+        f" {max_chars:,} characters for this text; the output was too large to keep whole]\n\n"
     )
     keep = max(0, max_chars - len(note))
     head = keep * 3 // 4  # more of the head: where a listing or a log starts
-    return text[:head] + note + text[len(text) - (keep - head) :]
+    return "".join((text[:head], note, text[len(text) - (keep - head) :]))  # no head + note copy on the way
 
 
-_CONVERTERS: dict[str, Callable[[int, Mapping[str, Any]], list[Entry]]] = {
+_CONVERTERS: dict[str, Callable[[int, Mapping[str, Any], int], list[Entry]]] = {
     "openai": _openai,
     "anthropic": _anthropic,
     "responses": _responses_message,

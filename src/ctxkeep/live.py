@@ -22,7 +22,7 @@ from .errors import MessageError, PinnedOverBudgetError
 from .messages import Message, without_surrogates
 from .offload import arguments_excess, is_output, offload
 from .oversize import cut_oversized
-from .pairing import Link, Pairs, pair_walk
+from .pairing import Link, Pairs, Walk, pair_walk
 from .reasoning import loop_start, without_thinking
 from .seq import Seq
 from .settings import CHARS_PER_TOKEN, GUIDE_CHARS, MIN_SUMMARY_CHARS, CompactSettings, OffloadSettings
@@ -130,15 +130,8 @@ def add(live: Live, messages: Sequence[Message], counter: Counter, *, counts: Se
     """
     if not messages:
         return live
-    for i, msg in enumerate(messages):
-        if not isinstance(msg, Message):
-            raise MessageError(f"expected a Message at position {i}, got {type(msg).__name__}", index=i)
-    ids = _ids_of(live)
+    ids, walk = _checked(live, messages)
     start = len(live.messages)
-    walk = pair_walk(messages, start=start, pairs=live.pairs, answered=ids.calls)
-    problems = [p for p in (_unpaired(walk.links, walk.reused, start), _known_id(messages, ids, live.archived)) if p]
-    if problems:
-        raise min(problems, key=lambda p: p.index or 0)  # the first in the batch; its pairing on a tie
     if counts is not None:
         if len(counts) != len(messages):
             raise ValueError(f"{len(counts)} counts for {len(messages)} messages")
@@ -177,6 +170,30 @@ def _outputs(messages: Sequence[Message], links: Sequence[Link], start: int) -> 
 def message_ids(live: Live) -> Mapping[str, int]:
     """The live message ids, each with its position: the index `add` keeps, so no pass over the history."""
     return _ids_of(live).messages
+
+
+def check(live: Live, messages: Sequence[Message]) -> None:
+    """Raise the `MessageError` `add` would raise for `messages`, without counting them: a host cuts a big
+    output before it is counted and held, and must know first that the batch will be taken."""
+    if messages:
+        _checked(live, messages)
+
+
+def _checked(live: Live, messages: Sequence[Message]) -> tuple[Ids, Walk]:
+    """The id index of `live` and the pairing of `messages` after it; `MessageError` for a batch `add` refuses."""
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, Message):
+            raise MessageError(f"expected a Message at position {i}, got {type(msg).__name__}", index=i)
+    ids = _ids_of(live)
+    walk = pair_walk(messages, start=len(live.messages), pairs=live.pairs, answered=ids.calls)
+    problems = [
+        p
+        for p in (_unpaired(walk.links, walk.reused, len(live.messages)), _known_id(messages, ids, live.archived))
+        if p
+    ]
+    if problems:
+        raise min(problems, key=lambda p: p.index or 0)  # the first in the batch; its pairing on a tie
+    return ids, walk
 
 
 def _ids_of(live: Live) -> Ids:

@@ -126,7 +126,7 @@ class ToolCall:
         """The arguments parsed from JSON; the raw text when it is not valid JSON."""
         try:
             return json.loads(self.arguments)
-        except ValueError:
+        except (ValueError, RecursionError):  # a model's text nested deeper than Python's json follows
             return self.arguments
 
     def input_object(self) -> dict[str, Any]:

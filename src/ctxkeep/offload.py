@@ -29,6 +29,14 @@ from .store import ORIGINAL_NAME, TOOL_RESULT_DIR, Store
 
 Stage: TypeAlias = Literal["recent", "old"]
 
+# An output over this many bytes is cut as it is added (`offload_new`), before it is counted or held, not at
+# the next step: its original is written once, to its file, and the live log holds the cut form only.
+# Below it the log keeps the full text until a compaction, which spares a sync of each saved original.
+SAVE_AT_ONCE_BYTES = 1_048_576
+# A text longer than this many characters is measured and saved in pieces of it, never encoded whole: its
+# original goes to its file without a second copy of it in memory (where the store can take pieces).
+_PIECE = 1_048_576
+
 _log = logging.getLogger("ctxkeep")
 _POLICIES: tuple[str, ...] = get_args(PolicyKind)
 
@@ -249,7 +257,7 @@ def offload(
     policies: dict[str | None, PolicyKind] = {}
 
     changed: dict[int, Message] = {}
-    writes: dict[str, bytes] = {}
+    writes: dict[str, bytes | str] = {}
     for i in outputs:
         message = messages[i]
         out = _output(message)
@@ -272,10 +280,30 @@ def offload(
             writes.update(files)
 
     for name, data in writes.items():
-        store.save_original(name, data)
+        _save(store, name, data)
     if changed:
         _log.debug("offloaded %d outputs (%d files written)", len(changed), len(writes))
     return [changed.get(i, m) for i, m in enumerate(messages)]
+
+
+def offload_new(
+    messages: Sequence[Message], settings: OffloadSettings, store: Store, *, tool_names: Mapping[str, str]
+) -> list[Message]:
+    """The messages of one `add` with their outputs cut as new results are (`offload` with all of them recent),
+    when one of them is over `SAVE_AT_ONCE_BYTES`; else `messages` as they are.
+
+    The originals are durable before this returns (`sync_originals`, where the store has it): the live log
+    will hold only the cut forms, so nothing but the saved file has the full text. `tool_names` maps the
+    call ids of the live calls to their tools' names (`Live.result_tools`).
+    """
+    outputs = [m for m in messages if is_output(m)]
+    if not any(_over(out.text, SAVE_AT_ONCE_BYTES) for m in outputs if (out := _output(m)) is not None):
+        return list(messages)
+    done = offload(messages, replace(settings, recent_n=len(outputs)), store, tool_names=tool_names)
+    sync = getattr(store, "sync_originals", None)  # an optional method: a store in memory has nothing to sync
+    if callable(sync) and any(a is not b for a, b in zip(messages, done, strict=True)):
+        sync()
+    return done
 
 
 def _old_calls(messages: Sequence[Message], recent: set[int]) -> list[int]:
@@ -349,7 +377,7 @@ def _plan(
     policy: PolicyKind,
     settings: OffloadSettings,
     store: Store,
-) -> tuple[Message, tuple[str, bytes] | None] | None:
+) -> tuple[Message, tuple[str, bytes | str] | None] | None:
     """The new message and the file to write, or None when the message stays as it is."""
     raw = result.extra.get(OFFLOAD_KEY)
     if raw is not None:
@@ -379,20 +407,45 @@ def _plan(
     elif not _over(text, limit):
         return None
 
-    data = _encode(text)
+    original: bytes | str
+    if len(text) > _PIECE:
+        # Measured and saved in pieces: the head needs only the first `limit` bytes and one more (`_head`).
+        size, lines, prefix, original = *_measured(text), _encode(text[: limit + 1])[: limit + 1], text
+    else:
+        data = original = prefix = _encode(text)
+        size, lines = len(data), _count_lines(data)
     file = original_name(message.id, result.call_id)
-    lines = _count_lines(data)
     widest = OffloadRecord(
         file=file,
         stage=stage,
         policy=policy,
-        original_bytes=len(data),
+        original_bytes=size,
         original_lines=lines,
-        kept_bytes=len(data),
+        kept_bytes=size,
         next_line=lines + 1,
     )
-    head, record, notice = _cut(data, limit, widest, store.where(file), is_error=result.is_error)
-    return _rebuilt(message, _content(result.content, _decode(head), notice), record), (file, data)
+    head, record, notice = _cut(prefix, limit, widest, store.where(file), is_error=result.is_error)
+    return _rebuilt(message, _content(result.content, _decode(head), notice), record), (file, original)
+
+
+def _measured(text: str) -> tuple[int, int]:
+    """The UTF-8 size of `text` and its lines (as `_count_lines` counts them), without encoding it whole."""
+    pieces = range(0, len(text), _PIECE)
+    size = len(text) if text.isascii() else sum(len(_encode(text[i : i + _PIECE])) for i in pieces)
+    return size, (text.count("\n") + (0 if text.endswith("\n") else 1) if text else 0)
+
+
+def _save(store: Store, name: str, data: bytes | str) -> None:
+    """Save an original: a long text piece by piece where the store takes pieces (`stream_original`, optional),
+    so it is never held twice; else encoded whole, through `save_original`."""
+    if isinstance(data, bytes):
+        store.save_original(name, data)
+        return
+    stream = getattr(store, "stream_original", None)
+    if callable(stream):
+        stream(name, (_encode(data[i : i + _PIECE]) for i in range(0, len(data), _PIECE)))
+    else:
+        store.save_original(name, _encode(data))
 
 
 def _age(

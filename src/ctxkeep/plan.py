@@ -3,6 +3,9 @@
     live:   [ m0 m1 m2 m3 m4 m5 m6 m7 m8 m9 ]      over the threshold
               └──── to_compact ────┘└ to_keep ┘    kept tail <= reserve, pairs never split
 
+    with a provider's compaction block in m3 (Anthropic's server-side compaction summarized m0-m2):
+              └ archived ┘└ summarized ┘           the request holds m3 (its summary is the earlier one) on
+
 `plan` is the one computation of "what a compaction cuts": the engine applies its `Plan`, the summary
 writers write its request (now, or ahead in a thread), and the hooks of the pass (the memory flush)
 receive it as it is.
@@ -10,11 +13,14 @@ receive it as it is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from . import archive as archive_mod
 from .live import SUMMARY_FLOOR_TOKENS, Live, check_pins, threshold_of
+from .messages import Message
+from .origin import provider_summary
 from .settings import CHARS_PER_TOKEN, EngineSettings
 from .split import Split, split
 from .summarize import MIN_SUMMARY_CHARS, SummaryRequest
@@ -89,7 +95,8 @@ def plan(
     if force:
         # A manual compaction always frees something: keep at most half of what is live.
         reserve = min(reserve, live.total // 2)
-    cut = split(live.messages, live.counts, reserve=reserve, pinned=live.pinned)
+    summarized = _provider_summarized(live.messages)
+    cut = _with_summarized(split(live.messages, live.counts, reserve=reserve, pinned=live.pinned), summarized, live)
     if not cut.to_compact:
         return Skip(
             failure=f"nothing can be compacted: the newest message group ({sum(live.counts[-len(cut.to_keep) :])}"
@@ -107,6 +114,9 @@ def plan(
     next_archive = archive_mod.projected(live.archive, len(cut.to_compact), now.date())
     guide_chars = len(archive_mod.with_guide("", next_archive, "en"))
     previous, room = live.summary_body, cap - guide_chars
+    to_summarize = tuple(m for m in cut.to_compact if m.id not in summarized)
+    if summarized:
+        previous = None  # it came before the provider's block, whose summary covers it too
     append = False
     if settings.summary_layout == "frozen":
         # The earlier parts stay as sent; a new part gets a quarter of the cap (or what they leave of it).
@@ -119,7 +129,7 @@ def plan(
             previous = previous.replace(PART_BREAK, "\n\n") if previous else previous
             room //= 2
     request = SummaryRequest(
-        messages=cut.to_compact,
+        messages=to_summarize,
         previous=previous,
         focus=focus,
         language=settings.language,
@@ -127,6 +137,32 @@ def plan(
     )
     reason = "manual" if force else "overflow" if tokens > settings.compact.max_input_length else "threshold"
     return Plan(cut=cut, request=request, reason=reason, tokens=tokens, at=now, background=ahead, append=append)
+
+
+def _provider_summarized(messages: Sequence[Message]) -> frozenset[str]:
+    """The ids of the messages a provider's own compaction summarized: those before the newest message holding its
+    compaction block with a summary (Anthropic's server-side compaction covers everything before the block,
+    which the API then leaves out of what the model reads). A compaction archives them but never summarizes
+    them again: the block's readable text is the earlier summary the new one builds on."""
+    for at in range(len(messages) - 1, -1, -1):
+        if provider_summary(messages[at]) is not None:
+            return frozenset(m.id for m in messages[:at])
+    return frozenset()
+
+
+def _with_summarized(cut: Split, summarized: frozenset[str], live: Live) -> Split:
+    """`cut` with the kept messages a provider's compaction summarized compacted too (the pinned set apart): the
+    API leaves them out of what the model reads, so keeping them would only cost the window. They are the
+    head of the kept tail, up to the assistant reply holding the block, so no tool call leaves its result."""
+    moved = [m for m in cut.to_keep if m.id in summarized]
+    if not moved:
+        return cut
+    return replace(
+        cut,
+        to_compact=cut.to_compact + tuple(m for m in moved if m.id not in live.pinned),
+        pinned=cut.pinned + tuple(m for m in moved if m.id in live.pinned),
+        to_keep=cut.to_keep[len(moved) :],
+    )
 
 
 def _retry_allowed(live: Live, tokens: int, settings: EngineSettings) -> bool:

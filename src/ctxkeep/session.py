@@ -9,7 +9,8 @@ seconds, then gets `WorkspaceLockedError`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Container, Iterable, Sequence
+import threading
+from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +26,7 @@ from .errors import WorkspaceError
 from .folder import LocalFolder
 from .live import Live, Tools
 from .messages import Message
+from .offload import offload_new
 from .plan import Manual
 from .settings import EngineSettings
 from .step import Step
@@ -71,6 +73,10 @@ class Session:
         self._setup = engine.Setup.with_defaults(store, settings=settings, counter=counter, summarizer=summarizer)
         assert self._setup.writer is not None
         self._writer: SummaryWriter = self._setup.writer  # told each step kept; closed with the session
+        # One call at a time, and none after `close`: a call that went on past it would write without the
+        # lock (another process may hold it by then) or submit to a writer whose thread is gone.
+        self._turn = threading.RLock()
+        self._closed = False
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(store.lock(lock_timeout))
         try:
@@ -102,13 +108,28 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        """Release the workspace's lock. Everything is already on disk (and the step counts are noted); a
-        summary being written ahead is dropped."""
-        try:
-            self._writer.close()
-            self._journal.close(self._live)
-        finally:
-            self._stack.close()
+        """Release the workspace's lock, once a call in progress in another thread has finished. Everything is
+        already on disk (and the step counts are noted); a summary being written ahead is dropped. Any later
+        call but `close` raises `WorkspaceError`."""
+        with self._turn:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._writer.close()
+                self._journal.close(self._live)
+            finally:
+                self._stack.close()
+
+    @contextlib.contextmanager
+    def _open_call(self) -> Iterator[None]:
+        """Runs a call alone, on a session still open; `WorkspaceError` after `close`."""
+        with self._turn:
+            if self._closed:
+                raise WorkspaceError(
+                    "this session is closed (its workspace's lock released): open the workspace again to go on"
+                )
+            yield
 
     # --- reading ------------------------------------------------------------------
 
@@ -150,11 +171,12 @@ class Session:
         and the pointer to its saved original (`ctxkeep recall` puts the originals back). A pinned message
         stays live while later ones are archived, so it comes after them.
         """
-        archived: list[Message] = []
-        for name, committed in self._live.archive.files.items():
-            data = self.store.read_archive(name)[: committed.bytes]  # lines past the commit were never archived
-            archived.extend(message_from_dict(orjson.loads(line)) for line in data.splitlines() if line.strip())
-        return [*archived, *self._live.messages]
+        with self._open_call():
+            archived: list[Message] = []
+            for name, committed in self._live.archive.files.items():
+                data = self.store.read_archive(name)[: committed.bytes]  # lines past the commit were never archived
+                archived.extend(message_from_dict(orjson.loads(line)) for line in data.splitlines() if line.strip())
+            return [*archived, *self._live.messages]
 
     @property
     def summary(self) -> str | None:
@@ -174,7 +196,8 @@ class Session:
         them) are replaced by U+FFFD and the message kept: losing a turn over one broken character would
         be worse.
         """
-        self._append(_batch_of(messages, sync_mod.Held(self._live)))
+        with self._open_call():
+            self._append(_batch_of(messages, sync_mod.Held(self._live), self.settings.offload.max_message_chars))
 
     def sync(self, history: Iterable[object]) -> list[Message]:
         """Add what is new in the host's whole `history` (any kinds `add` takes); returns what was added.
@@ -184,14 +207,21 @@ class Session:
         history again, even after reopening, adds nothing. Raises `MessageError`, adding nothing, when
         the history no longer holds what the session has (an earlier message edited or removed).
         """
-        entries = inputs.convert(inputs.as_list(history, single=False))
-        batch = [e.message for e in sync_mod.new_entries(self._live, entries)]
-        self._append(batch)
-        return batch
+        with self._open_call():
+            entries = inputs.convert(
+                inputs.as_list(history, single=False), max_chars=self.settings.offload.max_message_chars
+            )
+            batch = [e.message for e in sync_mod.new_entries(self._live, entries)]
+            self._append(batch)
+            return batch
 
     def _append(self, batch: list[Message]) -> None:
         if not batch:
             return
+        live_mod.check(self._live, batch)  # a batch refused writes nothing, not even a saved original
+        # A big output is cut before it is counted or held: its original goes to its file once, and the
+        # live log (and memory) hold the cut form and the pointer.
+        batch = offload_new(batch, self.settings.offload, self.store, tool_names=self._live.result_tools)
         # One line per call: a crash mid-append leaves a torn last line, which reopening drops, so a
         # batch (a call and its results, say) is live entirely or not at all. Encoded first, so what
         # is kept in memory is exactly what the line holds.
@@ -210,15 +240,17 @@ class Session:
 
         Raises `PinnedOverBudgetError` when the pins would take more than a compaction can leave them.
         """
-        live = live_mod.pin(self._live, message_id, live_mod.threshold_of(self._live, self.settings.compact))
-        self._journal.commit(pinned=live.pinned)
-        self._live = live
+        with self._open_call():
+            live = live_mod.pin(self._live, message_id, live_mod.threshold_of(self._live, self.settings.compact))
+            self._journal.commit(pinned=live.pinned)
+            self._live = live
 
     def unpin(self, message_id: str) -> None:
         """Let this message (and its tool-call group) be offloaded and compacted again."""
-        live = live_mod.unpin(self._live, message_id)
-        self._journal.commit(pinned=live.pinned)
-        self._live = live
+        with self._open_call():
+            live = live_mod.unpin(self._live, message_id)
+            self._journal.commit(pinned=live.pinned)
+            self._live = live
 
     def prepare(
         self,
@@ -249,18 +281,20 @@ class Session:
     # --- internals --------------------------------------------------------------------
 
     def _run(self, system: str | None, tools: Tools, now: datetime | None, *, manual: Manual | None) -> Step:
-        at = now or datetime.now().astimezone()
-        live = live_mod.with_tools(self._live, tools, self.counter)
-        step = engine.prepare(live, self._setup, system=system, now=at, manual=manual)
-        self._journal.step(step, at)
-        self._live = step.live
-        self._writer.after_step(step, at)
-        return step
+        with self._open_call():
+            at = now or datetime.now().astimezone()
+            live = live_mod.with_tools(self._live, tools, self.counter)
+            step = engine.prepare(live, self._setup, system=system, now=at, manual=manual)
+            self._journal.step(step, at)
+            self._live = step.live
+            self._writer.after_step(step, at)
+            return step
 
 
-def _batch_of(messages: object, taken: Container[str]) -> list[Message]:
-    """What `Session.add` was given, as a list of messages; `MessageError` for anything else."""
+def _batch_of(messages: object, taken: Container[str], max_chars: int) -> list[Message]:
+    """What `Session.add` was given, as a list of messages, each capped to `max_chars`; `MessageError` for
+    anything else."""
     if isinstance(messages, Message):
-        return [inputs.capped(messages)]  # what `inputs.convert` does to each message of a list
-    batch = inputs.convert(messages)
+        return [inputs.capped(messages, max_chars)]  # what `inputs.convert` does to each message of a list
+    batch = inputs.convert(messages, max_chars=max_chars)
     return [e.message for e in inputs.renumber(batch, taken)]

@@ -23,6 +23,8 @@ LANGUAGES = ("en", "zh", "auto")
 MIN_SUMMARY_CHARS = 2_000
 # Room the archive guide takes at the head of a summary, beyond the sections.
 GUIDE_CHARS = 500
+# The default cap on the texts of one message, in characters (`OffloadSettings.max_message_chars`).
+MAX_MESSAGE_CHARS = 32_000_000
 
 # How `EngineSettings.for_window` sizes things, as shares of the compaction threshold: the summary may
 # take a quarter, a recent tool result a quarter, an older one 2% (a threshold of 89,600 tokens, the
@@ -156,6 +158,10 @@ class OffloadSettings:
     rewrites the context from the first of them, step after step near the threshold). After a pause
     longer than `cache_lifetime` seconds the cache is cold and everything waiting is cut. The first
     policy whose pattern matches a tool's name applies; no match means the default policy.
+
+    `max_message_chars` caps the texts of one message as it comes in (`Session.add` and `sync`): past it
+    the middle is dropped, with a note saying how much. A result is cut and its original saved before its
+    message is held, so memory and disk take an output about once, up to this cap.
     """
 
     recent_n: int = 3
@@ -171,9 +177,11 @@ class OffloadSettings:
     cache_lifetime: float = 300.0
     retention_days: int = 30
     policies: tuple[ToolPolicy, ...] = field(default=DEFAULT_POLICIES)
+    max_message_chars: int = MAX_MESSAGE_CHARS
 
     def __post_init__(self) -> None:
         _positive(self.recent_n, "recent_n", zero=True)
+        _positive(self.max_message_chars, "max_message_chars")
         _positive(self.recent_max_bytes, "recent_max_bytes")
         _positive(self.old_max_bytes, "old_max_bytes")
         _positive(self.age_batch_bytes, "age_batch_bytes", zero=True)

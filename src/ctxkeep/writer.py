@@ -33,6 +33,12 @@ from .tokens import Counter
 
 log = logging.getLogger("ctxkeep")
 
+# The summary of a compaction that archives only what a provider's compaction block (kept live) summarized.
+PROVIDER_SUMMARIZED = (
+    "The archived messages came before the provider's own compaction in the conversation below; its summary"
+    " covers them."
+)
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Written:
@@ -189,6 +195,11 @@ def write(summarizer: Summarizer, plan: Plan) -> Written:
     Never raises for the summarizer's errors (they become the `Failure`); safe to run in another thread
     as long as the summarizer is not used elsewhere meanwhile.
     """
+    if not plan.request.messages:
+        # All it archives came before a provider's compaction block, which stays live and summarizes them
+        # (`ctxkeep.plan`): there is nothing to ask, and a summary of them would say it twice.
+        usage = Usage(summarizer=type(summarizer).__name__, calls=0, input_tokens=0, output_tokens=0)
+        return Written(plan=plan, summary=PROVIDER_SUMMARIZED, usage=usage)
     began = time.perf_counter()
     summary = _summarize(summarizer, plan.request)
     return Written(plan=plan, summary=summary, usage=usage_of(summarizer, seconds=time.perf_counter() - began))
@@ -205,7 +216,9 @@ def extended(earlier: Plan, written: Written, plan: Plan) -> Plan | None:
     messages = plan.cut.to_compact
     if len(messages) <= len(done) or [m.id for m in messages[: len(done)]] != done:
         return None
-    request = replace(plan.request, messages=messages[len(done) :], previous=written.summary)
+    asked = {m.id for m in plan.request.messages}  # not what a provider's compaction summarized (`ctxkeep.plan`)
+    rest = tuple(m for m in messages[len(done) :] if m.id in asked)
+    request = replace(plan.request, messages=rest, previous=written.summary)
     return replace(plan, request=request)
 
 

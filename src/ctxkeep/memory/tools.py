@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -39,6 +39,10 @@ MAX_READ_LINES = 500
 # What one recall answers by default, and at most: a few results' worth, then the line to go on from.
 RECALL_CHARS = 20_000
 MAX_RECALL_CHARS = 200_000
+# The model's arguments are bounded before they are read: no tool takes more than a memory entry's worth
+# of text, even escaped (16,384 bytes of \uXXXX escapes are about 60,000 characters), and every argument is
+# one string or number, so nothing nested deeper than Python's json follows reaches a tool.
+MAX_ARGUMENT_CHARS = 65_536
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -64,14 +68,7 @@ class MemoryTool:
     def invoke(self, arguments: str | Mapping[str, Any]) -> str:
         """Run the tool with the model's arguments (JSON text or a dict); a bad call gives an error text."""
         try:
-            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
-            if not isinstance(args, dict):
-                raise ValueError("the arguments must be a JSON object")
-            allowed = set(self.parameters["properties"])
-            unknown = sorted(set(args) - allowed)
-            if unknown:
-                raise ValueError(f"unknown argument {unknown[0]!r}; {self.name} takes {', '.join(sorted(allowed))}")
-            return self.function(**args)
+            return self.function(**_arguments(arguments, self.name, self.parameters["properties"]))
         except (ValueError, TypeError, FileNotFoundError, CtxkeepError) as exc:
             return f"error: {exc}"  # CtxkeepError: a file the store refuses (a link where a file belongs)
 
@@ -209,14 +206,47 @@ def _show(hit: Hit) -> str:
     return "\n".join([head, *body])
 
 
+def _arguments(arguments: str | Mapping[str, Any], tool: str, allowed: Collection[str]) -> dict[str, Any]:
+    """The model's `arguments` for `tool`, checked: a JSON object (or a mapping an adapter parsed) of at most
+    `MAX_ARGUMENT_CHARS`, naming only `allowed` arguments, each one string, number, boolean or null."""
+    if isinstance(arguments, str):
+        if len(arguments) > MAX_ARGUMENT_CHARS:
+            raise ValueError(
+                f"the arguments are {len(arguments):,} characters; a tool takes at most {MAX_ARGUMENT_CHARS:,}"
+            )
+        try:
+            args = json.loads(arguments)
+        except RecursionError:
+            raise ValueError("the arguments are nested too deep; each argument is one string or number") from None
+    else:
+        args = dict(arguments)
+    if not isinstance(args, dict):
+        raise ValueError("the arguments must be a JSON object")
+    unknown = sorted(str(name) for name in args if name not in allowed)
+    if unknown:
+        raise ValueError(f"unknown argument {_shown(unknown[0])}; {tool} takes {', '.join(sorted(allowed))}")
+    for name, value in args.items():
+        if not isinstance(value, str | int | float | bool | None):
+            raise ValueError(f"{name} is one string or number, never nested (got a {type(value).__name__})")
+        if isinstance(value, str) and len(value) > MAX_ARGUMENT_CHARS:
+            raise ValueError(f"{name} is {len(value):,} characters; a tool takes at most {MAX_ARGUMENT_CHARS:,}")
+    return args
+
+
+def _shown(value: object) -> str:
+    """`value` as an error names it: its repr, cut short (the model reads the error back into its context)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "…"
+
+
 def _text(value: object, name: str) -> None:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{name} must be some text; got {value!r}")
+        raise ValueError(f"{name} must be some text; got {_shown(value)}")
 
 
 def _whole(value: object, name: str) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a whole number, 1 or more; got {value!r}")
+        raise ValueError(f"{name} must be a whole number, 1 or more; got {_shown(value)}")
 
 
 def memory_tools(

@@ -11,6 +11,7 @@ compaction real.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ import orjson
 
 from ctxkeep.archive import Archive
 from ctxkeep.errors import WorkspaceError
-from ctxkeep.store import STATE, Store
+from ctxkeep.store import DIALOG_DIR, STATE, Store
 
 MARK = "ctxkeep-session/1"
 
@@ -103,6 +104,8 @@ def read(store: Store) -> State:
 
 
 _MISSING: Any = object()
+# An archive file as `ctxkeep.archive` names them: one file right in dialog/, never a hidden one.
+_ARCHIVE_NAME = re.compile(rf"{DIALOG_DIR}/[^/.][^/]*\.jsonl")
 
 
 def _field(d: dict[str, Any], key: str, kind: type, default: Any = _MISSING) -> Any:
@@ -134,6 +137,8 @@ def _archive_index(value: object) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"'archive' holds {value!r}")
     for name, info in value.items():
+        if not _ARCHIVE_NAME.fullmatch(name):  # a name ctxkeep never gives, maybe one leaving the folder
+            raise ValueError(f"'archive' names {name!r}, not a file of {DIALOG_DIR}/")
         if not isinstance(info, dict) or not all(_whole(info.get(k)) for k in ("bytes", "lines")):
             raise ValueError(f"'archive' holds {info!r} for {name}")
     return value

@@ -65,7 +65,7 @@ def _json_wrapped(text: str) -> tuple[str, dict[str, Any]] | None:
         return None
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if isinstance(value, dict) and isinstance(value.get("output"), str) and isinstance(value.get("metadata"), dict):
         return value["output"], value["metadata"]

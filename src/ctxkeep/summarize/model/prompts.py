@@ -145,7 +145,7 @@ def _arguments(text: str, each: int, whole: int) -> str:
         return text
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return shorten(text, whole)
     if not isinstance(value, dict):
         return shorten(text, whole)

@@ -57,6 +57,8 @@ def to_markdown(text: str, *, language: str = "en") -> str:
     """The Markdown summary of a JSON reply held to `SCHEMA`; ValueError says what is wrong with it."""
     try:
         value = json.loads(text)
+    except RecursionError:
+        raise ValueError("the reply is JSON nested deeper than the summary's schema allows") from None
     except ValueError as exc:
         raise ValueError(f"the reply is not JSON ({exc.args[0] if exc.args else exc})") from None
     if not isinstance(value, dict):
