@@ -63,6 +63,7 @@ class LocalFolder(FileStore):
 
     def __init__(self, root: str | os.PathLike[str], *, durability: DurabilitySettings | str = "step") -> None:
         self.root = Path(root).resolve()
+        self._root_text = str(self.root)
         self.durability = DurabilitySettings.of(durability)
         self._syncs = self.durability.mode != "off"
         # Written but not yet synced, made durable together by the next `start_live` (the compaction's
@@ -491,7 +492,7 @@ class LocalFolder(FileStore):
 
     def location(self, name: str) -> str:
         self._parts(name)
-        return str(self.root / name)
+        return os.path.join(self._root_text, name)  # what `self.root / name` spells, without building a Path
 
     @contextlib.contextmanager
     def lock(self, timeout: float) -> Iterator[None]:
