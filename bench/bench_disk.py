@@ -37,7 +37,7 @@ from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
 from ctxkeep.session import Session
 from ctxkeep.settings import DURABILITIES, CompactSettings, EngineSettings
 from ctxkeep.tokens import get_counter
-from sync_clock import SyncClock  # bench/ is the script's folder
+from sync_clock import Floor, SyncClock, live_size  # bench/ is the script's folder
 
 COUNTER = get_counter("o200k_base")
 BUCKETS = (100, 400, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000)
@@ -108,10 +108,10 @@ def run(n: int, window: int, folder: Path, durability: str) -> tuple[list[Row], 
     added = 0
     with (
         Session.open(folder, settings=_settings(window), counter=COUNTER, durability=durability) as session,
-        Floor(folder / "floor.bin") as floor,
+        Floor(folder.parent / f"floor-{folder.name}.bin") as floor,
     ):
         for batch in session_turns(n):
-            before = _live_size(folder)
+            before = live_size(folder)
             with SyncClock() as fs:
                 t, c = time.perf_counter(), time.process_time()
                 session.add(batch)
@@ -121,39 +121,10 @@ def run(n: int, window: int, folder: Path, durability: str) -> tuple[list[Row], 
             added += len(batch)
             steps += 1
             if step.compaction is None:
-                times.append((added, elapsed, cpu, fs.seconds, floor.append(_live_size(folder) - before)))
+                times.append((added, elapsed, cpu, fs.seconds, floor.append(live_size(folder) - before)))
             else:
                 compactions += 1
         return times, steps, compactions, fsyncs
-
-
-class Floor:
-    """What no durable step can go below: its bytes appended to a file of their own, then one fdatasync."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._fd = -1
-
-    def __enter__(self) -> Floor:
-        self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self._fd)
-
-    def append(self, size: int) -> float:
-        """Seconds to append `size` bytes and make them durable."""
-        data = b"x" * size
-        t = time.perf_counter()
-        os.write(self._fd, data)
-        os.fdatasync(self._fd)
-        return time.perf_counter() - t
-
-
-def _live_size(folder: Path) -> int:
-    """The size of the newest live log (what a step appends to)."""
-    logs = sorted((folder / "live").glob("*.jsonl"))
-    return logs[-1].stat().st_size if logs else 0
 
 
 def _bucket(n: int) -> int:
