@@ -293,6 +293,28 @@ def test_a_sync_the_batch_thread_could_not_make_is_raised_by_the_next_append(
         assert [m.id for m in s.messages] == ["m1", "m2", "m4"]
 
 
+def test_a_sync_the_batch_thread_could_not_make_is_raised_by_the_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = Session.open(tmp_path, durability=DurabilitySettings(mode="batch", window=0.01))
+    session.add(Message.of("user", "one", id="m1"))
+    failed = threading.Event()
+
+    def refused(fd: int) -> None:
+        failed.set()
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", refused)
+    session.add(Message.of("user", "two", id="m2"))
+    assert failed.wait(30)
+    monkeypatch.undo()
+    time.sleep(0.05)
+    with pytest.raises(StorageError, match="Input/output error"):
+        session.close()  # the last steps may not be durable: said, not swallowed
+    with Session.open(tmp_path) as s:  # the lock was released all the same
+        assert [m.id for m in s.messages] == ["m1", "m2"]
+
+
 def test_durability_names_its_modes() -> None:
     with pytest.raises(ValueError, match="durability must be one of step, batch, off"):
         DurabilitySettings(mode="always")  # type: ignore[arg-type]

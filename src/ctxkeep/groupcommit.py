@@ -49,7 +49,8 @@ class GroupCommit:
             raise error
 
     def settle(self) -> None:
-        """Make every noted append durable now: before its file is closed, replaced, or the lock released."""
+        """Make every noted append durable now: before its file is closed, replaced, or the lock released.
+        Raises the error of a sync the thread could not make, if `check` has not."""
         with self._cond:
             self._settle_locked()
 
@@ -68,10 +69,12 @@ class GroupCommit:
     def _settle_locked(self) -> None:
         while self._syncing:
             self._cond.wait()
-        fd, since = self._fd, self._since
-        self._since = None
+        fd, since, error = self._fd, self._since, self._error
+        self._since, self._error = None, None
         if fd is not None and since is not None:
             fileops.datasync(fd)
+        if error is not None:
+            raise error  # a later sync that succeeds does not bring back what an earlier one lost
 
     def _run(self) -> None:
         with self._cond:
