@@ -8,7 +8,10 @@ Run: .venv/bin/python bench/bench_disk.py [--sizes 400,1000,2000,50000] [--windo
    a new workspace on disk (every commit fsynced), turn by turn: `add` of the turn's messages, then
    `prepare`, the way an agent runs. Printed: median and p95 ms per step (add + prepare), by
    history length, over steps without a compaction, the CPU time of the same steps, the time the
-   disk took for the step's fdatasync, and the fsyncs per step. With `--window 0` no
+   disk took for the step's fdatasync, and the fsyncs per step. Beside them the floor: right after each
+   step, the bytes that step appended to its live log are appended to a file of their own in the same
+   folder and fdatasynced (what no durable step can go below), and the step's median over the floor's.
+   `--durability` runs the session at `step` (the default), `batch` or `off`. With `--window 0` no
    compaction ever happens (a window of 10^9 tokens): every message stays live, which shows
    whether a step costs the new messages or the whole history.
 2. `--reopen N`: a workspace holding N live messages (no compaction) is closed and opened again,
@@ -28,12 +31,13 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeAlias
 
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
 from ctxkeep.session import Session
-from ctxkeep.settings import CompactSettings, EngineSettings
+from ctxkeep.settings import DURABILITIES, CompactSettings, EngineSettings
 from ctxkeep.tokens import get_counter
-from sync_clock import SyncClock  # bench/ is the script's folder
+from sync_clock import Floor, SyncClock, live_size  # bench/ is the script's folder
 
 COUNTER = get_counter("o200k_base")
 BUCKETS = (100, 400, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000)
@@ -92,26 +96,35 @@ def _settings(window: int) -> EngineSettings:
     return EngineSettings(compact=CompactSettings(max_input_length=10**9))
 
 
-def run(n: int, window: int, folder: Path) -> tuple[list[tuple[int, float, float, float]], int, int, int]:
-    """Per-step (history length, wall seconds, CPU seconds, seconds in fsync) for steps without compaction;
-    steps, compactions, fsyncs. The CPU time leaves out waiting for the disk and for other processes (a
-    loaded machine); the fsync time is what the disk took to make the step durable."""
-    times: list[tuple[int, float, float, float]] = []
-    steps = compactions = 0
+Row: TypeAlias = tuple[int, float, float, float, float]
+
+
+def run(n: int, window: int, folder: Path, durability: str) -> tuple[list[Row], int, int, int]:
+    """Per-step (history length, wall seconds, CPU seconds, seconds in fsync, the floor's seconds) for steps
+    without compaction; steps, compactions, fsyncs. The CPU time leaves out waiting for the disk and for
+    other processes (a loaded machine); the fsync time is what the disk took to make the step durable."""
+    times: list[Row] = []
+    steps = compactions = fsyncs = 0
     added = 0
-    with Session.open(folder, settings=_settings(window), counter=COUNTER) as session, SyncClock() as fs:
+    with (
+        Session.open(folder, settings=_settings(window), counter=COUNTER, durability=durability) as session,
+        Floor(folder.parent / f"floor-{folder.name}.bin") as floor,
+    ):
         for batch in session_turns(n):
-            t, c, f = time.perf_counter(), time.process_time(), fs.seconds
-            session.add(batch)
-            step = session.prepare("You are a careful coding agent.")
-            elapsed, cpu = time.perf_counter() - t, time.process_time() - c
+            before = live_size(folder)
+            with SyncClock() as fs:
+                t, c = time.perf_counter(), time.process_time()
+                session.add(batch)
+                step = session.prepare("You are a careful coding agent.")
+                elapsed, cpu = time.perf_counter() - t, time.process_time() - c
+            fsyncs += fs.count
             added += len(batch)
             steps += 1
             if step.compaction is None:
-                times.append((added, elapsed, cpu, fs.seconds - f))
+                times.append((added, elapsed, cpu, fs.seconds, floor.append(live_size(folder) - before)))
             else:
                 compactions += 1
-        return times, steps, compactions, fs.count
+        return times, steps, compactions, fsyncs
 
 
 def _bucket(n: int) -> int:
@@ -123,37 +136,40 @@ def _p95(xs: list[float]) -> float:
     return xs[min(len(xs) - 1, int(0.95 * len(xs)))]
 
 
-def steps(sizes: list[int], window: int, tmp: Path) -> None:
+def steps(sizes: list[int], window: int, tmp: Path, durability: str) -> None:
     label = f"window {window:,}" if window else "no compaction"
+    label += f", durability {durability}"
     print(f"ms per step (add + prepare) on disk, {label}, steps without compaction, by history length")
     print("(wall: what the agent waits, fsync included; cpu: this process's CPU time, which a loaded machine")
     print(" changes less; fsync: the wall time of the step's fdatasync, which a disk shared with other work")
-    print(" changes most)")
+    print(" changes most; floor: the step's bytes appended and fdatasynced alone, right after it; ratio:")
+    print(" median step / median floor)")
     print(
         f"{'session':>8} {'history <=':>10} {'steps':>6} {'median':>8} {'p95':>8} {'cpu med':>8} {'cpu p95':>8}"
-        f" {'fsync med':>9}"
+        f" {'fsync med':>9} {'floor med':>9} {'ratio':>6}"
     )
     for n in sizes:
-        times, total, compactions, fsyncs = run(n, window, tmp / f"s{n}")
-        by: dict[int, list[tuple[float, float, float]]] = {}
-        for added, seconds, cpu, synced in times:
-            by.setdefault(_bucket(added), []).append((seconds * 1000, cpu * 1000, synced * 1000))
+        times, total, compactions, fsyncs = run(n, window, tmp / f"s{n}", durability)
+        by: dict[int, list[tuple[float, ...]]] = {}
+        for added, *seconds in times:
+            by.setdefault(_bucket(added), []).append(tuple(s * 1000 for s in seconds))
         for b in sorted(by):
             print(f"{n:>8,} {b:>10,} {len(by[b]):>6,} {_figures(by[b])}")
-        every = [(s * 1000, c * 1000, f * 1000) for _, s, c, f in times]
+        every = [tuple(s * 1000 for s in seconds) for _, *seconds in times]
         print(
             f"{n:>8,} {'all':>10} {len(every):>6,} {_figures(every)}"
             f"   ({total:,} steps, {compactions} compactions, {fsyncs / total:.2f} fsyncs per step)"
         )
 
 
-def _figures(rows: list[tuple[float, float, float]]) -> str:
-    wall = [w for w, _, _ in rows]
-    cpu = [c for _, c, _ in rows]
-    synced = statistics.median(f for _, _, f in rows)
+def _figures(rows: list[tuple[float, ...]]) -> str:
+    wall = [r[0] for r in rows]
+    cpu = [r[1] for r in rows]
+    synced = statistics.median(r[2] for r in rows)
+    floor = statistics.median(r[3] for r in rows)
     return (
         f"{statistics.median(wall):>8.3f} {_p95(wall):>8.3f} {statistics.median(cpu):>8.3f} {_p95(cpu):>8.3f}"
-        f" {synced:>9.3f}"
+        f" {synced:>9.3f} {floor:>9.3f} {statistics.median(wall) / floor:>6.2f}"
     )
 
 
@@ -182,9 +198,11 @@ def main() -> None:
     parser.add_argument("--sizes", default="400,1000,2000,50000")
     parser.add_argument("--window", type=int, default=0, help="the model's window; 0: no compaction (default)")
     parser.add_argument("--reopen", type=int, default=50_000, help="live messages to reopen; 0 skips it")
+    parser.add_argument("--durability", default="step", choices=DURABILITIES, help="the session's (default step)")
     args = parser.parse_args()
+    print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
-        steps([int(s) for s in args.sizes.split(",")], args.window, Path(tmp))
+        steps([int(s) for s in args.sizes.split(",")], args.window, Path(tmp), args.durability)
         if args.reopen:
             reopen(args.reopen, Path(tmp))
 

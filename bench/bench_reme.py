@@ -1,12 +1,13 @@
 """ctxkeep against ReMe (reme-ai 0.3.1.10), side by side on the same synthetic sessions, in one run.
 
     .venv/bin/python bench/bench_reme.py [--sizes 400,2000] [--pairs 3] [--modes memory,disk]
-                                         [--cache DIR] [--reme-venv DIR]
+                                         [--cache DIR] [--reme-venv DIR] [--no-reme]
 
 ReMe runs in its own virtual environment, made once under the cache folder (default
 ``$XDG_CACHE_HOME/ctxkeep-bench``, else ``~/.cache/ctxkeep-bench``; never inside the repository) with
 ``reme-ai==0.3.1.10`` and what it needs to import offline (agentscope 1.0.20, mcp 1.25.0, fastmcp
-2.14.1, greenlet; no fastmcp-slim); bench/reme_worker.py drives it there over a pipe.
+2.14.1, greenlet; no fastmcp-slim); bench/reme_worker.py drives it there over a pipe. Without ReMe
+(``--no-reme``, or its environment cannot be made: no network), ctxkeep's figures print alone, saying so.
 
 The sessions are generated once (seeded) and written as AgentScope ``Msg`` dicts, one a line, which both
 sides read: ctxkeep through ``from_agentscope``, ReMe through ``Msg.from_dict``. Many large tool results
@@ -18,15 +19,21 @@ side summarizes: ReMe's summary is a model call, so ctxkeep gets a fixed summary
 extractive`` runs ctxkeep's real one). "memory": ctxkeep's MemoryFolder, ReMe's working folder on
 /dev/shm (it always writes its offloaded results to files); "disk": both in folders under the cache.
 
-Printed: per step median and p95 of each side and their ratio, per pair (pairs alternate which side runs
-first); prefix reuse (per step, the tokens of the longest common prefix with the previous step's context
-over the tokens sent, o200k), between compactions and over the whole replay; and each side's token-count
-error against exact o200k counts of the same texts (ReMe's default counter is bytes / 3.75).
+Printed: per step median and p95 of each side and ctxkeep ÷ ReMe, per pair (pairs alternate which side runs
+first). On disk the two keep different things: ReMe never fsyncs, ctxkeep makes every step durable
+(``durability="step"``). So "disk" runs ctxkeep at ``off`` too (no sync: ReMe's durability, a kill -9 still
+loses nothing) and prints ctxkeep ÷ ReMe at each, beside the floor: right after each ctxkeep step, the bytes
+it appended to its live log appended to a file of their own and fdatasynced (what no durable step can go
+below), and ctxkeep at ``step`` ÷ the floor; prefix reuse (per step, the tokens of the longest common
+prefix with the previous step's context over the tokens sent, o200k), between compactions and over the
+whole replay; and each side's token-count error against exact o200k counts of the same texts (ReMe's
+default counter is bytes / 3.75).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -56,7 +63,7 @@ from ctxkeep import (  # noqa: E402
     to_agentscope,
 )
 from ctxkeep.tokens.encodings import TiktokenTokenizer  # noqa: E402
-from sync_clock import SyncClock  # noqa: E402  (bench/ is the script's folder)
+from sync_clock import Floor, SyncClock, live_size  # noqa: E402  (bench/ is the script's folder)
 
 REME_PINS = ["reme-ai==0.3.1.10", "agentscope==1.0.20", "mcp==1.25.0", "fastmcp==2.14.1", "greenlet"]
 SYSTEM = "You are a careful coding agent. Use the tools; read before you edit; keep answers short."
@@ -90,17 +97,23 @@ def cache_dir(given: str | None) -> Path:
     return Path(base) / "ctxkeep-bench"
 
 
-def reme_python(venv: Path) -> Path:
-    """The ReMe venv's python, made (once) when missing."""
+def reme_python(venv: Path) -> Path | None:
+    """The ReMe venv's python, made (once) when missing; None, saying why, when it cannot be made."""
     python = venv / "bin" / "python"
-    if python.exists():
+    ready = venv / ".ready"  # written once the pins are installed: a half-made venv is made again
+    if python.exists() and ready.exists():
         return python
     print(f"making ReMe's virtual environment in {venv} (once; a few minutes)", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, *REME_PINS], check=True)
-    # fastmcp-slim, when a dependency brings it, shadows fastmcp and breaks the offline import
-    subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "fastmcp-slim"], check=False)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        subprocess.run([*pip, *REME_PINS], check=True)
+        # fastmcp-slim, when a dependency brings it, shadows fastmcp and breaks the offline import
+        subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "fastmcp-slim"], check=False)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"ReMe is not installed ({exc}): ctxkeep's figures only", flush=True)
+        return None
+    ready.touch()
     return python
 
 
@@ -273,6 +286,7 @@ class Run:
     texts: dict[str, str] = field(default_factory=dict)
     fsyncs: int = 0  # fsync and fdatasync calls during the timed steps
     synced: list[float] = field(default_factory=list)  # seconds of each step spent in them (ctxkeep's side)
+    floor: list[float] = field(default_factory=list)  # ctxkeep on disk: each step's bytes appended and fdatasynced
 
 
 def render(role: str, content: Any) -> str:
@@ -286,25 +300,44 @@ def digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
+@dataclass(frozen=True)
+class Side:
+    """What one run replays into: ctxkeep in memory or on disk at a durability, or ReMe."""
+
+    name: str
+    durability: str = "step"
+
+
 def run_ctxkeep(
-    dicts: Sequence[dict[str, Any]], steps: Sequence[int], folder: Path | None, *, collect: bool, summarizer: Any
+    dicts: Sequence[dict[str, Any]],
+    steps: Sequence[int],
+    folder: Path | None,
+    *,
+    collect: bool,
+    side: Side,
+    summarizer: Any,
 ) -> Run:
     messages = [from_agentscope([d]) for d in dicts]  # converted before timing, as ReMe's Msg.from_dict
-    store = LocalFolder(folder) if folder is not None else MemoryFolder()
+    store = LocalFolder(folder, durability=side.durability) if folder is not None else MemoryFolder()
     run = Run(times=[], compactions=0)
     start = 0
     syncs = SyncClock()
-    with Session(store, settings=SETTINGS, summarizer=summarizer) as session:
+    with contextlib.ExitStack() as stack:
+        session = stack.enter_context(Session(store, settings=SETTINGS, summarizer=summarizer))
+        floor = stack.enter_context(Floor(folder.parent / "floor.bin")) if folder is not None else None
         for end in steps:
             batch: list[Message] = [m for group in messages[start:end] for m in group]
             start = end
             before = syncs.seconds
+            size = live_size(folder) if folder is not None else 0
             t0 = time.perf_counter()
             with syncs:
                 session.add(batch)
                 step = session.prepare(SYSTEM)
             run.times.append(time.perf_counter() - t0)
             run.synced.append(syncs.seconds - before)
+            if floor is not None and folder is not None and step.compaction is None:
+                run.floor.append(floor.append(live_size(folder) - size))
             run.compactions += step.compaction is not None
             run.compacted.append(step.compaction is not None)
             if collect:
@@ -347,14 +380,15 @@ def run_reme(
 # --- the figures ------------------------------------------------------------------------------------
 
 
-def durability(c: Run, r: Run, steps: int) -> None:
-    """What each side makes durable on disk, and ctxkeep's step without its fsyncs (ReMe's durability)."""
-    bare = [t - s for t, s in zip(c.times, c.synced, strict=True)]
-    bm, bp, rm, rp = statistics.median(bare), p95(bare), statistics.median(r.times), p95(r.times)
+def durability(runs: dict[str, Run], steps: int) -> None:
+    """The floor beside ctxkeep at each durability (step, off), and what each side fsyncs."""
+    step, off, reme = runs["ctxkeep step"], runs["ctxkeep off"], runs.get("ReMe")
+    fm = statistics.median(step.floor)
+    sm, om = statistics.median(step.times), statistics.median(off.times)
     print(
-        f"      fsyncs per step: ctxkeep {c.fsyncs / steps:.2f} ({ms(statistics.median(c.synced)).strip()} ms median),"
-        f" ReMe {r.fsyncs / steps:.2f}. ctxkeep less its fsync time {ms(bm)} / {ms(bp)}"
-        f"   ({rm / bm:.1f}x, {rp / bp:.1f}x)"
+        f"      floor {ms(fm).strip()} ms (median): ctxkeep step ÷ floor {sm / fm:.2f}, off ÷ floor {om / fm:.2f}."
+        f" fsyncs per step: ctxkeep step {step.fsyncs / steps:.2f}, off {off.fsyncs / steps:.2f}"
+        + (f", ReMe {reme.fsyncs / steps:.2f}" if reme else "")
     )
 
 
@@ -455,17 +489,23 @@ def main() -> None:
     parser.add_argument(
         "--reme-venv", help="ReMe's virtual environment (default: CACHE/reme-0.3.1.10, made when missing)"
     )
+    parser.add_argument("--no-reme", action="store_true", help="ctxkeep's figures only (no ReMe venv is made)")
     parser.add_argument("--summarizer", choices=["fixed", "extractive"], default="fixed", help="ctxkeep's summarizer")
     args = parser.parse_args()
     cache = cache_dir(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    python = reme_python(Path(args.reme_venv) if args.reme_venv else cache / "reme-0.3.1.10")
+    python = None
+    if args.no_reme:
+        print("ReMe not run (--no-reme): ctxkeep's figures only")
+    else:
+        python = reme_python(Path(args.reme_venv) if args.reme_venv else cache / "reme-0.3.1.10")
     summarizer: Any = FixedSummarizer() if args.summarizer == "fixed" else None
     tokenizer = TiktokenTokenizer("o200k_base")
     print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; ctxkeep summarizer: {args.summarizer}")
     started = time.perf_counter()
-    worker = ReMeWorker(python, cache / "reme-worker.log")
+    worker = ReMeWorker(python, cache / "reme-worker.log") if python is not None else None
     shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    modes = args.modes.split(",")
     try:
         for n in (int(s) for s in args.sizes.split(",")):
             session = session_file(cache, n)
@@ -475,57 +515,75 @@ def main() -> None:
             print(f"\n=== {n:,} Msgs, {len(steps):,} steps, {total:,} tokens (o200k) ===")
             collected: dict[str, Run] = {}
             estimates: list[list[int]] = []
-            for mode in args.modes.split(","):
-                print(
-                    f"  {mode}: per step, ms        ctxkeep median / p95      ReMe median / p95"
-                    "     ReMe/ctxkeep (median, p95)"
-                )
+            for mode in modes:
+                ours = [Side("ctxkeep")] if mode == "memory" else [Side("ctxkeep step"), Side("ctxkeep off", "off")]
+                sides = [*ours, *([Side("ReMe")] if worker is not None else [])]
+                print(f"  {mode}: per step, ms median / p95")
                 for pair in range(args.pairs):
-                    order = ("ctxkeep", "reme") if pair % 2 == 0 else ("reme", "ctxkeep")
+                    order = sides[pair % len(sides) :] + sides[: pair % len(sides)]
                     runs: dict[str, Run] = {}
                     for side in order:
-                        collect = mode == args.modes.split(",")[0] and pair == 0
-                        base = Path(tempfile.mkdtemp(dir=shm if mode == "memory" else cache, prefix=f"run-{side}-"))
+                        collect = mode == modes[0] and pair == 0
+                        base = Path(tempfile.mkdtemp(dir=shm if mode == "memory" else cache, prefix="run-"))
                         try:
-                            if side == "ctxkeep":
-                                folder = None if mode == "memory" else base / "ws"
-                                runs[side] = run_ctxkeep(dicts, steps, folder, collect=collect, summarizer=summarizer)
-                            else:
-                                runs[side], got = run_reme(worker, session, steps, base, collect=collect)
+                            if side.name == "ReMe":
+                                assert worker is not None
+                                runs[side.name], got = run_reme(worker, session, steps, base, collect=collect)
                                 estimates = got or estimates
+                            else:
+                                folder = None if mode == "memory" else base / "ws"
+                                runs[side.name] = run_ctxkeep(
+                                    dicts, steps, folder, collect=collect, side=side, summarizer=summarizer
+                                )
                         finally:
                             shutil.rmtree(base, ignore_errors=True)
                         if collect:
-                            collected[side] = runs[side]
-                    c, r = runs["ctxkeep"], runs["reme"]
-                    cm, cp, rm, rp = statistics.median(c.times), p95(c.times), statistics.median(r.times), p95(r.times)
+                            collected[side.name] = runs[side.name]
+                    figures = "   ".join(
+                        f"{name} {ms(statistics.median(r.times)).strip()} / {ms(p95(r.times)).strip()}"
+                        for name, r in runs.items()
+                    )
+                    reme = runs.get("ReMe")
+                    ratios = (
+                        "   ctxkeep ÷ ReMe "
+                        + ", ".join(
+                            f"{side.name.removeprefix('ctxkeep').strip() or 'median'}"
+                            f" {statistics.median(runs[side.name].times) / statistics.median(reme.times):.3f}"
+                            for side in ours
+                        )
+                        if reme
+                        else ""
+                    )
+                    compactions = " / ".join(str(r.compactions) for r in runs.values())
                     print(
-                        f"    pair {pair + 1} ({order[0]} first)   {ms(cm)} / {ms(cp)}   {ms(rm)} / {ms(rp)}"
-                        f"     {rm / cm:7.1f}x, {rp / cp:6.1f}x   compactions {c.compactions} / {r.compactions}"
+                        f"    pair {pair + 1} ({order[0].name} first)   {figures}{ratios}   compactions {compactions}"
                     )
                     if mode == "disk":
-                        durability(c, r, len(steps))
-            if "disk" in args.modes.split(","):
+                        durability(runs, len(steps))
+            if "disk" in modes:
                 print(
                     "  on disk the two do not keep the same things. ReMe holds the conversation in the process"
                     " only (what\n  survives a kill -9 is up to its host) and writes its offloaded results"
-                    " without fsync. ctxkeep appends\n  every step to its live log and fdatasyncs it: neither a"
-                    " kill -9 nor a power loss loses an acknowledged\n  step. 'less its fsync time' is ctxkeep's"
-                    " step without that sync (its writes still made: a kill -9 loses\n  nothing, a power loss"
-                    " may), the nearest to ReMe's durability."
+                    " without fsync. ctxkeep at\n  'step' appends every step to its live log and fdatasyncs it:"
+                    " neither a kill -9 nor a power loss loses\n  an acknowledged step. At 'off' it makes the"
+                    " same writes without a sync: a kill -9 still loses nothing, a\n  power loss may (ReMe's"
+                    " durability, or better). The floor is what a durable step cannot go below."
                 )
+                if worker is None:
+                    print("  ReMe was not run: ctxkeep's figures only.")
             if collected:
                 print("  prefix reuse (o200k tokens of the common prefix with the previous step / tokens sent)")
-                for side, run in collected.items():
+                for name, run in collected.items():
                     between, whole, lowest = prefix_reuse(run, tokenizer)
                     print(
-                        f"    {side:<8} between compactions {between:.4f} (lowest step {lowest:.4f});"
+                        f"    {name:<8} between compactions {between:.4f} (lowest step {lowest:.4f});"
                         f" whole replay {whole:.4f}"
                     )
             if estimates:
                 count_errors(dicts, estimates, tokenizer)
     finally:
-        worker.close()
+        if worker is not None:
+            worker.close()
     print(f"\n({time.perf_counter() - started:.0f} s in all)")
 
 

@@ -1,9 +1,10 @@
 """Replay a fixed conversation into a workspace and SIGKILL this process at the Nth file operation.
 
-    python tests/crash_worker.py WORKSPACE KILL_AT MODE [START]
+    python tests/crash_worker.py WORKSPACE KILL_AT MODE [START [DURABILITY]]
 
 MODE is "before" (die before the operation), "torn" (write half the bytes of a write/append, then
-die) or "after" (die right after it). KILL_AT 0 never kills; then the worker prints the number of
+die) or "after" (die right after it). DURABILITY is the folder's ("step", "batch" or "off"; default step):
+a kill loses nothing acknowledged in any. KILL_AT 0 never kills; then the worker prints the number of
 file operations and every committed summary as JSON. START resumes the replay at that message.
 Used by tests/test_crash.py; not a test module itself.
 """
@@ -60,10 +61,11 @@ def conversation() -> list[Message]:
 
 
 class KillingFolder(LocalFolder):
-    """A local folder that dies at its Nth write, append, truncate or remove."""
+    """A local folder that dies at its Nth write (a file replaced, or a new one written in place), append,
+    truncate or remove."""
 
-    def __init__(self, root: str, kill_at: int, mode: str) -> None:
-        super().__init__(root)
+    def __init__(self, root: str, kill_at: int, mode: str, durability: str = "step") -> None:
+        super().__init__(root, durability=durability)
         self.ops = 0
         self.kill_at = kill_at
         self.mode = mode
@@ -94,6 +96,12 @@ class KillingFolder(LocalFolder):
 
         self._tick(name, data, write)
 
+    def _write_new(self, name: str, data: bytes) -> bool:
+        def write_new() -> bool:
+            return LocalFolder._write_new(self, name, data)
+
+        return self._tick(name, data, write_new)  # type: ignore[no-any-return]
+
     def append(self, name: str, data: bytes) -> int:
         def append() -> int:
             return LocalFolder.append(self, name, data)
@@ -107,8 +115,8 @@ class KillingFolder(LocalFolder):
         self._tick(name, None, lambda: LocalFolder.remove(self, name))
 
 
-def run(workspace: str, kill_at: int, mode: str, start: int = 0) -> None:
-    folder = KillingFolder(workspace, kill_at, mode)
+def run(workspace: str, kill_at: int, mode: str, start: int = 0, durability: str = "step") -> None:
+    folder = KillingFolder(workspace, kill_at, mode, durability)
     messages = conversation()[start:]
     summaries: list[str] = []
     with Session(folder, settings=SETTINGS, now=NOW) as session:
@@ -136,4 +144,10 @@ def run(workspace: str, kill_at: int, mode: str, start: int = 0) -> None:
 
 
 if __name__ == "__main__":
-    run(sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 0)
+    run(
+        sys.argv[1],
+        int(sys.argv[2]),
+        sys.argv[3],
+        int(sys.argv[4]) if len(sys.argv) > 4 else 0,
+        sys.argv[5] if len(sys.argv) > 5 else "step",
+    )

@@ -1,4 +1,5 @@
-"""Kill a real process (SIGKILL) at many points of a replay; the workspace must reopen whole.
+"""Kill a real process (SIGKILL) at many points of a replay, at every durability; the workspace must reopen
+whole (a kill is not a power loss: what the process wrote is in the system's cache, synced or not).
 
 Every message is live or archived exactly once, in order; the summary is one that was committed
 (old or new, never half); summary.md agrees; and a resumed replay ends where an uninterrupted one does.
@@ -17,6 +18,7 @@ import pytest
 
 from ctxkeep.folder import LocalFolder
 from ctxkeep.session import Session
+from ctxkeep.settings import DURABILITIES
 
 sys.path.insert(0, str(Path(__file__).parent))
 import crash_worker
@@ -31,9 +33,11 @@ IDS = [m.id for m in crash_worker.conversation()]
 WORKER_SECONDS = 600
 
 
-def _run(ws: Path, kill_at: int, mode: str, start: int = 0) -> subprocess.CompletedProcess[str]:
+def _run(
+    ws: Path, kill_at: int, mode: str, start: int = 0, durability: str = "step"
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(WORKER), str(ws), str(kill_at), mode, str(start)],
+        [sys.executable, str(WORKER), str(ws), str(kill_at), mode, str(start), durability],
         capture_output=True,
         text=True,
         timeout=WORKER_SECONDS,
@@ -60,9 +64,9 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("crash")
 
 
-def _workspace(base: Path, mode: str, n: int) -> Path:
+def _workspace(base: Path, mode: str, n: int, durability: str = "step") -> Path:
     # Every workspace path has the same length: offload notices carry it, and their length moves the cut.
-    return base / f"{mode[0]}-{n:07d}"
+    return base / f"{durability[0]}{mode[0]}-{n:07d}"
 
 
 @pytest.fixture(scope="module")
@@ -83,20 +87,23 @@ def _points(ops: int, count: int) -> list[int]:
     return sorted({*range(1, ops + 1, step), ops})
 
 
+@pytest.mark.parametrize("durability", DURABILITIES)
 @pytest.mark.parametrize("mode", ["before", "torn", "after"])
-def test_killed_at_any_point_reopens_whole(clean_run: dict[str, object], base: Path, mode: str) -> None:
+def test_killed_at_any_point_reopens_whole(
+    clean_run: dict[str, object], base: Path, mode: str, durability: str
+) -> None:
     ops = int(clean_run["ops"])  # type: ignore[call-overload]
     summaries = clean_run["summaries"]
     assert isinstance(summaries, list)
     points = _points(ops, 10)
     for n in points:
-        ws = _workspace(base, mode, n)
-        proc = _run(ws, n, mode)
+        ws = _workspace(base, mode, n, durability)
+        proc = _run(ws, n, mode, durability=durability)
         assert proc.returncode == -9, f"kill point {n}/{ops} was not reached: {proc.stderr[-2000:]}"
         archived, live, summary = _contents(ws)
         seen = archived + live
         assert seen == IDS[: len(seen)], f"{mode} at {n}: messages lost, repeated or out of order"
         assert summary is None or summary in summaries, f"{mode} at {n}: a summary that was never committed"
-        resumed = _run(ws, 0, "none", start=len(seen))
+        resumed = _run(ws, 0, "none", start=len(seen), durability=durability)
         assert resumed.returncode == 0, resumed.stderr
         assert _contents(ws) == clean_run["final"], f"{mode} at {n}: resuming did not end where a clean run ends"

@@ -3,11 +3,15 @@ its replaced lines, and originals rewritten from the live log when a power loss 
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
@@ -19,10 +23,11 @@ from ctxkeep.folder import LocalFolder
 from ctxkeep.messages import Message
 from ctxkeep.offload import original_file
 from ctxkeep.session import Session
-from ctxkeep.settings import EngineSettings, OffloadSettings
+from ctxkeep.settings import DurabilitySettings, EngineSettings, OffloadSettings
 from ctxkeep.tokens import TokenCounter, get_counter, load_tokenizer
 
 LIVE = Path("live") / "00000000.jsonl"
+NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 SETTINGS = EngineSettings(offload=OffloadSettings(recent_n=1, recent_max_bytes=4_000, old_max_bytes=600))
 
 
@@ -166,26 +171,155 @@ def test_an_original_a_power_loss_cut_short_is_rewritten_from_the_live_log(tmp_p
     assert original.read_text() == full
 
 
-def test_originals_are_made_durable_before_a_compaction_drops_their_text(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    folder = LocalFolder(tmp_path)
-    synced: list[str] = []
-    real = LocalFolder.sync_originals
+class SyncLog:
+    """Notes, in order, each fsync and fdatasync (with the path of what it synced) and each rename."""
 
-    def sync(self: LocalFolder) -> None:
-        synced.extend(self._unsynced)
-        real(self)
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+        self.root = root
+        self.events: list[tuple[str, str]] = []
+        for name in ("fsync", "fdatasync"):
+            real = getattr(os, name, None)
+            if real is not None:
+                monkeypatch.setattr(os, name, self._synced(real))
+        rename = os.rename
 
-    monkeypatch.setattr(LocalFolder, "sync_originals", sync)
-    with Session(folder, settings=SETTINGS) as s:
-        for i in range(3):
+        def renamed(src: str, dst: str, **kw: int) -> None:
+            rename(src, dst, **kw)
+            self.events.append(("rename", str(dst)))
+
+        monkeypatch.setattr(os, "rename", renamed)
+
+    def _synced(self, real):  # type: ignore[no-untyped-def]
+        def call(fd: int) -> None:
+            path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+            self.events.append(("sync", str(path.relative_to(self.root)) if path != self.root else "."))
+            real(fd)
+
+        return call
+
+    def synced(self) -> list[str]:
+        return [what for kind, what in self.events if kind == "sync"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names what each sync synced through /proc")
+def test_a_compaction_is_one_durable_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        for i in range(4):
             s.add(turn(i))
             s.prepare("sys")
-        saved = {f.name for f in folder.originals()}
-        assert saved and not synced
-        s.compact()
-    assert saved <= set(synced)
+        s.compact(now=NOW)  # the first makes the archive and the records: their folders change once
+        kept = {f.name for f in s.store.originals()}  # type: ignore[attr-defined]
+        for i in range(4, 8):
+            s.add(turn(i))
+            s.prepare("sys")
+        saved = {f.name for f in s.store.originals()} - kept  # type: ignore[attr-defined]
+        log = SyncLog(monkeypatch, tmp_path)
+        s.compact(now=NOW)
+    synced = log.synced()
+    commit = log.events.index(("rename", "state.json"))
+    before = {what for kind, what in log.events[:commit] if kind == "sync"}
+    # Everything the commit makes real is durable before the state names it: originals, archive, new log.
+    assert saved and saved <= before
+    assert {"dialog/2026-12-03.jsonl", "live/00000002.jsonl", "live", "tool_result"} <= before
+    # One sync per file written and per folder changed, none twice; summary.md (a copy for people) none.
+    assert len(synced) == len(set(synced)), f"synced twice: {synced}"
+    assert "summary.md" not in synced
+    # Beyond the originals: the archive, the new log and its folder, tool_result/, state.json's new bytes and
+    # the root, the records.
+    assert len(synced) == len(saved) + 7, synced
+
+
+@pytest.mark.parametrize("durability", ["step", "batch", "off"])
+def test_a_step_syncs_as_its_durability_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str) -> None:
+    # A window longer than the test: in "batch" the thread never syncs during the steps, the close does.
+    mode = DurabilitySettings(mode=durability, window=60.0)  # type: ignore[arg-type]
+    with Session.open(tmp_path, settings=SETTINGS, durability=mode) as s:
+        s.add(turn(0))
+        s.prepare("sys")
+        syncs = Syncs(monkeypatch)
+        for i in range(1, 4):
+            s.add(turn(i))
+            assert s.prepare("sys").compaction is None
+        assert syncs.count == {"step": 3, "batch": 0, "off": 0}[durability]
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        assert [m.id for m in s.messages][-1] == turn(3)[-1].id
+
+
+def test_a_batch_is_synced_when_the_session_closes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Session.open(tmp_path, durability=DurabilitySettings(mode="batch", window=60.0)) as s:
+        syncs = Syncs(monkeypatch)
+        s.add(Message.of("user", "one", id="m1"))
+        s.add(Message.of("user", "two", id="m2"))
+        assert syncs.count == 0
+    assert syncs.count == 1, "the close makes what it acknowledged durable, in one fdatasync"
+
+
+def test_a_batch_is_synced_by_the_thread_within_its_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mode = DurabilitySettings(mode="batch", window=0.02)
+    with Session.open(tmp_path, settings=SETTINGS, durability=mode) as s:
+        syncs = Syncs(monkeypatch)
+        s.add(Message.of("user", "one", id="m1"))
+        s.add(Message.of("user", "two", id="m2"))
+        assert syncs.count == 0, "the steps do not wait for the disk"
+        deadline = time.monotonic() + 30
+        while syncs.count == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert syncs.count == 1, "one fdatasync covers both appends"
+
+
+def test_a_sync_the_batch_thread_could_not_make_is_raised_by_the_next_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mode = DurabilitySettings(mode="batch", window=0.01)
+    with Session.open(tmp_path, settings=SETTINGS, durability=mode) as s:
+        s.add(Message.of("user", "one", id="m1"))
+        time.sleep(0.1)  # the first append's file is open and synced
+
+        failed = threading.Event()
+
+        def refused(fd: int) -> None:
+            failed.set()
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(os, "fdatasync", refused)
+        s.add(Message.of("user", "two", id="m2"))
+        assert failed.wait(30)
+        time.sleep(0.05)
+        monkeypatch.undo()
+        with pytest.raises(StorageError, match="Input/output error"):
+            s.add(Message.of("user", "three", id="m3"))
+        s.add(Message.of("user", "four", id="m4"))  # reported once: the next append goes on
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        assert [m.id for m in s.messages] == ["m1", "m2", "m4"]
+
+
+def test_a_sync_the_batch_thread_could_not_make_is_raised_by_the_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = Session.open(tmp_path, durability=DurabilitySettings(mode="batch", window=0.01))
+    session.add(Message.of("user", "one", id="m1"))
+    failed = threading.Event()
+
+    def refused(fd: int) -> None:
+        failed.set()
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", refused)
+    session.add(Message.of("user", "two", id="m2"))
+    assert failed.wait(30)
+    monkeypatch.undo()
+    time.sleep(0.05)
+    with pytest.raises(StorageError, match="Input/output error"):
+        session.close()  # the last steps may not be durable: said, not swallowed
+    with Session.open(tmp_path) as s:  # the lock was released all the same
+        assert [m.id for m in s.messages] == ["m1", "m2"]
+
+
+def test_durability_names_its_modes() -> None:
+    with pytest.raises(ValueError, match="durability must be one of step, batch, off"):
+        DurabilitySettings(mode="always")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="window must be"):
+        DurabilitySettings(mode="batch", window=0)
 
 
 class CountingCounter(TokenCounter):

@@ -913,3 +913,25 @@ def test_a_character_newer_than_unicodedata_hands_over_to_regex() -> None:
     split = pretokenizer.prepare([text])
     assert pretokenizer._regex
     assert split(text) == regex.compile(pattern).findall(text)
+
+
+def test_toktok_threads_are_one_for_small_batches_and_the_cores_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ctxkeep.tokens import encodings
+
+    tokenizer = encodings.ToktokTokenizer("o200k_base")
+    tokenizer.count_texts(["w" * (encodings.SMALL_BUDGET + 1)])  # past the small budget: toktok from here on
+    asked: list[int] = []
+    real = tokenizer._count
+
+    def count(items: list[str], name: str, *, threads: int, with_special: bool) -> list[int]:
+        asked.append(threads)
+        return real(items, name, threads=threads, with_special=with_special)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(tokenizer, "_count", count)
+    big = "word " * 20_000  # 100,000 characters
+    assert tokenizer.count_texts(["a short one", "and another"]) == [3, 2]
+    tokenizer.count_texts([big])  # one text is one thread's work, however long
+    tokenizer.count_texts([big, big, big])
+    # Never 0: toktok would find the cores itself, reading the cgroup files again on every call.
+    assert asked == [1, 1, min(encodings.cores(), 3)]
+    assert encodings.cores() >= 1 and encodings.cores.cache_info().hits >= 1

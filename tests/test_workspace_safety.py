@@ -24,7 +24,7 @@ from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.messages import Message, make_id
 from ctxkeep.retention import cleanup
 from ctxkeep.session import Session
-from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
+from ctxkeep.settings import DURABILITIES, CompactSettings, EngineSettings, OffloadSettings
 from test_engine import NOW, Garbage, turn
 
 SETTINGS = EngineSettings(
@@ -96,10 +96,11 @@ def fill(disk: Path) -> Path:
     return filler
 
 
-def test_a_full_disk_during_add_loses_no_acknowledged_message(small_disk: Path) -> None:
+@pytest.mark.parametrize("durability", DURABILITIES)
+def test_a_full_disk_during_add_loses_no_acknowledged_message(small_disk: Path, durability: str) -> None:
     ws = small_disk / "ws"
     acknowledged: list[str] = []
-    with Session.open(ws, settings=SETTINGS) as s:
+    with Session.open(ws, settings=SETTINGS, durability=durability) as s:
         for i in range(3):
             s.add(Message.of("user", f"before the disk filled up {i}", id=f"b{i}"))
             acknowledged.append(f"b{i}")
@@ -123,13 +124,14 @@ def test_a_full_disk_during_add_loses_no_acknowledged_message(small_disk: Path) 
         s.add(Message.of("user", "after the disk was freed", id="after"))
         s.add(big)
         acknowledged += ["after", "big"]
-    with Session.open(ws, settings=SETTINGS) as s:
+    with Session.open(ws, settings=SETTINGS, durability=durability) as s:
         assert ids(s) == acknowledged
 
 
-def test_a_full_disk_during_compaction_keeps_the_workspace_as_it_was(small_disk: Path) -> None:
+@pytest.mark.parametrize("durability", DURABILITIES)
+def test_a_full_disk_during_compaction_keeps_the_workspace_as_it_was(small_disk: Path, durability: str) -> None:
     ws = small_disk / "ws"
-    with Session.open(ws, settings=SETTINGS) as s:
+    with Session.open(ws, settings=SETTINGS, durability=durability) as s:
         for i in range(3):
             s.add(turn(i))
         messages, summary = s.messages, s.summary
@@ -140,7 +142,7 @@ def test_a_full_disk_during_compaction_keeps_the_workspace_as_it_was(small_disk:
         filler.unlink()
     assert not [p for p in ws.rglob("*.tmp")], "no temporary file is left behind"
     assert not (ws / DIALOG).exists(), "the refused archive append is undone"
-    with Session.open(ws, settings=SETTINGS) as s:
+    with Session.open(ws, settings=SETTINGS, durability=durability) as s:
         assert s.messages == messages and s.summary == summary
         step = s.compact(now=NOW)
     assert step.compaction is not None
@@ -178,7 +180,7 @@ def test_a_line_the_kernel_cuts_short_is_undone(tmp_path: Path) -> None:
         assert ids(s) == ["m0", "m1"]
 
 
-@pytest.mark.parametrize("method", ["append_live", "append_archive", "append_record"])
+@pytest.mark.parametrize("method", ["append_live", "append_record"])
 def test_an_append_the_disk_refuses_is_cut_back_to_the_last_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str
 ) -> None:
@@ -200,6 +202,30 @@ def test_an_append_the_disk_refuses_is_cut_back_to_the_last_line(
         append(b'{"line": 2}\n')
     monkeypatch.undo()
     assert (tmp_path / name).read_bytes() == b'{"line": 1}\n'
+
+
+def test_a_compaction_the_disk_refuses_to_sync_is_undone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The archive append and the originals are synced with the commit: a refusal there commits nothing."""
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        for i in range(3):
+            s.add(turn(i))
+            s.prepare("sys", now=NOW)
+        messages, summary = s.messages, s.summary
+
+        def full(fd: int) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "fsync", full)
+        monkeypatch.setattr(os, "fdatasync", full, raising=False)
+        with pytest.raises(StorageError, match="disk is full"):
+            s.compact(now=NOW)
+        monkeypatch.undo()
+        assert s.messages == messages and s.summary == summary
+    assert not (tmp_path / DIALOG).exists(), "the archive append the commit could not sync is undone"
+    assert not (tmp_path / "live" / "00000001.jsonl").exists()
+    with Session.open(tmp_path, settings=SETTINGS) as s:
+        assert s.messages == messages and s.summary == summary
+        assert s.compact(now=NOW).compaction is not None
 
 
 class TearingFolder(LocalFolder):

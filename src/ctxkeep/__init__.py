@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # what mypy and IDEs see; at run time `__getattr__` imports e
     from ctxkeep.session import Session
     from ctxkeep.settings import (
         CompactSettings,
+        DurabilitySettings,
         EngineSettings,
         MemorySettings,
         ModelSummarySettings,
@@ -72,6 +73,7 @@ _HOMES: dict[str, str] = {
     "Counter": "ctxkeep.tokens",
     "CtxkeepError": "ctxkeep.errors",
     "DeterministicModel": "ctxkeep.providers.deterministic",
+    "DurabilitySettings": "ctxkeep.settings",
     "EngineSettings": "ctxkeep.settings",
     "ExtractiveSummarizer": "ctxkeep.summarize",
     "Failure": "ctxkeep.step",
@@ -134,6 +136,7 @@ __all__ = [
     "Counter",
     "CtxkeepError",
     "DeterministicModel",
+    "DurabilitySettings",
     "EngineSettings",
     "ExtractiveSummarizer",
     "Failure",

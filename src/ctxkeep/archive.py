@@ -61,7 +61,8 @@ def archive_name(day: date) -> str:
 
 
 def append(store: Store, archive: Archive, messages: Sequence[Message], day: date) -> Archive:
-    """Append `messages` durably to the day's file and return the archive index that includes them.
+    """Append `messages` to the day's file and return the archive index that includes them: durable once the
+    compaction commits (a `LocalFolder` syncs it with the next generation's live log, before the state).
 
     The returned index is what the caller commits; until then, `restore` with the old index undoes
     the append. Raises `StorageError` (the old index still describes the files) when the disk refuses.

@@ -1,15 +1,19 @@
 """A folder of files, the default home of a workspace: `LocalFolder`, and `MemoryFolder` for tests.
 
-Both implement the `Store` seam through `FileStore` (`ctxkeep.store`). `LocalFolder` makes every
-write durable before it returns: `write` replaces a file atomically (temporary file, fsync, rename,
-fsync of the directory) and `append` fdatasyncs, or cuts a refused append back to where it started. One
-exception, for speed: an offloaded original becomes durable with the next `start_live` (see
-`LocalFolder.save_original`). While its lock is held it keeps the live log it last appended to
-open, so a step's append is one write and one fdatasync (closed when the file is replaced, cut or
-removed, and when the lock is released). Its
-files are private (0600, folders 0700) and nothing inside it is reached through a symbolic link. An
-`OSError` becomes a `StorageError` that names the file and says what to do (disk full, read-only,
-no permission, a link). `MemoryFolder` keeps files in a dict.
+Both implement the `Store` seam through `FileStore` (`ctxkeep.store`). `LocalFolder` makes its writes
+durable as its `DurabilitySettings` say (``"step"``, the default: before each returns). `write` replaces a
+file atomically (temporary file, fsync, rename, fsync of the directory) and `append` fdatasyncs, or cuts a
+refused append back to where it started. A compaction is one durable commit: the offloaded originals saved
+since the last one and the archive appended to are written without a sync, and `start_live` makes them
+durable together with the next generation's live log (one fdatasync per file, one fsync per folder),
+before the state commit; until then the live log still holds the originals' full texts and the state
+does not name the archive's new bytes. The copy of the summary for people (summary.md) is replaced without
+a sync: the next open rewrites it when a power loss lost it. While its lock is held it keeps the live log
+it last appended to open, so a step's append is one write and one fdatasync (``"batch"``: a thread's
+fdatasync for the steps of a window; ``"off"``: none), closed when the file is replaced, cut or removed,
+and when the lock is released. Its files are private (0600, folders 0700) and nothing inside it is reached
+through a symbolic link. An `OSError` becomes a `StorageError` that names the file and says what to do
+(disk full, read-only, no permission, a link). `MemoryFolder` keeps files in a dict.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from pathlib import Path
 
 from . import disk, fileops
 from .errors import StorageError, WorkspaceError, WorkspaceLockedError
-from .store import FAILED_DIR, LIVE_DIR, ORIGINAL_NAME, TOOL_RESULT_DIR, FileInfo, FileStore
+from .groupcommit import GroupCommit
+from .settings import DurabilitySettings
+from .store import FAILED_DIR, LIVE_DIR, ORIGINAL_NAME, SUMMARY, TOOL_RESULT_DIR, FileInfo, FileStore, live_name
 from .swap import recover
 
 log = logging.getLogger("ctxkeep")
@@ -51,12 +57,21 @@ class LocalFolder(FileStore):
 
     Nothing inside is reached through a symbolic link: a link where a file or folder of the workspace
     belongs is refused with a `StorageError` naming it. The folder itself may be reached through a link;
-    it is resolved once, here.
+    it is resolved once, here. `durability` (a mode's name or `DurabilitySettings`) says what a power loss
+    may take: see `DurabilitySettings`.
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, durability: DurabilitySettings | str = "step") -> None:
         self.root = Path(root).resolve()
-        self._unsynced: set[str] = set()  # originals saved but not yet fsynced (see `save_original`)
+        self._root_text = str(self.root)
+        self.durability = DurabilitySettings.of(durability)
+        self._syncs = self.durability.mode != "off"
+        # Written but not yet synced, made durable together by the next `start_live` (the compaction's
+        # commit): offloaded originals and archive appends, and the folders whose entries they changed.
+        self._unsynced: set[str] = set()
+        self._unsynced_folders: set[str] = set()
+        # "batch": the thread that syncs the live log's appends (started with the first, stopped with the lock).
+        self._group: GroupCommit | None = None
         # While the lock is held, the live log appended to last stays open (name, fd, size): a step's
         # append is one write and one fdatasync, without opening the folders and the file again.
         self._held = False
@@ -177,48 +192,113 @@ class LocalFolder(FileStore):
         self._replace(name, data, durable=True)
 
     def save_original(self, name: str, data: bytes) -> None:
-        """Keep an offloaded result's full text, atomically but durable only with the next `start_live`.
+        """Keep an offloaded result's full text; durable with the next `start_live`, the compaction's commit.
 
         Until a compaction starts the next live log, the log still holds the full text (the result as
-        added), and a session reopening after a power loss rewrites an original it finds cut short; so a
-        step pays no fsync for it. `start_live` syncs the originals first, since the texts leave the log there.
+        added), and a session reopening after a power loss (or a kill mid-write) rewrites an original it
+        finds cut short; so a step pays no fsync for it. A new original is written in place, without a
+        temporary file and a rename: no reader knows its name before the step that saves it returns.
         """
-        self._replace(name, data, durable=False)
+        if not self._write_new(name, data):
+            self._replace(name, data, durable=False)  # one there already: readers may have it open
         self._unsynced.add(name)
+        self._unsynced_folders.add(TOOL_RESULT_DIR)
+
+    def append_archive(self, name: str, data: bytes) -> int:
+        """Append compacted messages to an archive file; durable with the next `start_live`, the compaction's
+        commit (until the state names them, recovery cuts them off)."""
+        return self._append(name, data, durable=False)
+
+    def write_summary(self, data: bytes) -> None:
+        """Replace summary.md atomically, without a sync: a copy for people, which the next open rewrites
+        when it differs from the committed summary (a power loss took it)."""
+        self._replace(SUMMARY, data, durable=False)
 
     def stream_original(self, name: str, parts: Iterable[bytes]) -> None:
         """`save_original` of the bytes `parts` make, written as they come: a big output is never held encoded
         whole (`ctxkeep.offload` calls it where a store has it)."""
-        self._replace(name, parts, durable=False)
+        if not self._write_new(name, parts):
+            self._replace(name, parts, durable=False)  # one there already: readers may have it open
         self._unsynced.add(name)
+        self._unsynced_folders.add(TOOL_RESULT_DIR)
 
     def start_live(self, generation: int, data: bytes) -> None:
-        self.sync_originals()
-        FileStore.start_live(self, generation, data)
+        """Write a generation's live log whole, durable with everything written since the last commit.
 
-    def sync_originals(self) -> None:
-        """Make the originals saved since the last call durable (file data, then their folder)."""
-        if not self._unsynced:
-            return
-        with self._folder([TOOL_RESULT_DIR], create=False) as d:
-            if d is None:
-                return
-            for name in sorted(self._unsynced):
-                path = self.root / name
-                fd = self._open_file(d, name.rpartition("/")[2], path, os.O_RDONLY, "sync")
-                if fd is None:
-                    continue  # removed since (retention): nothing to make durable
+        The next generation's log (no file yet) is written in place: no reader opens it before the state
+        names its generation, and recovery removes one a crash left half-written. An existing log (the
+        committed generation's, rewritten) is replaced atomically.
+        """
+        name = live_name(generation)
+        if self._write_new(name, data):
+            self._unsynced.add(name)
+            self._unsynced_folders.add(LIVE_DIR)
+            self.sync_pending()
+        else:
+            self.sync_pending()  # its replaced lines held the full texts of originals saved since
+            self.write(name, data)
+
+    def sync_pending(self) -> None:
+        """Make the files written without a sync since the last call durable (file data, then their folders,
+        each once)."""
+        names, changed = sorted(self._unsynced), set(self._unsynced_folders)
+        if not self._syncs:
+            names, changed = [], set()
+        by_folder: dict[str, list[str]] = {}
+        for name in names:
+            folder, _, base = name.rpartition("/")
+            by_folder.setdefault(folder, []).append(base)
+        for folder in sorted(changed | set(by_folder)):
+            where = self.root / folder
+            with self._folder(folder.split("/") if folder else [], create=False) as d:
+                if d is None:
+                    continue
+                for base in by_folder.get(folder, []):
+                    path = where / base
+                    fd = self._open_file(d, base, path, os.O_RDONLY, "sync")
+                    if fd is None:
+                        continue  # removed since (retention, a cut archive): nothing to make durable
+                    try:
+                        fileops.datasync(fd)
+                    except OSError as exc:
+                        raise fileops.storage_error(exc, "sync", path) from exc
+                    finally:
+                        os.close(fd)
+                if folder in changed:  # a name made or replaced in it
+                    try:
+                        os.fsync(d)
+                    except OSError as exc:
+                        raise fileops.storage_error(exc, "sync", where) from exc
+        self._unsynced.clear()
+        self._unsynced_folders.clear()
+
+    def _write_new(self, name: str, data: bytes | Iterable[bytes]) -> bool:
+        """Write a file that does not exist yet in place, without a sync; False when it exists."""
+        *folders, base = self._parts(name)
+        path = self.root / name
+        self._in_place()
+        with self._folder(folders, create=True) as d:
+            assert d is not None
+            try:
+                fd = os.open(
+                    base, os.O_WRONLY | os.O_CREAT | os.O_EXCL | fileops.FILE_FLAGS, fileops.FILE_MODE, dir_fd=d
+                )
+            except FileExistsError:
+                return False
+            except OSError as exc:
+                raise fileops.refusal(exc, "write", path) from exc
+            try:
                 try:
-                    fileops.datasync(fd)
-                except OSError as exc:
-                    raise fileops.storage_error(exc, "sync", path) from exc
+                    fileops.private(fd, fileops.FILE_MODE)
+                    for part in (data,) if isinstance(data, bytes) else data:
+                        fileops.write_all(fd, part)
                 finally:
                     os.close(fd)
-            try:
-                os.fsync(d)
             except OSError as exc:
-                raise fileops.storage_error(exc, "sync", self.root / TOOL_RESULT_DIR) from exc
-        self._unsynced.clear()
+                with contextlib.suppress(OSError):
+                    os.unlink(base, dir_fd=d)  # never a part of a file for a reader to find
+                raise fileops.storage_error(exc, "write", path) from exc
+        return True
 
     def _replace(self, name: str, data: bytes | Iterable[bytes], *, durable: bool) -> None:
         *folders, base = self._parts(name)
@@ -240,12 +320,12 @@ class LocalFolder(FileStore):
                     fileops.private(fd, fileops.FILE_MODE)
                     for part in (data,) if isinstance(data, bytes) else data:
                         fileops.write_all(fd, part)
-                    if durable:
+                    if durable and self._syncs:
                         os.fsync(fd)
                 finally:
                     os.close(fd)
                 os.rename(tmp, base, src_dir_fd=d, dst_dir_fd=d)
-                if durable:
+                if durable and self._syncs:
                     os.fsync(d)
             except OSError as exc:
                 if made:
@@ -254,6 +334,10 @@ class LocalFolder(FileStore):
                 raise fileops.storage_error(exc, "write", path) from exc
 
     def append(self, name: str, data: bytes) -> int:
+        return self._append(name, data, durable=True)
+
+    def _append(self, name: str, data: bytes, *, durable: bool) -> int:
+        """`append`; without `durable` the file (and its folder, when it is made) waits for `sync_pending`."""
         *folders, base = self._parts(name)
         path = self.root / name
         self._in_place()
@@ -267,9 +351,14 @@ class LocalFolder(FileStore):
                 start = os.fstat(fd).st_size
                 try:
                     fileops.write_all(fd, data)
-                    fileops.datasync(fd)  # the size is flushed too: what reading the data back needs
-                    if made:
-                        os.fsync(d)
+                    if not durable:
+                        self._unsynced.add(name)
+                        if made:
+                            self._unsynced_folders.add("/".join(folders))
+                    elif self._syncs:
+                        fileops.datasync(fd)  # the size is flushed too: what reading the data back needs
+                        if made:
+                            os.fsync(d)
                     return os.fstat(fd).st_size
                 except OSError as exc:
                     # A full disk may have taken part of the data: cut it back, so the file still ends
@@ -291,7 +380,7 @@ class LocalFolder(FileStore):
                 assert d is not None
                 fd, made = self._create_file(d, base, path, os.O_WRONLY | os.O_APPEND, "append to")
                 try:
-                    if made:
+                    if made and self._syncs:
                         os.fsync(d)  # the new file's name is durable before anything is acknowledged in it
                     self._log = (name, fd, os.fstat(fd).st_size)
                 except OSError as exc:
@@ -299,8 +388,15 @@ class LocalFolder(FileStore):
                     raise fileops.storage_error(exc, "append to", path) from exc
         _, fd, start = self._log
         try:
+            if self._group is not None:
+                self._group.check()  # a batch the thread could not sync: say so before acknowledging more
             fileops.write_all(fd, data)
-            fileops.datasync(fd)  # the size is flushed too: what reading the data back needs
+            if self.durability.mode == "step":
+                fileops.datasync(fd)  # the size is flushed too: what reading the data back needs
+            elif self.durability.mode == "batch":
+                if self._group is None:
+                    self._group = GroupCommit(self.durability.window)
+                self._group.written(fd)
         except OSError as exc:
             fileops.cut_back(fd, start, path)  # as in `append`: the file still ends with its last complete line
             self._close_log()  # reopened (and its size read again) by the next append
@@ -324,9 +420,15 @@ class LocalFolder(FileStore):
     def _close_log(self, name: str | None = None) -> None:
         """Close the kept live log (only when it is `name`, if given): it is about to be replaced, cut or removed."""
         if self._log is not None and (name is None or self._log[0] == name):
-            fd = self._log[1]
+            held, fd = self._log[:2]
             self._log = None
-            os.close(fd)
+            try:
+                if self._group is not None:
+                    self._group.settle()  # what the steps appended is durable before the file goes
+            except OSError as exc:
+                raise fileops.storage_error(exc, "sync", self.root / held) from exc
+            finally:
+                os.close(fd)
 
     def size(self, name: str) -> int:
         *folders, base = self._parts(name)
@@ -357,7 +459,8 @@ class LocalFolder(FileStore):
                 raise fileops.storage_error(OSError(errno.ENOENT, "No such file or directory"), "truncate", path)
             try:
                 os.ftruncate(fd, size)
-                os.fsync(fd)
+                if self._syncs:
+                    os.fsync(fd)
             except OSError as exc:
                 raise fileops.storage_error(exc, "truncate", path) from exc
             finally:
@@ -403,7 +506,7 @@ class LocalFolder(FileStore):
 
     def location(self, name: str) -> str:
         self._parts(name)
-        return str(self.root / name)
+        return os.path.join(self._root_text, name)  # what `self.root / name` spells, without building a Path
 
     @contextlib.contextmanager
     def lock(self, timeout: float) -> Iterator[None]:
@@ -435,7 +538,12 @@ class LocalFolder(FileStore):
             finally:
                 self._held, self._lock_fd = False, None
                 try:
-                    self._close_log()
+                    try:
+                        self._close_log()
+                    finally:
+                        group, self._group = self._group, None
+                        if group is not None:
+                            group.close()
                 finally:
                     fcntl.flock(fd, fcntl.LOCK_UN)
         finally:

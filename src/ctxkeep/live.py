@@ -315,10 +315,11 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
     """
     length = len(live.messages)
     rewritten: dict[int, Message] = {}
-    after = replace(live, checked=length) if live.checked != length else live
     cold = cold_cache(live.messages, settings.cache_lifetime, live.checked - 1)
     if live.tool_positions:
         after, rewritten = _offload_waiting(live, settings, store, age=age or cold)
+    else:
+        after = replace(live, checked=length) if live.checked != length else live
     # Reasoning before the current tool loop is dropped where that costs a prompt cache nothing more: in the
     # messages it never held (new since the previous request), and from the first one rewritten anyway (all of
     # them when the cache is cold).

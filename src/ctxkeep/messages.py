@@ -284,6 +284,8 @@ class Message:
 # --- text no UTF-8 file can hold ------------------------------------------------------
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# The field names of each message and block class, read once: `fields()` builds them again on every call.
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 _V = TypeVar("_V")
 
 
@@ -307,16 +309,20 @@ def value_without_surrogates(value: _V) -> _V:
 
 def _clean(value: Any) -> Any:
     if isinstance(value, str):
-        if _SURROGATE.search(value) is None:
+        # An ASCII string (most tool output) holds no surrogate: CPython knows that without reading it.
+        if value.isascii() or _SURROGATE.search(value) is None:
             return value
         return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     if isinstance(value, Message | TextBlock | ThinkingBlock | ToolCall | ToolResult | ImageBlock):
         changed = {}
-        for f in fields(value):
-            old = getattr(value, f.name)
+        names = _FIELD_NAMES.get(type(value))
+        if names is None:
+            names = _FIELD_NAMES[type(value)] = tuple(f.name for f in fields(value))
+        for name in names:
+            old = getattr(value, name)
             new = _clean(old)
             if new is not old:
-                changed[f.name] = new
+                changed[name] = new
         return replace(value, **changed) if changed else value
     if isinstance(value, Mapping):
         items = [(_clean(k), _clean(v)) for k, v in value.items()]

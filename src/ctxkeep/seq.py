@@ -95,6 +95,10 @@ class Seq(Sequence[T]):
     def __getitem__(self, at: slice) -> tuple[T, ...]: ...
 
     def __getitem__(self, at: int | slice) -> T | tuple[T, ...]:
+        if type(at) is int and 0 <= at < self._len:  # the common case, first: a step indexes a few dozen times
+            b, r = divmod(at, BLOCK)
+            blocks = self._blocks
+            return self._tail[r] if b == len(blocks) else blocks[b][r]
         if isinstance(at, slice):
             return self._slice(at)
         i = self._index(at)

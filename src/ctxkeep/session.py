@@ -28,7 +28,7 @@ from .live import Live, Tools
 from .messages import Message
 from .offload import offload_new
 from .plan import Manual
-from .settings import EngineSettings
+from .settings import DurabilitySettings, EngineSettings
 from .step import Step
 from .store import Store
 from .summarize import Summarizer
@@ -87,19 +87,28 @@ class Session:
             raise
 
     @classmethod
-    def open(cls, path: str | Path, *, window: int | None = None, background: bool = False, **kw: Any) -> Session:
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        window: int | None = None,
+        background: bool = False,
+        durability: DurabilitySettings | str = "step",
+        **kw: Any,
+    ) -> Session:
         """The session in folder `path` (created when missing). Keyword arguments as for `Session`.
 
         `window` (the model's context window, tokens) derives every size from it
         (`EngineSettings.for_window`); explicit `settings` win over it. `background` writes summaries ahead
-        (`CompactSettings.background`), whatever the settings say.
+        (`CompactSettings.background`), whatever the settings say. `durability` (``"step"``, ``"batch"``,
+        ``"off"`` or `DurabilitySettings`) says what a power loss may take (a kill takes nothing in any).
         """
         if window is not None and kw.get("settings") is None:
             kw["settings"] = EngineSettings.for_window(window)
         if background:
             settings = kw.get("settings") or EngineSettings()
             kw["settings"] = replace(settings, compact=replace(settings.compact, background=True))
-        return cls(LocalFolder(path), **kw)
+        return cls(LocalFolder(path, durability=durability), **kw)
 
     def __enter__(self) -> Session:
         return self

@@ -341,3 +341,37 @@ class ModelSummarySettings:
             raise ValueError(f"reply_format must be one of {', '.join(REPLY_FORMATS)}; got {self.reply_format!r}")
         if self.agents_md is not None and not isinstance(self.agents_md, str):
             raise TypeError(f"agents_md must be the text of AGENTS.md or None, got {type(self.agents_md).__name__}")
+
+
+# What a workspace on disk makes durable, and when (`DurabilitySettings`); SQLite's `synchronous` in spirit.
+Durability: TypeAlias = Literal["step", "batch", "off"]
+DURABILITIES: tuple[Durability, ...] = ("step", "batch", "off")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DurabilitySettings:
+    """What a `LocalFolder` makes durable against a power loss, and when (docs/offload.md, "Durability").
+
+    ``"step"`` (the default): every step is durable when it returns (one fdatasync). ``"batch"``: the steps'
+    appends are made durable together by a thread, at most `window` seconds after each; a power loss loses
+    at most the steps of that window, a compaction is durable when it returns. ``"off"``: nothing is synced,
+    for tests and benchmarks; a power loss may lose or damage anything not yet written back by the system.
+    In every mode a killed process (``kill -9``) loses nothing acknowledged: its writes are in the system's
+    cache, which outlives it.
+    """
+
+    mode: Durability = "step"
+    window: float = 0.05  # seconds: in "batch", the longest an acknowledged step waits to be made durable
+
+    def __post_init__(self) -> None:
+        if self.mode not in DURABILITIES:
+            raise ValueError(f"durability must be one of {', '.join(DURABILITIES)}; got {self.mode!r}")
+        if not isinstance(self.window, int | float) or isinstance(self.window, bool) or not 0 < self.window <= 60:
+            raise ValueError(
+                f"window must be the seconds a batch may wait, more than 0 and at most 60; got {self.window!r}"
+            )
+
+    @classmethod
+    def of(cls, given: DurabilitySettings | str) -> DurabilitySettings:
+        """`given` as settings: a mode's name (``"batch"``) gets the default window."""
+        return given if isinstance(given, DurabilitySettings) else cls(mode=given)  # type: ignore[arg-type]

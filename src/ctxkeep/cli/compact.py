@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from ctxkeep.settings import DURABILITIES
+
 from .transcripts import FORMAT_HELP, FormatNames, max_bytes_flag, progress_flags
 
 __all__ = ["add_arguments", "run"]
@@ -22,6 +24,12 @@ def add_arguments(compact: argparse.ArgumentParser) -> None:
     )
     compact.add_argument("--as", dest="as_", choices=["openai", "anthropic"], default="openai", help="context format")
     compact.add_argument("--window", type=int, default=128_000, help="the model's context window in tokens")
+    compact.add_argument(
+        "--durability",
+        choices=DURABILITIES,
+        default="step",
+        help="step (default), batch or off: what a power loss during the build may take (docs/engine.md)",
+    )
     compact.add_argument("--conversation", type=int, default=0, help="which conversation of the file (default 0)")
     compact.add_argument("--format", choices=FormatNames(), metavar="NAME", help=FORMAT_HELP)
     compact.add_argument("--lenient", action="store_true", help="skip malformed lines and report them")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from ctxkeep.settings import DURABILITIES
+
 __all__ = ["add_arguments", "byte_size", "run"]
 
 
@@ -22,6 +24,13 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the upstream (504 after)")
     serve.add_argument(
         "--background", action="store_true", help="write summaries ahead, so no request waits for the compaction model"
+    )
+    serve.add_argument(
+        "--durability",
+        choices=DURABILITIES,
+        default="step",
+        help="step (default): every request durable before it is answered; batch: fdatasyncs grouped over"
+        " 50 ms (a power loss loses at most that); off: none (a kill -9 loses nothing in any)",
     )
     serve.add_argument(
         "--max-body",
@@ -71,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             auth_token=token,
             background=args.background,
             max_body=args.max_body,
+            durability=args.durability,
         )
         serve(settings, host=args.host, port=args.port, log_format=args.log_format)
     except ValueError as exc:

@@ -69,7 +69,7 @@ def build(args: argparse.Namespace) -> int:
     if replacing:
         result, offloaded = _replace(out, run)
     else:
-        result, offloaded = run.build(LocalFolder(out))
+        result, offloaded = run.build(LocalFolder(out, durability=args.durability))
     report = _compact_report(args, result, offloaded, len(transcript.conversations))
     if args.json:
         print(json.dumps(report, ensure_ascii=False, indent=2))
@@ -126,8 +126,8 @@ class _Staged(LocalFolder):
     An offloaded result's notice tells the agent where its original is; that must be where it will be.
     """
 
-    def __init__(self, root: str | os.PathLike[str], final: Path) -> None:
-        super().__init__(root)
+    def __init__(self, root: str | os.PathLike[str], final: Path, *, durability: str) -> None:
+        super().__init__(root, durability=durability)
         self.final = final.resolve()
 
     def location(self, name: str) -> str:
@@ -197,7 +197,7 @@ def _replace(out: Path, run: _Run) -> tuple[Replay, int]:
         try:
             journal.write(staging)
             try:
-                built = run.build(_Staged(staging, final=target))
+                built = run.build(_Staged(staging, final=target, durability=run.args.durability))
             except CtxkeepError as exc:
                 raise CtxkeepError(f"{exc} (the workspace {out} is as it was)") from exc
             left = _swap(staging, target, journal)

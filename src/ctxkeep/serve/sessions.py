@@ -265,6 +265,7 @@ class Sessions:
             summarizer=self._summarizer(),
             lock_timeout=self._settings.lock_timeout,
             background=self._settings.background,
+            durability=self._settings.durability,
         )
         opened = AsyncSession(session)
         self._open[(key, branch)] = opened

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ctxkeep.settings import DURABILITIES, Durability
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ServeSettings:
@@ -33,6 +35,8 @@ class ServeSettings:
     background: bool = False
     # The largest request body taken, bytes (a 413 past it): a body is held whole in memory while it is read.
     max_body: int = 32 * 1024 * 1024
+    # What each conversation's workspace makes durable against a power loss (`ctxkeep.DurabilitySettings`).
+    durability: Durability = "step"
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.upstream)
@@ -54,6 +58,8 @@ class ServeSettings:
             raise ValueError(f"max_open must be 1 or more; got {self.max_open!r}")
         if not isinstance(self.max_body, int) or isinstance(self.max_body, bool) or self.max_body < 1024:
             raise ValueError(f"max_body must be 1024 bytes or more (32 MiB by default); got {self.max_body!r}")
+        if self.durability not in DURABILITIES:
+            raise ValueError(f"durability must be one of {', '.join(DURABILITIES)}; got {self.durability!r}")
         if not self.lock_timeout >= 0:
             raise ValueError(f"lock_timeout must be 0 seconds or more; got {self.lock_timeout!r}")
 

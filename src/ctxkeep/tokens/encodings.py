@@ -27,8 +27,25 @@ ENCODINGS: tuple[str, ...] = ("o200k_base", "cl100k_base")
 ACCEPTED = "'o200k_base' (default), 'cl100k_base', or the path of a Hugging Face tokenizer.json"
 
 # Batches smaller than this many characters are counted on one thread: starting workers costs
-# more than it saves on short input.
+# more than it saves on short input (and a batch of one text is one thread's work whatever its size).
 _PARALLEL_MIN_CHARS = 64_000
+
+
+@functools.cache
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity, capped by a cgroup v2 CPU quota), read once.
+
+    Given to toktok as its thread count: left to find it itself (``threads=0``), it reads the cgroup
+    files again on every call, which costs a step more than counting its new messages on one thread.
+    """
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            n = min(n, -(-int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 quota to honour
+    return max(1, n)
 
 
 @runtime_checkable
@@ -71,7 +88,7 @@ class ToktokTokenizer:
                 self._small_left -= chars
                 return counted
         self._small_left = 0  # toktok's vocabulary is loaded from here on, and it is the faster
-        threads = 0 if chars >= _PARALLEL_MIN_CHARS else 1
+        threads = min(cores(), len(items)) if chars >= _PARALLEL_MIN_CHARS else 1
         counts: list[int] = self._count(items, self.name, threads=threads, with_special=False)
         return counts
 

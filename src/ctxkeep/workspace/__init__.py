@@ -10,14 +10,14 @@
     tool_result/<uuid>.txt     full texts of offloaded tool results and command outputs
 
 A step makes one durable write: `add` appends its line (one write and one fdatasync, on the live log
-the folder keeps open) after the offloads of the steps before it (a crash loses only offloads, which
-the next `prepare` redoes the same way). An original in tool_result/ is fsynced at the next
-compaction: until then the live log holds its full text, and reopening rewrites an original a power
-loss cut short. A compaction appends to the archive (fsync),
-writes the next generation's live file (fsync), then replaces state.json; only that rename makes it
-real. Killed at any point before, the workspace reopens with the old generation and the archive cut
-back to its committed size; after it, with the new one.
-Either way every message is live or archived exactly once, and the summary is the old or the new.
+the folder keeps open; grouped or none at `durability="batch"` or `"off"`, docs/engine.md) after the
+offloads of the steps before it (a crash loses only offloads, which the next `prepare` redoes the same
+way). An original in tool_result/ is fsynced at the next compaction: until then the live log holds its
+full text, and reopening rewrites an original a power loss cut short. A compaction appends to the
+archive, writes the next generation's live file, makes both durable with the originals (one commit),
+then replaces state.json; only that rename makes it real. Killed at any point before, the workspace
+reopens with the old generation and the archive cut back to its committed size; after it, with the new
+one. Either way every message is live or archived exactly once, and the summary is the old or the new.
 
     state.py     the state file and its one reader (`parse`, `read`)
     livelog.py   the live log's lines, written and read back

@@ -143,8 +143,8 @@ class Journal:
         self._state = new
         self._pending.clear()  # the new generation's log holds the messages as they are now
         self._replaced = 0
-        self._note_steps()  # before the compaction's record: the steps up to and including this one
-        self._after_commit(old.generation, live, step.compaction.at)
+        # Noted with the compaction's record, in one append: the steps up to and including this one first.
+        self._after_commit(old.generation, live, step.compaction.at, steps=self._steps_line())
 
     def _record_failure(self, failure: Failure) -> None:
         """Save what the summarizer was asked and answered, and note the failure in the records."""
@@ -156,35 +156,48 @@ class Journal:
     def _note_steps(self) -> None:
         """Append the steps since the last note to the records. Only a count for `ctxkeep report`: a disk that
         refuses it loses the note, with a warning, and nothing else."""
-        if not self._steps or self._steps_span is None:
+        line = self._steps_line()
+        if not line:
             return
+        try:
+            self._store.append_record(line)
+        except CtxkeepError as exc:
+            log.warning("the token counts of the last steps were not noted in the records: %s", exc)
+
+    def _steps_line(self) -> bytes:
+        """The record of the steps since the last note (empty when none), taken: they count as noted."""
+        if not self._steps or self._steps_span is None:
+            return b""
         first, last = self._steps_span
         note = records.steps_record(self._steps, first=first, last=last, compact=self._compact)
         self._steps, self._steps_span = [], None
-        try:
-            self._store.append_record(records.to_line(note))
-        except CtxkeepError as exc:
-            log.warning("the token counts of %d steps were not noted in the records: %s", len(note["tokens"]), exc)
+        return records.to_line(note)
 
-    def _after_commit(self, old_generation: int | None, live: Live, now: datetime) -> None:
-        """Tidy-up after a commit. A crash or a full disk may stop it half-way; the next open redoes it."""
+    def _after_commit(self, old_generation: int | None, live: Live, now: datetime, *, steps: bytes = b"") -> None:
+        """Tidy-up after a commit, `steps` (a record line) noted with the compaction's record. A crash or a full
+        disk may stop it half-way; the next open redoes it (the steps' note is lost then, with a warning)."""
         try:
-            self._tidy(old_generation, live, now)
+            self._tidy(old_generation, live, now, steps)
         except CtxkeepError as exc:
             log.warning("workspace tidy-up postponed to the next open: %s", exc)
 
-    def _tidy(self, old_generation: int | None, live: Live, now: datetime) -> None:
+    def _tidy(self, old_generation: int | None, live: Live, now: datetime, steps: bytes) -> None:
         state, store = self._state, self._store
         if old_generation is not None and old_generation != state.generation:
             store.drop_live(old_generation)
-        summary = (state.summary or "").encode()
-        if store.read_summary() != summary:
-            store.write_summary(summary)
+        record = b""
         if state.last_record is not None:
             if self._recorded is None:  # read once per open: after that, this session is the only writer
                 self._recorded = records.last_compaction_generation(store.read_records()) or 0
             if self._recorded != state.last_record["generation"]:
-                store.append_record(records.to_line(state.last_record))
+                record = records.to_line(state.last_record)
+        if steps or record:
+            store.append_record(steps + record)  # one durable append for both
+            if record:
+                assert state.last_record is not None
                 self._recorded = state.last_record["generation"]
+        summary = (state.summary or "").encode()
+        if store.read_summary() != summary:
+            store.write_summary(summary)
         # Offloaded originals past their retention that no live message refers to.
         cleanup(store, live.messages, retention_days=self._retention_days, now=now.timestamp())
