@@ -1,14 +1,23 @@
 """How MiniLM runs: windows in runs of similar length under a budget of word pieces, runs side by side on the
-cores this process may use, the model loaded once per process, and the same vectors whatever the settings."""
+cores this process may use, the model loaded once per process, and the same vectors whatever the settings;
+and an index update that embeds the new texts of all changed files in one call."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import pytest
 
+from ctxkeep.folder import MemoryFolder
 from ctxkeep.memory import embed
 from ctxkeep.memory.embed import MiniLMEmbedder, default_embedder, usable_cores
+from ctxkeep.memory.files import append_daily
+from ctxkeep.memory.index import MemoryIndex
+from ctxkeep.memory.search import search
+
+NOW = datetime(2026, 3, 14, 9, 0, tzinfo=UTC)
 
 
 def test_runs_are_sorted_by_length_and_stay_within_the_budget() -> None:
@@ -80,3 +89,36 @@ def test_the_vectors_do_not_depend_on_runs_or_threads() -> None:
     near, far = MiniLMEmbedder(threads=2).embed(["the test suite could not import a module", "Ana likes green tea"])
     base = two[4]
     assert sum(x * y for x, y in zip(base, near, strict=True)) > sum(x * y for x, y in zip(base, far, strict=True))
+
+
+class _Counting:
+    """Counts the texts of each call; one vector for every text."""
+
+    name = "counting"
+    dim = 2
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls.append(len(texts))
+        return [[0.6, 0.8] for _ in texts]
+
+
+@pytest.mark.extra("memory")
+def test_an_update_embeds_the_new_texts_of_all_changed_files_in_one_call() -> None:
+    folder = MemoryFolder()
+    for day in range(1, 6):
+        append_daily(folder, f"note {day}: the release train leaves on day {day}", at=NOW.replace(day=day))
+    counting = _Counting()
+    with MemoryIndex(folder, embedder=counting) as index:
+        done = index.update()
+        assert counting.calls == [5]  # one call for five files, not one per file
+        assert done.files == 5 and done.chunks == 5 and done.embedded == 5
+        assert index.stats()["vectors"] == index.stats()["chunks"] == 5
+        assert index.update().files == 0 and counting.calls == [5]  # nothing changed, nothing embedded
+        append_daily(folder, "a later note about the train", at=NOW.replace(day=5, hour=11))
+        assert index.update().embedded == 1 and counting.calls == [5, 1]
+        assert index.rebuild().embedded == 0 and counting.calls == [5, 1]  # every text cached
+        assert index.stats()["vectors"] == index.stats()["chunks"]
+        assert search(index, "anything", k=1, mode="vector")  # the vectors are in the index
