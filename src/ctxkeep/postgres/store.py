@@ -484,3 +484,22 @@ def _size(size: object) -> int:
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise StorageError(f"a size is a whole number of bytes, 0 or more; got {size!r}")
     return size
+
+
+def migrate(url: str) -> tuple[int, int]:
+    """Bring the database at `url` to this ctxkeep's schema (``ctxkeep store migrate URL``): the version before
+    and after. Raises `StorageError` when it cannot connect or the database is newer than this ctxkeep."""
+    shown = shown_url(url)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            before, after = schema.migrate(conn)
+    except psycopg.Error as exc:
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise StorageError(f"cannot migrate PostgreSQL at {shown}: {why}", path=shown) from None
+    if before > schema.VERSION:
+        raise StorageError(
+            f"{shown} holds ctxkeep's schema version {before}, newer than this ctxkeep's {schema.VERSION}: upgrade"
+            " ctxkeep",
+            path=shown,
+        )
+    return before, after

@@ -1,0 +1,103 @@
+"""What only the PostgreSQL store has: its schema and migrations, its URLs, its errors, one database shared by
+many workspaces. The `Store` contract itself is tests/test_store_contract.py (every store)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from ctxkeep.errors import StorageError
+from ctxkeep.postgres import is_url, schema
+from ctxkeep.postgres.store import PostgresStore, migrate, shown_url
+
+pytestmark = pytest.mark.extra("postgres")
+
+
+@pytest.fixture
+def database(postgres_url: str) -> Iterator[str]:
+    """The URL of a new, empty database on the session's server, dropped afterwards."""
+    name = f"db_{uuid.uuid4().hex}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield postgres_url.replace("@/postgres?", f"@/{name}?")
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def test_migrate_brings_an_empty_database_to_the_schema_once(database: str) -> None:
+    assert migrate(database) == (0, schema.VERSION)
+    assert migrate(database) == (schema.VERSION, schema.VERSION)
+    out = subprocess.run(
+        [sys.executable, "-m", "ctxkeep.cli", "store", "migrate", database], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and out.stdout.strip() == f"schema version {schema.VERSION}: up to date"
+
+
+def test_a_store_creates_its_tables_in_an_empty_database(database: str) -> None:
+    with PostgresStore(database, "first") as store:
+        store.commit_state(b"{}")
+    with psycopg.connect(database) as conn:
+        assert schema.version(conn) == schema.VERSION
+
+
+def test_a_database_of_a_newer_ctxkeep_is_refused(database: str) -> None:
+    migrate(database)
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("UPDATE ctxkeep_schema SET version = 99")
+    with pytest.raises(StorageError, match="upgrade ctxkeep") as caught:
+        PostgresStore(database, "w")
+    assert "\n" not in str(caught.value)
+    with pytest.raises(StorageError, match="upgrade ctxkeep"):
+        migrate(database)
+
+
+def test_workspaces_of_one_database_are_apart(postgres_url: str) -> None:
+    a_name, b_name = f"a-{uuid.uuid4().hex}", f"b-{uuid.uuid4().hex}"
+    with PostgresStore(postgres_url, a_name) as a, PostgresStore(postgres_url, b_name) as b:
+        a.commit_state(b"a")
+        a.append_archive("dialog/2026-05-02.jsonl", b"line\n")
+        assert b.read_state() is None and b.archive_files() == []
+        with a.lock(1), b.lock(1):  # one lock each
+            pass
+
+
+@pytest.mark.parametrize("name", ["", " padded", "a/b", "tab\there", "x" * 201, 7])
+def test_a_bad_workspace_name_is_refused_before_connecting(name: object) -> None:
+    with pytest.raises(StorageError, match="workspace name") as caught:
+        PostgresStore("postgresql://nobody@127.0.0.1:1/none", name)  # type: ignore[arg-type]
+    assert "\n" not in str(caught.value)
+
+
+def test_an_unreachable_server_is_one_line_that_names_it_without_the_password() -> None:
+    with pytest.raises(StorageError, match="check that the server is up") as caught:
+        PostgresStore("postgresql://me:secret@127.0.0.1:1/db", "w", connect_timeout=2)
+    message = str(caught.value)
+    assert "\n" not in message and "secret" not in message and "postgresql://me@127.0.0.1:1/db" in message
+
+
+def test_urls() -> None:
+    assert is_url("postgresql://h/db") and is_url("postgres://h/db") and not is_url("./workspace")
+    assert shown_url("postgresql://u:pw@h:5433/db?sslmode=require") == "postgresql://u@h:5433/db"
+    assert shown_url("postgresql://u@/db?host=/run/pg&port=5432") == "postgresql://u@/db?host=/run/pg&port=5432"
+    with pytest.raises(StorageError, match="not a PostgreSQL URL"):
+        shown_url("postgresql://h/db?nosuchoption=1")
+
+
+def test_a_write_while_the_server_is_gone_is_a_storage_error(postgres_url: str) -> None:
+    with PostgresStore(postgres_url, f"gone-{uuid.uuid4().hex}") as store, store.lock(1):
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            # The lock's connection is cut, as when the server restarts: the session's writes now fail.
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s",
+                (schema.SESSION_LOCK,),
+            )
+        with pytest.raises(StorageError, match="cannot write") as caught:
+            store.commit_state(b"lost")
+        assert "\n" not in str(caught.value)
