@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from ctxkeep.errors import StorageError
+from ctxkeep.errors import StorageError, WorkspaceError
 from ctxkeep.postgres import is_url, schema
 from ctxkeep.postgres.store import PostgresStore, migrate, shown_url
 
@@ -68,7 +68,7 @@ def test_workspaces_of_one_database_are_apart(postgres_url: str) -> None:
             pass
 
 
-@pytest.mark.parametrize("name", ["", " padded", "a/b", "tab\there", "x" * 201, 7])
+@pytest.mark.parametrize("name", ["", " padded", "/a", "a//b", "a/", "back\\slash", "tab\there", "x" * 201, 7])
 def test_a_bad_workspace_name_is_refused_before_connecting(name: object) -> None:
     with pytest.raises(StorageError, match="workspace name") as caught:
         PostgresStore("postgresql://nobody@127.0.0.1:1/none", name)  # type: ignore[arg-type]
@@ -101,3 +101,31 @@ def test_a_write_while_the_server_is_gone_is_a_storage_error(postgres_url: str) 
         with pytest.raises(StorageError, match="cannot write") as caught:
             store.commit_state(b"lost")
         assert "\n" not in str(caught.value)
+
+
+def test_session_open_names_a_workspace_in_a_database(postgres_url: str) -> None:
+    from ctxkeep import Message, Session
+
+    name = f"team/agent-{uuid.uuid4().hex}"
+    with Session.open(name, store=postgres_url) as session:
+        session.add(Message.of("user", "hello"))
+        assert isinstance(session.store, PostgresStore) and session.store.workspace == name
+    with Session.open(name, store=postgres_url) as session:
+        assert [m.text for m in session.messages] == ["hello"]
+    with pytest.raises(WorkspaceError, match="store= takes a PostgreSQL URL"):
+        Session.open(name, store="./folder")
+
+
+def test_async_session_open_takes_the_store_too(postgres_url: str) -> None:
+    import asyncio
+
+    from ctxkeep import AsyncSession, Message
+
+    async def main() -> list[str]:
+        name = f"async-{uuid.uuid4().hex}"
+        async with await AsyncSession.open(name, store=postgres_url) as session:
+            await session.add(Message.of("user", "hi"))
+        async with await AsyncSession.open(name, store=postgres_url) as session:
+            return [m.text for m in session.session.messages]
+
+    assert asyncio.run(main()) == ["hi"]

@@ -35,8 +35,9 @@ from . import schema
 
 log = logging.getLogger("ctxkeep")
 
-# A workspace's name in the database: printable, no path tricks, short enough to read in a log line.
-_WORKSPACE = re.compile(r"[^\x00-\x1f\x7f/\\]{1,200}")
+# A workspace's name in the database: printable, short enough to read in a log line; parts may be joined by
+# "/" (the proxy names a conversation's branch ``<conversation>/<branch>``, as its folders are).
+_WORKSPACE = re.compile(r"[^\x00-\x1f\x7f\\/]+(?:/[^\x00-\x1f\x7f\\/]+)*")
 _MAX_NAME = 1000  # characters of a name inside a workspace (a file name of the folder has at most 255 a part)
 
 
@@ -50,11 +51,16 @@ class PostgresStore:
 
     def __init__(self, url: str, workspace: str, *, pool_size: int = 4, connect_timeout: float = 10.0) -> None:
         """`url`: a libpq URL (``postgresql://user@host/db``; a password in it is never shown); `workspace`:
-        the workspace's name in that database (printable, no ``/``, at most 200 characters)."""
-        if not isinstance(workspace, str) or not _WORKSPACE.fullmatch(workspace) or workspace.strip() != workspace:
+        the workspace's name in that database (printable, at most 200 characters; ``a/b`` groups names)."""
+        if (
+            not isinstance(workspace, str)
+            or len(workspace) > 200
+            or not _WORKSPACE.fullmatch(workspace)
+            or workspace.strip() != workspace
+        ):
             raise StorageError(
-                f"a PostgreSQL workspace name is 1 to 200 printable characters without / or surrounding spaces;"
-                f" got {workspace!r}"
+                "a PostgreSQL workspace name is 1 to 200 printable characters, no surrounding spaces, no \\, parts"
+                f" joined by single /; got {workspace!r}"
             )
         if not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1:
             raise StorageError(f"pool_size is the number of connections, 1 or more; got {pool_size!r}")
