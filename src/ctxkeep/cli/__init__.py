@@ -12,7 +12,7 @@
     ctxkeep recall WORKSPACE dialog/YYYY-MM-DD.jsonl:FROM-TO [--json]   (or a tool_result/<uuid>.txt)
     ctxkeep report WORKSPACE -o report.html
     ctxkeep store migrate URL
-    ctxkeep serve --upstream URL [--host 127.0.0.1] [--port 8787] [--window N] [--root DIR] [--model SPEC]
+    ctxkeep serve --upstream URL [--host 127.0.0.1] [--port 8787] [--window N] [--root DIR | --store URL] [--model SPEC]
                   [--timeout SECONDS] [--max-body SIZE] [--log-format text|json]
                   [--allow-remote --auth-token TOKEN]
 

@@ -509,3 +509,32 @@ def migrate(url: str) -> tuple[int, int]:
             path=shown,
         )
     return before, after
+
+
+def workspaces(url: str, prefix: str) -> list[str]:
+    """The names of the workspaces in the database at `url` that start with `prefix`, sorted (none before the
+    schema is made). Raises `StorageError` when the database cannot be reached."""
+    shown = shown_url(url)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            if schema.version(conn) == 0:
+                return []
+            rows = conn.execute(
+                'SELECT name FROM ctxkeep_workspace WHERE starts_with(name, %s) ORDER BY name COLLATE "C"', (prefix,)
+            ).fetchall()
+    except psycopg.Error as exc:
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise StorageError(f"cannot list the workspaces of PostgreSQL at {shown}: {why}", path=shown) from None
+    return [row[0] for row in rows]
+
+
+def drop_workspace(url: str, name: str) -> None:
+    """Remove the workspace `name` and everything it holds from the database at `url` (nothing when it is not
+    there). Waits for no lock: the caller knows nobody uses it."""
+    shown = shown_url(url)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("DELETE FROM ctxkeep_workspace WHERE name = %s", (name,))
+    except psycopg.Error as exc:
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise StorageError(f"cannot remove a workspace of PostgreSQL at {shown}: {why}", path=shown) from None
