@@ -7,6 +7,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -129,3 +130,43 @@ def test_async_session_open_takes_the_store_too(postgres_url: str) -> None:
             return [m.text for m in session.session.messages]
 
     assert asyncio.run(main()) == ["hi"]
+
+
+def test_show_recall_and_report_read_a_workspace_in_the_database(postgres_url: str, tmp_path: Path) -> None:
+    import json
+
+    from ctxkeep import Session
+    from ctxkeep.cli import main
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import crash_worker
+
+    name = f"cli/{uuid.uuid4().hex}"
+    with Session.open(name, store=postgres_url, settings=crash_worker.SETTINGS, now=crash_worker.NOW) as session:
+        for message in crash_worker.conversation():
+            session.add(message)
+            session.prepare("You are a careful agent.", now=crash_worker.NOW)
+        archived = session.live.archive.lines
+        first = next(iter(session.live.archive.files))
+    where = ["--store", postgres_url, "--session", name]
+    out = subprocess.run(
+        [sys.executable, "-m", "ctxkeep.cli", "show", *where, "--json"], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    shown = json.loads(out.stdout)
+    assert shown["workspace"] == name and shown["archived_messages"] == archived > 0 and shown["compactions"]
+    out = _cli("recall", *where, f"{first}:1", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)[0]["message"]["id"] == crash_worker.conversation()[0].id
+    assert main(["report", *where, "-o", str(tmp_path / "report.html")]) == 0
+    assert "<html" in (tmp_path / "report.html").read_text()
+    ls = subprocess.run(
+        [sys.executable, "-m", "ctxkeep.cli", "store", "ls", postgres_url, "cli/"], capture_output=True, text=True
+    )
+    assert name in ls.stdout.split()
+    missing = _cli("show", "--store", postgres_url, "--session", "no-such")
+    assert missing.returncode == 2 and "holds no workspace 'no-such'" in missing.stderr
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ctxkeep.cli", *args], capture_output=True, text=True)

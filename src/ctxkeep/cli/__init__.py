@@ -11,7 +11,8 @@
     ctxkeep show WORKSPACE [--compaction N] [--json]
     ctxkeep recall WORKSPACE dialog/YYYY-MM-DD.jsonl:FROM-TO [--json]   (or a tool_result/<uuid>.txt)
     ctxkeep report WORKSPACE -o report.html
-    ctxkeep store migrate URL
+        (show, recall, report: a workspace kept in PostgreSQL is --store URL --session ID instead of WORKSPACE)
+    ctxkeep store migrate URL | ls URL [PREFIX]
     ctxkeep serve --upstream URL [--host 127.0.0.1] [--port 8787] [--window N] [--root DIR | --store URL] [--model SPEC]
                   [--timeout SECONDS] [--max-body SIZE] [--log-format text|json]
                   [--allow-remote --auth-token TOKEN]
@@ -62,7 +63,7 @@ COMMANDS: dict[str, str] = {
     "recall": "archived messages word for word, with the saved originals of offloaded outputs",
     "report": "a workspace as one self-contained HTML page",
     "memory": "long-term memory: search, write, index, consolidate, schedule",
-    "store": "a workspace's store as a whole: migrate a PostgreSQL database",
+    "store": "PostgreSQL stores: migrate a database to this ctxkeep's schema, list its workspaces",
 }
 
 # The module of each command: `add_arguments(parser)` and `run(args) -> int`.

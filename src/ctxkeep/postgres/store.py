@@ -49,9 +49,12 @@ class PostgresStore:
     cannot be reached or holds a schema of another version (the message says which command fixes it).
     """
 
-    def __init__(self, url: str, workspace: str, *, pool_size: int = 4, connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self, url: str, workspace: str, *, create: bool = True, pool_size: int = 4, connect_timeout: float = 10.0
+    ) -> None:
         """`url`: a libpq URL (``postgresql://user@host/db``; a password in it is never shown); `workspace`:
-        the workspace's name in that database (printable, at most 200 characters; ``a/b`` groups names)."""
+        the workspace's name in that database (printable, at most 200 characters; ``a/b`` groups names).
+        Without `create`, a workspace the database does not hold is a `StorageError` (for commands that read)."""
         if (
             not isinstance(workspace, str)
             or len(workspace) > 200
@@ -83,7 +86,7 @@ class PostgresStore:
         try:
             with self._errors("connect to"):
                 self._pool.open(wait=True, timeout=connect_timeout)
-            self._id = self._open_workspace()
+            self._id = self._open_workspace(create)
         except BaseException:
             self._pool.close()
             raise
@@ -101,7 +104,7 @@ class PostgresStore:
         """Close the connection pool (a lock still held keeps its own connection until its block ends)."""
         self._pool.close()
 
-    def _open_workspace(self) -> int:
+    def _open_workspace(self, create: bool) -> int:
         with self._errors("open the workspace in"), self._pool.connection() as conn:
             found = schema.version(conn)
             if found == 0:
@@ -116,11 +119,16 @@ class PostgresStore:
                     f"{self._shown} holds ctxkeep's schema version {found}, newer than this ctxkeep's"
                     f" {schema.VERSION}: upgrade ctxkeep"
                 )
-            conn.execute(
-                "INSERT INTO ctxkeep_workspace (name) VALUES (%s) ON CONFLICT (name) DO NOTHING", (self.workspace,)
-            )
+            if create:
+                conn.execute(
+                    "INSERT INTO ctxkeep_workspace (name) VALUES (%s) ON CONFLICT (name) DO NOTHING", (self.workspace,)
+                )
             row = conn.execute("SELECT id FROM ctxkeep_workspace WHERE name = %s", (self.workspace,)).fetchone()
-            assert row is not None
+            if row is None:
+                raise StorageError(
+                    f"{self._shown} holds no workspace {self.workspace!r}; `ctxkeep store ls URL` lists those it holds",
+                    path=self._shown,
+                )
             return int(row[0])
 
     # --- connections and errors ---------------------------------------------------------------
