@@ -170,3 +170,19 @@ def test_show_recall_and_report_read_a_workspace_in_the_database(postgres_url: s
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ctxkeep.cli", *args], capture_output=True, text=True)
+
+
+def test_memory_tools_write_and_search_memory_kept_in_the_database(postgres_url: str) -> None:
+    from ctxkeep import Session
+    from ctxkeep.adapters._core import memory_tools_of
+
+    name = f"memory/{uuid.uuid4().hex}"
+    with Session.open(name, store=postgres_url) as session:
+        tools = {t.name: t for t in memory_tools_of(session, True)}
+        assert tools["memory_write"].invoke({"text": "Ana reviews every PR touching billing/"}).startswith("saved to")
+        tools["memory_write"].invoke({"text": "deploys go out on Thursdays", "target": "memory", "section": "Ops"})
+    with Session.open(name, store=postgres_url) as session:  # another process would see the same
+        tools = {t.name: t for t in memory_tools_of(session, True)}
+        assert session.store.index_path() is None  # no local file: the index is built from the database's files
+        assert "Ana reviews every PR" in tools["memory_search"].invoke({"query": "who reviews billing"})
+        assert "deploys go out on Thursdays" in tools["memory_search"].invoke({"query": "when do deploys go out"})
