@@ -186,3 +186,38 @@ def test_memory_tools_write_and_search_memory_kept_in_the_database(postgres_url:
         assert session.store.index_path() is None  # no local file: the index is built from the database's files
         assert "Ana reviews every PR" in tools["memory_search"].invoke({"query": "who reviews billing"})
         assert "deploys go out on Thursdays" in tools["memory_search"].invoke({"query": "when do deploys go out"})
+
+
+def test_store_copy_moves_a_folder_workspace_to_the_database_and_back(postgres_url: str, tmp_path: Path) -> None:
+    from ctxkeep import Session
+    from ctxkeep.folder import LocalFolder
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import crash_worker
+
+    folder, back, name = tmp_path / "ws", tmp_path / "back", f"copied/{uuid.uuid4().hex}"
+    with Session.open(folder, settings=crash_worker.SETTINGS, now=crash_worker.NOW) as session:
+        for message in crash_worker.conversation():
+            session.add(message)
+            session.prepare("You are a careful agent.", now=crash_worker.NOW)
+        session.store.write_memory("AGENTS.md", b"# rules\n")
+        session.store.append_memory("memory/2026-12-03.md", b"- noted\n")
+    out = _cli("store", "copy", str(folder), postgres_url, "--session", name)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("copied and verified: ") and "0 originals" not in out.stdout
+    out = _cli("store", "copy", postgres_url, str(back), "--session", name)
+    assert out.returncode == 0, out.stderr
+    source, there, returned = LocalFolder(folder), PostgresStore(postgres_url, name, create=False), LocalFolder(back)
+    try:
+        for store in (there, returned):
+            assert store.read_state() == source.read_state()
+            assert [(f.name, f.size) for f in store.originals()] == [(f.name, f.size) for f in source.originals()]
+            assert all(store.read_original(f.name) == source.read_original(f.name) for f in source.originals())
+            assert store.read_memory("AGENTS.md") == b"# rules\n"
+            assert store.read_memory("memory/2026-12-03.md") == b"- noted\n"
+    finally:
+        there.close()
+    with Session.open(back, settings=crash_worker.SETTINGS, now=crash_worker.NOW) as session:
+        assert [m.id for m in session.history()] == [m.id for m in crash_worker.conversation()]
+    again = _cli("store", "copy", str(folder), postgres_url, "--session", name)
+    assert again.returncode == 2 and "already holds" in again.stderr  # a copy never merges

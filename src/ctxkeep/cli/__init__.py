@@ -12,7 +12,7 @@
     ctxkeep recall WORKSPACE dialog/YYYY-MM-DD.jsonl:FROM-TO [--json]   (or a tool_result/<uuid>.txt)
     ctxkeep report WORKSPACE -o report.html
         (show, recall, report: a workspace kept in PostgreSQL is --store URL --session ID instead of WORKSPACE)
-    ctxkeep store migrate URL | ls URL [PREFIX]
+    ctxkeep store migrate URL | ls URL [PREFIX] | copy SRC DST [--session ID]
     ctxkeep serve --upstream URL [--host 127.0.0.1] [--port 8787] [--window N] [--root DIR | --store URL] [--model SPEC]
                   [--timeout SECONDS] [--max-body SIZE] [--log-format text|json]
                   [--allow-remote --auth-token TOKEN]
@@ -63,7 +63,7 @@ COMMANDS: dict[str, str] = {
     "recall": "archived messages word for word, with the saved originals of offloaded outputs",
     "report": "a workspace as one self-contained HTML page",
     "memory": "long-term memory: search, write, index, consolidate, schedule",
-    "store": "PostgreSQL stores: migrate a database to this ctxkeep's schema, list its workspaces",
+    "store": "PostgreSQL stores: migrate a database, list its workspaces, copy one from or to a folder",
 }
 
 # The module of each command: `add_arguments(parser)` and `run(args) -> int`.
