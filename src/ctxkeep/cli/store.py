@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import argparse
 
+TYPE_CHECKING = False  # not `typing`'s: the command line imports no `typing` before it must
+if TYPE_CHECKING:
+    from ctxkeep.store import Store
+
 __all__ = ["add_arguments", "run"]
 
 
@@ -73,7 +77,7 @@ def _copy(args: argparse.Namespace) -> int:
     if not is_url(args.source) and not os.path.isfile(os.path.join(args.source, "state.json")):
         raise WorkspaceError(f"{args.source} is no workspace folder (no state.json in it); give one a session wrote")
     with contextlib.ExitStack() as opened:
-        stores = []
+        stores: list[Store] = []
         for where, create in ((args.source, False), (args.target, True)):
             if is_url(where):
                 from ctxkeep.postgres.store import PostgresStore
