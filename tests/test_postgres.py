@@ -221,3 +221,14 @@ def test_store_copy_moves_a_folder_workspace_to_the_database_and_back(postgres_u
         assert [m.id for m in session.history()] == [m.id for m in crash_worker.conversation()]
     again = _cli("store", "copy", str(folder), postgres_url, "--session", name)
     assert again.returncode == 2 and "already holds" in again.stderr  # a copy never merges
+
+
+def test_every_connection_commits_durably_and_a_stronger_setting_stays(postgres_url: str) -> None:
+    weak = postgres_url + "&options=-c%20synchronous_commit%3Doff"
+    strong = postgres_url + "&options=-c%20synchronous_commit%3Dremote_apply"
+    for url, expected in ((weak, "on"), (strong, "remote_apply")):
+        with PostgresStore(url, f"durable-{uuid.uuid4().hex}") as store:
+            with store._conn("read") as conn:  # a connection of the pool
+                assert conn.execute("SHOW synchronous_commit").fetchone() == (expected,)
+            with store.lock(1), store._conn("read") as conn:  # the lock's own
+                assert conn.execute("SHOW synchronous_commit").fetchone() == (expected,)

@@ -440,7 +440,11 @@ def shown_url(url: str) -> str:
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
     # Durable at commit, whatever the server's default: a step acknowledged is a step on the server's disk.
-    conn.execute("SET synchronous_commit = on")
+    # A stronger setting (a standby's too: remote_write, remote_apply) given for the role or in the URL stays.
+    conn.execute(
+        "SELECT set_config('synchronous_commit', 'on', false)"
+        " WHERE current_setting('synchronous_commit') IN ('off', 'local')"
+    )
 
 
 def _reset(conn: psycopg.Connection[Any]) -> None:
