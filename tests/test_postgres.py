@@ -146,7 +146,7 @@ def test_show_recall_and_report_read_a_workspace_in_the_database(postgres_url: s
         for message in crash_worker.conversation():
             session.add(message)
             session.prepare("You are a careful agent.", now=crash_worker.NOW)
-        archived = session.live.archive.lines
+        archived, live = session.live.archive.lines, len(session.messages)
         first = next(iter(session.live.archive.files))
     where = ["--store", postgres_url, "--session", name]
     out = subprocess.run(
@@ -155,6 +155,7 @@ def test_show_recall_and_report_read_a_workspace_in_the_database(postgres_url: s
     assert out.returncode == 0, out.stderr
     shown = json.loads(out.stdout)
     assert shown["workspace"] == name and shown["archived_messages"] == archived > 0 and shown["compactions"]
+    assert shown["live_messages"] == live > 0
     out = _cli("recall", *where, f"{first}:1", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)[0]["message"]["id"] == crash_worker.conversation()[0].id

@@ -79,6 +79,7 @@ def as_json(view: workspace_view.View, number: int | None) -> dict[str, object]:
     return {
         "workspace": view.name,
         "generation": view.generation,
+        "live_messages": view.live_messages,
         "archived_messages": view.archived_messages,
         "offloaded_results": view.originals,
         "window": view.window,

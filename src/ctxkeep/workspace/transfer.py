@@ -14,8 +14,6 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import orjson
-
 from ctxkeep.errors import WorkspaceError
 from ctxkeep.store import AGENTS_FILE, Store
 
@@ -55,7 +53,7 @@ def copy(source: Store, target: Store, *, lock_timeout: float = 10.0) -> Copied:
         )
         if wrong or target.read_state() != raw:
             raise WorkspaceError(f"the copy reads back different: {', '.join(wrong) or 'state'}", path=target.where(""))
-        live = _live_messages(copied.get(("live", str(state.generation)), b""))
+        live = livelog.count(copied.get(("live", str(state.generation)), b""))
         archived = sum(len(data.splitlines()) for (kind, _), data in copied.items() if kind == "archive")
         if archived != state.archive.lines:
             raise WorkspaceError(
@@ -141,15 +139,3 @@ def _write(target: Store, kind: str, name: str, data: bytes) -> None:
 
 def _digest(data: bytes | None) -> str | None:
     return None if data is None else hashlib.sha256(data).hexdigest()
-
-
-def _live_messages(data: bytes) -> int:
-    """The messages a live log holds (a torn last line, which reopening drops, is not one)."""
-    read = livelog.Read()
-    for line in data.splitlines():
-        if line.strip():
-            try:
-                livelog.apply(read, line)
-            except (orjson.JSONDecodeError, ValueError, TypeError, KeyError, IndexError, AttributeError):
-                break
-    return len(read.messages)
