@@ -233,3 +233,13 @@ def test_every_connection_commits_durably_and_a_stronger_setting_stays(postgres_
                 assert conn.execute("SHOW synchronous_commit").fetchone() == (expected,)
             with store.lock(1), store._conn("read") as conn:  # the lock's own
                 assert conn.execute("SHOW synchronous_commit").fetchone() == (expected,)
+
+
+def test_the_memory_commands_take_a_workspace_in_the_database(postgres_url: str) -> None:
+    where = ["--store", postgres_url, "--session", f"mem-cli/{uuid.uuid4().hex}"]
+    out = _cli("memory", "write", "the staging database is on port 6543", *where)
+    assert out.returncode == 0 and out.stdout.startswith("saved to memory/"), out.stderr
+    out = _cli("memory", "search", "which port is staging on", *where, "--no-vectors")
+    assert out.returncode == 0 and "port 6543" in out.stdout, out.stderr
+    out = _cli("memory", "search", "anything", "--store", postgres_url, "--session", "no-such-memory", "--no-vectors")
+    assert out.returncode == 2 and "holds no workspace" in out.stderr
