@@ -9,13 +9,19 @@ PostgreSQL server over its unix socket and over TCP on 127.0.0.1 (a throwaway se
 scripts/postgres_server.py; `synchronous_commit` on, so every step waits for the server's WAL flush). Printed
 per store: median and p95 ms of the steps without a compaction and of those with one, and the time to reopen a
 workspace of `--reopen` live messages (no compaction; best and median of three). The default run takes about
-a minute; `--messages 50000 --reopen 50000` is the issue's size. Needs the postgres extra and the server
-programs (apt-get install postgresql).
+a minute; `--messages 50000 --reopen 50000` is the issue's size.
+
+`--serve 1,2,4`: requests per second of that many `ctxkeep serve --store` processes on the socket's database,
+with `--conversations` conversations (8) each sending `--requests` requests (10) one after another, request i
+of conversation c going to process (c + i) mod N, so every conversation moves between processes; the upstream
+is tests/validating_server.py's local server (it answers at once). Needs the postgres and serve extras and the
+server programs (apt-get install postgresql).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -102,13 +108,93 @@ def stores(kind: str, tmp: Path) -> Iterator[Callable[[str], Store]]:
                 store.close()
 
 
+def serve_rate(url: str, processes: int, conversations: int, requests: int) -> tuple[float, int]:
+    """Requests per second through `processes` proxies on the database at `url`, and the requests that failed."""
+    import subprocess
+    import threading
+
+    import httpx
+    from tests.validating_server import ValidatingServer
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    with ValidatingServer(window=128_000) as api:
+        ports = [_free_port() for _ in range(processes)]
+        command = [sys.executable, "-m", "ctxkeep.cli", "serve", "--upstream", api.base_url, "--store", url]
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        procs = [subprocess.Popen([*command, "--port", str(port)], env=env, **quiet) for port in ports]  # type: ignore[call-overload]
+        try:
+            for port in ports:
+                _wait_for(f"http://127.0.0.1:{port}/v1/models")
+            failed: list[int] = []
+            run = uuid.uuid4().hex[:8]
+
+            def conversation(c: int) -> None:
+                history: list[dict[str, str]] = []
+                with httpx.Client(timeout=120, headers={"X-Ctxkeep-Session": f"bench-{run}-{c}"}) as client:
+                    for i in range(requests):
+                        history.append({"role": "user", "content": f"Request {i} of conversation {c}: go on."})
+                        port = ports[(c + i) % processes]
+                        body = {"model": "validating", "messages": history}
+                        reply = client.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body)
+                        if reply.status_code != 200:
+                            failed.append(reply.status_code)
+                            return
+                        history.append(reply.json()["choices"][0]["message"])
+
+            started = time.perf_counter()
+            threads = [threading.Thread(target=conversation, args=(c,)) for c in range(conversations)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            elapsed = time.perf_counter() - started
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(timeout=60)
+    return conversations * requests / elapsed, len(failed)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for(url: str) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no proxy answered at {url}") from None
+            time.sleep(0.1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--messages", type=int, default=600, help="messages in the replayed session")
     parser.add_argument("--window", type=int, default=32_000, help="the window (0: never compact)")
     parser.add_argument("--reopen", type=int, default=2_000, help="live messages of the reopened workspace (0: skip)")
     parser.add_argument("--stores", default="folder,socket,tcp", help="any of folder, socket, tcp")
+    parser.add_argument("--serve", default="", help="serve processes to measure, e.g. 1,2,4 (default: none)")
+    parser.add_argument("--conversations", type=int, default=8, help="conversations at once, for --serve")
+    parser.add_argument("--requests", type=int, default=10, help="requests of each conversation, for --serve")
     args = parser.parse_args()
+    if args.serve:
+        print(f"ctxkeep serve --store on a unix socket: {args.conversations} conversations x {args.requests} requests")
+        with serving() as url:
+            for n in (int(x) for x in args.serve.split(",")):
+                rate, failed = serve_rate(url, n, args.conversations, args.requests)
+                print(f"{n} process(es): {rate:.1f} requests/s, {failed} failed", flush=True)
+        if not args.stores:
+            return
     print(f"{args.messages:,} messages, window {args.window:,}; ms per step (add + prepare)")
     print(f"{'store':>7} {'steps':>6} {'median':>8} {'p95':>8} {'compact':>8} {'med':>8} {'p95':>8}   reopen")
     with tempfile.TemporaryDirectory() as tmp:
