@@ -113,7 +113,7 @@ def _free_port() -> int:
 
 @contextmanager
 def _serve(upstream: str, store: str, log: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """A `ctxkeep serve --store` process on a free port; yields it and its base URL; killed afterwards."""
+    """A `ctxkeep serve --store` process on a free port; yields it and its base URL; stopped afterwards."""
     port = _free_port()
     command = [sys.executable, "-m", "ctxkeep.cli", "serve", "--upstream", upstream, "--port", str(port)]
     command += ["--store", store, "--window", str(WINDOW)]
@@ -132,7 +132,13 @@ def _serve(upstream: str, store: str, log: Path) -> Iterator[tuple[subprocess.Po
                     time.sleep(0.1)
             yield proc, url
         finally:
-            proc.kill()
+            # Stopped as a user stops it (SIGTERM): the last reply, recorded when its workspace closes after the
+            # answer was sent, is in the database then. (Killed, the client would bring it back next request.)
+            proc.terminate()
+            try:
+                proc.wait(timeout=START_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def _client(url: str, key: str) -> OpenAI:

@@ -72,10 +72,13 @@ class PostgresStore:
         self._shown = shown_url(url)
         self._held: psycopg.Connection[Any] | None = None  # the lock's connection while a session holds it
         self._held_guard = threading.Lock()  # one statement at a time on it (a summary thread reads too)
+        # None kept open while idle (a session's reads and writes go through its lock's connection), one thread to
+        # open them: a proxy opens a store per request.
         self._pool = psycopg_pool.ConnectionPool(
             url,
-            min_size=1,
+            min_size=0,
             max_size=pool_size,
+            num_workers=1,
             kwargs={"autocommit": True},
             configure=_configure,
             reset=_reset,
