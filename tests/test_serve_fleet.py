@@ -218,3 +218,21 @@ def test_a_store_is_a_postgresql_url_and_not_beside_a_root(tmp_path: Path) -> No
         [*command, "--root", str(tmp_path), "--store", "postgresql://h/db"], capture_output=True, text=True
     )
     assert out.returncode == 2 and "not both" in out.stderr
+
+
+def test_sessions_lists_the_conversations_of_the_database(postgres_url: str, tmp_path: Path) -> None:
+    key = f"listed-{os.getpid()}-{time.monotonic_ns()}"
+    with (
+        ValidatingServer(window=WINDOW) as api,
+        running_proxy(api.base_url, tmp_path / "unused", store=postgres_url) as url,
+        _client(url, key) as client,
+    ):
+        _task(0, [{"role": "system", "content": SYSTEM}], itertools.repeat(client).__next__)
+    out = subprocess.run(
+        [sys.executable, "-m", "ctxkeep.cli", "sessions", "--store", postgres_url, "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    (listed,) = [c for c in json.loads(out.stdout) if c["name"] == key]
+    assert listed["branches"] == 1 and listed["bytes"] > 30_000  # the tool output's original is kept
