@@ -243,3 +243,23 @@ def test_the_memory_commands_take_a_workspace_in_the_database(postgres_url: str)
     assert out.returncode == 0 and "port 6543" in out.stdout, out.stderr
     out = _cli("memory", "search", "anything", "--store", postgres_url, "--session", "no-such-memory", "--no-vectors")
     assert out.returncode == 2 and "holds no workspace" in out.stderr
+
+
+def test_a_session_writing_summaries_ahead_shares_its_connection_with_the_writer_thread(postgres_url: str) -> None:
+    from dataclasses import replace
+
+    from ctxkeep import Session
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import crash_worker
+
+    settings = replace(crash_worker.SETTINGS, compact=replace(crash_worker.SETTINGS.compact, background=True))
+    name = f"ahead/{uuid.uuid4().hex}"
+    with Session.open(name, store=postgres_url, settings=settings) as session:
+        for message in crash_worker.conversation():
+            session.add(message)
+            session.prepare("You are a careful agent.")
+        archived = session.live.archive.lines
+    with Session.open(name, store=postgres_url, settings=settings) as session:
+        assert archived > 0 and session.live.archive.lines == archived
+        assert [m.id for m in session.history()] == [m.id for m in crash_worker.conversation()]
