@@ -68,7 +68,13 @@ def serving(parent: Path | None = None, *, tcp: bool = False) -> Iterator[str]:
     root = Path(tempfile.mkdtemp(prefix="ctxkeep-pg-", dir=parent))
     try:
         if os.geteuid() == 0:
-            entry = pwd.getpwnam(SYSTEM_USER)
+            try:
+                entry = pwd.getpwnam(SYSTEM_USER)
+            except KeyError:
+                raise RuntimeError(
+                    f"as root the server runs as the {SYSTEM_USER} user, and there is none: apt-get install postgresql"
+                    " makes it (initdb refuses to run as root)"
+                ) from None
             os.chown(root, entry.pw_uid, entry.pw_gid)
         os.chmod(root, 0o700)
         data, log = root / "data", root / "server.log"
