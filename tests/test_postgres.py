@@ -263,3 +263,10 @@ def test_a_session_writing_summaries_ahead_shares_its_connection_with_the_writer
     with Session.open(name, store=postgres_url, settings=settings) as session:
         assert archived > 0 and session.live.archive.lines == archived
         assert [m.id for m in session.history()] == [m.id for m in crash_worker.conversation()]
+
+
+def test_a_reader_on_an_empty_database_makes_nothing(database: str) -> None:
+    with pytest.raises(StorageError, match="holds no workspace 'w'"):
+        PostgresStore(database, "w", create=False)
+    with psycopg.connect(database) as conn:
+        assert schema.version(conn) == 0

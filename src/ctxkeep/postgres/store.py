@@ -71,6 +71,7 @@ class PostgresStore:
         self.url = url
         self.workspace = workspace
         self._shown = shown_url(url)
+        self._connect_timeout = connect_timeout
         self._held: psycopg.Connection[Any] | None = None  # the lock's connection while a session holds it
         self._held_guard = threading.Lock()  # one statement at a time on it (a summary thread reads too)
         # None kept open while idle (a session's reads and writes go through its lock's connection), one thread to
@@ -111,9 +112,10 @@ class PostgresStore:
     def _open_workspace(self, create: bool) -> int:
         with self._errors("open the workspace in"), self._pool.connection() as conn:
             found = schema.version(conn)
-            if found == 0:
+            if found == 0 and create:
                 schema.migrate(conn)
-            elif found < schema.VERSION:
+                found = schema.VERSION
+            elif 0 < found < schema.VERSION:
                 raise StorageError(
                     f"{self._shown} holds ctxkeep's schema version {found}, this ctxkeep uses {schema.VERSION}:"
                     f" run `ctxkeep store migrate URL` (stop the older ctxkeep processes first)"
@@ -123,11 +125,15 @@ class PostgresStore:
                     f"{self._shown} holds ctxkeep's schema version {found}, newer than this ctxkeep's"
                     f" {schema.VERSION}: upgrade ctxkeep"
                 )
-            if create:
+            if found and create:
                 conn.execute(
                     "INSERT INTO ctxkeep_workspace (name) VALUES (%s) ON CONFLICT (name) DO NOTHING", (self.workspace,)
                 )
-            row = conn.execute("SELECT id FROM ctxkeep_workspace WHERE name = %s", (self.workspace,)).fetchone()
+            row = (
+                conn.execute("SELECT id FROM ctxkeep_workspace WHERE name = %s", (self.workspace,)).fetchone()
+                if found
+                else None  # a reader on an empty database: nothing is made for it
+            )
             if row is None:
                 raise StorageError(
                     f"{self._shown} holds no workspace {self.workspace!r}; `ctxkeep store ls URL` lists those it holds",
@@ -178,7 +184,7 @@ class PostgresStore:
                 path=self._shown,
             )
         with self._errors("lock the workspace in"):
-            conn = psycopg.connect(self.url, autocommit=True)
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, round(self._connect_timeout)))
         try:
             with self._errors("lock the workspace in"):
                 _configure(conn)
