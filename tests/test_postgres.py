@@ -270,3 +270,10 @@ def test_a_reader_on_an_empty_database_makes_nothing(database: str) -> None:
         PostgresStore(database, "w", create=False)
     with psycopg.connect(database) as conn:
         assert schema.version(conn) == 0
+
+
+def test_an_adapter_given_a_name_and_a_store_refuses_memory_tools_it_could_not_close() -> None:
+    from ctxkeep.adapters._core import memory_tools_of
+
+    with pytest.raises(WorkspaceError, match=r"Session.open\('agent-1', store=...\)"):
+        memory_tools_of("agent-1", True, {"store": "postgresql://h/db"})
