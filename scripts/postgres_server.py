@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import glob
 import os
 import pwd
@@ -30,6 +31,7 @@ SYSTEM_USER = "postgres"  # who runs the server when we are root
 START_SECONDS = 120  # pg_ctl's wait for the server to accept connections; a busy machine may be slow
 
 
+@functools.cache  # asked before every test that needs the server
 def bindir() -> Path | None:
     """Where ``initdb`` and ``pg_ctl`` are: on the PATH, in ``pg_config --bindir``, or Debian's newest
     ``/usr/lib/postgresql/N/bin``; None when the server programs are not installed."""
@@ -41,9 +43,13 @@ def bindir() -> Path | None:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, timeout=30, check=True)
             candidates.append(Path(out.stdout.strip()))
-    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2] or 0))
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: _number(p.split("/")[-2]))
     candidates += [Path(p) for p in reversed(versions)]
     return next((c for c in candidates if (c / "initdb").is_file() and (c / "pg_ctl").is_file()), None)
+
+
+def _number(version: str) -> int:
+    return int(version) if version.isdigit() else 0
 
 
 def _as_server_user(command: list[str]) -> list[str]:
