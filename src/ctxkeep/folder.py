@@ -83,7 +83,7 @@ class LocalFolder(FileStore):
 
     def _parts(self, name: str) -> list[str]:
         parts = name.split("/")
-        if not name or any(p in ("", ".", "..") for p in parts):
+        if not name or "\x00" in name or any(p in ("", ".", "..") for p in parts):
             # A ctxkeep error, not a ValueError: a damaged state or an imported record can name such a file.
             raise WorkspaceError(
                 f"a workspace file name must be relative and stay inside the folder; got {name!r}",

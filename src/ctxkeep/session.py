@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from . import engine, inputs
+from . import engine, inputs, postgres
 from . import live as live_mod
 from . import sync as sync_mod
 from .codec import message_from_dict, storable
@@ -94,21 +94,40 @@ class Session:
         window: int | None = None,
         background: bool = False,
         durability: DurabilitySettings | str = "step",
+        store: str | None = None,
         **kw: Any,
     ) -> Session:
         """The session in folder `path` (created when missing). Keyword arguments as for `Session`.
 
+        `store`, a PostgreSQL URL (``postgresql://user@host/db``, the ``postgres`` extra), keeps the workspace
+        in that database instead, `path` being its name there; the session closes the connections it opened.
+
         `window` (the model's context window, tokens) derives every size from it
         (`EngineSettings.for_window`); explicit `settings` win over it. `background` writes summaries ahead
         (`CompactSettings.background`), whatever the settings say. `durability` (``"step"``, ``"batch"``,
-        ``"off"`` or `DurabilitySettings`) says what a power loss may take (a kill takes nothing in any).
+        ``"off"`` or `DurabilitySettings`) says what a power loss may take (a kill takes nothing in any); a
+        PostgreSQL store commits each write with ``synchronous_commit`` on whatever it says.
         """
         if window is not None and kw.get("settings") is None:
             kw["settings"] = EngineSettings.for_window(window)
         if background:
             settings = kw.get("settings") or EngineSettings()
             kw["settings"] = replace(settings, compact=replace(settings.compact, background=True))
-        return cls(LocalFolder(path, durability=durability), **kw)
+        if store is None:
+            return cls(LocalFolder(path, durability=durability), **kw)
+        if not postgres.is_url(store):
+            raise WorkspaceError(
+                f"store= takes a PostgreSQL URL, postgresql://user@host/db; got {store!r} (for a folder, give its"
+                " path alone)"
+            )
+        database = postgres.open_store(store, str(path))
+        try:
+            session = cls(database, **kw)
+        except BaseException:
+            database.close()
+            raise
+        session._stack.callback(database.close)
+        return session
 
     def __enter__(self) -> Session:
         return self

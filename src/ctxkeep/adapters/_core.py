@@ -11,7 +11,7 @@ aborted call) are built anew.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,9 @@ Workspace = str | Path | Session | AsyncSession
 Memory = bool | Sequence[MemoryTool]
 
 
-def memory_tools_of(workspace: Workspace, memory: Memory) -> list[MemoryTool]:
+def memory_tools_of(
+    workspace: Workspace, memory: Memory, settings: Mapping[str, Any] | None = None
+) -> list[MemoryTool]:
     """The memory tools an adapter on `workspace` registers for its `memory` option.
 
     True gives `memory_tools` of the same store the session keeps, so what the agent writes is what the
@@ -42,6 +44,12 @@ def memory_tools_of(workspace: Workspace, memory: Memory) -> list[MemoryTool]:
     if memory is False:
         return []
     if memory is True:
+        if isinstance(workspace, str | Path) and (settings or {}).get("store") is not None:
+            # The tools would keep a database's connections beside the session's, open for as long as the agent.
+            raise WorkspaceError(
+                "memory=True with store= needs the session itself: give the adapter"
+                f" Session.open({str(workspace)!r}, store=...) rather than its name"
+            )
         if isinstance(workspace, str | Path):
             return memory_tools(workspace)
         session = workspace.session if isinstance(workspace, AsyncSession) else workspace

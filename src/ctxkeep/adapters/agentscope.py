@@ -51,7 +51,7 @@ class ContextMiddleware(MiddlewareBase):
 
     def __init__(self, workspace: Workspace, *, memory: Memory = False, **settings: Any) -> None:
         self._source = SessionSource(workspace, settings)
-        self._tools: list[ToolBase] = [MemoryToolAdapter(t) for t in _core.memory_tools_of(workspace, memory)]
+        self._tools: list[ToolBase] = [MemoryToolAdapter(t) for t in _core.memory_tools_of(workspace, memory, settings)]
         self._pieces = PieceCache()
 
     async def session(self) -> AsyncSession:

@@ -61,7 +61,7 @@ class CtxkeepMiddleware(AgentMiddleware[Any, Any, Any]):
     def __init__(self, workspace: Workspace, *, memory: Memory = False, **settings: Any) -> None:
         super().__init__()
         self._source = SessionSource(workspace, settings)
-        self.tools: list[BaseTool] = [to_langchain_tool(t) for t in _core.memory_tools_of(workspace, memory)]
+        self.tools: list[BaseTool] = [to_langchain_tool(t) for t in _core.memory_tools_of(workspace, memory, settings)]
         """The memory tools as LangChain tools (empty without `memory`); ``create_agent`` registers them."""
         self._tools: tuple[list[BaseTool | dict[str, Any]], list[dict[str, Any]]] | None = None
         self.last_step: Step | None = None

@@ -59,7 +59,9 @@ class CtxkeepInputFilter:
 
     def __init__(self, workspace: Workspace, *, memory: Memory = False, **settings: Any) -> None:
         self._source = SessionSource(workspace, settings)
-        self.tools: list[FunctionTool] = [to_function_tool(t) for t in _core.memory_tools_of(workspace, memory)]
+        self.tools: list[FunctionTool] = [
+            to_function_tool(t) for t in _core.memory_tools_of(workspace, memory, settings)
+        ]
         """The memory tools as `FunctionTool`s for the agent (empty without `memory`): a filter cannot add them."""
         self.last_step: Step | None = None
         """What the last pass did (`Step.compaction`, `.warnings`...), None before the first model call."""
@@ -122,7 +124,9 @@ class CtxkeepSession:
     ) -> None:
         self.session_id = session_id
         self._source = SessionSource(workspace, settings)
-        self.tools: list[FunctionTool] = [to_function_tool(t) for t in _core.memory_tools_of(workspace, memory)]
+        self.tools: list[FunctionTool] = [
+            to_function_tool(t) for t in _core.memory_tools_of(workspace, memory, settings)
+        ]
         """The memory tools as `FunctionTool`s for the agent (empty without `memory`)."""
         self.input_filter: CtxkeepInputFilter = _SessionFilter(self._source, self.tools)
         """The `call_model_input_filter` for runs on this session."""

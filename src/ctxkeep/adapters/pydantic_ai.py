@@ -424,7 +424,9 @@ class CtxkeepCapability(AbstractCapability[Any]):
 
     def __init__(self, workspace: Workspace, *, memory: Memory = False, **settings: Any) -> None:
         self._source = SessionSource(workspace, settings)
-        self.tools: list[Tool[Any]] = [to_pydantic_ai_tool(t) for t in _core.memory_tools_of(workspace, memory)]
+        self.tools: list[Tool[Any]] = [
+            to_pydantic_ai_tool(t) for t in _core.memory_tools_of(workspace, memory, settings)
+        ]
         """The memory tools as pydantic-ai tools (empty without `memory`); `get_toolset` gives them to the agent."""
         self._toolset = FunctionToolset(self.tools) if self.tools else None
 

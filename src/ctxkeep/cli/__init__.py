@@ -11,7 +11,9 @@
     ctxkeep show WORKSPACE [--compaction N] [--json]
     ctxkeep recall WORKSPACE dialog/YYYY-MM-DD.jsonl:FROM-TO [--json]   (or a tool_result/<uuid>.txt)
     ctxkeep report WORKSPACE -o report.html
-    ctxkeep serve --upstream URL [--host 127.0.0.1] [--port 8787] [--window N] [--root DIR] [--model SPEC]
+        (show, recall, report: a workspace kept in PostgreSQL is --store URL --session ID instead of WORKSPACE)
+    ctxkeep store migrate URL | ls URL [PREFIX] | copy SRC DST [--session ID]
+    ctxkeep serve --upstream URL [--host 127.0.0.1] [--port 8787] [--window N] [--root DIR | --store URL] [--model SPEC]
                   [--timeout SECONDS] [--max-body SIZE] [--log-format text|json]
                   [--allow-remote --auth-token TOKEN]
 
@@ -23,7 +25,7 @@ the new workspace in a folder beside it and swaps the two only when the new one 
 
 Exit codes: 0 success, 2 bad input (the message names file, line and what is wrong).
 
-One module per command (`inspect`, `compact`, `serve`, `sessions`, `show`, `recall`, `report`; `memory` is
+One module per command (`inspect`, `compact`, `serve`, `sessions`, `show`, `recall`, `report`, `store`; `memory` is
 `ctxkeep.memory.cli`), each with `add_arguments(parser)` and `run(args)`; what several share has its own
 module: `transcripts` (FILE, --format, --max-bytes), `progress`, `output` (where a command may write),
 `workspace_build` (compact's replay and --replace's swap).
@@ -61,6 +63,7 @@ COMMANDS: dict[str, str] = {
     "recall": "archived messages word for word, with the saved originals of offloaded outputs",
     "report": "a workspace as one self-contained HTML page",
     "memory": "long-term memory: search, write, index, consolidate, schedule",
+    "store": "PostgreSQL stores: migrate a database, list its workspaces, copy one from or to a folder",
 }
 
 # The module of each command: `add_arguments(parser)` and `run(args) -> int`.
@@ -153,7 +156,7 @@ def _run(words: list[str], command: str | None) -> int:
 
 
 # The extra each command needs, when ctxkeep's installed metadata cannot say which one brings a package.
-_COMMAND_EXTRAS = {"serve": "serve", "memory": "memory"}
+_COMMAND_EXTRAS = {"serve": "serve", "memory": "memory", "store": "postgres"}
 
 
 def _extra_of(exc: ModuleNotFoundError, command: str | None) -> str | None:

@@ -2,6 +2,7 @@
 
     ctxkeep recall WORKSPACE dialog/YYYY-MM-DD.jsonl:FROM-TO [--json]
     ctxkeep recall WORKSPACE tool_result/<uuid>.txt
+    ctxkeep recall --store URL --session ID SOURCE      (a workspace kept in PostgreSQL)
 
 The source is what a summary, a search hit or an offload notice names (`ctxkeep.workspace.recall`).
 """
@@ -10,12 +11,18 @@ from __future__ import annotations
 
 import argparse
 
+from . import location
+
+TYPE_CHECKING = False  # not `typing`'s: the command line imports no `typing` before it must
+if TYPE_CHECKING:
+    from ctxkeep.store import Store
+
 __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(recall: argparse.ArgumentParser) -> None:
     """The command's options."""
-    recall.add_argument("workspace", help="a folder a ctxkeep session wrote")
+    location.add_arguments(recall)
     recall.add_argument(
         "source", help="dialog/YYYY-MM-DD.jsonl:FROM-TO (or :N) as a summary names it, or tool_result/<uuid>.txt"
     )
@@ -26,18 +33,24 @@ def add_arguments(recall: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the messages (or the saved original) `args.source` names; returns the exit code."""
-    import json
     import sys
     from pathlib import Path
 
-    from ctxkeep.codec import message_to_dict
-    from ctxkeep.folder import LocalFolder
-    from ctxkeep.workspace import recall
-
-    if not Path(args.workspace).is_dir():
+    if args.store is None and args.workspace is not None and not Path(args.workspace).is_dir():
         print(f"ctxkeep: error: {args.workspace} is not a folder; give the workspace a session wrote", file=sys.stderr)
         return 2
-    folder = LocalFolder(args.workspace)
+    with location.opened(args) as (folder, _):
+        return _print(folder, args)
+
+
+def _print(folder: Store, args: argparse.Namespace) -> int:
+    """Print what `args.source` names in `folder`; the exit code."""
+    import json
+    import sys
+
+    from ctxkeep.codec import message_to_dict
+    from ctxkeep.workspace import recall
+
     try:
         name = recall.original_name(folder, args.source)
         if name is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import location
+
 TYPE_CHECKING = False  # not `typing`'s: the command line imports no `typing` before it must
 if TYPE_CHECKING:
     from ctxkeep.workspace.view import Price
@@ -14,7 +16,7 @@ __all__ = ["add_arguments", "add_price_arguments", "price_of", "run"]
 
 def add_arguments(report: argparse.ArgumentParser) -> None:
     """The command's options."""
-    report.add_argument("workspace", help="a folder a ctxkeep session wrote")
+    location.add_arguments(report)
     report.add_argument("-o", "--output", required=True, help="the HTML file to write (- for standard output)")
     add_price_arguments(report)
 
@@ -50,7 +52,6 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ctxkeep import html_report  # here, so --help stays fast
-    from ctxkeep.folder import LocalFolder
     from ctxkeep.workspace import view as workspace_view
 
     from .output import check_output, write_output
@@ -63,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     out = None if args.output == "-" else Path(args.output)
     if out is not None:
         check_output(out, "-o")  # before the page is built: a refused path costs nothing
-    view = workspace_view.read(LocalFolder(args.workspace), name=args.workspace)
+    with location.opened(args) as (store, name):
+        view = workspace_view.read(store, name=name)
     page = html_report.render(view, price=priced).encode()
     if out is None:
         sys.stdout.buffer.write(page)

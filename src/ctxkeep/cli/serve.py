@@ -20,6 +20,12 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--port", type=int, default=8787, help="the port to listen on (default 8787)")
     serve.add_argument("--window", type=int, default=128_000, help="the upstream model's context window in tokens")
     serve.add_argument("--root", help="the folder of the conversations' workspaces (default ~/.ctxkeep/serve)")
+    serve.add_argument(
+        "--store",
+        metavar="URL",
+        help="keep the workspaces in this PostgreSQL database (postgresql://…) instead of --root: any number of"
+        " processes may serve it",
+    )
     serve.add_argument("--model", help="summarize with this model: openai:<model>, anthropic:<model>")
     serve.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the upstream (504 after)")
     serve.add_argument(
@@ -69,11 +75,14 @@ def run(args: argparse.Namespace) -> int:
             raise CtxkeepError(f"--host {args.host} can be reached from other machines: add --allow-remote to mean it")
         if token is None:
             raise CtxkeepError(f"--host {args.host} needs --auth-token (or CTXKEEP_AUTH_TOKEN): clients must send it")
+    if args.root and args.store:
+        raise CtxkeepError("give --root (a folder) or --store (a PostgreSQL URL), not both")
     root = Path(args.root) if args.root else default_root()
     try:
         settings = ServeSettings(
             upstream=args.upstream,
             root=root,
+            store=args.store,
             window=args.window,
             model=args.model,
             timeout=args.timeout,

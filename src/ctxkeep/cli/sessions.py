@@ -1,7 +1,8 @@
 """``ctxkeep sessions`` (also ``ctxkeep serve ls``): the proxy's conversations, most recently used first.
 
-Reads the folders under the proxy's root and nothing else: no lock is taken, so it runs beside a
-proxy that is serving them, and it needs none of the `serve` extra's packages.
+Reads the folders under the proxy's root (or, with ``--store URL``, the workspaces of that PostgreSQL
+database, `ctxkeep serve --store`) and nothing else: no lock is taken, so it runs beside a proxy that is
+serving them, and it needs none of the `serve` extra's packages.
 """
 
 from __future__ import annotations
@@ -17,12 +18,19 @@ from ctxkeep.errors import CtxkeepError
 from ctxkeep.folder import LocalFolder
 from ctxkeep.workspace import records
 
-__all__ = ["Conversation", "add_arguments", "conversations", "default_root", "run"]
+TYPE_CHECKING = False  # not `typing`'s: the command line imports no `typing` before it must
+if TYPE_CHECKING:
+    from ctxkeep.postgres.store import Usage
+
+__all__ = ["Conversation", "add_arguments", "conversations", "default_root", "in_database", "run"]
 
 
 def add_arguments(sessions: argparse.ArgumentParser) -> None:
     """The command's options."""
     sessions.add_argument("--root", help="the folder `ctxkeep serve --root` keeps them in (default ~/.ctxkeep/serve)")
+    sessions.add_argument(
+        "--store", metavar="URL", help="the PostgreSQL database `ctxkeep serve --store` keeps them in"
+    )
     sessions.add_argument("--json", action="store_true", help="print them as JSON")
 
 
@@ -73,10 +81,41 @@ def _conversation(folder: Path) -> Conversation:
     return Conversation(name=folder.name, branches=len(branches), last_used=used, bytes=size, compactions=compactions)
 
 
+def in_database(url: str) -> list[Conversation]:
+    """The conversations `ctxkeep serve --store URL` keeps in that database (``<conversation>/<branch>``), most
+    recently used first."""
+    from ctxkeep.postgres.store import usage
+
+    grouped: dict[str, list[Usage]] = {}
+    for workspace in usage(url):
+        key, _, branch = workspace.name.rpartition("/")
+        if key and branch.isdigit():
+            grouped.setdefault(key, []).append(workspace)
+    found = [
+        Conversation(
+            name=key,
+            branches=len(branches),
+            last_used=datetime.fromtimestamp(max(b.last_used for b in branches), UTC).isoformat(timespec="seconds"),
+            bytes=sum(b.size for b in branches),
+            compactions=sum(1 for b in branches for rec in records.read(b.records)[0] if rec["kind"] == "compaction"),
+        )
+        for key, branches in grouped.items()
+    ]
+    return sorted(found, key=lambda c: c.last_used, reverse=True)
+
+
 def run(args: argparse.Namespace) -> int:
-    """Print the conversations under ``--root`` as a table, or as JSON with ``--json``."""
-    root = Path(args.root) if args.root else default_root()
-    found = conversations(root)
+    """Print the conversations under ``--root`` (or in ``--store``) as a table, or as JSON with ``--json``."""
+    if args.root and args.store:
+        raise CtxkeepError("give --root (a folder) or --store (a PostgreSQL URL), not both")
+    root: Path | str = Path(args.root) if args.root else default_root()
+    if args.store:
+        from ctxkeep.postgres.store import shown_url
+
+        found, root = in_database(args.store), shown_url(args.store)
+    else:
+        assert isinstance(root, Path)
+        found = conversations(root)
     if args.json:
         print(json.dumps([asdict(c) for c in found], ensure_ascii=False, indent=2))
     elif not found:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import location
 from .report import add_price_arguments, price_of
 
 TYPE_CHECKING = False  # not `typing`'s: the command line imports no `typing` before it must
@@ -16,7 +17,7 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(show: argparse.ArgumentParser) -> None:
     """The command's options."""
-    show.add_argument("workspace", help="a folder a ctxkeep session wrote")
+    location.add_arguments(show)
     show.add_argument("--compaction", type=int, metavar="N", help="also what compaction N archived and changed")
     show.add_argument(
         "--json",
@@ -30,7 +31,6 @@ def run(args: argparse.Namespace) -> int:
     """Print the workspace; returns the exit code."""
     import shutil
 
-    from ctxkeep.folder import LocalFolder
     from ctxkeep.workspace import view as workspace_view  # here, so --help stays fast
 
     try:
@@ -38,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"ctxkeep: error: {exc}", file=sys.stderr)
         return 2
-    view = workspace_view.read(LocalFolder(args.workspace), name=args.workspace)
+    with location.opened(args) as (store, name):
+        view = workspace_view.read(store, name=name)
     if args.json:
         import json
 
@@ -78,6 +79,7 @@ def as_json(view: workspace_view.View, number: int | None) -> dict[str, object]:
     return {
         "workspace": view.name,
         "generation": view.generation,
+        "live_messages": view.live_messages,
         "archived_messages": view.archived_messages,
         "offloaded_results": view.originals,
         "window": view.window,

@@ -8,6 +8,8 @@
     ctxkeep memory consolidate --workspace DIR [--model SPEC [--base-url URL]]
     ctxkeep memory schedule --workspace DIR [--at HH:MM] [--cron]
 
+A workspace kept in PostgreSQL is ``--store URL --session ID`` instead of ``--workspace DIR`` (`docs/fleet.md`).
+
 Only argparse is imported here: the handlers import what they need, so ``ctxkeep --help`` stays fast.
 """
 
@@ -105,7 +107,9 @@ searches ask it for the query's vector. --no-resident loads it in the search's o
 
 
 def _workspace(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workspace", "-w", required=True, help="the workspace folder")
+    parser.add_argument("--workspace", "-w", help="the workspace folder (or --store and --session)")
+    parser.add_argument("--store", metavar="URL", help="a PostgreSQL database that keeps workspaces: postgresql://…")
+    parser.add_argument("--session", metavar="ID", help="the workspace's name in --store (`ctxkeep store ls URL`)")
 
 
 def _embedder_options(parser: argparse.ArgumentParser) -> None:
@@ -127,12 +131,32 @@ def run(args: argparse.Namespace) -> int:
         "schedule": _schedule,
     }
     try:
+        if args.store is not None:
+            return _in_database(handlers[args.memory_command], args)
+        if args.workspace is None or args.session is not None:
+            raise ValueError("give --workspace DIR, or --store URL with --session ID")
         if args.memory_command != "write":  # the one command that may start a workspace's memory
             _check_workspace(args.workspace)
         return handlers[args.memory_command](LocalFolder(args.workspace), args)
     except ValueError as exc:  # a bad argument: the same one-line error as the rest of the CLI
         print(f"ctxkeep: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _in_database(handler: Callable[[Store, argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run `handler` on the workspace `--session` names in the database `--store` names."""
+    from ctxkeep.postgres import is_url
+
+    if args.workspace is not None or args.session is None or not is_url(args.store):
+        raise ValueError("with --store postgresql://…, name the workspace by --session ID (and give no --workspace)")
+    if args.memory_command == "schedule" and args.cron:
+        raise ValueError("--cron writes a folder's path: for a workspace in a database, run `memory schedule` itself")
+    from ctxkeep.postgres.store import PostgresStore
+
+    args.workspace = args.session  # what the messages name it by
+    # Only `write` may start a workspace's memory, as with a folder: another command on a typo is refused.
+    with PostgresStore(args.store, args.session, create=args.memory_command == "write") as store:
+        return handler(store, args)
 
 
 def _check_workspace(path: str) -> None:

@@ -43,9 +43,13 @@ def run(settings: ServeSettings, *, host: str, port: int, log_format: str = "tex
     app = create_app(settings, summarizer=summarizers(settings.model))
     # Configured here rather than by uvicorn (`log_config=None`), so that the first line is in the same form.
     logging.config.dictConfig(logging_config(log_format))
-    logging.getLogger("ctxkeep").info(
-        "serving http://%s:%d/v1 -> the upstream; workspaces in %s", host, port, settings.root
-    )
+    if settings.store is not None:
+        from ctxkeep.postgres.store import shown_url
+
+        where = shown_url(settings.store)
+    else:
+        where = str(settings.root)
+    logging.getLogger("ctxkeep").info("serving http://%s:%d/v1 -> the upstream; workspaces in %s", host, port, where)
     uvicorn.run(app, host=host, port=port, log_config=None, log_level="warning", access_log=False, server_header=False)
 
 

@@ -56,7 +56,8 @@ def create_app(
 ) -> Starlette:
     """The proxy for `settings`. `summarizer` makes each workspace's summarizer (None: the extractive one);
     `transport` replaces the network under the upstream client (for tests)."""
-    settings.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if settings.store is None:
+        settings.root.mkdir(mode=0o700, parents=True, exist_ok=True)
     proxy = Proxy(settings, Sessions(settings, summarizer), Upstream(settings, transport))
 
     @asynccontextmanager

@@ -2,6 +2,10 @@
 
     <root>/<conversation>/<branch>/     a ctxkeep workspace (`Session`): branch 0 first
 
+or, with `ServeSettings.store`, the workspace ``<conversation>/<branch>`` in a PostgreSQL database, closed after
+each request (its lock released), so several processes serve one database and a conversation's requests go to
+any of them, in order: a request waits for the workspace another process holds (`ServeSettings.lock_timeout`).
+
 A conversation is named by the client's ``X-Ctxkeep-Session`` header, else by the first words of its
 first ask and a hash of how it begins (the route, the system prompt, the first message). Each request
 syncs the client's whole history into the conversation's current branch. A history that no longer extends
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import re
@@ -133,7 +138,7 @@ class Sessions:
 
     def key(self, header: str | None, route: str, turn: Turn) -> str:
         """The request's conversation (`conversation_key`), found among the folders under the root."""
-        return conversation_key(header, route, turn, root=self._settings.root)
+        return conversation_key(header, route, turn, root=None if self._settings.store else self._settings.root)
 
     async def enter(self, key: str) -> Lease:
         """Wait for the conversation's turn; the `Lease` must be released (`Lease.release`) when done."""
@@ -232,8 +237,14 @@ class Sessions:
 
     def _branch_order(self, key: str) -> list[int]:
         if key not in self._branches:
-            folder = self._settings.root / key
-            found = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
+            if self._settings.store is not None:
+                from ctxkeep.postgres.store import workspaces
+
+                names = [n.removeprefix(f"{key}/") for n in workspaces(self._settings.store, f"{key}/")]
+                found = [int(n) for n in names if n.isdigit()]
+            else:
+                folder = self._settings.root / key
+                found = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
             self._branches[key] = sorted(found, reverse=True)
         return list(self._branches[key])
 
@@ -256,16 +267,20 @@ class Sessions:
             del self._open[(key, branch)]
             await opened.close()
             log.info("conversation %s: the upstream counts more tokens; window %d from now", key, window)
-        folder = self._settings.root / key
-        await asyncio.to_thread(_private_folder, folder)
+        store = self._settings.store
+        if store is None:
+            await asyncio.to_thread(_private_folder, self._settings.root / key)
         session = await asyncio.to_thread(
-            Session.open,
-            self._path(key, branch),
-            window=window,
-            summarizer=self._summarizer(),
-            lock_timeout=self._settings.lock_timeout,
-            background=self._settings.background,
-            durability=self._settings.durability,
+            functools.partial(
+                Session.open,
+                f"{key}/{branch}" if store is not None else self._path(key, branch),
+                window=window,
+                summarizer=self._summarizer(),
+                lock_timeout=self._settings.lock_timeout,
+                background=self._settings.background,
+                durability=self._settings.durability,
+                store=store,
+            )
         )
         opened = AsyncSession(session)
         self._open[(key, branch)] = opened
@@ -277,6 +292,11 @@ class Sessions:
         session = self._open.pop((key, branch), None)
         if session is not None:
             await self._close((key, branch), session)
+        if self._settings.store is not None:
+            from ctxkeep.postgres.store import drop_workspace
+
+            await asyncio.to_thread(drop_workspace, self._settings.store, f"{key}/{branch}")
+            return
         await asyncio.to_thread(shutil.rmtree, self._path(key, branch), ignore_errors=True)
         with contextlib.suppress(OSError):  # a refused request leaves no folder: only an empty one goes
             await asyncio.to_thread((self._settings.root / key).rmdir)
@@ -294,8 +314,10 @@ class Sessions:
         if self._evicting:
             return  # the running eviction goes on until nothing more can be closed
         self._evicting = True
+        # A database's workspaces are all closed once idle: another process may serve the next request.
+        keep = 0 if self._settings.store is not None else self._settings.max_open
         try:
-            while len(self._open) > self._settings.max_open:
+            while len(self._open) > keep:
                 idle = next((w for w in self._open if w[0] not in self._turns or not self._turns[w[0]].users), None)
                 if idle is None:
                     return  # every open workspace is in use: closed when its requests are done

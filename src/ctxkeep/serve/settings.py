@@ -18,6 +18,9 @@ class ServeSettings:
     upstream: str
     # The folder that holds one workspace per conversation (created 0700 when missing).
     root: Path
+    # A PostgreSQL URL (postgresql://…): the conversations' workspaces are kept in that database instead of
+    # under `root`, and each is closed after its request, so any process serving the same database takes the next.
+    store: str | None = None
     # The upstream model's context window, tokens: every session's sizes follow it.
     window: int = 128_000
     # The compaction model (`ctxkeep.get_model` spec); None: the built-in extractive summarizer.
@@ -54,6 +57,8 @@ class ServeSettings:
             raise ValueError("the auth token must be printable ASCII (a random one: `openssl rand -hex 16`)")
         if self.auth_token is not None and len(self.auth_token) < 16:
             raise ValueError("the auth token must be at least 16 characters (a random one: `openssl rand -hex 16`)")
+        if self.store is not None and not self.store.startswith(("postgresql://", "postgres://")):
+            raise ValueError("store must be a PostgreSQL URL, postgresql://user@host/db (for a folder, use root)")
         if self.max_open < 1:
             raise ValueError(f"max_open must be 1 or more; got {self.max_open!r}")
         if not isinstance(self.max_body, int) or isinstance(self.max_body, bool) or self.max_body < 1024:

@@ -99,6 +99,25 @@ def apply(read: Read, line: bytes) -> None:
         read.counts.append(_count(d.get("n")))
 
 
+def count(data: bytes) -> int:
+    """The messages a live log holds, up to the first line that cannot be read (a torn last line, which
+    reopening drops): for a count shown to people, without building the messages."""
+    held = 0
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        try:
+            d = orjson.loads(line)
+            mark = d.get("v")
+            if mark == BATCH_MARK:
+                held += len(d["messages"])
+            elif mark not in (REPLACE_MARK, LIVE_MARK):
+                held += 1
+        except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
+            break
+    return held
+
+
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
     """Keep Python's cyclic garbage collector from walking a whole log's messages while they are read back.

@@ -32,7 +32,7 @@ from ctxkeep.errors import WorkspaceError
 from ctxkeep.messages import Message
 from ctxkeep.store import Store
 
-from . import records
+from . import livelog, records
 from . import state as state_file
 
 _BARS = "▁▂▃▄▅▆▇█"
@@ -101,6 +101,7 @@ class View:
     window: int | None = None
     threshold: int | None = None
     reserve: int | None = None
+    live_messages: int = 0  # in the live context now (the committed generation's live log)
 
     def whole(self) -> tuple[int, ...]:
         """The tokens of the whole history at each step: what sending everything would have sent (offloaded
@@ -308,6 +309,7 @@ def read(store: Store, *, name: str, limits: Limits | None = None) -> View:
         failures=tuple(failures),
         failure_steps=tuple(failure_steps),
         originals=len(store.originals()),
+        live_messages=livelog.count(store.read_live(state.generation)),
         cuts=tuple(cuts),
         **ran_under,
     )

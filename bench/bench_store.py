@@ -1,0 +1,213 @@
+"""A `Session` on a folder and on PostgreSQL: ms per step, and the time to reopen.
+
+Run: .venv/bin/python bench/bench_store.py [--messages 600] [--window 32000] [--reopen 2000]
+         [--stores folder,socket,tcp]
+
+bench_disk.py's synthetic agent session (asks, tool calls, results of a few hundred bytes to 80 KB) is replayed
+turn by turn (`add` of the turn, then `prepare`) into a new workspace of each store: a folder on this disk, a
+PostgreSQL server over its unix socket and over TCP on 127.0.0.1 (a throwaway server this script starts,
+scripts/postgres_server.py; `synchronous_commit` on, so every step waits for the server's WAL flush). Printed
+per store: median and p95 ms of the steps without a compaction and of those with one, and the time to reopen a
+workspace of `--reopen` live messages (no compaction; best and median of three). The default run takes about
+a minute; `--messages 50000 --reopen 50000` is the issue's size.
+
+`--serve 1,2,4`: requests per second of that many `ctxkeep serve --store` processes on the socket's database,
+with `--conversations` conversations (8) each sending `--requests` requests (10) one after another, request i
+of conversation c going to process (c + i) mod N, so every conversation moves between processes; the upstream
+is tests/validating_server.py's local server (it answers at once). Needs the postgres and serve extras and the
+server programs (apt-get install postgresql).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scripts.postgres_server import serving  # noqa: E402
+
+from bench_disk import COUNTER, session_turns  # noqa: E402  (bench/ is the script's folder)
+from ctxkeep.folder import LocalFolder  # noqa: E402
+from ctxkeep.session import Session  # noqa: E402
+from ctxkeep.settings import CompactSettings, EngineSettings  # noqa: E402
+from ctxkeep.store import Store  # noqa: E402
+
+SYSTEM = "You are a careful coding agent."
+
+
+def _settings(window: int) -> EngineSettings:
+    return (
+        EngineSettings.for_window(window) if window else EngineSettings(compact=CompactSettings(max_input_length=10**9))
+    )
+
+
+def replay(store: Store, messages: int, window: int) -> tuple[list[float], list[float]]:
+    """Seconds per step (add + prepare) without and with a compaction."""
+    plain: list[float] = []
+    compacting: list[float] = []
+    with Session(store, settings=_settings(window), counter=COUNTER) as session:
+        for batch in session_turns(messages):
+            started = time.perf_counter()
+            session.add(batch)
+            step = session.prepare(SYSTEM)
+            (compacting if step.compaction else plain).append(time.perf_counter() - started)
+    return plain, compacting
+
+
+def reopen(opener: Callable[[], Store], messages: int) -> tuple[int, list[float]]:
+    """Live messages held, and the seconds of three `Session` opens of a workspace holding them."""
+    with Session(opener(), settings=_settings(0), counter=COUNTER) as session:
+        for batch in session_turns(messages):
+            session.add(batch)
+    times: list[float] = []
+    for _ in range(3):
+        started = time.perf_counter()
+        with Session(opener(), settings=_settings(0), counter=COUNTER) as session:
+            held = len(session.messages)
+        times.append(time.perf_counter() - started)
+    return held, times
+
+
+def _ms(xs: list[float]) -> str:
+    if not xs:
+        return f"{'-':>8} {'-':>8}"
+    ordered = sorted(xs)
+    p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+    return f"{statistics.median(xs) * 1000:>8.2f} {p95 * 1000:>8.2f}"
+
+
+@contextmanager
+def stores(kind: str, tmp: Path) -> Iterator[Callable[[str], Store]]:
+    """What opens a named workspace of the store `kind` (each PostgreSQL store is closed at the end)."""
+    if kind == "folder":
+        yield lambda name: LocalFolder(tmp / name)
+        return
+    from ctxkeep.postgres.store import PostgresStore
+
+    opened: list[PostgresStore] = []
+    with serving(tcp=kind == "tcp") as url:
+
+        def open_store(name: str) -> Store:
+            opened.append(PostgresStore(url, name))
+            return opened[-1]
+
+        try:
+            yield open_store
+        finally:
+            for store in opened:
+                store.close()
+
+
+def serve_rate(url: str, processes: int, conversations: int, requests: int) -> tuple[float, int]:
+    """Requests per second through `processes` proxies on the database at `url`, and the requests that failed."""
+    import subprocess
+    import threading
+
+    import httpx
+    from tests.validating_server import ValidatingServer
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    with ValidatingServer(window=128_000) as api:
+        ports = [_free_port() for _ in range(processes)]
+        command = [sys.executable, "-m", "ctxkeep.cli", "serve", "--upstream", api.base_url, "--store", url]
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        procs = [subprocess.Popen([*command, "--port", str(port)], env=env, **quiet) for port in ports]  # type: ignore[call-overload]
+        try:
+            for port in ports:
+                _wait_for(f"http://127.0.0.1:{port}/v1/models")
+            failed: list[int] = []
+            run = uuid.uuid4().hex[:8]
+
+            def conversation(c: int) -> None:
+                history: list[dict[str, str]] = []
+                with httpx.Client(timeout=120, headers={"X-Ctxkeep-Session": f"bench-{run}-{c}"}) as client:
+                    for i in range(requests):
+                        history.append({"role": "user", "content": f"Request {i} of conversation {c}: go on."})
+                        port = ports[(c + i) % processes]
+                        body = {"model": "validating", "messages": history}
+                        reply = client.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body)
+                        if reply.status_code != 200:
+                            failed.append(reply.status_code)
+                            return
+                        history.append(reply.json()["choices"][0]["message"])
+
+            started = time.perf_counter()
+            threads = [threading.Thread(target=conversation, args=(c,)) for c in range(conversations)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            elapsed = time.perf_counter() - started
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(timeout=60)
+    return conversations * requests / elapsed, len(failed)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for(url: str) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no proxy answered at {url}") from None
+            time.sleep(0.1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--messages", type=int, default=600, help="messages in the replayed session")
+    parser.add_argument("--window", type=int, default=32_000, help="the window (0: never compact)")
+    parser.add_argument("--reopen", type=int, default=2_000, help="live messages of the reopened workspace (0: skip)")
+    parser.add_argument("--stores", default="folder,socket,tcp", help="any of folder, socket, tcp")
+    parser.add_argument("--serve", default="", help="serve processes to measure, e.g. 1,2,4 (default: none)")
+    parser.add_argument("--conversations", type=int, default=8, help="conversations at once, for --serve")
+    parser.add_argument("--requests", type=int, default=10, help="requests of each conversation, for --serve")
+    args = parser.parse_args()
+    if args.serve:
+        print(f"ctxkeep serve --store on a unix socket: {args.conversations} conversations x {args.requests} requests")
+        with serving() as url:
+            for n in (int(x) for x in args.serve.split(",")):
+                rate, failed = serve_rate(url, n, args.conversations, args.requests)
+                print(f"{n} process(es): {rate:.1f} requests/s, {failed} failed", flush=True)
+        if not args.stores:
+            return
+    print(f"{args.messages:,} messages, window {args.window:,}; ms per step (add + prepare)")
+    print(f"{'store':>7} {'steps':>6} {'median':>8} {'p95':>8} {'compact':>8} {'med':>8} {'p95':>8}   reopen")
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in args.stores.split(","):
+            with stores(kind, Path(tmp)) as open_store:
+                plain, compacting = replay(open_store(f"steps-{uuid.uuid4().hex}"), args.messages, args.window)
+                line = f"{kind:>7} {len(plain):>6} {_ms(plain)} {len(compacting):>8} {_ms(compacting)}"
+                if args.reopen:
+                    name = f"reopen-{uuid.uuid4().hex}"
+                    held, times = reopen(lambda name=name: open_store(name), args.reopen)  # type: ignore[misc]
+                    line += f"   {held:,} live: best {min(times):.3f} s, median {statistics.median(times):.3f} s"
+                print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

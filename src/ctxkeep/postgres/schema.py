@@ -1,0 +1,101 @@
+"""The tables of a workspace on PostgreSQL, and the migrations that bring a database to this version.
+
+Every table is keyed by the workspace's id (`ctxkeep_workspace`), so one database holds any number of
+workspaces. A log that grows by appends (a generation's live log, an archive file, the compaction records)
+is kept as chunks (`ctxkeep_log`): an append inserts one row at the log's end, a cut deletes the rows
+past it and shortens the one it falls in, so no step rewrites what is already there.
+
+``ctxkeep_schema`` holds the version. `migrate` applies the missing migrations in one transaction, under
+an advisory lock, so two processes migrating at once do it once; `PostgresStore` migrates an empty
+database itself and refuses one at another version, naming ``ctxkeep store migrate URL`` (or an upgrade).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The classid half of ctxkeep's advisory locks (pg_advisory_lock(int4, int4)): "ck" and a kind.
+MIGRATE_LOCK = 0x636B7000
+SESSION_LOCK = 0x636B7001
+MEMORY_LOCK = 0x636B7002
+
+# One script per version, applied in order; never edit one that has shipped: add the next.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE ctxkeep_workspace (
+        id integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        name text NOT NULL UNIQUE,
+        created timestamptz NOT NULL DEFAULT now()
+    );
+    -- the commit point of a session, and the copy of the summary kept for people
+    CREATE TABLE ctxkeep_state (
+        workspace integer PRIMARY KEY REFERENCES ctxkeep_workspace ON DELETE CASCADE,
+        data bytea NOT NULL,
+        saved timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE ctxkeep_summary (
+        workspace integer PRIMARY KEY REFERENCES ctxkeep_workspace ON DELETE CASCADE,
+        data bytea NOT NULL,
+        saved timestamptz NOT NULL DEFAULT now()
+    );
+    -- live logs (name: the generation), archive files (dialog/YYYY-MM-DD.jsonl), records (compactions.jsonl)
+    CREATE TABLE ctxkeep_log (
+        workspace integer NOT NULL REFERENCES ctxkeep_workspace ON DELETE CASCADE,
+        part text NOT NULL CHECK (part IN ('live', 'archive', 'records')),
+        name text NOT NULL,
+        at bigint NOT NULL CHECK (at >= 0),
+        data bytea NOT NULL CHECK (octet_length(data) > 0),
+        saved timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (workspace, part, name, at)
+    );
+    -- offloaded originals (tool_result/<uuid>.txt) and refused summaries (failed/<name>.json)
+    CREATE TABLE ctxkeep_original (
+        workspace integer NOT NULL REFERENCES ctxkeep_workspace ON DELETE CASCADE,
+        name text NOT NULL,
+        data bytea NOT NULL,
+        saved timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (workspace, name)
+    );
+    CREATE TABLE ctxkeep_failure (
+        workspace integer NOT NULL REFERENCES ctxkeep_workspace ON DELETE CASCADE,
+        name text NOT NULL,
+        data bytea NOT NULL,
+        saved timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (workspace, name)
+    );
+    -- MEMORY.md, memory/…, AGENTS.md
+    CREATE TABLE ctxkeep_memory (
+        workspace integer NOT NULL REFERENCES ctxkeep_workspace ON DELETE CASCADE,
+        name text NOT NULL,
+        data bytea NOT NULL,
+        saved timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (workspace, name)
+    );
+    """,
+)
+VERSION = len(MIGRATIONS)
+
+
+def version(conn: Any) -> int:
+    """The schema version of the database `conn` is connected to: 0 when ctxkeep has no tables there."""
+    found = conn.execute("SELECT to_regclass('ctxkeep_schema') IS NOT NULL").fetchone()
+    if not found[0]:
+        return 0
+    row = conn.execute("SELECT version FROM ctxkeep_schema").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(conn: Any) -> tuple[int, int]:
+    """Bring the database to `VERSION` in one transaction; the version before and after. A database newer than
+    this ctxkeep is left as it is (the caller says to upgrade)."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (MIGRATE_LOCK,))
+        conn.execute("CREATE TABLE IF NOT EXISTS ctxkeep_schema (version integer NOT NULL)")
+        before = version(conn)
+        if before >= VERSION:
+            return before, before
+        for script in MIGRATIONS[before:]:
+            conn.execute(script)
+        conn.execute("DELETE FROM ctxkeep_schema")
+        conn.execute("INSERT INTO ctxkeep_schema (version) VALUES (%s)", (VERSION,))
+    return before, VERSION
