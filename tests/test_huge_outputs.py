@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from ctxkeep import Message, Session, ToolResult, inputs
+from ctxkeep import Message, Session, ToolResult
+from ctxkeep.host import inputs
 
 MB = 1_000_000
 LINE = './workspace/live-1.jsonl:1: {"content": "RETRY_LIMIT = 5 \\\\\\" nested"}\n'

@@ -17,12 +17,13 @@ from typing import Any
 
 import orjson
 
-from . import engine, inputs
+from . import engine
 from . import live as live_mod
-from . import sync as sync_mod
 from .codec import message_from_dict, storable
 from .errors import WorkspaceError
 from .folder import LocalFolder
+from .host import inputs
+from .host import sync as sync_mod
 from .live import Live, Tools
 from .messages import Message
 from .plan import Manual
@@ -167,7 +168,7 @@ class Session:
         """Append messages to the live context, durably.
 
         Takes ctxkeep `Message`s, OpenAI chat dicts or the openai SDK's message objects, Anthropic message
-        dicts and Responses-API items (`ctxkeep.inputs`); those get ids from their content, past the ids
+        dicts and Responses-API items (`ctxkeep.host.inputs`); those get ids from their content, past the ids
         the workspace holds. Raises `MessageError` before writing anything: for what is none of these, an
         id already live or archived, a result without its call (`ctxkeep.live.add` has the rules), or an
         `extra` value JSON cannot hold. Lone UTF-16 surrogates (Node writes them; no UTF-8 file can hold

@@ -29,11 +29,11 @@ from agentscope.middleware import MiddlewareBase
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import ToolBase, ToolChunk
 
-from ctxkeep.adapters import _core
-from ctxkeep.adapters._core import Memory, SessionSource, Workspace
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import SYSTEM_ID, Context
 from ctxkeep.formats.agentscope2 import msg_pieces, to_agentscope2
+from ctxkeep.host import core as _core
+from ctxkeep.host.core import Memory, SessionSource, Workspace
 from ctxkeep.memory.tools import MemoryTool
 from ctxkeep.messages import Message
 

@@ -33,9 +33,9 @@ from langchain_core.messages import (
 from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from ctxkeep.adapters import _core
-from ctxkeep.adapters._core import Memory, Piece, SessionSource, Workspace
 from ctxkeep.errors import MessageError
+from ctxkeep.host import core as _core
+from ctxkeep.host.core import Memory, Piece, SessionSource, Workspace
 from ctxkeep.memory.tools import MemoryTool
 from ctxkeep.messages import ImageBlock, Message, TextBlock, ToolResult
 from ctxkeep.session import Session

@@ -31,14 +31,14 @@ from agents.memory import SessionSettings
 from agents.run_config import CallModelData, ModelInputData
 from agents.tool_context import ToolContext
 
-from ctxkeep.adapters import _core
-from ctxkeep.adapters._core import Memory, Piece, SessionSource, Workspace
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import SYSTEM_ID
 from ctxkeep.context import of as context_of
 from ctxkeep.errors import WorkspaceError
 from ctxkeep.formats.responses import to_responses
-from ctxkeep.inputs import convert
+from ctxkeep.host import core as _core
+from ctxkeep.host.core import Memory, Piece, SessionSource, Workspace
+from ctxkeep.host.inputs import convert
 from ctxkeep.live import Tools
 from ctxkeep.memory.tools import MemoryTool
 from ctxkeep.session import Session

@@ -52,12 +52,12 @@ from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
 from pydantic_ai.tools import RunContext, Tool
 from pydantic_ai.toolsets import FunctionToolset
 
-from ctxkeep.adapters import _core
-from ctxkeep.adapters._core import Memory, SessionSource, Workspace
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import Context
 from ctxkeep.errors import MessageError
-from ctxkeep.inputs import Entry, key_of, renumber
+from ctxkeep.host import core as _core
+from ctxkeep.host.core import Memory, SessionSource, Workspace
+from ctxkeep.host.inputs import Entry, key_of, renumber
 from ctxkeep.memory.tools import MemoryTool
 from ctxkeep.messages import (
     Block,
@@ -143,7 +143,7 @@ def from_pydantic_ai(history: Sequence[ModelMessage]) -> Converted:
 
 
 def _entry(index: int, msg: Message, source_id: str | None, seen: dict[str, int]) -> Entry:
-    """The entry whose id derives from the message's content and its occurrence, as `ctxkeep.inputs` does.
+    """The entry whose id derives from the message's content and its occurrence, as `ctxkeep.host.inputs` does.
 
     The key is that of the text with lone UTF-16 surrogates replaced by U+FFFD, which no id can be made of;
     the message keeps them until `sync` replaces them, with a warning, once, when it is added.

@@ -19,7 +19,7 @@ from typing import Any
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import SUMMARY_ID, SYSTEM_ID, Context
 from ctxkeep.errors import WorkspaceError
-from ctxkeep.inputs import Entry, convert, key_of
+from ctxkeep.host.inputs import Entry, convert, key_of
 from ctxkeep.live import Tools
 from ctxkeep.memory.tools import MemoryTool, memory_tools
 from ctxkeep.messages import NO_RESULT_TEXT, Message, ToolResult
