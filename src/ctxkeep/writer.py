@@ -23,9 +23,10 @@ from typing import Any, Protocol
 from .context import summary_tokens_of
 from .errors import CtxkeepError, SummaryError
 from .live import Live, threshold_of
+from .pairing import safe_cuts
 from .plan import Plan, plan
 from .settings import CHARS_PER_TOKEN, EngineSettings
-from .split import Split, safe_cuts
+from .split import Split
 from .step import Failure, Step, Usage
 from .store import Store
 from .summarize import ExtractiveSummarizer, Summarizer, SummaryRequest, why_rejected, with_originals
