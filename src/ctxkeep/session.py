@@ -27,7 +27,7 @@ from .host import sync as sync_mod
 from .live import Live, Tools
 from .messages import Message
 from .plan import Manual
-from .settings import EngineSettings
+from .settings import DEFAULT_WINDOW, EngineSettings
 from .step import Step
 from .store import Store
 from .summarize import Summarizer
@@ -83,14 +83,22 @@ class Session:
 
     @classmethod
     def open(cls, path: str | Path, *, window: int | None = None, background: bool = False, **kw: Any) -> Session:
-        """The session in folder `path` (created when missing). Keyword arguments as for `Session`.
+        """The session in folder `path` (created when missing). Keyword arguments as for `Session`, or settings.
 
-        `window` (the model's context window, tokens) derives every size from it
-        (`EngineSettings.for_window`); explicit `settings` win over it. `background` writes summaries ahead
+        `window` (the model's context window, tokens; default 128,000) derives every size from it
+        (`EngineSettings.for_window`); any other keyword is a setting that overrides its part
+        (``Session.open(path, window=32_000, language="zh", recent_n=5)``). Explicit `settings` win over
+        `window`, and take no overrides (`TypeError`). `background` writes summaries ahead
         (`CompactSettings.background`), whatever the settings say.
         """
-        if window is not None and kw.get("settings") is None:
-            kw["settings"] = EngineSettings.for_window(window)
+        overrides = {k: kw.pop(k) for k in list(kw) if k not in _SESSION_KEYWORDS}
+        if overrides and kw.get("settings") is not None:
+            raise TypeError(
+                f"settings= and setting keywords ({', '.join(sorted(overrides))}) both given: pass the keywords to"
+                " EngineSettings.for_window(window, ...) and that as settings=, or drop settings="
+            )
+        if (window is not None or overrides) and kw.get("settings") is None:
+            kw["settings"] = EngineSettings.for_window(window or DEFAULT_WINDOW, **overrides)
         if background:
             settings = kw.get("settings") or EngineSettings()
             kw["settings"] = replace(settings, compact=replace(settings.compact, background=True))
@@ -257,6 +265,10 @@ class Session:
         self._live = step.live
         self._writer.after_step(step, at)
         return step
+
+
+# The keywords `Session.open` passes to `Session` itself; any other is a setting (`EngineSettings.for_window`).
+_SESSION_KEYWORDS = frozenset({"settings", "counter", "summarizer", "lock_timeout", "now"})
 
 
 def _batch_of(messages: object, taken: Container[str]) -> list[Message]:
