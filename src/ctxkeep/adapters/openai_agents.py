@@ -37,7 +37,7 @@ from ctxkeep.context import of as context_of
 from ctxkeep.errors import WorkspaceError
 from ctxkeep.formats.responses import to_responses
 from ctxkeep.host import core as _core
-from ctxkeep.host.core import Memory, Piece, SessionSource, Workspace
+from ctxkeep.host.core import Intake, Memory, Piece, SessionSource, Workspace
 from ctxkeep.host.inputs import convert
 from ctxkeep.live import Tools
 from ctxkeep.memory.tools import MemoryTool
@@ -63,6 +63,7 @@ class CtxkeepInputFilter:
         """The memory tools as `FunctionTool`s for the agent (empty without `memory`): a filter cannot add them."""
         self.last_step: Step | None = None
         """What the last pass did (`Step.compaction`, `.warnings`...), None before the first model call."""
+        self._intake = Intake()  # the run's items, converted and synced once each
 
     @property
     def session(self) -> Session | None:
@@ -86,7 +87,7 @@ class CtxkeepInputFilter:
     async def _prepare(
         self, session: AsyncSession, items: list[Any], instructions: str | None, tools: Tools
     ) -> tuple[Step, list[Piece]]:
-        return await _core.aprepare(session, items, instructions, tools)
+        return await self._intake.aprepare(session, items, instructions, tools)
 
 
 class _SessionFilter(CtxkeepInputFilter):

@@ -23,9 +23,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from pydantic import TypeAdapter
 from pydantic_ai.capabilities import AbstractCapability
@@ -56,8 +56,8 @@ from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import Context
 from ctxkeep.errors import MessageError
 from ctxkeep.host import core as _core
-from ctxkeep.host.core import Memory, SessionSource, Workspace
-from ctxkeep.host.inputs import Entry, key_of, renumber
+from ctxkeep.host.core import Intake, Memory, SessionSource, Workspace
+from ctxkeep.host.inputs import Entry, key_of, number
 from ctxkeep.memory.tools import MemoryTool
 from ctxkeep.messages import (
     Block,
@@ -74,6 +74,7 @@ from ctxkeep.messages import (
 __all__ = [
     "Converted",
     "CtxkeepCapability",
+    "Made",
     "from_pydantic_ai",
     "to_pydantic_ai",
     "to_pydantic_ai_tool",
@@ -84,6 +85,7 @@ KEY = "pydantic_ai"  # where a block or message keeps the pydantic-ai fields ctx
 SUMMARY_MARK = {"ctxkeep": "summary"}  # CompactionPart.metadata of the summary ctxkeep sends
 WHOLE = "ctxkeep_whole"  # marks a response part kept whole: its block's text is only for the summary
 
+_T = TypeVar("_T")
 _MESSAGE: TypeAdapter[ModelMessage] = TypeAdapter(ModelMessage)
 _REQUEST_PART: TypeAdapter[ModelRequestPart] = TypeAdapter(ModelRequestPart)
 _RESPONSE_PART: TypeAdapter[ModelResponsePart] = TypeAdapter(ModelResponsePart)
@@ -116,42 +118,56 @@ def from_pydantic_ai(history: Sequence[ModelMessage]) -> Converted:
     later one is a system message of the conversation. ctxkeep's own summary (a `CompactionPart` it
     sent) is left out. Raises `MessageError` naming the item that is not a pydantic-ai message.
     """
+    head = head_of(history)
+    return Converted(head, [e.message for e in number(message_entries(history, 0, head=head), {})])
+
+
+def head_of(history: Sequence[object]) -> tuple[SystemPromptPart, ...]:
+    """The system prompts that open `history` (before its first other part or response): the standing prompt."""
     head: list[SystemPromptPart] = []
+    for message in history:
+        if not isinstance(message, ModelRequest):
+            break
+        for part in message.parts:
+            if not (isinstance(part, SystemPromptPart) and part.scope == "conversation"):
+                return tuple(head)
+            head.append(part)
+    return tuple(head)
+
+
+def message_entries(history: Sequence[object], start: int, *, head: Sequence[SystemPromptPart] = ()) -> list[Entry]:
+    """The entries of pydantic-ai messages, a history's from its item `start` on, ids not derived yet; the parts
+    of its `head` (`head_of`) are left out. Raises `MessageError` naming the item that is not a pydantic-ai
+    message."""
     entries: list[Entry] = []
-    seen: dict[str, int] = {}
-    opening = True  # still in the leading system prompts of the first request
-    for i, message in enumerate(history):
+    standing = {id(p) for p in head}
+    for i, message in enumerate(history, start):
         try:
             if isinstance(message, ModelRequest):
                 shell = _shell(message)
                 for part in message.parts:
-                    if opening and isinstance(part, SystemPromptPart) and part.scope == "conversation":
-                        head.append(part)
+                    if id(part) in standing:
                         continue
-                    opening = False
                     msg = _request_part(part, shell)
                     if msg is not None:
-                        entries.append(_entry(i, msg, None, seen))
+                        entries.append(_entry(i, msg, None))
             elif isinstance(message, ModelResponse):
-                opening = False
-                entries.append(_entry(i, _response(message), message.provider_response_id, seen))
+                entries.append(_entry(i, _response(message), message.provider_response_id))
             else:
                 raise TypeError(f"expected a ModelRequest or ModelResponse, got {type(message).__name__}")
         except (TypeError, ValueError) as exc:
             raise MessageError(f"pydantic-ai message {i}: {exc}", index=i) from exc
-    return Converted(tuple(head), [e.message for e in renumber(entries, frozenset())])
+    return entries
 
 
-def _entry(index: int, msg: Message, source_id: str | None, seen: dict[str, int]) -> Entry:
-    """The entry whose id derives from the message's content and its occurrence, as `ctxkeep.host.inputs` does.
+def _entry(index: int, msg: Message, source_id: str | None) -> Entry:
+    """The entry whose id derives from the message's content (and its occurrence, counted when the history is
+    numbered), as `ctxkeep.host.inputs` does.
 
     The key is that of the text with lone UTF-16 surrogates replaced by U+FFFD, which no id can be made of;
     the message keeps them until `sync` replaces them, with a warning, once, when it is added.
     """
-    key = key_of(without_surrogates(msg), source_id)
-    occurrence = seen.get(key, 0)
-    seen[key] = occurrence + 1
-    return Entry(index, msg, key, occurrence)
+    return Entry(index, msg, key_of(without_surrogates(msg), source_id))
 
 
 def _shell(message: ModelMessage) -> dict[str, Any]:
@@ -266,16 +282,45 @@ def _response(message: ModelResponse) -> Message:
 # --- ctxkeep -> pydantic-ai ------------------------------------------------------------
 
 
+class Made:
+    """pydantic-ai objects built for ctxkeep messages, kept between calls by what they were built from: a context
+    is mostly the same message objects call after call, so each is built once (`to_pydantic_ai(..., made=)`).
+    What a call did not use is let go at the next."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[int, object], tuple[object, Any]] = {}
+        self._used: dict[tuple[int, object], tuple[object, Any]] = {}
+
+    def get(self, source: object, extra: object, build: Callable[[], _T]) -> _T:
+        """What `build` made for `source` (and `extra`, what else it depends on), built now when it is new."""
+        key = (id(source), extra)
+        hit = self._used.get(key) or self._kept.get(key)
+        if hit is None or hit[0] is not source:  # held with its source, so an id is never another's
+            hit = (source, build())
+        self._used[key] = hit
+        return cast("_T", hit[1])
+
+    def next_call(self) -> None:
+        """Let go of what the call before this one did not use."""
+        self._kept, self._used = self._used, {}
+
+
 def to_pydantic_ai(
-    messages: Sequence[Message], *, head: Sequence[SystemPromptPart] = (), summary: str | None = None
+    messages: Sequence[Message],
+    *,
+    head: Sequence[SystemPromptPart] = (),
+    summary: str | None = None,
+    made: Made | None = None,
 ) -> list[ModelMessage]:
     """pydantic-ai messages for ctxkeep messages, after the standing system prompt `head` and the `summary`.
 
     Consecutive user, tool and system messages form one `ModelRequest` (as pydantic-ai merges them
     anyway); an assistant message is one `ModelResponse`. The summary is a `CompactionPart` in the first
     request, after the system prompts. Messages that did not come from pydantic-ai convert too (a tool
-    result takes its tool's name from its call).
+    result takes its tool's name from its call). `made` keeps what was built for the same messages before.
     """
+    made = made if made is not None else Made()
+    made.next_call()
     out: list[ModelMessage] = []
     opening: list[ModelRequestPart] = [*head]
     if summary:
@@ -286,27 +331,32 @@ def to_pydantic_ai(
     for msg in messages:
         if msg.role == "assistant":
             if pending:
-                out.append(_request(pending, shell))
+                out.append(_request(pending, shell, made))
             pending, shell = [], {}
             names.update((c.id, c.name) for c in msg.tool_calls)
-            out.append(_response_of(msg))
+            out.append(made.get(msg, None, lambda m=msg: _response_of(m)))  # type: ignore[misc]
             continue
         own = msg.extra.get(KEY, {}).get("request")
         if pending and own is not None and shell and own != shell:
-            out.append(_request(pending, shell))  # the next of two requests no response came between
+            out.append(_request(pending, shell, made))  # the next of two requests no response came between
             pending = []
         shell = own if own is not None else shell
-        pending.append(_request_part_of(msg, names))
+        result = msg.tool_result
+        name = names.get(result.call_id) if result is not None else None  # a result's part names its call's tool
+        pending.append(made.get(msg, name, lambda m=msg: _request_part_of(m, names)))  # type: ignore[misc]
     if pending:
-        out.append(_request(pending, shell))
+        out.append(_request(pending, shell, made))
     return out
 
 
-def _request(parts: list[ModelRequestPart], shell: Mapping[str, Any]) -> ModelRequest:
-    fields = {k: v for k, v in shell.items() if k not in ("parts", "kind")}
-    request = _MESSAGE.validate_python({**fields, "kind": "request", "parts": []})
-    assert isinstance(request, ModelRequest)
-    return replace(request, parts=parts)
+def _request(parts: list[ModelRequestPart], shell: Mapping[str, Any], made: Made) -> ModelRequest:
+    def empty() -> ModelRequest:
+        fields = {k: v for k, v in shell.items() if k not in ("parts", "kind")}
+        request = _MESSAGE.validate_python({**fields, "kind": "request", "parts": []})
+        assert isinstance(request, ModelRequest)
+        return request
+
+    return replace(made.get(shell, "request", empty), parts=parts)
 
 
 def _response_of(msg: Message) -> ModelResponse:
@@ -387,9 +437,11 @@ def _data_uri(block: ImageBlock) -> str:
     return f"data:{block.media_type};base64,{block.data or ''}"
 
 
-def context_messages(context: Context, head: Sequence[SystemPromptPart]) -> list[ModelMessage]:
+def context_messages(
+    context: Context, head: Sequence[SystemPromptPart], made: Made | None = None
+) -> list[ModelMessage]:
     """The context ctxkeep prepared, as the messages of the model request: head, summary, recent messages."""
-    return to_pydantic_ai(context.messages, head=head, summary=context.summary)
+    return to_pydantic_ai(context.messages, head=head, summary=context.summary, made=made)
 
 
 def tool_schemas(params: ModelRequestParameters) -> list[dict[str, Any]]:
@@ -427,6 +479,9 @@ class CtxkeepCapability(AbstractCapability[Any]):
         self.tools: list[Tool[Any]] = [to_pydantic_ai_tool(t) for t in _core.memory_tools_of(workspace, memory)]
         """The memory tools as pydantic-ai tools (empty without `memory`); `get_toolset` gives them to the agent."""
         self._toolset = FunctionToolset(self.tools) if self.tools else None
+        self._head: tuple[SystemPromptPart, ...] = ()  # the standing system prompt of the history being taken
+        self._intake = Intake(self._entries)  # the run's messages, converted and synced once each
+        self._made = Made()  # and the context's, converted back once each
 
     def get_toolset(self) -> FunctionToolset[Any] | None:
         """The memory tools, for the agent to register (None without `memory`)."""
@@ -442,15 +497,18 @@ class CtxkeepCapability(AbstractCapability[Any]):
         """Sync the run's history, run the pass, and send the compacted context: this request only."""
         session = await self.session()
         history = list(request_context.messages)
-        converted = await asyncio.to_thread(from_pydantic_ai, history)
-        await session.sync(converted.messages)
+        head = self._head = head_of(history)
         params = request_context.model_request_parameters
-        system = "\n\n".join([converted.system, *(p.content for p in params.instruction_parts or ())]).strip()
-        step = await session.prepare(system or None, tools=tool_schemas(params))
+        standing = "\n\n".join(p.content for p in head)
+        system = "\n\n".join([standing, *(p.content for p in params.instruction_parts or ())]).strip()
+        step, _ = await self._intake.aprepare(session, history, system or None, tool_schemas(params))
         # Assigned, not changed in place: `request_context.messages` is this request's own list, so the
         # run's history (`ctx.messages`) stays whole.
-        request_context.messages = await asyncio.to_thread(context_messages, step.context, converted.head)
+        request_context.messages = await asyncio.to_thread(context_messages, step.context, head, self._made)
         return request_context
+
+    def _entries(self, history: Sequence[object], start: int) -> list[Entry]:
+        return message_entries(history, start, head=self._head)
 
     async def aclose(self) -> None:
         """Release the workspace, once the calls already made have finished (a session passed in stays open)."""

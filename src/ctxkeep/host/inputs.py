@@ -82,6 +82,17 @@ def convert(items: Iterable[object] | object) -> list[Entry]:
     return _number(_entries(as_list(items)))
 
 
+def unnumbered(items: Sequence[object], start: int = 0) -> list[Entry]:
+    """The entries of `items`, items of a history from its item `start` on, their ids not derived yet (`number`)."""
+    return _entries(list(items), start)
+
+
+def number(entries: Sequence[Entry], seen: dict[str, int]) -> list[Entry]:
+    """`entries` with ids derived from their keys, each occurrence counted after those `seen` counts already (which
+    it updates): the entries of a history's new items numbered as `convert` of the whole history numbers them."""
+    return _number(entries, seen)
+
+
 def renumber(entries: Sequence[Entry], taken: Container[str]) -> list[Entry]:
     """`entries` with each derived id moved past the ids in `taken` (and those given earlier here).
 
@@ -122,7 +133,7 @@ def _dumpable(item: object) -> bool:
     return callable(getattr(item, "model_dump", None))
 
 
-def _entries(items: list[object]) -> list[Entry]:
+def _entries(items: list[object], start: int = 0) -> list[Entry]:
     out: list[Entry] = []
     run: list[tuple[int, Mapping[str, Any]]] = []  # consecutive assistant-side Responses items: one message
     replaced: set[int] = set()  # the items whose lone surrogates were replaced
@@ -133,7 +144,7 @@ def _entries(items: list[object]) -> list[Entry]:
             out.append(replace(entry, replaced=any(i in replaced for i, _ in run)))
             run.clear()
 
-    for i, item in enumerate(items):
+    for i, item in enumerate(items, start):
         try:
             if isinstance(item, Message):
                 flush()
@@ -382,8 +393,8 @@ def _id(key: str, occurrence: int) -> str:
     return make_id("ctxkeep-input", key, occurrence)
 
 
-def _number(entries: list[Entry]) -> list[Entry]:
-    seen: dict[str, int] = {}
+def _number(entries: Sequence[Entry], seen: dict[str, int] | None = None) -> list[Entry]:
+    seen = {} if seen is None else seen
     out: list[Entry] = []
     for e in entries:
         if e.key is None:

@@ -76,6 +76,14 @@ def new_entries(live: Live, history: Sequence[Entry]) -> list[Entry]:
     return renumber(entries[start:], known)
 
 
+def appended(live: Live, entries: Sequence[Entry]) -> list[Entry]:
+    """What `new_entries` gives for a history that only added `entries` after one it took whole (and nothing
+    changed `live` since), without matching the whole history again: ctxkeep's own messages left out, ids
+    past those `live` has used."""
+    known = Held(live)
+    return renumber([e for e in entries if not _ctxkeep_own(e.message, live, known)], known)
+
+
 def _continued_tail(entries: Sequence[Entry], held: Sequence[Message]) -> int | None:
     """How many leading entries are the newest live messages (the run a new host run appended so far), when
     the history starts with them; None when it does not. The longest such tail is taken."""
