@@ -20,6 +20,7 @@ import orjson
 from . import engine
 from . import live as live_mod
 from .codec import message_from_dict, storable
+from .content_ids import renumber
 from .errors import WorkspaceError
 from .folder import LocalFolder
 from .host import inputs
@@ -276,4 +277,4 @@ def _batch_of(messages: object, taken: Container[str]) -> list[Message]:
     if isinstance(messages, Message):
         return [inputs.capped(messages)]  # what `inputs.convert` does to each message of a list
     batch = inputs.convert(messages)
-    return [e.message for e in inputs.renumber(batch, taken)]
+    return [e.message for e in renumber(batch, taken)]

@@ -31,12 +31,13 @@ from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import ToolBase, ToolChunk
 
 from ctxkeep.async_session import AsyncSession
+from ctxkeep.content_ids import Entry
 from ctxkeep.context import SYSTEM_ID, Context
 from ctxkeep.errors import MessageError
 from ctxkeep.formats.agentscope2 import msg_groups, msg_pieces, to_agentscope2
 from ctxkeep.host import core as _core
 from ctxkeep.host.core import Intake, Memory, SessionSource, Workspace
-from ctxkeep.host.inputs import Entry, unnumbered
+from ctxkeep.host.inputs import unnumbered
 from ctxkeep.memory.tools import MemoryTool
 from ctxkeep.messages import Message, ToolResult
 

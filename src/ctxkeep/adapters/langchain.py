@@ -25,10 +25,11 @@ from langchain_core.messages import AnyMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from ctxkeep.content_ids import Entry
 from ctxkeep.formats.langchain import as_chat_dicts, chat_dict, content_of, message_of, to_langchain
 from ctxkeep.host import core as _core
 from ctxkeep.host.core import Intake, Memory, Piece, SessionSource, Workspace
-from ctxkeep.host.inputs import Entry, unnumbered
+from ctxkeep.host.inputs import unnumbered
 from ctxkeep.memory.tools import MemoryTool
 from ctxkeep.session import Session
 from ctxkeep.step import Step

@@ -53,11 +53,11 @@ from pydantic_ai.tools import RunContext, Tool
 from pydantic_ai.toolsets import FunctionToolset
 
 from ctxkeep.async_session import AsyncSession
+from ctxkeep.content_ids import Entry, key_of, number
 from ctxkeep.context import Context
 from ctxkeep.errors import MessageError
 from ctxkeep.host import core as _core
 from ctxkeep.host.core import Intake, Memory, SessionSource, Workspace
-from ctxkeep.host.inputs import Entry, key_of, number
 from ctxkeep.memory.tools import MemoryTool
 from ctxkeep.messages import (
     Block,

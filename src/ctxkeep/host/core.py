@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from ctxkeep.async_session import AsyncSession
+from ctxkeep.content_ids import Entry, key_of, number
 from ctxkeep.context import SUMMARY_ID, SYSTEM_ID, Context
 from ctxkeep.errors import WorkspaceError
-from ctxkeep.host.inputs import Entry, key_of, number, unnumbered
+from ctxkeep.host.inputs import unnumbered
 from ctxkeep.host.sync import appended, new_entries
 from ctxkeep.live import Live, Tools
 from ctxkeep.memory.tools import MemoryTool, memory_tools

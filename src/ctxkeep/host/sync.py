@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Sequence
 
+from ..content_ids import Entry, key_of, renumber
 from ..context import SUMMARY_ID, SUMMARY_TAG, SYSTEM_ID, summary_message_text
 from ..errors import MessageError
 from ..live import Live, message_ids
 from ..messages import NO_RESULT_TEXT, Message, ToolResult
-from .inputs import Entry, key_of, renumber
 
 CTXKEEP_IDS = frozenset({SYSTEM_ID, SUMMARY_ID})
 
