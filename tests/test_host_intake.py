@@ -3,6 +3,7 @@ cost of what is new, with the same entries, the same session and the same refusa
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -91,3 +92,14 @@ def test_a_run_of_responses_items_joined_by_the_next_call_is_judged_whole() -> N
         # history whole (a new host run), as it judges it for `Session.sync`, never adding the call alone.
         assert [m.id for m in mine.messages] == [m.id for m in whole.messages]
         assert len(mine.messages) == 4
+
+
+def test_a_misspelt_setting_fails_where_the_adapter_is_made(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="'windw' is no setting"):
+        core.SessionSource(tmp_path, {"windw": 16_000})
+    with pytest.raises(ValueError, match="language"):
+        core.SessionSource(tmp_path, {"window": 16_000, "language": "klingon"})
+    source = core.SessionSource(tmp_path, {"window": 16_000, "recent_n": 4})  # nothing opened yet
+    assert source.opened is None
+    assert source.session().settings.offload.recent_n == 4
+    source.close()

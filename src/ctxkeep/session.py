@@ -92,7 +92,7 @@ class Session:
         `window`, and take no overrides (`TypeError`). `background` writes summaries ahead
         (`CompactSettings.background`), whatever the settings say.
         """
-        overrides = {k: kw.pop(k) for k in list(kw) if k not in _SESSION_KEYWORDS}
+        overrides = {k: kw.pop(k) for k in list(kw) if k not in SESSION_KEYWORDS}
         if overrides and kw.get("settings") is not None:
             raise TypeError(
                 f"settings= and setting keywords ({', '.join(sorted(overrides))}) both given: pass the keywords to"
@@ -269,7 +269,7 @@ class Session:
 
 
 # The keywords `Session.open` passes to `Session` itself; any other is a setting (`EngineSettings.for_window`).
-_SESSION_KEYWORDS = frozenset({"settings", "counter", "summarizer", "lock_timeout", "now"})
+SESSION_KEYWORDS = frozenset({"settings", "counter", "summarizer", "lock_timeout", "now"})
 
 
 def _batch_of(messages: object, taken: Container[str]) -> list[Message]:

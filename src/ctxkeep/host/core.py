@@ -25,7 +25,8 @@ from ctxkeep.host.sync import appended, new_entries
 from ctxkeep.live import Live, Tools
 from ctxkeep.memory.tools import MemoryTool, memory_tools
 from ctxkeep.messages import NO_RESULT_TEXT, Message, ToolResult
-from ctxkeep.session import Session
+from ctxkeep.session import SESSION_KEYWORDS, Session
+from ctxkeep.settings import DEFAULT_WINDOW, EngineSettings
 from ctxkeep.step import Step
 
 Workspace = str | Path | Session | AsyncSession
@@ -68,6 +69,8 @@ class SessionSource:
             raise WorkspaceError(
                 f"expected a workspace path, a ctxkeep Session or an AsyncSession; got {type(workspace).__name__}"
             )
+        else:
+            _check_settings(settings)
         self._path = workspace if isinstance(workspace, str | Path) else None
         self._settings = settings
         self._session = workspace.session if isinstance(workspace, AsyncSession) else workspace
@@ -112,6 +115,15 @@ class SessionSource:
         else:
             await asyncio.to_thread(self._session.close)
         self._session, self._async = self._path, None
+
+
+def _check_settings(given: dict[str, Any]) -> None:
+    """Raise the `TypeError` (or `ValueError`) `Session.open` would for these keywords, now: a misspelt or bad
+    setting fails where the adapter is made, not at the framework's first model call, deep in its stack."""
+    overrides = {k: v for k, v in given.items() if k not in {*SESSION_KEYWORDS, "window", "background"}}
+    if overrides and given.get("settings") is None:
+        window = given.get("window")
+        EngineSettings.for_window(window if isinstance(window, int) else DEFAULT_WINDOW, **overrides)
 
 
 @dataclass(frozen=True, slots=True)
