@@ -12,8 +12,9 @@ from tests.conftest import raw_params
 from ctxkeep.formats import load
 from ctxkeep.messages import Message, ToolCall, ToolResult
 from ctxkeep.summarize import SECTIONS, SummaryRequest, missing_sections
+from ctxkeep.summarize.agents_md import agents_rules
 from ctxkeep.summarize.facts.collect import collect_facts
-from ctxkeep.summarize.model.augment import agents_rules, augment
+from ctxkeep.summarize.model.augment import augment
 from ctxkeep.summarize.sections.markdown import PHRASES, parse_sections
 
 GARBAGE = "".join(

@@ -122,13 +122,13 @@ def test_the_summary_is_written_ahead_and_applied_at_the_threshold(
 def test_a_compaction_is_put_off_while_its_summary_is_written(tmp_path: Path) -> None:
     gated = Gated(open_=False)
     added: list[str] = []
-    with Session.open(tmp_path, settings=SMALL, summarizer=gated, background=True) as s:
+    with Session.open(tmp_path, settings=ROOMY, summarizer=gated, background=True) as s:
         i = 0
-        while s.live.tokens <= SMALL.compact.compact_threshold:
+        while s.live.tokens <= ROOMY.compact.compact_threshold:
             step = add_turn(s, i, added)
             i += 1
             assert step.compaction is None
-        assert step.deferred and step.context.tokens > SMALL.compact.compact_threshold
+        assert step.deferred and step.context.tokens > ROOMY.compact.compact_threshold
         assert len(gated.requests) == 1  # one summary being written, started past the soft threshold
         drafted = gated.requests[0]
         before = s.summary
@@ -140,6 +140,27 @@ def test_a_compaction_is_put_off_while_its_summary_is_written(tmp_path: Path) ->
         assert [m.id for m in step.archived] == [m.id for m in drafted.messages]
         assert before is None and s.summary is not None
         assert len(gated.requests) == 1
+        held_once(s, added)
+
+
+def test_a_draft_that_would_free_too_little_is_waited_for_at_the_threshold(tmp_path: Path) -> None:
+    # At SMALL's window a summary may take most of what the draft frees: put off, the context would only
+    # outgrow the draft, and a later step would wait for it and then for its extension (two summaries where
+    # writing at the threshold takes one). So the first step over the threshold waits for the draft.
+    gated = Gated(open_=False)
+    added: list[str] = []
+    with Session.open(tmp_path, settings=SMALL, summarizer=gated, background=True) as s:
+        until_drafted(s, gated, added)
+        threading.Timer(0.5, gated.gate.set).start()  # the draft is still at work when the threshold comes
+        i = 100
+        while True:
+            step = add_turn(s, i, added)
+            i += 1
+            assert not step.deferred
+            if step.compaction is not None or step.failure is not None:
+                break
+        assert step.compaction is not None and step.compaction.background
+        assert len(gated.requests) == 1  # the draft alone: no extension
         held_once(s, added)
 
 

@@ -12,8 +12,8 @@ from tests.conftest import raw_params
 
 from ctxkeep.formats import load
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
+from ctxkeep.pairing import safe_cuts
 from ctxkeep.settings import PROMPT_RESERVE, SAFETY_MARGIN
-from ctxkeep.split import safe_cuts
 from ctxkeep.summarize.model.chunks import (
     CHUNK_RATIO,
     MIN_CHUNK_RATIO,

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from ctxkeep import EngineSettings, LocalFolder, Message, MessageError, Session, ToolResult, inputs
+from ctxkeep import EngineSettings, LocalFolder, Message, MessageError, Session, ToolResult
 from ctxkeep import offload as offload_mod
+from ctxkeep.host import inputs
 from ctxkeep.offload import SAVE_AT_ONCE_BYTES
 from ctxkeep.settings import OffloadSettings
 

@@ -16,15 +16,9 @@ SRC = ROOT / "src"
 PACKAGE = "ctxkeep"
 LAYERS = ROOT / "docs" / "layers.md"
 
-# The imports that still point up, or go round, each named with the part of issue 20 that removes it
-# (docs/layers.md lists them too). A new one fails the test; so does one that is gone: drop it here.
-KNOWN_UPWARD = {
-    # Session.sync and Session.add take host messages: part 4, the host/ package (or sync below the session).
-    ("ctxkeep.session", "ctxkeep.inputs"),
-    ("ctxkeep.session", "ctxkeep.sync"),
-    # the model summarizer cuts long histories at safe_cuts: part 6, the pairing algebra out of messages.py.
-    ("ctxkeep.summarize.model.summarizer", "ctxkeep.split"),
-}
+# The imports that still point up, each named with the part of an issue that removes it (docs/layers.md lists
+# them too). A new one fails the test; so does one that is gone: drop it here.
+KNOWN_UPWARD: set[tuple[str, str]] = set()  # none left: any upward import fails
 KNOWN_CYCLES: set[frozenset[str]] = set()  # none left: any cycle fails
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from ctxkeep import EngineSettings, Session
-from ctxkeep.adapters._core import memory_tools_of
 from ctxkeep.disk import INDEX_FILE
 from ctxkeep.folder import LocalFolder, MemoryFolder
+from ctxkeep.host.core import memory_tools_of
 from ctxkeep.memory.files import entries_of
 from ctxkeep.memory.index import MemoryIndex
 from ctxkeep.messages import Message

@@ -18,8 +18,8 @@ from tests.conftest import raw_params
 
 from ctxkeep.formats import load
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
-from ctxkeep.pairing import repair, validate
-from ctxkeep.split import Split, pair_groups, safe_cuts, split
+from ctxkeep.pairing import pair_groups, repair, safe_cuts, validate
+from ctxkeep.split import Split, split
 from ctxkeep.tokens import get_counter
 
 PAIRING_KINDS = {"orphan_result", "missing_result", "separated_result", "result_before_call"}

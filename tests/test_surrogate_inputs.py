@@ -138,8 +138,8 @@ def test_make_id_takes_any_text() -> None:
 def test_langchain_messages_with_surrogates_sync_and_are_sent_replaced(tmp_path: Path) -> None:
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-    from ctxkeep.adapters import _core
     from ctxkeep.adapters.langchain import as_chat_dicts, handback
+    from ctxkeep.host import core as _core
 
     ai = AIMessage(content="", tool_calls=[{"id": "c1", "name": "grep", "args": {"q": HIGH}}])
     history = [HumanMessage(f"find {HIGH}"), ai, ToolMessage(f"found {LOW}", tool_call_id="c1")]

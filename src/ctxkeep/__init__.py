@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # what mypy and IDEs see; at run time `__getattr__` imports e
     from ctxkeep.formats.agentscope import from_agentscope, to_agentscope
     from ctxkeep.formats.anthropic import from_anthropic, to_anthropic
     from ctxkeep.formats.openai import from_openai, to_openai
-    from ctxkeep.inputs import to_messages
+    from ctxkeep.host.inputs import to_messages
     from ctxkeep.memory.tools import MemoryTool, memory_tools
     from ctxkeep.messages import Block, ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
     from ctxkeep.pairing import repair, validate
@@ -120,7 +120,7 @@ _HOMES: dict[str, str] = {
     "repair": "ctxkeep.pairing",
     "to_agentscope": "ctxkeep.formats.agentscope",
     "to_anthropic": "ctxkeep.formats.anthropic",
-    "to_messages": "ctxkeep.inputs",
+    "to_messages": "ctxkeep.host.inputs",
     "to_openai": "ctxkeep.formats.openai",
     "validate": "ctxkeep.pairing",
 }

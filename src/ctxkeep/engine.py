@@ -31,10 +31,10 @@ from .errors import CtxkeepError
 from .live import Live, age_all, offload_recent, rebuild, threshold_of
 from .memory.hooks import MemoryHooks
 from .memory.rules import RULES_TAG
+from .pairing import pair_groups
 from .plan import PART_BREAK, Manual, Plan, Skip, plan
 from .providers import Model
 from .settings import EngineSettings
-from .split import pair_groups
 from .step import Compaction, Failure, Usage
 from .step import Step as Step  # serve/ imports it from here
 from .store import Store

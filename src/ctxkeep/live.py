@@ -22,11 +22,10 @@ from .errors import MessageError, PinnedOverBudgetError
 from .messages import Message, without_surrogates
 from .offload import arguments_excess, is_output, offload
 from .oversize import cut_oversized
-from .pairing import Link, Pairs, Walk, pair_walk
+from .pairing import Link, Pairs, Walk, pair_groups, pair_walk
 from .reasoning import loop_start, without_thinking
 from .seq import Seq
 from .settings import CHARS_PER_TOKEN, GUIDE_CHARS, MIN_SUMMARY_CHARS, CompactSettings, OffloadSettings
-from .split import pair_groups
 from .store import Store
 from .tokens import Counter
 

@@ -2,7 +2,8 @@
 
 `pair_walk` pairs each tool result with a call of the newest assistant turn still waiting; any message
 that is not a tool result ends the turn and abandons its waiting calls. `validate` lists every pairing
-problem with its index; `repair` returns a sequence whose tool-call pairing both OpenAI's and
+problem with its index; `pair_groups` and `safe_cuts` say where a history may be cut (never inside a
+call's pair group); `repair` returns a sequence whose tool-call pairing both OpenAI's and
 Anthropic's APIs accept, and reports every change it made. (What else an API refuses, such as empty
 text or unsigned thinking for Anthropic, is left out by the exporters in `ctxkeep.formats`, not changed
 in the messages.)
@@ -327,3 +328,59 @@ def count_pairs(messages: Iterable[Message]) -> tuple[int, int]:
         calls += len(msg.tool_calls)
         results += msg.tool_result is not None
     return calls, results
+
+
+# --- where a history may be cut: never inside a call's pair group ----------------------------------------
+
+
+def pair_groups(messages: Sequence[Message]) -> list[int]:
+    """For each message, the index of its pair group's root: the assistant message holding its call.
+
+    A message that is not a tool result is its own root; so is a result whose call is nowhere.
+    A result answers the call `pair_walk` pairs it with, or else the first later message holding
+    its call id (a result recorded before its call).
+    """
+    roots = list(range(len(messages)))
+    later: dict[str, int] | None = None
+    for link in pair_walk(messages).links:
+        if link.call is not None:
+            roots[link.index] = link.call
+            continue
+        if later is None:
+            later = {}
+            for i, msg in enumerate(messages):
+                for call in msg.tool_calls:
+                    later.setdefault(call.id, i)
+        roots[link.index] = later.get(link.call_id, link.index)
+    return roots
+
+
+def safe_cuts(messages: Sequence[Message]) -> list[bool]:
+    """One flag per cut point 0..len(messages): True when ``messages[i:]`` can be a kept tail.
+
+    A cut is safe when no pair group has members on both sides of it. Cut 0 (keep all) and
+    cut ``len(messages)`` (keep none) are always safe.
+    """
+    return safe_from_groups(pair_groups(messages))
+
+
+def safe_from_groups(roots: Sequence[int]) -> list[bool]:
+    """`safe_cuts` for messages whose pair groups are `roots` (as `pair_groups` gives them)."""
+    n = len(roots)
+    lo = list(range(n))
+    hi = list(range(n))
+    for i, root in enumerate(roots):
+        lo[root] = min(lo[root], i)
+        hi[root] = max(hi[root], i)
+    # Cuts lo+1..hi split the group at `root`; count covering spans with a difference array (O(n)).
+    cover = [0] * (n + 2)
+    for root in set(roots):
+        if lo[root] < hi[root]:
+            cover[lo[root] + 1] += 1
+            cover[hi[root] + 1] -= 1
+    safe: list[bool] = []
+    depth = 0
+    for i in range(n + 1):
+        depth += cover[i]
+        safe.append(depth == 0)
+    return safe

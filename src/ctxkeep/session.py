@@ -18,17 +18,19 @@ from typing import Any
 
 import orjson
 
-from . import engine, inputs, postgres
+from . import engine, postgres
 from . import live as live_mod
-from . import sync as sync_mod
 from .codec import message_from_dict, storable
+from .content_ids import renumber
 from .errors import WorkspaceError
 from .folder import LocalFolder
+from .host import inputs
+from .host import sync as sync_mod
 from .live import Live, Tools
 from .messages import Message
 from .offload import offload_new
 from .plan import Manual
-from .settings import DurabilitySettings, EngineSettings
+from .settings import DEFAULT_WINDOW, DurabilitySettings, EngineSettings
 from .step import Step
 from .store import Store
 from .summarize import Summarizer
@@ -97,19 +99,27 @@ class Session:
         store: str | None = None,
         **kw: Any,
     ) -> Session:
-        """The session in folder `path` (created when missing). Keyword arguments as for `Session`.
+        """The session in folder `path` (created when missing). Keyword arguments as for `Session`, or settings.
+
+        `window` (the model's context window, tokens; default 128,000) derives every size from it
+        (`EngineSettings.for_window`); any other keyword is a setting that overrides its part
+        (``Session.open(path, window=32_000, language="zh", recent_n=5)``). Explicit `settings` win over
+        `window`, and take no overrides (`TypeError`). `background` writes summaries ahead
+        (`CompactSettings.background`), whatever the settings say. `durability` (``"step"``, ``"batch"``,
+        ``"off"`` or `DurabilitySettings`) says what a power loss may take (a kill takes nothing in any).
 
         `store`, a PostgreSQL URL (``postgresql://user@host/db``, the ``postgres`` extra), keeps the workspace
         in that database instead, `path` being its name there; the session closes the connections it opened.
-
-        `window` (the model's context window, tokens) derives every size from it
-        (`EngineSettings.for_window`); explicit `settings` win over it. `background` writes summaries ahead
-        (`CompactSettings.background`), whatever the settings say. `durability` (``"step"``, ``"batch"``,
-        ``"off"`` or `DurabilitySettings`) says what a power loss may take (a kill takes nothing in any); a
-        PostgreSQL store commits each write with ``synchronous_commit`` on whatever it says.
+        PostgreSQL commits each write with ``synchronous_commit`` on, whatever `durability` says.
         """
-        if window is not None and kw.get("settings") is None:
-            kw["settings"] = EngineSettings.for_window(window)
+        overrides = {k: kw.pop(k) for k in list(kw) if k not in SESSION_KEYWORDS}
+        if overrides and kw.get("settings") is not None:
+            raise TypeError(
+                f"settings= and setting keywords ({', '.join(sorted(overrides))}) both given: pass the keywords to"
+                " EngineSettings.for_window(window, ...) and that as settings=, or drop settings="
+            )
+        if (window is not None or overrides) and kw.get("settings") is None:
+            kw["settings"] = EngineSettings.for_window(window or DEFAULT_WINDOW, **overrides)
         if background:
             settings = kw.get("settings") or EngineSettings()
             kw["settings"] = replace(settings, compact=replace(settings.compact, background=True))
@@ -217,7 +227,7 @@ class Session:
         """Append messages to the live context, durably.
 
         Takes ctxkeep `Message`s, OpenAI chat dicts or the openai SDK's message objects, Anthropic message
-        dicts and Responses-API items (`ctxkeep.inputs`); those get ids from their content, past the ids
+        dicts and Responses-API items (`ctxkeep.host.inputs`); those get ids from their content, past the ids
         the workspace holds. Raises `MessageError` before writing anything: for what is none of these, an
         id already live or archived, a result without its call (`ctxkeep.live.add` has the rules), or an
         `extra` value JSON cannot hold. Lone UTF-16 surrogates (Node writes them; no UTF-8 file can hold
@@ -319,10 +329,14 @@ class Session:
             return step
 
 
+# The keywords `Session.open` passes to `Session` itself; any other is a setting (`EngineSettings.for_window`).
+SESSION_KEYWORDS = frozenset({"settings", "counter", "summarizer", "lock_timeout", "now"})
+
+
 def _batch_of(messages: object, taken: Container[str], max_chars: int) -> list[Message]:
     """What `Session.add` was given, as a list of messages, each capped to `max_chars`; `MessageError` for
     anything else."""
     if isinstance(messages, Message):
         return [inputs.capped(messages, max_chars)]  # what `inputs.convert` does to each message of a list
     batch = inputs.convert(messages, max_chars=max_chars)
-    return [e.message for e in inputs.renumber(batch, taken)]
+    return [e.message for e in renumber(batch, taken)]

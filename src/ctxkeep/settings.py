@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, TypeAlias
 
 # The languages of a summary; "auto" detects it from the messages (ctxkeep.summarize.resolve_language).
@@ -31,6 +31,8 @@ MAX_MESSAGE_CHARS = 32_000_000
 # seed's, gives its 16,000 characters, 50,000 and 3,000 bytes). Text is counted at 3 characters a
 # token, the low end for code, logs and JSON, so a share is never under-counted.
 CHARS_PER_TOKEN = 3
+# The window every size derives from when none is given: the seed's (`EngineSettings()` is `for_window` of it).
+DEFAULT_WINDOW = 128_000
 _SUMMARY_SHARE = 0.25
 _RECENT_SHARE = 0.25
 _OLD_SHARE = 0.02
@@ -227,25 +229,30 @@ class EngineSettings:
     summary_layout: SummaryLayout = "single"
 
     @classmethod
-    def for_window(cls, window: int, **kw: Any) -> EngineSettings:
-        """The settings for a model whose window is `window` tokens: every size follows the window.
+    def for_window(cls, window: int, **overrides: Any) -> EngineSettings:
+        """The settings for a model whose window is `window` tokens: every size follows the window, unless given.
 
         At the seed's 128,000 tokens this gives the seed's numbers; below, the summary and the
         offloaded results shrink with the compaction threshold, so that the summary alone can never
-        fill it and a compaction can always free room (the rule is in docs/engine.md). Keyword
-        arguments override any field (`retry_growth`, `language`, ...).
+        fill it and a compaction can always free room (the rule is in docs/engine.md). As httpx's
+        ``Timeout(5.0, connect=10.0)``, a keyword overrides one part: a field of `EngineSettings`
+        (`language`, `summary_max_chars`, a whole `compact`...), of `CompactSettings` (`compact_ratio`,
+        `background`...: the sizes then follow the threshold it makes) or of `OffloadSettings`
+        (`recent_n`, `old_max_bytes`...). Raises `TypeError` for a name that is none of these.
         """
-        compact = CompactSettings(max_input_length=window)
+        parts = _overrides(overrides)
+        compact = parts[0].pop("compact", None) or CompactSettings(max_input_length=window, **parts[1])
         room = compact.compact_threshold * CHARS_PER_TOKEN  # the threshold, in characters (or bytes) of text
-        offload = OffloadSettings(
+        derived = OffloadSettings(
             recent_max_bytes=max(_MIN_OLD_BYTES, min(50_000, int(room * _RECENT_SHARE))),
             old_max_bytes=max(_MIN_OLD_BYTES, min(3_000, int(room * _OLD_SHARE))),
             age_batch_bytes=int(room * _AGE_SHARE),
             age_tail_tokens=int(compact.compact_threshold * _TAIL_SHARE),
         )
+        offload = parts[0].pop("offload", None) or replace(derived, **parts[2])
         summary_max_chars = max(MIN_SUMMARY_CHARS + GUIDE_CHARS, min(16_000, int(room * _SUMMARY_SHARE)))
-        fields: dict[str, Any] = {"compact": compact, "offload": offload, "summary_max_chars": summary_max_chars}
-        return cls(**{**fields, **kw})
+        sizes: dict[str, Any] = {"compact": compact, "offload": offload, "summary_max_chars": summary_max_chars}
+        return cls(**{**sizes, **parts[0]})
 
     def __post_init__(self) -> None:
         if not isinstance(self.compact, CompactSettings):
@@ -271,6 +278,25 @@ class EngineSettings:
             raise ValueError(
                 f"summary_layout must be one of {', '.join(map(repr, SUMMARY_LAYOUTS))}; got {self.summary_layout!r}"
             )
+
+
+def _overrides(given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """`EngineSettings.for_window`'s keywords sorted by the part they override: the engine's own fields, the
+    compaction's, the offload's. Raises `TypeError` for a name of none, or a part given whole and in pieces."""
+    names = [{f.name for f in fields(c)} for c in (EngineSettings, CompactSettings, OffloadSettings)]
+    parts: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] = ({}, {}, {})
+    for name, value in given.items():
+        where = next((k for k, known in enumerate(names) if name in known), None)
+        if where is None or name == "max_input_length":
+            known = ", ".join(sorted((names[0] | names[1] | names[2]) - {"max_input_length"}))
+            raise TypeError(
+                f"{name!r} is no setting to override (the window is given as `window`); expected one of {known}"
+            )
+        parts[where][name] = value
+    for whole, pieces in (("compact", parts[1]), ("offload", parts[2])):
+        if whole in parts[0] and pieces:
+            raise TypeError(f"give {whole}= whole or its fields ({', '.join(sorted(pieces))}), not both")
+    return parts
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -7,7 +7,7 @@
            └───── to_compact ─────┘ └──── to_keep ────┘
                                    ▲ cut: messages[cut:] is kept
 
-A cut never falls inside a tool call's pair group (`safe_cuts`); pinned messages and their groups
+A cut never falls inside a tool call's pair group (`ctxkeep.pairing.safe_cuts`); pinned messages and their groups
 stay live. The rules (moving the boundary, the newest message, pins, broken pairing) are in
 docs/engine.md.
 """
@@ -18,7 +18,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from ctxkeep.messages import Message
-from ctxkeep.pairing import pair_walk
+from ctxkeep.pairing import pair_groups, safe_from_groups
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -40,58 +40,6 @@ class Split:
     def cut(self) -> int:
         """Index in the input of the first kept message (the input's length when none is kept)."""
         return len(self.to_compact) + len(self.pinned)
-
-
-def pair_groups(messages: Sequence[Message]) -> list[int]:
-    """For each message, the index of its pair group's root: the assistant message holding its call.
-
-    A message that is not a tool result is its own root; so is a result whose call is nowhere.
-    A result answers the call `pair_walk` pairs it with, or else the first later message holding
-    its call id (a result recorded before its call).
-    """
-    roots = list(range(len(messages)))
-    later: dict[str, int] | None = None
-    for link in pair_walk(messages).links:
-        if link.call is not None:
-            roots[link.index] = link.call
-            continue
-        if later is None:
-            later = {}
-            for i, msg in enumerate(messages):
-                for call in msg.tool_calls:
-                    later.setdefault(call.id, i)
-        roots[link.index] = later.get(link.call_id, link.index)
-    return roots
-
-
-def safe_cuts(messages: Sequence[Message]) -> list[bool]:
-    """One flag per cut point 0..len(messages): True when ``messages[i:]`` can be a kept tail.
-
-    A cut is safe when no pair group has members on both sides of it. Cut 0 (keep all) and
-    cut ``len(messages)`` (keep none) are always safe.
-    """
-    return _safe_from_roots(pair_groups(messages))
-
-
-def _safe_from_roots(roots: Sequence[int]) -> list[bool]:
-    n = len(roots)
-    lo = list(range(n))
-    hi = list(range(n))
-    for i, root in enumerate(roots):
-        lo[root] = min(lo[root], i)
-        hi[root] = max(hi[root], i)
-    # Cuts lo+1..hi split the group at `root`; count covering spans with a difference array (O(n)).
-    cover = [0] * (n + 2)
-    for root in set(roots):
-        if lo[root] < hi[root]:
-            cover[lo[root] + 1] += 1
-            cover[hi[root] + 1] -= 1
-    safe: list[bool] = []
-    depth = 0
-    for i in range(n + 1):
-        depth += cover[i]
-        safe.append(depth == 0)
-    return safe
 
 
 def split(
@@ -116,7 +64,7 @@ def split(
         return Split(to_compact=(), pinned=(), to_keep=(), is_valid=True, moved=0)
 
     roots = pair_groups(messages)
-    safe = _safe_from_roots(roots)
+    safe = safe_from_groups(roots)
     pinned_roots = {roots[i] for i, msg in enumerate(messages) if msg.id in pinned}
     is_pinned = [root in pinned_roots for root in roots]
 

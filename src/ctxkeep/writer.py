@@ -23,9 +23,10 @@ from typing import Any, Protocol
 from .context import summary_tokens_of
 from .errors import CtxkeepError, SummaryError
 from .live import Live, threshold_of
+from .pairing import safe_cuts
 from .plan import Plan, plan
-from .settings import EngineSettings
-from .split import Split, safe_cuts
+from .settings import CHARS_PER_TOKEN, EngineSettings
+from .split import Split
 from .step import Failure, Step, Usage
 from .store import Store
 from .summarize import ExtractiveSummarizer, Summarizer, SummaryRequest, why_rejected, with_originals
@@ -128,7 +129,7 @@ class WriteAhead:
         draft = self._draft
         ahead = fit(draft, live) if draft is not None and plan.reason != "manual" else None
         if ahead is not None and draft is not None:
-            if not draft.future.done() and plan.tokens <= self._settings.compact.wait_threshold:
+            if not draft.future.done() and self._may_wait(ahead, live, plan):
                 return None
             drafted = _outcome(draft)
             if drafted is not None and _frees_enough(ahead, live, drafted, self._settings, self._counter):
@@ -141,6 +142,18 @@ class WriteAhead:
         elif draft is not None:
             _outcome(draft)  # one summary at a time: a summarizer need not be thread-safe
         return self._now.write(plan, live)
+
+    def _may_wait(self, ahead: Plan, live: Live, plan: Plan) -> bool:
+        """Whether the step may go without the draft still being written: the context is under the wait threshold,
+        and the draft, applied when it comes, would still bring it under the soft threshold. Past that, putting it
+        off only lets the context outgrow it, and the step after would wait for the draft and then for its
+        extension: two summaries where waiting now costs the one already under way (an agent that never waits
+        would block longer than without background)."""
+        compact = self._settings.compact
+        # The new summary reckoned at the most it may take (its request's cap): what it replaces may be none.
+        summary = max(live.summary_tokens, ahead.request.max_chars // CHARS_PER_TOKEN)
+        after = live.tokens - _freed(ahead, live) - live.summary_tokens + summary
+        return plan.tokens <= compact.wait_threshold and after <= compact.soft_threshold
 
     def after_step(self, step: Step, now: datetime) -> None:
         """Drop the draft a compaction used or made stale; start one past the soft threshold. A written draft the
@@ -308,10 +321,15 @@ def outgrown(draft: Draft, live: Live, settings: EngineSettings) -> bool:
         return False
     if live.summary_body != draft.summary_body or draft.plan.cut.cut > len(live.messages):
         return True
-    pinned = {m.id for m in draft.plan.cut.pinned}
-    end = draft.plan.cut.cut
-    freed = sum(n for m, n in zip(live.messages[:end], live.counts[:end], strict=True) if m.id not in pinned)
-    return live.tokens - freed > compact.soft_threshold
+    return live.tokens - _freed(draft.plan, live) > compact.soft_threshold
+
+
+def _freed(ahead: Plan, live: Live) -> int:
+    """The tokens of `live` that applying `ahead` archives (its unpinned messages up to its cut); the summary is
+    reckoned at the size of the one it replaces."""
+    pinned = {m.id for m in ahead.cut.pinned}
+    end = ahead.cut.cut
+    return sum(n for m, n in zip(live.messages[:end], live.counts[:end], strict=True) if m.id not in pinned)
 
 
 def _outcome(draft: Draft) -> Written | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from agentscope.message import Msg, TextBlock, ToolResultState
@@ -29,15 +30,18 @@ from agentscope.middleware import MiddlewareBase
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import ToolBase, ToolChunk
 
-from ctxkeep.adapters import _core
-from ctxkeep.adapters._core import Memory, SessionSource, Workspace
 from ctxkeep.async_session import AsyncSession
+from ctxkeep.content_ids import Entry
 from ctxkeep.context import SYSTEM_ID, Context
-from ctxkeep.formats.agentscope2 import msg_pieces, to_agentscope2
+from ctxkeep.errors import MessageError
+from ctxkeep.formats.agentscope2 import msg_groups, msg_pieces, to_agentscope2
+from ctxkeep.host import core as _core
+from ctxkeep.host.core import Intake, Memory, SessionSource, Workspace
+from ctxkeep.host.inputs import unnumbered
 from ctxkeep.memory.tools import MemoryTool
-from ctxkeep.messages import Message
+from ctxkeep.messages import Message, ToolResult
 
-__all__ = ["ContextMiddleware", "MemoryToolAdapter", "context_msgs", "history_messages"]
+__all__ = ["ContextMiddleware", "MemoryToolAdapter", "MsgCache", "context_msgs", "history_messages"]
 
 
 class ContextMiddleware(MiddlewareBase):
@@ -53,6 +57,9 @@ class ContextMiddleware(MiddlewareBase):
         self._source = SessionSource(workspace, settings)
         self._tools: list[ToolBase] = [MemoryToolAdapter(t) for t in _core.memory_tools_of(workspace, memory, settings)]
         self._pieces = PieceCache()
+        # The agent's Msgs, converted and synced once each; a Msg grows by blocks, so its block count is its version.
+        self._made = MsgCache()  # and the context's Msgs, built once each
+        self._intake = Intake(msg_entries, version=lambda msg: len(getattr(msg, "content", ())))
 
     async def session(self) -> AsyncSession:
         """The session, opened on first use (off the event loop)."""
@@ -82,10 +89,9 @@ class ContextMiddleware(MiddlewareBase):
         """Send the model ctxkeep's context instead of the whole history: sync, prepare, convert back."""
         head, history = split_head(input_kwargs["messages"], agent)
         session = await self.session()
-        await session.sync(self._pieces.messages(history))
         system = "\n\n".join(m.get_text_content() or "" for m in head) or None
-        step = await session.prepare(system, tools=input_kwargs.get("tools") or None)
-        return await next_handler(messages=[*head, *context_msgs(step.context)])
+        step, _ = await self._intake.aprepare(session, history, system, input_kwargs.get("tools") or None)
+        return await next_handler(messages=[*head, *context_msgs(step.context, self._made)])
 
     async def on_compress_context(
         self,
@@ -121,10 +127,47 @@ def history_messages(history: Sequence[Msg]) -> list[Message]:
     return [m for msg in history for m in msg_pieces(msg.model_dump(mode="json"))]
 
 
-def context_msgs(context: Context) -> list[Msg]:
-    """ctxkeep's context (summary and recent messages, not the system prompt) as AgentScope 2.x ``Msg``\\ s."""
-    messages = [m for m in context.as_messages() if m.id != SYSTEM_ID]
-    return [Msg.model_validate(d) for d in to_agentscope2(messages)]
+def msg_entries(history: Sequence[object], start: int) -> list[Entry]:
+    """The entries of AgentScope 2.x Msgs, a history's from its item `start` on (an `Intake` converter): a Msg's
+    pieces all stand for it."""
+    out: list[Entry] = []
+    for i, msg in enumerate(history, start):
+        if not isinstance(msg, Msg):
+            raise MessageError(f"history item {i}: expected an AgentScope Msg, got {type(msg).__name__}", index=i)
+        out += [replace(e, index=i) for e in unnumbered(msg_pieces(msg.model_dump(mode="json")), i)]
+    return out
+
+
+def context_msgs(context: Context, made: MsgCache | None = None) -> list[Msg]:
+    """ctxkeep's context (summary and recent messages, not the system prompt) as AgentScope 2.x ``Msg``\\ s;
+    `made` keeps the Msgs built for the same messages before."""
+    return (made if made is not None else MsgCache()).msgs([m for m in context.as_messages() if m.id != SYSTEM_ID])
+
+
+class MsgCache:
+    """The Msgs built for a context's messages, kept between calls by the messages each was built from: a
+    context is mostly the same message objects call after call, so each Msg is built once. What a call did
+    not use is let go."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[tuple[int, ...], tuple[str, ...]], tuple[list[Message], Msg]] = {}
+
+    def msgs(self, messages: Sequence[Message]) -> list[Msg]:
+        """The Msgs of `messages` (`to_agentscope2`)."""
+        names = {c.id: c.name for m in messages for c in m.tool_calls}
+        kept: dict[tuple[tuple[int, ...], tuple[str, ...]], tuple[list[Message], Msg]] = {}
+        out: list[Msg] = []
+        for group in msg_groups(messages):
+            # A result ctxkeep wrote is named after its call's tool: that name is part of what it was built from.
+            called = tuple(names.get(b.call_id, "") for m in group for b in m.content if isinstance(b, ToolResult))
+            key = (tuple(id(m) for m in group), called)
+            hit = self._kept.get(key) or kept.get(key)
+            if hit is None or any(a is not b for a, b in zip(hit[0], group, strict=True)):
+                hit = (group, Msg.model_validate(to_agentscope2(group, names=names)[0]))
+            kept[key] = hit
+            out.append(hit[1])
+        self._kept = kept
+        return out
 
 
 class MemoryToolAdapter(ToolBase):

@@ -20,10 +20,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ctxkeep.adapters._core import SessionSource, Workspace
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import Context, summary_message_text
 from ctxkeep.formats.agentscope import from_agentscope, to_agentscope
+from ctxkeep.host.core import SessionSource, Workspace
 
 __all__ = ["PreReasoningHook", "attach"]
 

@@ -31,14 +31,14 @@ from agents.memory import SessionSettings
 from agents.run_config import CallModelData, ModelInputData
 from agents.tool_context import ToolContext
 
-from ctxkeep.adapters import _core
-from ctxkeep.adapters._core import Memory, Piece, SessionSource, Workspace
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.context import SYSTEM_ID
 from ctxkeep.context import of as context_of
 from ctxkeep.errors import WorkspaceError
 from ctxkeep.formats.responses import to_responses
-from ctxkeep.inputs import convert
+from ctxkeep.host import core as _core
+from ctxkeep.host.core import Intake, Memory, Piece, SessionSource, Workspace
+from ctxkeep.host.inputs import convert
 from ctxkeep.live import Tools
 from ctxkeep.memory.tools import MemoryTool
 from ctxkeep.session import Session
@@ -65,6 +65,7 @@ class CtxkeepInputFilter:
         """The memory tools as `FunctionTool`s for the agent (empty without `memory`): a filter cannot add them."""
         self.last_step: Step | None = None
         """What the last pass did (`Step.compaction`, `.warnings`...), None before the first model call."""
+        self._intake = Intake()  # the run's items, converted and synced once each
 
     @property
     def session(self) -> Session | None:
@@ -88,7 +89,7 @@ class CtxkeepInputFilter:
     async def _prepare(
         self, session: AsyncSession, items: list[Any], instructions: str | None, tools: Tools
     ) -> tuple[Step, list[Piece]]:
-        return await _core.aprepare(session, items, instructions, tools)
+        return await self._intake.aprepare(session, items, instructions, tools)
 
 
 class _SessionFilter(CtxkeepInputFilter):

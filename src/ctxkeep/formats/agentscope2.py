@@ -146,21 +146,33 @@ def _rest(block: Mapping[str, Any], *modelled: str) -> dict[str, Any]:
 # --- export --------------------------------------------------------------------------
 
 
-def to_agentscope2(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """AgentScope 2.x Msg dicts for `messages`: the pieces of one Msg rejoined, other messages a Msg each.
+def to_agentscope2(messages: Sequence[Message], *, names: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """AgentScope 2.x Msg dicts for `messages`: the pieces of one Msg rejoined (`msg_groups`), other messages a
+    Msg each.
 
     A message that did not come from a Msg (the summary ctxkeep writes, a placeholder result) gets a Msg
-    of its role with the message's id; a ``tool`` message becomes a result block of an assistant Msg.
+    of its role with the message's id; a ``tool`` message becomes a result block of an assistant Msg,
+    named after its call's tool (`names`, call id to tool name; default: the calls in `messages`).
     """
-    names = {c.id: c.name for m in messages for c in m.tool_calls}
+    names = {c.id: c.name for m in messages for c in m.tool_calls} if names is None else names
     out: list[dict[str, Any]] = []
+    for group in msg_groups(messages):
+        out.append(_new_msg(group[0], group[0].extra.get(_MSG)))
+        for msg in group:
+            out[-1]["content"].extend(_piece_out(msg, names))
+    return out
+
+
+def msg_groups(messages: Sequence[Message]) -> list[list[Message]]:
+    """`messages` in the runs that make one Msg each: consecutive pieces of the same Msg, or one message."""
+    out: list[list[Message]] = []
     group_id: str | None = None
     for msg in messages:
         fields = msg.extra.get(_MSG)
         joins = isinstance(fields, Mapping) and group_id is not None and fields.get("id") == group_id and out
         if not joins:
-            out.append(_new_msg(msg, fields))
-        out[-1]["content"].extend(_piece_out(msg, names))
+            out.append([])
+        out[-1].append(msg)
         group_id = fields.get("id") if isinstance(fields, Mapping) else None
     return out
 

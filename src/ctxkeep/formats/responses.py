@@ -1,10 +1,10 @@
-"""OpenAI Responses-API input items from ctxkeep messages (the way in is `ctxkeep.inputs`).
+"""OpenAI Responses-API input items from ctxkeep messages (the way in is `ctxkeep.host.inputs`).
 
     to_responses(list[Message]) -> list of input item dicts
 
 A system or user message becomes a ``{"role", "content"}`` message item (text, or ``input_text`` and
 ``input_image`` parts); an assistant message becomes a message item with its text followed by one
-``function_call`` item per call, so `ctxkeep.inputs` reads the run back as one message; a tool result
+``function_call`` item per call, so `ctxkeep.host.inputs` reads the run back as one message; a tool result
 becomes a ``function_call_output`` with its call's id. Thinking is left out: a reasoning item cannot
 be sent back without the provider's id and encrypted content, which ctxkeep does not keep. Parts
 ctxkeep kept whole on the way in (``input_file``, ...) are written back as they were.
@@ -17,7 +17,7 @@ from typing import Any
 
 from ctxkeep.messages import ImageBlock, Message, TextBlock, ToolCall, ToolResult
 
-_PART = "responses:part"  # an unmodelled part kept by `ctxkeep.inputs`, written back as it was
+_PART = "responses:part"  # an unmodelled part kept by `ctxkeep.host.inputs`, written back as it was
 
 
 def to_responses(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from ctxkeep.context import Context, summary_tokens_of
 from ctxkeep.errors import CtxkeepError
 from ctxkeep.settings import MemorySettings
 from ctxkeep.store import AGENTS_FILE, Store
-from ctxkeep.summarize.model.augment import agents_rules
+from ctxkeep.summarize.agents_md import agents_rules
 from ctxkeep.tokens import Counter
 
 log = logging.getLogger("ctxkeep")

@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from ctxkeep.summarize.agents_md import agents_rules
 from ctxkeep.summarize.facts.collect import Facts, collect_facts, mark_superseded, unique, unique_keep_last
 
 # the same failure items (tool, outcome, command, error line; 240 characters) and cap as the extractive summary
@@ -38,7 +39,6 @@ from ctxkeep.summarize.sections.markdown import (
 )
 from ctxkeep.summarize.verbatim import listed_lines
 
-RULE_SECTIONS = ("Session Startup", "Red Lines")
 # The model's text keeps at least this much room (or all it needs, when less): its six headings and an omission
 # note each.
 MODEL_FLOOR_CHARS = 1_000
@@ -53,7 +53,6 @@ _STATED = {"en": "Rules the user stated", "zh": "用户提出的规则"}
 _MORE_FAILURES = {"en": "({n} more failed calls in the archive)", "zh": "（另有 {n} 个失败的调用，详见归档）"}
 _NOTES = {"en": "Not summarized", "zh": "未能摘要"}
 _RULES_TITLE = "Workspace rules (AGENTS.md)"
-_MD_HEADING = re.compile(r"^(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
 _IDENTIFIER_TITLES = frozenset(t.lower() for t in PHRASES["identifiers"].values())
 _FENCED_ITEM = re.compile(r"\n?(`{3,})\n(.*)\n\1", re.DOTALL)
 _BULLET_TEXT = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+(.*)$")
@@ -198,26 +197,6 @@ def fit_text(text: str, *, max_chars: int, language: Language) -> str:
     ]
     fitted = fit_sections(sections, max_chars=max_chars, plan=plan, language=language)
     return render_sections(fitted, language=language)
-
-
-def agents_rules(agents_md: str, sections: Sequence[str] = RULE_SECTIONS) -> dict[str, str]:
-    """The bodies of the `sections` (default `RULE_SECTIONS`) of an AGENTS.md text, verbatim, by section name.
-
-    A heading matches case-insensitively at any ``#`` level; its body runs to the next heading of
-    the same or a higher level (``#`` lines inside code fences are not headings).
-    """
-    lines = agents_md.splitlines()
-    found = [(j, level, title.lower()) for j, level, title in headings(lines, _MD_HEADING)]
-    out: dict[str, str] = {}
-    for name in sections:
-        for k, (at, level, title) in enumerate(found):
-            if title == name.lower():
-                end = next((j for j, lv, _ in found[k + 1 :] if lv <= level), len(lines))
-                body = "\n".join(lines[at + 1 : end]).strip("\n")
-                if body.strip():
-                    out[name] = body
-                break
-    return out
 
 
 def _previous_lists(previous: str | None) -> dict[str, list[str]]:

@@ -27,9 +27,9 @@ from functools import partial
 from typing import Any
 
 from ctxkeep.errors import ProviderError, SummaryError
+from ctxkeep.pairing import safe_cuts
 from ctxkeep.providers import Completion, Model, Turn
 from ctxkeep.settings import MIN_SUMMARY_CHARS, PROMPT_RESERVE, SAFETY_MARGIN, ModelSummarySettings
-from ctxkeep.split import safe_cuts
 from ctxkeep.summarize.facts.collect import Facts, collect_facts
 from ctxkeep.summarize.model.audit import audit
 from ctxkeep.summarize.model.augment import Verbatim, augment, fit_text

@@ -11,19 +11,22 @@ aborted call) are built anew.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ctxkeep.async_session import AsyncSession
+from ctxkeep.content_ids import Entry, key_of, number
 from ctxkeep.context import SUMMARY_ID, SYSTEM_ID, Context
 from ctxkeep.errors import WorkspaceError
-from ctxkeep.inputs import Entry, convert, key_of
-from ctxkeep.live import Tools
+from ctxkeep.host.inputs import unnumbered
+from ctxkeep.host.sync import appended, new_entries
+from ctxkeep.live import Live, Tools
 from ctxkeep.memory.tools import MemoryTool, memory_tools
 from ctxkeep.messages import NO_RESULT_TEXT, Message, ToolResult
-from ctxkeep.session import Session
+from ctxkeep.session import SESSION_KEYWORDS, Session
+from ctxkeep.settings import DEFAULT_WINDOW, EngineSettings
 from ctxkeep.step import Step
 
 Workspace = str | Path | Session | AsyncSession
@@ -74,6 +77,8 @@ class SessionSource:
             raise WorkspaceError(
                 f"expected a workspace path, a ctxkeep Session or an AsyncSession; got {type(workspace).__name__}"
             )
+        else:
+            _check_settings(settings)
         self._path = workspace if isinstance(workspace, str | Path) else None
         self._settings = settings
         self._session = workspace.session if isinstance(workspace, AsyncSession) else workspace
@@ -120,6 +125,15 @@ class SessionSource:
         self._session, self._async = self._path, None
 
 
+def _check_settings(given: dict[str, Any]) -> None:
+    """Raise the `TypeError` (or `ValueError`) `Session.open` would for these keywords, now: a misspelt or bad
+    setting fails where the adapter is made, not at the framework's first model call, deep in its stack."""
+    overrides = {k: v for k, v in given.items() if k not in {*SESSION_KEYWORDS, "window", "background"}}
+    if overrides and given.get("settings") is None:
+        window = given.get("window")
+        EngineSettings.for_window(window if isinstance(window, int) else DEFAULT_WINDOW, **overrides)
+
+
 @dataclass(frozen=True, slots=True)
 class Piece:
     """One message of the context to send, and where it came from in the host's history."""
@@ -138,23 +152,109 @@ class Piece:
         return self.message.id == SUMMARY_ID
 
 
-def prepare(session: Session, history: Sequence[object], system: str | None, tools: Tools) -> tuple[Step, list[Piece]]:
+# Converts the items of a history from its item `start` on to entries whose ids are not derived yet.
+Converter = Callable[[Sequence[object], int], list[Entry]]
+
+
+class Intake:
+    """A host's history taken into a session call after call, at the cost of what is new (as AgentScope's
+    middleware caches each Msg's conversion): the items the last call took are not converted, matched or
+    synced again.
+
+    A host hands over its whole history every call, mostly the same objects with a few new ones after them.
+    The intake keeps the items it took last and their entries; a history that begins with exactly those
+    items (the same object, or an equal one, and the same `version`) has only its new items converted (from
+    the last message on: a run of Responses items may have grown) and added, when the session is as this
+    intake left it. Anything else (an edited history, a session changed elsewhere, the first call) takes the
+    whole history, as `Session.sync` does. One intake per conversation, like the session it feeds.
+    """
+
+    def __init__(self, convert: Converter = unnumbered, *, version: Callable[[object], object] | None = None) -> None:
+        """`convert` turns host items into entries (default: what `Session.sync` takes); `version` tells an item
+        changed in place (an AgentScope Msg grows by blocks: its block count)."""
+        self._convert = convert
+        self._version = version
+        self._items: list[object] = []  # the items the last call took (held, so identity is a fair test)
+        self._versions: list[object] = []
+        self._entries: list[Entry] = []
+        self._seen: dict[str, int] = {}  # occurrences of each key in `_entries`, to number what comes next
+        self._live: Live | None = None  # the session's live context as the last call left it
+
+    def prepare(self, session: Session, history: Sequence[object], system: str | None, tools: Tools) -> Prepared:
+        """Take what is new in `history`, run the pre-reasoning pass, map the context back onto the history.
+        Blocking: the async adapters call `aprepare`."""
+        entries, fresh = self._take(history)
+        session.add(self._new(session.live, entries, fresh))
+        return self._done(session, session.prepare(system, tools=tools), entries, len(history))
+
+    async def aprepare(
+        self, session: AsyncSession, history: Sequence[object], system: str | None, tools: Tools
+    ) -> Prepared:
+        """`prepare` for an event loop: conversion, disk and summarizer all run in worker threads."""
+        entries, fresh = await asyncio.to_thread(self._take, history)
+        await session.add(await asyncio.to_thread(self._new, session.session.live, entries, fresh))
+        step = await session.prepare(system, tools=tools)
+        return await asyncio.to_thread(self._done, session.session, step, entries, len(history))
+
+    def _take(self, history: Sequence[object]) -> tuple[list[Entry], int | None]:
+        """The entries of the whole `history`, and the index of its first item the last call did not take when
+        it only added items after those (None: take it whole)."""
+        items = list(history)
+        versions = [self._version(i) for i in items] if self._version is not None else []
+        same = _common(self._items, items)
+        if versions and same:
+            same = next((k for k, (a, b) in enumerate(zip(self._versions, versions, strict=False)) if a != b), same)
+        took = len(self._items)
+        fresh: int | None = took if took and same == took else None
+        if fresh is None:
+            seen: dict[str, int] = {}
+            entries = number(self._convert(items, 0), seen)
+        else:
+            # From the last message on: its items may have been joined by the new ones (a Responses run).
+            start = min(took, self._entries[-1].index) if self._entries else took
+            keep = next((k for k, e in enumerate(self._entries) if e.index >= start), len(self._entries))
+            seen = dict(self._seen)
+            for e in self._entries[keep:]:
+                if e.key is not None:
+                    seen[e.key] -= 1
+            tail = number(self._convert(items[start:], start), seen)
+            redone = [e for e in tail if e.index < took]
+            if [e.message.id for e in redone] != [e.message.id for e in self._entries[keep:]]:
+                fresh = None  # an item taken before came out otherwise: let the session judge the whole history
+            entries = [*self._entries[:keep], *tail]
+        self._items, self._versions, self._entries, self._seen = items, versions, entries, seen
+        return entries, fresh
+
+    def _new(self, live: Live, entries: Sequence[Entry], fresh: int | None) -> list[Message]:
+        """The messages to add: those of the new items when the session is as the last call left it, else
+        what of the whole history the session does not hold (`sync.new_entries`)."""
+        # Until this call's pass is done, the next call takes its history whole: a history refused here (or a
+        # failed add) must be judged whole again, not skipped as taken.
+        left, self._live = self._live, None
+        if fresh is not None and live is left:
+            return [e.message for e in appended(live, [e for e in entries if e.index >= fresh])]
+        return [e.message for e in new_entries(live, entries)]
+
+    def _done(self, session: Session, step: Step, entries: Sequence[Entry], size: int) -> Prepared:
+        self._live = session.live
+        return step, pieces(step.context, entries, size)
+
+
+Prepared = tuple[Step, "list[Piece]"]
+
+
+def _common(old: Sequence[object], new: Sequence[object]) -> int:
+    """How many leading items of `new` are those of `old` (the same object, or an equal one)."""
+    for k, (a, b) in enumerate(zip(old, new, strict=False)):
+        if a is not b and a != b:
+            return k
+    return min(len(old), len(new))
+
+
+def prepare(session: Session, history: Sequence[object], system: str | None, tools: Tools) -> Prepared:
     """Sync the host's whole `history` (items `Session.sync` takes), run the pre-reasoning pass, and map the
-    context back onto the history. Blocking: the async adapters call `aprepare`."""
-    entries = convert(history)
-    session.sync(history)
-    step = session.prepare(system, tools=tools)
-    return step, pieces(step.context, entries, len(history))
-
-
-async def aprepare(
-    session: AsyncSession, history: Sequence[object], system: str | None, tools: Tools
-) -> tuple[Step, list[Piece]]:
-    """`prepare` for an event loop: conversion, disk and summarizer all run in worker threads."""
-    entries = await asyncio.to_thread(convert, history)
-    await session.sync(history)
-    step = await session.prepare(system, tools=tools)
-    return step, await asyncio.to_thread(pieces, step.context, entries, len(history))
+    context back onto the history, once (an adapter keeps an `Intake`, which takes only what is new)."""
+    return Intake().prepare(session, history, system, tools)
 
 
 def pieces(context: Context, entries: Sequence[Entry], size: int) -> list[Piece]:

@@ -12,12 +12,12 @@ nor fails every later one; a warning names each message when it is added (`renum
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from ctxkeep.content_ids import Entry, key_of, number, renumber
 from ctxkeep.errors import MessageError
 from ctxkeep.formats import anthropic as anthropic_format
 from ctxkeep.formats.anthropic import from_anthropic
@@ -54,18 +54,6 @@ _RESPONSES_ASSISTANT = frozenset({"function_call", "reasoning"})
 _ANTHROPIC_RESPONSE_ONLY = ("id", "type", "model", "stop_reason", "stop_sequence", "usage", "container")
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One converted message: the item it came from, and what its id derives from (None: a given `Message`)."""
-
-    index: int
-    message: Message
-    key: str | None = None
-    occurrence: int = 0
-    # Lone UTF-16 surrogates in the item were replaced by U+FFFD.
-    replaced: bool = False
-
-
 def to_messages(items: Iterable[object] | object, *, taken: Container[str] = frozenset()) -> list[Message]:
     """Messages from a host's items; a single item is taken as a list of one.
 
@@ -80,31 +68,13 @@ def to_messages(items: Iterable[object] | object, *, taken: Container[str] = fro
 def convert(items: Iterable[object] | object, *, max_chars: int | None = None) -> list[Entry]:
     """The entries of `items`, ids numbered by occurrence within them; each message `capped` to `max_chars`
     (default `MAX_TEXT_CHARS`) before its id is derived, so a runaway text is never copied whole."""
-    return _number(_entries(as_list(items), MAX_TEXT_CHARS if max_chars is None else max_chars))
+    return number(_entries(as_list(items), MAX_TEXT_CHARS if max_chars is None else max_chars))
 
 
-def renumber(entries: Sequence[Entry], taken: Container[str]) -> list[Entry]:
-    """`entries` with each derived id moved past the ids in `taken` (and those given earlier here).
-
-    These are the entries being added: a warning names each whose lone surrogates were replaced.
-    """
-    used: set[str] = set()
-    out: list[Entry] = []
-    for e in entries:
-        if e.key is not None:
-            occurrence = e.occurrence
-            while (mid := _id(e.key, occurrence)) in taken or mid in used:
-                occurrence += 1
-            used.add(mid)
-            e = replace(e, message=_with_id(e.message, mid), occurrence=occurrence)
-        if e.replaced:
-            log.warning(
-                "message %s (item %d): lone UTF-16 surrogates replaced with U+FFFD; the message is kept",
-                e.message.id,
-                e.index,
-            )
-        out.append(e)
-    return out
+def unnumbered(items: Sequence[object], start: int = 0, *, max_chars: int | None = None) -> list[Entry]:
+    """The entries of `items`, items of a history from its item `start` on, their ids not derived yet (`number`);
+    each message `capped` to `max_chars` (default `MAX_TEXT_CHARS`)."""
+    return _entries(list(items), MAX_TEXT_CHARS if max_chars is None else max_chars, start)
 
 
 def as_list(items: object, *, single: bool = True) -> list[object]:
@@ -123,7 +93,7 @@ def _dumpable(item: object) -> bool:
     return callable(getattr(item, "model_dump", None))
 
 
-def _entries(items: list[object], max_chars: int) -> list[Entry]:
+def _entries(items: list[object], max_chars: int, start: int = 0) -> list[Entry]:
     out: list[Entry] = []
     run: list[tuple[int, Mapping[str, Any]]] = []  # consecutive assistant-side Responses items: one message
     replaced: set[int] = set()  # the items whose lone surrogates were replaced
@@ -134,7 +104,7 @@ def _entries(items: list[object], max_chars: int) -> list[Entry]:
             out.append(replace(entry, replaced=any(i in replaced for i, _ in run)))
             run.clear()
 
-    for i, item in enumerate(items):
+    for i, item in enumerate(items, start):
         try:
             if isinstance(item, Message):
                 flush()
@@ -374,43 +344,4 @@ _CONVERTERS: dict[str, Callable[[int, Mapping[str, Any], int], list[Entry]]] = {
 }
 
 
-def key_of(msg: Message, source_id: object = None) -> str:
-    """What a message's derived id comes from: role, text, images and tool-call ids (a tool result: its
-    call id alone, so an offloaded result keeps its key), and the source's own id. Thinking is left out:
-    the chat format drops it on the way back."""
-    parts = [msg.role, source_id if isinstance(source_id, str) else ""]
-    if msg.role == "tool":
-        parts += [f"result:{b.call_id}" for b in msg.content if isinstance(b, ToolResult)]
-    else:
-        parts.append("text:" + msg.text)
-        for b in msg.content:
-            if isinstance(b, ImageBlock):
-                image = b.url or hashlib.sha256((b.data or "").encode()).hexdigest()
-                parts.append(f"image:{image}")
-            elif isinstance(b, ToolCall):
-                parts.append(f"call:{b.id}")
-    return "\x1f".join(parts)
-
-
 _key = key_of
-
-
-def _id(key: str, occurrence: int) -> str:
-    return make_id("ctxkeep-input", key, occurrence)
-
-
-def _number(entries: list[Entry]) -> list[Entry]:
-    seen: dict[str, int] = {}
-    out: list[Entry] = []
-    for e in entries:
-        if e.key is None:
-            out.append(e)
-            continue
-        n = seen.get(e.key, 0)
-        seen[e.key] = n + 1
-        out.append(replace(e, message=_with_id(e.message, _id(e.key, n)), occurrence=n))
-    return out
-
-
-def _with_id(msg: Message, mid: str) -> Message:
-    return msg if msg.id == mid else replace(msg, id=mid)

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Sequence
 
-from .context import SUMMARY_ID, SUMMARY_TAG, SYSTEM_ID, summary_message_text
-from .errors import MessageError
-from .inputs import Entry, key_of, renumber
-from .live import Live, message_ids
-from .messages import NO_RESULT_TEXT, Message, ToolResult
+from ..content_ids import Entry, key_of, renumber
+from ..context import SUMMARY_ID, SUMMARY_TAG, SYSTEM_ID, summary_message_text
+from ..errors import MessageError
+from ..live import Live, message_ids
+from ..messages import NO_RESULT_TEXT, Message, ToolResult
 
 CTXKEEP_IDS = frozenset({SYSTEM_ID, SUMMARY_ID})
 
@@ -74,6 +74,14 @@ def new_entries(live: Live, history: Sequence[Entry]) -> list[Entry]:
     else:
         raise _diverged(entries, held)
     return renumber(entries[start:], known)
+
+
+def appended(live: Live, entries: Sequence[Entry]) -> list[Entry]:
+    """What `new_entries` gives for a history that only added `entries` after one it took whole (and nothing
+    changed `live` since), without matching the whole history again: ctxkeep's own messages left out, ids
+    past those `live` has used."""
+    known = Held(live)
+    return renumber([e for e in entries if not _ctxkeep_own(e.message, live, known)], known)
 
 
 def _continued_tail(entries: Sequence[Entry], held: Sequence[Message]) -> int | None:
