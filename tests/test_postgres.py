@@ -175,7 +175,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_memory_tools_write_and_search_memory_kept_in_the_database(postgres_url: str) -> None:
     from ctxkeep import Session
-    from ctxkeep.adapters._core import memory_tools_of
+    from ctxkeep.host.core import memory_tools_of
 
     name = f"memory/{uuid.uuid4().hex}"
     with Session.open(name, store=postgres_url) as session:
@@ -273,7 +273,7 @@ def test_a_reader_on_an_empty_database_makes_nothing(database: str) -> None:
 
 
 def test_an_adapter_given_a_name_and_a_store_refuses_memory_tools_it_could_not_close() -> None:
-    from ctxkeep.adapters._core import memory_tools_of
+    from ctxkeep.host.core import memory_tools_of
 
     with pytest.raises(WorkspaceError, match=r"Session.open\('agent-1', store=...\)"):
         memory_tools_of("agent-1", True, {"store": "postgresql://h/db"})
