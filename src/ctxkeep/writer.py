@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
+from .archive import user_messages
 from .context import summary_tokens_of
 from .errors import CtxkeepError, SummaryError
 from .live import Live, threshold_of
@@ -29,6 +30,7 @@ from .split import Split, safe_cuts
 from .step import Failure, Step, Usage
 from .store import Store
 from .summarize import ExtractiveSummarizer, Summarizer, SummaryRequest, why_rejected, with_originals
+from .summarize.verbatim import with_recalled
 from .tokens import Counter
 
 log = logging.getLogger("ctxkeep")
@@ -242,10 +244,11 @@ def _sum(a: Usage, b: Usage) -> Usage:
 def with_saved_originals(plan: Plan, store: Store) -> Plan:
     """`plan` with the end of each offloaded output's saved original in its request: the summarizer reads no
     file. (`read_original` is optional for a store: one without it leaves the kept heads alone, as does a
-    file that cannot be read: the summary is not worth failing the compaction for.)"""
+    file that cannot be read: the summary is not worth failing the compaction for.) When the previous summary
+    was squeezed, the user's archived messages ride along too (`with_recalled`): what it left out comes back."""
     read_original = getattr(store, "read_original", None)
     if not callable(read_original):
-        return plan
+        return replace(plan, request=with_recalled(plan.request, lambda: user_messages(store)))
 
     def read(name: str) -> bytes | None:
         try:
@@ -255,7 +258,8 @@ def with_saved_originals(plan: Plan, store: Store) -> Plan:
             return None
         return data if isinstance(data, bytes) else None
 
-    return replace(plan, request=with_originals(plan.request, read))
+    request = with_recalled(with_originals(plan.request, read), lambda: user_messages(store))
+    return replace(plan, request=request)
 
 
 def fit(draft: Draft, live: Live) -> Plan | None:

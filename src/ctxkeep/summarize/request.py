@@ -31,7 +31,9 @@ class SummaryRequest:
     the messages); the summary has at most `max_chars` characters. `originals` maps the saved file of
     an offloaded result among `messages` (``tool_result/<uuid>.txt``, as its offload record names it)
     to the end of its full text (`with_originals` fills it): the kept head of a failed command's
-    output rarely says what went wrong, its end does.
+    output rarely says what went wrong, its end does. `recalled` holds the user's messages read back
+    from the archive (`verbatim.with_recalled` fills it) when the previous summary left some of their words out
+    (a squeezed cap): they are put back when room returns.
     """
 
     messages: tuple[Message, ...]
@@ -40,6 +42,7 @@ class SummaryRequest:
     language: str = "auto"
     max_chars: int = 16_000
     originals: Mapping[str, str] = field(default_factory=dict)
+    recalled: tuple[Message, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.messages, tuple):
@@ -49,6 +52,8 @@ class SummaryRequest:
         for i, msg in enumerate(self.messages):
             if not isinstance(msg, Message):
                 raise TypeError(f"messages[{i}] must be a Message, got {type(msg).__name__}")
+        if not isinstance(self.recalled, tuple) or not all(isinstance(m, Message) for m in self.recalled):
+            raise TypeError("recalled must be a tuple of Message")
         for name in ("previous", "focus"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):

@@ -17,15 +17,15 @@ its room keeps its head and tail around a note pointing to the archive. The rule
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 
 from ctxkeep.messages import Message
 from ctxkeep.origin import HOST_SUMMARY_STARTS, origins, provider_summary
 from ctxkeep.settings import MIN_SUMMARY_CHARS
 from ctxkeep.summarize.facts.collect import human_text, rules_in
 from ctxkeep.summarize.request import SummaryRequest
-from ctxkeep.summarize.sections.markdown import fence_state, headings
+from ctxkeep.summarize.sections.markdown import RULES_TITLE, fence_state, headings, omitted_count, parse_sections
 from ctxkeep.summarize.voices import voices
 
 # Shares of the summary's cap: the user's messages, then the standing instructions. The summary's
@@ -357,3 +357,62 @@ def _fenced(text: str) -> str:
 def _kind_of(block: str) -> str:
     """What makes two instruction blocks versions of one another: their first line."""
     return block.strip().split("\n", 1)[0].strip()
+
+
+def words_left_out(summary: str) -> bool:
+    """True when `summary` left some of the user's words out: a rule dropped from Constraints (its omission note)
+    or a message of the verbatim part cut to its head and tail."""
+    if _CUT_NOTE.search(split_carried(summary)[1]):
+        return True
+    rules = parse_sections(summary).get(RULES_TITLE, {})
+    return any(omitted_count(item) is not None for items in rules.values() for item in items)
+
+
+def with_recalled(request: SummaryRequest, archived: Callable[[], Iterable[Message]]) -> SummaryRequest:
+    """`request` with the user's archived messages (`archived` gives the archive's messages, oldest first) when
+    its previous summary left some of the user's words out (`words_left_out`), else `request` itself.
+
+    A squeezed compaction (a huge newest message leaves the summary little room) may drop rules and cut the
+    user's messages; the next compaction puts them back from the archive, which has every word, as far as
+    its cap allows. The engine calls it with its store's reader; the summarizers themselves never read a file.
+    """
+    if request.recalled or not request.previous or not words_left_out(request.previous):
+        return request
+    recalled = tuple(m for m in archived() if m.role == "user" and m.tool_result is None)
+    return replace(request, recalled=recalled) if recalled else request
+
+
+def restored(parts: Carried, recalled: Sequence[Message]) -> Carried:
+    """`parts` with each text a squeezed summary cut to its head and tail whole again, from the user's archived
+    messages `recalled` (oldest first); `render_carried` fits them to the room there is now."""
+    if not recalled:
+        return parts
+    whole = [s.text for said in voices(recalled) for s in said if s.voice != "standing"]
+
+    def back(text: str | None) -> str | None:
+        if text is None or not (cut := _CUT_NOTE.search(text)):
+            return text
+        head, tail = text[: cut.start()], text[cut.end() :]
+        return next((w for w in whole if w.startswith(head) and w.endswith(tail)), text)
+
+    first = back(parts.first)
+    return Carried(first=first, newest=tuple(t for t in map(back, parts.newest) if t), instructions=parts.instructions)
+
+
+def recalled_rules(recalled: Sequence[Message]) -> list[str]:
+    """The rules the user stated in the archived messages `recalled` (oldest first), each once."""
+    return list(
+        dict.fromkeys(r for said in voices(recalled) for s in said if s.voice == "ask" for r in rules_in(s.text))
+    )
+
+
+def newest_within(rules: Sequence[str], room: int) -> list[str]:
+    """The newest of `rules` (oldest first) whose list items fit `room` characters together, oldest first: what a
+    squeezed summary keeps of the user's rules at the least (its user budget, `budgets`); the archive has the rest."""
+    kept: list[str] = []
+    for rule in reversed(rules):
+        room -= len(rule) + 3  # "- " and the newline
+        if room < 0:
+            break
+        kept.append(rule)
+    return kept[::-1]

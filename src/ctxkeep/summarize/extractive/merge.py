@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from ctxkeep.messages import Message
 from ctxkeep.summarize.extractive.draft import (
     Draft,
     command_of_item,
@@ -17,6 +18,7 @@ from ctxkeep.summarize.extractive.draft import (
     without_files,
 )
 from ctxkeep.summarize.facts.collect import (
+    RULE_CHARS,
     SUPERSEDED,
     Facts,
     mark_superseded,
@@ -28,7 +30,6 @@ from ctxkeep.summarize.facts.ledger import Jobs, merge_jobs, merge_todos, parse_
 from ctxkeep.summarize.request import Language
 from ctxkeep.summarize.sections.markdown import (
     CONTINUE_TITLE,
-    ITEM_CHARS,
     JOBS_TITLE,
     PHRASES,
     PLAN_TITLE,
@@ -45,6 +46,7 @@ from ctxkeep.summarize.sections.markdown import (
 from ctxkeep.summarize.verbatim import (
     carried_rules,
     listed_lines,
+    recalled_rules,
 )
 
 _QUOTED_CHARS = 20  # an item this long or longer that the verbatim part quotes is not said again
@@ -116,7 +118,7 @@ def parse_draft(previous: str) -> Draft:
             draft.notes.extend(f"{title}: {i}" for i in _flat(subs))
     if missing_sections(previous):  # a host's own summary: its opening text as notes, its rules as rules
         draft.notes = [i for i in _flat(parsed.get("", {})) if not i.startswith("#")] + draft.notes
-        draft.constraints = unique([*draft.constraints, *(clip(r, ITEM_CHARS) for r in rules_in(previous))])
+        draft.constraints = unique([*draft.constraints, *(clip(r, RULE_CHARS) for r in rules_in(previous))])
     return draft
 
 
@@ -176,9 +178,12 @@ def merge(old: Draft, new: Draft, facts: Facts, language: Language) -> Draft:
     return merged
 
 
-def with_recovered_rules(draft: Draft, previous: str) -> Draft:
-    """`draft` with the rules of the user's messages the previous summary carried verbatim (`carried_rules`)."""
-    recovered = [clip(r, ITEM_CHARS) for r in carried_rules(previous)]
+def with_recovered_rules(draft: Draft, previous: str | None, recalled: Sequence[Message] = ()) -> Draft:
+    """`draft` with the rules of the user's messages the previous summary carried verbatim (`carried_rules`), and
+    with those of the user's archived messages `recalled` (a squeezed summary dropped some: they come back)."""
+    recovered = [clip(r, RULE_CHARS) for r in [*recalled_rules(recalled), *carried_rules(previous)]]
+    if recalled:  # the rules a squeezed summary said it left out are back: its note no longer holds
+        draft.constraints = [c for c in draft.constraints if omitted_count(c) is None]
     if recovered:
         draft.constraints = mark_superseded(unique_keep_last(recovered + draft.constraints))
     return draft

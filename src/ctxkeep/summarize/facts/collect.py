@@ -30,6 +30,9 @@ from ctxkeep.summarize.sections.markdown import ITEM_CHARS, clip, is_placeholder
 # Caps the extractive summary's sections apply too (it imports them), so facts and sections agree.
 MAX_NEXT = 8
 MAX_IDENTIFIERS = 300
+# A rule is the user's words and stays whole in Constraints up to this many characters (the longest on the
+# shared transcripts is about 350); a longer "rule" is a pasted block, cut like any other item.
+RULE_CHARS = 1_000
 GOAL_CHARS = 300
 
 # Tool results are scanned only this far for identifiers: by compaction time step 1 has cut old
@@ -71,8 +74,12 @@ _CONSTRAINT = re.compile(
 _QUESTION = re.compile(r"[?？]\s*$")
 _LOG_LINE = re.compile(
     r"^\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}|^\[?\d{2}:\d{2}:\d{2}|^(?:ERROR|WARN(?:ING)?|INFO|DEBUG|TRACE)\b"
+    r"|^(?:[A-Z]\w*)?Error:\s"  # an error message ("Error: ENOENT: no such file", "TypeError: x is not ...")
     r"|Traceback \(most recent|^\s*at [\w.$<>]+\(|^\s*File \"[^\"]+\", line \d+"
 )
+# Pasted data is not a rule either: text with escaped line breaks or JSON's punctuation (a log line copied
+# from a session file: `No fixes applied.\n\n> check ... "}],"isError":false}`).
+_PASTED = re.compile(r"(?:\\n.*){2}|\"\s*[}\]],|[{,]\s*\"\w+\"\s*:")
 # A rule that points back ("Never exceed it") takes the sentence before it when that one holds the value.
 _POINTS_BACK = re.compile(r"(?i)\b(?:it|this|that|these|those|them|the same)\b|这个|那个|它")
 _VALUE = re.compile(r"\d|`")
@@ -280,7 +287,7 @@ def collect_facts(
     return Facts(
         asks=tuple(unique_keep_last(a for _, a in asks)),
         answered=bool(asks) and last_answer > asks[-1][0],
-        constraints=tuple(mark_superseded(unique_keep_last(clip(c, ITEM_CHARS) for c in constraints))),
+        constraints=tuple(mark_superseded(unique_keep_last(clip(c, RULE_CHARS) for c in constraints))),
         decisions=tuple(pick_decisions(chosen)),
         intents=tuple(clip(s, ITEM_CHARS) for s in intents),
         plans=tuple(clip(p, ITEM_CHARS) for p in plans),
@@ -429,7 +436,12 @@ def rules_in(text: str) -> list[str]:
     out: list[str] = []
     previous = ""
     for candidate in _candidates(text):
-        if _is_constraint(candidate) and not _QUESTION.search(candidate) and not _LOG_LINE.search(candidate):
+        if (
+            _is_constraint(candidate)
+            and not _QUESTION.search(candidate)
+            and not _LOG_LINE.search(candidate)
+            and not _PASTED.search(candidate)
+        ):
             if not _VALUE.search(candidate) and _POINTS_BACK.search(candidate) and _VALUE.search(previous):
                 candidate = f"{previous} {candidate}"
             out.append(candidate)
