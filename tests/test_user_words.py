@@ -89,7 +89,17 @@ def test_the_archive_is_read_only_when_the_previous_summary_left_words_out() -> 
 def test_a_rule_stays_whole_in_constraints_however_long() -> None:
     rule = "Always keep the wire format stable: " + ", ".join(f"field_{n} stays an int" for n in range(20)) + "."
     assert 300 < len(rule) < RULE_CHARS
-    summary = ExtractiveSummarizer().summarize(
-        SummaryRequest(messages=(Message(role="user", content=(TextBlock(text=rule),)),) * 1, max_chars=4_000)
-    )
-    assert rule in split_carried(summary)[0]  # in Constraints, not only in the verbatim part
+    later = [
+        f"Here is report {n}; its third table has odd totals in the last column, see what is off." for n in range(30)
+    ]
+    messages = tuple(Message(role="user", content=(TextBlock(text=t),)) for t in ["Fix the exporter.", rule, *later])
+    summary = ExtractiveSummarizer().summarize(SummaryRequest(messages=messages, max_chars=4_000))
+    assert rule not in split_carried(summary)[1]  # its message left the verbatim part (newer ones fill it) ...
+    assert rule in split_carried(summary)[0]  # ... so Constraints lists it, whole
+
+
+def test_a_rule_the_verbatim_part_shows_whole_is_said_once() -> None:
+    rule = "Never log the customer's card number, not even its last four digits."
+    messages = (Message(role="user", content=(TextBlock(text=f"Fix the exporter. {rule}"),)),)
+    summary = ExtractiveSummarizer().summarize(SummaryRequest(messages=messages))
+    assert summary.count(rule) == 1 and rule in split_carried(summary)[1]

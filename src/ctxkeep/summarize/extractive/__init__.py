@@ -46,8 +46,10 @@ class ExtractiveSummarizer:
         parts = restored(carried(request.messages, request.previous), request.recalled)
         # the previous summary, then the host's own when it compacted too (before us, or since our last summary)
         base = None
-        for text in earlier_summaries(request):
+        for j, text in enumerate(earlier_summaries(request)):
             earlier = parse_draft(text)
+            if j == 0 and request.previous:  # with the rules its verbatim part quoted, and any it had to drop
+                earlier = with_recovered_rules(earlier, request.previous, request.recalled)
             if base is not None:
                 # a host's summary restates the rules of what it covers: older than the previous summary's own
                 rules = [r for r in earlier.constraints if r not in base.constraints]
@@ -58,8 +60,6 @@ class ExtractiveSummarizer:
         if base is not None:
             base.quoted = split_carried(request.previous)[1] if request.previous else ""
             draft = merge(base, draft, facts, language)
-        if request.previous or request.recalled:
-            draft = with_recovered_rules(draft, request.previous, request.recalled)
         terms = focus_terms(request.focus) if request.focus else ()
 
         def protect(item: str) -> bool:
@@ -83,7 +83,8 @@ class ExtractiveSummarizer:
                 if least == request.max_chars:
                     raise
                 continue
-            if least == request.max_chars or set(rules) <= set(fitted[RULES_TITLE].get("", [])):
+            listed = set(fitted[RULES_TITLE].get("", []))
+            if least == request.max_chars or all(r in listed or r in appendix for r in rules):
                 break
         named = distinct_notes(fitted, language)
         if len(render_sections(named, language=language)) <= room:  # naming the list costs a few characters
