@@ -474,6 +474,53 @@ def restates(older: str, newer: str) -> bool:
     return bool(values and other_values and values != other_values and _overlap(words, other_words) >= 0.6)
 
 
+def superseded_by(texts: Sequence[str]) -> list[str | None]:
+    """For each of `texts` (the user's messages, oldest first), the first statement of a later one that changes a
+    value one of its statements names ("use port 8080", then "actually use 9090"), else None.
+
+    A statement is a sentence that names a value; a later one changes it when it reads as a change (`_corrects`:
+    it says so, or both are rules) and restates it with another value
+    (`restates`, with two words or more in common), or when all its words are the older one's and its new values
+    have the shape of an old one (digits for digits: a port for a port, a version for a version), as a short
+    correction does.
+    """
+    said = [[(_rule_key(s), s) for s in _sentences(t) if _rule_key(s)[1]] for t in texts]
+    out: list[str | None] = []
+    for j, statements in enumerate(said):
+        found = None
+        for (words, values), old in statements:
+            for later in said[j + 1 :]:
+                found = next((s for key, s in later if _corrects(old, s) and _changes(words, values, key)), None)
+                if found is not None:
+                    break
+            if found is not None:
+                break
+        out.append(found)
+    return out
+
+
+def _corrects(older: str, newer: str) -> bool:
+    """True when `newer` reads as a change of `older`: it says so ("actually", "instead", "now", "change it to"),
+    or both are rules (a rule restated with another value replaces it); a sequence ("report 9", "report 10") is not."""
+    return bool(_CORRECTION.search(newer)) or (_is_constraint(older) and _is_constraint(newer))
+
+
+def _changes(words: frozenset[str], values: frozenset[str], newer: tuple[frozenset[str], frozenset[str]]) -> bool:
+    """True when the statement `newer` (its words and values) gives another value to the one of `words`, `values`."""
+    new_words, new_values = newer
+    if not new_values or new_values == values or new_values <= values:
+        return False
+    if len(words & new_words) >= 2 and _overlap(words, new_words) >= 0.6:
+        return True
+    shapes = {_shape(v) for v in values}
+    return bool(new_words) and new_words <= words and all(_shape(v) in shapes for v in new_values - values)
+
+
+def _shape(value: str) -> str:
+    """A value's shape: its digits as 9 and its letters as a ("8080" and "9090" alike, "3.11" not)."""
+    return re.sub(r"[A-Za-z]", "a", re.sub(r"\d", "9", value))
+
+
 def _rule_key(rule: str) -> tuple[frozenset[str], frozenset[str]]:
     values = frozenset(i.text for i in find_identifiers(rule)) | frozenset(re.findall(r"\d[\d,.]*", rule))
     bare = rule.removesuffix(SUPERSEDED)
@@ -487,6 +534,11 @@ def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b) if a and b else 0.0
 
 
+# Words that say a statement changes an earlier one.
+_CORRECTION = re.compile(
+    r"(?i)\b(?:actually|instead|rather|now|change[ds]?|switch(?:ed)?|update[ds]?|correction|make it)\b"
+    r"|\bnot\b.{1,40}\bbut\b|^no\b|改为|改成|换成|其实|不是.{1,20}而是"
+)
 _RULE_STOPWORDS = frozenset({"the", "and", "for", "with", "than", "that", "this", "are", "is", "now", "actually"})
 
 
