@@ -3,6 +3,7 @@ user budget verbatim after every compaction, and the rules the user stated (read
 
 from __future__ import annotations
 
+import re
 from datetime import date
 
 import pytest
@@ -11,11 +12,12 @@ from tests.user_words import KINDS, Tally, measure
 
 from ctxkeep.archive import Archive, append, user_messages
 from ctxkeep.folder import MemoryFolder
-from ctxkeep.messages import Message, TextBlock
+from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
 from ctxkeep.settings import MIN_SUMMARY_CHARS
 from ctxkeep.summarize import ExtractiveSummarizer, SummaryRequest
 from ctxkeep.summarize.facts.collect import RULE_CHARS
 from ctxkeep.summarize.verbatim import budgets, newest_within, split_carried, with_recalled, words_left_out
+from ctxkeep.workspace.recall import recall
 
 # Every rule, whole, in every summary; a squeezed one (a huge newest message leaves it little room) keeps the
 # newest within the user's budget, and the next compaction restores the rest from the archive (below).
@@ -103,3 +105,35 @@ def test_a_rule_the_verbatim_part_shows_whole_is_said_once() -> None:
     messages = (Message(role="user", content=(TextBlock(text=f"Fix the exporter. {rule}"),)),)
     summary = ExtractiveSummarizer().summarize(SummaryRequest(messages=messages))
     assert summary.count(rule) == 1 and rule in split_carried(summary)[1]
+
+
+def test_each_done_and_blocked_item_names_its_lines_in_the_archive_and_recall_gives_them_back() -> None:
+    def run(cid: str, command: str, output: str, code: int) -> list[Message]:
+        call = ToolCall.from_input(id=cid, name="Bash", input={"command": command})
+        result = ToolResult(call_id=cid, content=output, is_error=code != 0, extra={"exit_code": code})
+        return [Message(role="assistant", content=(call,)), Message(role="tool", content=(result,))]
+
+    turns_ = [
+        [Message(role="user", content=(TextBlock(text="Fix the flaky parser test."),))],
+        run("c1", "pytest tests/test_parser.py", "FAILED tests/test_parser.py::test_dates - ValueError: bad month", 1),
+        [Message(role="assistant", content=(TextBlock(text="The cause is a month off by one."),))],
+        run("c2", "sed -i 's/month/month + 1/' parser.py", "", 0),
+        run("c3", "pytest tests/test_parser.py", "3 passed", 0),
+    ]
+    messages = tuple(m for group in turns_ for m in group)
+    store = MemoryFolder()
+    day = date(2026, 12, 5)
+    append(store, append(store, Archive(), _rules_session()[:3], day), messages, day)  # lines 4 on
+    request = SummaryRequest(messages=messages, source=f"dialog/2026-12-05.jsonl:4-{3 + len(messages)}")
+    summary = ExtractiveSummarizer().summarize(request)
+    sources = re.findall(r"dialog/\d{4}-\d{2}-\d{2}\.jsonl:\d+(?:-\d+)?", summary)
+    assert len(sources) >= 2, summary  # the Done item and the Blocked one
+    done = next(line for line in summary.splitlines() if "[evidence:" in line)
+    source = re.search(r"dialog/\S+?:\d+(?:-\d+)?(?=\])", done)
+    assert source is not None
+    shown = {m.message.tool_result.call_id for m in recall(store, source.group(0)) if m.message.tool_result}
+    assert shown & {"c2", "c3"}  # the lines hold the calls the item cites as evidence
+    blocked = next(line for line in summary.splitlines() if line.startswith("- Bash (error, dialog/"))
+    line = re.search(r"dialog/\S+?:\d+", blocked)
+    assert line is not None
+    assert [c.id for m in recall(store, line.group(0)) for c in m.message.tool_calls] == ["c1"]  # the failed call

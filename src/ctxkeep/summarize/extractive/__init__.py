@@ -11,12 +11,14 @@ Where each section comes from, how a merge works and what is dropped first: docs
 
 from __future__ import annotations
 
+from functools import partial
+
 from ctxkeep.settings import MIN_SUMMARY_CHARS
 from ctxkeep.summarize.extractive.draft import draft_of
 from ctxkeep.summarize.extractive.layout import distinct_notes, focus_terms, sections_of
 from ctxkeep.summarize.extractive.merge import merge, parse_draft, said_once, with_recovered_rules
 from ctxkeep.summarize.facts.collect import collect_facts
-from ctxkeep.summarize.request import SummaryRequest, resolve_language
+from ctxkeep.summarize.request import SummaryRequest, resolve_language, source_of
 from ctxkeep.summarize.sections.fit import fit_sections
 from ctxkeep.summarize.sections.markdown import RULES_TITLE, framed, framing_chars, render_sections
 from ctxkeep.summarize.verbatim import (
@@ -42,7 +44,7 @@ class ExtractiveSummarizer:
         """The summary of ``request.messages``, merged into ``request.previous`` when given."""
         language = resolve_language(request)
         facts = collect_facts(request.messages, originals=request.originals)
-        draft = draft_of(facts, language)
+        draft = draft_of(facts, language, partial(source_of, request) if request.source else None)
         parts = restored(carried(request.messages, request.previous), request.recalled)
         # the previous summary, then the host's own when it compacted too (before us, or since our last summary)
         base = None
