@@ -4,6 +4,7 @@
                                                  + the caller's notes (Not summarized)
                                                  + Tool failures, Files read, Files modified
                                                  + the Session Startup and Red Lines of AGENTS.md
+                                                 + the user's rules and the ledger's Plan it lacks
 
 The cap trims the model's text first; when the appended parts alone are too long, the identifier
 list loses its lowest-ranked items, then the file lists, each with a note of how many it no longer
