@@ -134,6 +134,7 @@ def augment(
             text,
             room=limit // 10,
             said=listed_lines(verbatim.text),
+            quoted=verbatim.text,
         ),
     )
     uncut = replace(uncut, plan=_plan_items(facts, request.previous, text, room=limit // 10))
@@ -163,11 +164,13 @@ def augment(
         slack += len(out) - limit
 
 
-def _stated(rules: Sequence[str], text: str, *, room: int, said: frozenset[str] = frozenset()) -> tuple[str, ...]:
-    """The user's rules `text` lacks verbatim and the verbatim part does not list (`said`), newest first while
-    they fit `room`, in the order stated."""
+def _stated(
+    rules: Sequence[str], text: str, *, room: int, said: frozenset[str] = frozenset(), quoted: str = ""
+) -> tuple[str, ...]:
+    """The user's rules `text` lacks verbatim and the verbatim part neither lists (`said`) nor shows whole
+    (`quoted`, its text: a rule said there is said once), newest first while they fit `room`, in the order stated."""
     kept: list[str] = []
-    for rule in reversed([r for r in rules if r not in text and r not in said]):
+    for rule in reversed([r for r in rules if r not in text and r not in said and r not in quoted]):
         if sum(len(r) + 3 for r in kept) + len(rule) + 3 > room:
             break
         kept.append(rule)
