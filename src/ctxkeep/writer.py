@@ -248,7 +248,7 @@ def with_saved_originals(plan: Plan, store: Store) -> Plan:
     was squeezed, the user's archived messages ride along too (`with_recalled`): what it left out comes back."""
     read_original = getattr(store, "read_original", None)
     if not callable(read_original):
-        return replace(plan, request=with_recalled(plan.request, lambda: user_messages(store)))
+        return replace(plan, request=_with_archived_words(plan.request, store))
 
     def read(name: str) -> bytes | None:
         try:
@@ -258,8 +258,17 @@ def with_saved_originals(plan: Plan, store: Store) -> Plan:
             return None
         return data if isinstance(data, bytes) else None
 
-    request = with_recalled(with_originals(plan.request, read), lambda: user_messages(store))
-    return replace(plan, request=request)
+    return replace(plan, request=_with_archived_words(with_originals(plan.request, read), store))
+
+
+def _with_archived_words(request: SummaryRequest, store: Store) -> SummaryRequest:
+    """`request` with the user's archived messages when its previous summary left words out (`with_recalled`); an
+    archive the store cannot read leaves it as it is: the summary is not worth failing the compaction for."""
+    try:
+        return with_recalled(request, lambda: list(user_messages(store)))
+    except CtxkeepError as exc:
+        log.warning("the user's words a squeezed summary left out stay out for now: %s", exc)
+        return request
 
 
 def fit(draft: Draft, live: Live) -> Plan | None:
