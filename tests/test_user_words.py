@@ -4,7 +4,7 @@ user budget verbatim after every compaction, and the rules the user stated (read
 from __future__ import annotations
 
 import re
-from datetime import date
+from datetime import UTC, date, datetime
 
 import pytest
 from tests.conftest import RAW, raw_files
@@ -12,12 +12,16 @@ from tests.user_words import KINDS, Tally, measure
 
 from ctxkeep.archive import Archive, append, user_messages
 from ctxkeep.folder import MemoryFolder
+from ctxkeep.live import Live
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
+from ctxkeep.plan import Plan
 from ctxkeep.settings import MIN_SUMMARY_CHARS
+from ctxkeep.split import Split
 from ctxkeep.summarize import ExtractiveSummarizer, SummaryRequest
 from ctxkeep.summarize.facts.collect import RULE_CHARS
 from ctxkeep.summarize.verbatim import budgets, newest_within, split_carried, with_recalled, words_left_out
 from ctxkeep.workspace.recall import recall
+from ctxkeep.writer import WriteNow
 
 # Every rule, whole, in every summary; a squeezed one (a huge newest message leaves it little room) keeps the
 # newest within the user's budget, and the next compaction restores the rest from the archive (below).
@@ -74,6 +78,21 @@ def test_a_squeezed_summary_keeps_the_newest_rules_and_the_next_one_restores_the
     # without the archive the dropped rules stay lost: the recall is what brings them back
     alone = ExtractiveSummarizer().summarize(SummaryRequest(messages=later, previous=squeezed))
     assert not all(r in alone for r in RULES) and TASK not in alone
+
+
+def test_the_writer_hands_the_summarizer_the_archived_words_a_squeezed_summary_left_out() -> None:
+    messages = _rules_session()
+    squeezed = ExtractiveSummarizer().summarize(SummaryRequest(messages=tuple(messages), max_chars=MIN_SUMMARY_CHARS))
+    store = MemoryFolder()
+    append(store, Archive(), messages, date(2026, 12, 5))
+    later = (Message(role="user", content=(TextBlock(text="Now run the tests."),)),)
+    cut = Split(to_compact=later, pinned=(), to_keep=(), is_valid=True, moved=0)
+    request = SummaryRequest(messages=later, previous=squeezed)
+    plan = Plan(cut=cut, request=request, reason="threshold", tokens=0, at=datetime(2026, 12, 5, tzinfo=UTC))
+    written = WriteNow(summarizer=ExtractiveSummarizer(), store=store).write(plan, Live())
+    assert written is not None and isinstance(written.summary, str)
+    assert len(written.plan.request.recalled) == len(RULES) + 1
+    assert all(r in written.summary for r in RULES)
 
 
 def test_the_archive_is_read_only_when_the_previous_summary_left_words_out() -> None:
