@@ -9,10 +9,12 @@ from tests.conftest import RAW
 
 from ctxkeep.formats import load
 from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
-from ctxkeep.summarize import SummaryRequest
+from ctxkeep.settings import ModelSummarySettings
+from ctxkeep.summarize import ModelSummarizer, SummaryRequest
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
 from ctxkeep.summarize.facts.ledger import Job, Todo, jobs_of, ledger_of, merge_todos, parse_job, parse_todo
 from ctxkeep.summarize.sections.markdown import JOBS_TITLE, PLAN_TITLE, parse_sections
+from ctxkeep.summarize.testing import fixed_summary_model
 
 SUMMARIZER = ExtractiveSummarizer()
 
@@ -202,3 +204,18 @@ def test_a_real_background_job_is_listed_while_it_runs_and_leaves_when_it_ends()
     assert any(j.startswith("`bd0afab` ") and j.endswith("bd0afab.output`") for j in jobs(first))
     second = summarize(messages[cut : end + 1], previous=first)
     assert not any("bd0afab" in j for j in jobs(second))
+
+
+def test_a_model_summary_that_drops_the_ledger_gets_it_back_and_carries_it() -> None:
+    model = ModelSummarizer(fixed_summary_model(), settings=ModelSummarySettings(window=8_192, max_tokens=1_024))
+    first = [
+        Message(role="user", content=(TextBlock(text="Port the exporter."),)),
+        *todo_write("t1", ("Read the exporter", "completed"), ("Write the tests", "in_progress")),
+    ]
+    summary = model.summarize(SummaryRequest(messages=tuple(first)))
+    assert "[completed] Read the exporter" in summary and "[in_progress] Write the tests" in summary
+    # the next summary updates the ledger the previous one carried, as the extractive summarizer does
+    later = todo_write("t2", ("Write the tests", "completed"), ("Run the linter", "pending"))
+    after = model.summarize(SummaryRequest(messages=tuple(later), previous=summary))
+    assert "[completed] Write the tests" in after and "[pending] Run the linter" in after
+    assert "[completed] Read the exporter" in after and "[in_progress] Write the tests" not in after

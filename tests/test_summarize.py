@@ -159,9 +159,9 @@ def test_english_conversation_items_land_in_their_sections() -> None:
     assert "IT IS CRITICAL" not in quoted.split("## Standing instructions")[0]  # ... the prompt it expands to is not
     assert not any("reminder" in g or "Caveat" in g or "/clear" in g or g == "ok" for g in goal)
 
-    # a rule stays listed even where the verbatim part quotes it ("Please use pytest -q for every run." is in
-    # the first message): the message may leave the verbatim part, or be cut there, and the rule must not
-    assert section(s, "Constraints & Preferences") == ["Never push to main.", "Please use pytest -q for every run."]
+    # a rule the verbatim part shows whole is said once, there (a later summary lists it when its message leaves)
+    assert section(s, "Constraints & Preferences") == []
+    assert "- Never push to main." not in s and "- Please use pytest -q for every run." not in s
 
     done = section(s, "Progress", "Done")
     assert any(d.startswith("For “") and "Modified `routes.py`" in d for d in done)  # grouped by task
@@ -227,9 +227,8 @@ def test_chinese_conversation_keeps_identifiers_glued_to_text() -> None:
     goal = section(s, "Goal")
     assert goal == [phrase("first_quoted", "zh"), f"最新请求：{phrase('newest_quoted', 'zh')}"]
     assert "请修改/etc/nginx/nginx.conf第3行，把端口改成8080。" in split_carried(s)[1]
-    assert section(s, "Constraints & Preferences") == [
-        "不要重启生产服务器，必须先在测试环境验证。"
-    ]  # listed though quoted
+    assert section(s, "Constraints & Preferences") == []  # quoted whole: said once, there
+    assert "不要重启生产服务器，必须先在测试环境验证。" in split_carried(s)[1]
     [done] = section(s, "Progress", "Done")
     assert done.startswith("针对「请修改/etc/nginx/nginx.conf第3行") and done.endswith(
         "已修改 `nginx.conf` [依据：`c2` 成功]"
@@ -551,10 +550,8 @@ def test_incremental_update_merges_into_one_summary() -> None:
     assert "Let me run the tests." not in section(second, "Progress", "In Progress")  # ... and was replaced
     assert section(second, "Progress", "In Progress")[-1] == "Now I'm going to update CHANGELOG.md."
     assert section(second, "Progress", "Blocked") == [blocked + " (resolved later)"]  # the same command passed later
-    assert section(second, "Constraints & Preferences") == [
-        "Never push to main.",
-        "Please use pytest -q for every run.",
-    ]
+    assert section(second, "Constraints & Preferences") == []  # the first message, quoted whole, states them
+    assert "Never push to main." in split_carried(second)[1]
     idents = section(second, "Critical Context", "Exact identifiers")
     assert "`/v1/items`" in idents and "`3f9a2b1c`" in idents  # previous identifiers kept, new ones added
     assert idents.index("`3f9a2b1c`") < idents.index("`/v1/items`")  # newest first
@@ -1061,15 +1058,12 @@ def repeated_lines(summary: str) -> list[str]:
     return out
 
 
-def test_a_rule_the_user_wrote_as_a_list_item_stays_listed_and_outlives_its_message() -> None:
+def test_a_rule_the_user_wrote_as_a_list_item_is_said_once_and_outlives_its_message() -> None:
     task = "Plan the migration.\n- don't produce code, design the solution first\n- keep the public API unchanged"
     first = summarize([user(task), said("Reading the code.")])
     assert "- keep the public API unchanged" in first  # in the user's message, carried verbatim
-    # and listed: the message may leave the verbatim part or be cut there, the rule must not (only rules repeat)
-    assert "don't produce code, design the solution first" in section(first, "Constraints & Preferences")
-    assert {line.removeprefix("- ") for line in repeated_lines(first)} <= set(
-        section(first, "Constraints & Preferences")
-    )
+    # and not listed again while the verbatim part shows it whole
+    assert section(first, "Constraints & Preferences") == [] and not repeated_lines(first)
     # an ask that is itself a rule is not listed again under Goal
     later = summarize([user("Go on."), user("- never touch the schema"), said("ok"), user("Now write it.")])
     assert "never touch the schema" not in section(later, "Goal")
@@ -1204,8 +1198,7 @@ def test_goal_points_to_the_quoted_asks_and_nothing_is_said_twice() -> None:
     lines = [ln.strip().removeprefix("- ") for ln in sections.splitlines()]
     statements = [ln for ln in lines if len(ln) >= 20 and not ln.startswith(("#", "`"))]
     assert len(statements) == len(set(statements))  # no line of the sections twice
-    rules = set(section(s, "Constraints & Preferences"))  # rules stay listed though quoted: they must outlive it
-    assert not [ln for ln in statements if ln.removesuffix("…") in flat and ln not in rules]  # nor what is quoted
+    assert not [ln for ln in statements if ln.removesuffix("…") in flat]  # nor what is quoted, rules included
     assert section(s, "Goal")[0] == phrase("first_quoted", "en")
 
 

@@ -87,6 +87,5 @@ def test_summaries_of_the_shared_transcripts_can_be_trusted(window: int) -> None
     assert total.compactions > 0 and total.done > 0
     assert total.unbacked == 0, [e for e in total.examples if e.startswith("done")][:3]
     assert total.stale == 0, [e for e in total.examples if e.startswith("blocked")][:3]
-    # Issue 21 asks for <= 2%; the user's rules stay listed under Constraints though the verbatim part quotes
-    # them (said once, a tenth of them were lost at 32k: tests/test_user_words.py), which is 2.3% here.
-    assert total.twice <= 0.025 * sum(total.sizes), f"{100 * total.twice / sum(total.sizes):.1f}% said twice"
+    # Issue 21 asks for <= 2% (0.7% at 32k, 0.4% at 128k): a rule the verbatim part shows whole is not listed again
+    assert total.twice <= 0.02 * sum(total.sizes), f"{100 * total.twice / sum(total.sizes):.1f}% said twice"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 
@@ -273,3 +274,33 @@ def test_a_text_cut_again_counts_what_its_first_cut_left_out() -> None:
     shown = len(twice) - len(re.search(r"\n\[… .* …\]\n", twice).group(0))
     omitted = int(re.search(r"\[… ([\d,]+) characters omitted", twice).group(1).replace(",", ""))
     assert shown + omitted == len(block)
+
+
+def _value_session() -> list[Message]:
+    return [
+        user("Build the API server; use port 8080 for it."),
+        said("ok"),
+        user("Add a health check."),
+        said("ok"),
+        user("actually use 9090"),
+        said("ok"),
+    ]
+
+
+@pytest.mark.parametrize("make", SUMMARIZERS)
+def test_a_value_the_user_changed_later_is_marked_superseded_where_it_is_quoted(make: Callable[[], Summarizer]) -> None:
+    summary = make().summarize(SummaryRequest(messages=tuple(_value_session()), max_chars=6_000))
+    quoted = split_carried(summary)[1]
+    old = quoted.index("use port 8080")
+    assert quoted.index("(superseded by a later message: «actually use 9090»)") > old
+    assert quoted.count("superseded by a later message") == 1  # the newer one stands
+    # the mark outlives the newer message's leaving the verbatim part, and a sequence is not a change
+    reports = [
+        f"Here is report {n}; its third table has odd totals in the last column, see what is off." for n in range(12)
+    ]
+    later = tuple(m for text in reports for m in (user(text), said("ok")))
+    after = make().summarize(SummaryRequest(messages=later, previous=summary, max_chars=6_000))
+    kept = split_carried(after)[1]
+    assert "use port 8080" in kept and "actually use 9090" not in kept.replace("«actually use 9090»", "")
+    assert kept.count("superseded by a later message") == 1
+    assert read_carried(after).first == "Build the API server; use port 8080 for it."  # the note is no part of it

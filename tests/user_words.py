@@ -3,7 +3,9 @@
 Each conversation is replayed turn by turn through a `Session` (in memory) at a window; after every
 compaction, the summary is checked against everything archived so far:
 
-    rules   every rule (`rules_in`) of every real ask archived, verbatim in the summary
+    rules   every rule (`rules_in`) of every real ask archived, verbatim in the summary; in a squeezed one (a
+            cap below the sections' floor and the verbatim parts' shares, `budgets`), the newest rules that fit
+            the user's budget: the rest come back from the archive when room returns, and are looked for then
     first   the first real ask, whole, or its head and tail when it alone is over the user budget
     newest  the newest real asks that fit the user budget beside the first (newest first), each whole
 
@@ -34,7 +36,7 @@ from ctxkeep.settings import CompactSettings, EngineSettings
 from ctxkeep.summarize import SummaryRequest
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
 from ctxkeep.summarize.facts.collect import rules_in
-from ctxkeep.summarize.verbatim import budgets
+from ctxkeep.summarize.verbatim import SECTIONS_FLOOR, budgets
 from ctxkeep.tokens import get_counter
 
 RAW = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "transcripts" / "raw"
@@ -117,9 +119,18 @@ def _check(tally: Tally, asks: list[str], summary: str, max_chars: int) -> None:
     """Count what `summary` keeps of `asks` (all the real asks archived so far, oldest first)."""
     if not asks:
         return
-    room = budgets(max_chars)[0]
+    room, instructions = budgets(max_chars)
     first, later = asks[0], [a for a in asks[1:] if a != asks[0]]
-    for rule in dict.fromkeys(r for a in asks for r in rules_in(a)):
+    rules = list(dict.fromkeys(r for a in asks for r in rules_in(a)))
+    if room + instructions > max_chars - SECTIONS_FLOOR:  # squeezed: the newest rules within the user's budget
+        left, wanted = room, []
+        for rule in reversed(rules):
+            left -= len(rule) + 3
+            if left < 0:
+                break
+            wanted.append(rule)
+        rules = wanted
+    for rule in rules:
         tally.wanted["rules"] += 1
         ok = rule in summary
         tally.kept["rules"] += ok

@@ -14,13 +14,15 @@ append, so the guide's size is known before the summary is written.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from types import MappingProxyType
 from typing import Any
 
-from .codec import dumps
+import orjson
+
+from .codec import dumps, message_from_dict
 from .errors import CtxkeepError
 from .messages import Message
 from .store import DIALOG_DIR, Store
@@ -136,3 +138,25 @@ def lines_added(before: Archive, after: Archive, day: date) -> tuple[int, int]:
     old = before.files.get(name, ArchiveFile(0, 0)).lines
     new = after.files.get(name, ArchiveFile(0, 0)).lines
     return (old + 1, new) if new > old else (0, 0)
+
+
+def user_messages(store: Store) -> Iterator[Message]:
+    """The user's archived messages (tool results left out), oldest first; a line that is no message is passed over.
+
+    Read when a squeezed summary left some of the user's words out (`ctxkeep.summarize.verbatim.with_recalled`):
+    only the lines of user messages are parsed, the rest is skipped by a look at their first bytes.
+    """
+    for info in store.archive_files():
+        for line in store.read_archive(info.name).splitlines():
+            if _USER not in line[:_ROLE_WITHIN]:
+                continue
+            try:
+                msg = message_from_dict(orjson.loads(line))
+            except (orjson.JSONDecodeError, TypeError, ValueError, KeyError):
+                continue
+            if msg.role == "user" and msg.tool_result is None:
+                yield msg
+
+
+_USER = b'"role":"user"'
+_ROLE_WITHIN = 200  # `codec.message_to_dict` writes the role right after the version and the id

@@ -128,12 +128,15 @@ def plan(
         else:
             previous = previous.replace(PART_BREAK, "\n\n") if previous else previous
             room //= 2
+    first, last = archive_mod.lines_added(live.archive, next_archive, now.date())
     request = SummaryRequest(
         messages=to_summarize,
         previous=previous,
         focus=focus,
         language=settings.language,
         max_chars=max(MIN_SUMMARY_CHARS, room),
+        # where the messages will be in the archive: each item of the summary names its lines there
+        source=f"{archive_mod.archive_name(now.date())}:{first}-{last}" if first else None,
     )
     reason = "manual" if force else "overflow" if tokens > settings.compact.max_input_length else "threshold"
     return Plan(cut=cut, request=request, reason=reason, tokens=tokens, at=now, background=ahead, append=append)

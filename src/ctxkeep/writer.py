@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
+from .archive import user_messages
 from .context import summary_tokens_of
 from .errors import CtxkeepError, SummaryError
 from .live import Live, threshold_of
@@ -30,6 +31,7 @@ from .split import Split
 from .step import Failure, Step, Usage
 from .store import Store
 from .summarize import ExtractiveSummarizer, Summarizer, SummaryRequest, why_rejected, with_originals
+from .summarize.verbatim import with_recalled
 from .tokens import Counter
 
 log = logging.getLogger("ctxkeep")
@@ -268,10 +270,11 @@ def _sum(a: Usage, b: Usage) -> Usage:
 def with_saved_originals(plan: Plan, store: Store) -> Plan:
     """`plan` with the end of each offloaded output's saved original in its request: the summarizer reads no
     file. (`read_original` is optional for a store: one without it leaves the kept heads alone, as does a
-    file that cannot be read: the summary is not worth failing the compaction for.)"""
+    file that cannot be read: the summary is not worth failing the compaction for.) When the previous summary
+    was squeezed, the user's archived messages ride along too (`with_recalled`): what it left out comes back."""
     read_original = getattr(store, "read_original", None)
     if not callable(read_original):
-        return plan
+        return replace(plan, request=_with_archived_words(plan.request, store))
 
     def read(name: str) -> bytes | None:
         try:
@@ -281,7 +284,17 @@ def with_saved_originals(plan: Plan, store: Store) -> Plan:
             return None
         return data if isinstance(data, bytes) else None
 
-    return replace(plan, request=with_originals(plan.request, read))
+    return replace(plan, request=_with_archived_words(with_originals(plan.request, read), store))
+
+
+def _with_archived_words(request: SummaryRequest, store: Store) -> SummaryRequest:
+    """`request` with the user's archived messages when its previous summary left words out (`with_recalled`); an
+    archive the store cannot read leaves it as it is: the summary is not worth failing the compaction for."""
+    try:
+        return with_recalled(request, lambda: list(user_messages(store)))
+    except CtxkeepError as exc:
+        log.warning("the user's words a squeezed summary left out stay out for now: %s", exc)
+        return request
 
 
 def fit(draft: Draft, live: Live) -> Plan | None:

@@ -18,6 +18,7 @@ Language: TypeAlias = Literal["en", "zh"]
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN_WORD = re.compile(r"[A-Za-z]+")
 _SAMPLE_CHARS = 2_000  # of each text: enough to tell the language, cheap on pasted logs
+_SOURCE = re.compile(r"(?P<file>dialog/\d{4}-\d{2}-\d{2}\.jsonl):(?P<first>[1-9]\d*)-(?P<last>[1-9]\d*)")
 # Of an offloaded result's saved original, the end a summarizer reads: where a failure says what went wrong.
 ORIGINAL_TAIL_CHARS = 4_000
 
@@ -31,7 +32,11 @@ class SummaryRequest:
     the messages); the summary has at most `max_chars` characters. `originals` maps the saved file of
     an offloaded result among `messages` (``tool_result/<uuid>.txt``, as its offload record names it)
     to the end of its full text (`with_originals` fills it): the kept head of a failed command's
-    output rarely says what went wrong, its end does.
+    output rarely says what went wrong, its end does. `recalled` holds the user's messages read back
+    from the archive (`verbatim.with_recalled` fills it) when the previous summary left some of their words out
+    (a squeezed cap): they are put back when room returns. `source` is where `messages` go in the archive,
+    ``dialog/YYYY-MM-DD.jsonl:FROM-TO`` (the engine's plan fills it): each item then names the lines it
+    comes from, in the form `ctxkeep recall` accepts.
     """
 
     messages: tuple[Message, ...]
@@ -40,6 +45,8 @@ class SummaryRequest:
     language: str = "auto"
     max_chars: int = 16_000
     originals: Mapping[str, str] = field(default_factory=dict)
+    recalled: tuple[Message, ...] = ()
+    source: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.messages, tuple):
@@ -49,6 +56,12 @@ class SummaryRequest:
         for i, msg in enumerate(self.messages):
             if not isinstance(msg, Message):
                 raise TypeError(f"messages[{i}] must be a Message, got {type(msg).__name__}")
+        if self.source is not None and (not isinstance(self.source, str) or not _SOURCE.fullmatch(self.source)):
+            raise ValueError(
+                f"source must be dialog/YYYY-MM-DD.jsonl:FROM-TO, where the messages are archived; got {self.source!r}"
+            )
+        if not isinstance(self.recalled, tuple) or not all(isinstance(m, Message) for m in self.recalled):
+            raise TypeError("recalled must be a tuple of Message")
         for name in ("previous", "focus"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
@@ -160,3 +173,13 @@ def _word_counts(texts: Iterable[str]) -> tuple[int, int]:
         cjk += len(_CJK.findall(text))
         latin += len(_LATIN_WORD.findall(text))
     return cjk, latin
+
+
+def source_of(request: SummaryRequest, first: int, last: int) -> str | None:
+    """Where ``request.messages[first:last + 1]`` are in the archive (``dialog/…jsonl:FROM-TO``), or None when the
+    request does not say where its messages go."""
+    found = _SOURCE.fullmatch(request.source) if request.source else None
+    if found is None:
+        return None
+    start = int(found["first"])
+    return f"{found['file']}:{start + first}" + (f"-{start + last}" if last > first else "")

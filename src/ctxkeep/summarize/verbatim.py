@@ -17,15 +17,15 @@ its room keeps its head and tail around a note pointing to the archive. The rule
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from ctxkeep.messages import Message
 from ctxkeep.origin import HOST_SUMMARY_STARTS, origins, provider_summary
 from ctxkeep.settings import MIN_SUMMARY_CHARS
-from ctxkeep.summarize.facts.collect import human_text, rules_in
+from ctxkeep.summarize.facts.collect import human_text, rules_in, superseded_by
 from ctxkeep.summarize.request import SummaryRequest
-from ctxkeep.summarize.sections.markdown import fence_state, headings
+from ctxkeep.summarize.sections.markdown import RULES_TITLE, fence_state, headings, omitted_count, parse_sections
 from ctxkeep.summarize.voices import voices
 
 # Shares of the summary's cap: the user's messages, then the standing instructions. The summary's
@@ -51,6 +51,9 @@ _USER_NOTE = "What the user typed: the first message (the task), then the newest
 _INSTRUCTIONS_NOTE = "Injected instructions that still apply; the newest version of each."
 _INSTRUCTIONS_HEAD = f"\n## {INSTRUCTIONS_TITLE}\n{_INSTRUCTIONS_NOTE}\n\n"
 _CUT = "\n[… {n:,} characters omitted here; the whole text is in the archive …]\n"
+# After a quoted message whose value a later message changed ("use port 8080", then "actually use 9090").
+_SUPERSEDED = "(superseded by a later message: «{said}»)\n"
+_SUPERSEDED_LINE = re.compile(r"\(superseded by a later message: «(.*)»\)")
 _MIN_PIECE = 240  # a cut text keeps at least this much of its head (two thirds) and tail together
 _CUT_NOTE = re.compile(r"\n\[… ([\d,]+) characters omitted here; the whole text is in the archive …\]\n")
 _TITLES = frozenset({USER_TITLE, INSTRUCTIONS_TITLE})
@@ -65,6 +68,9 @@ class Carried:
     first: str | None = None  # the first message the user typed in the session
     newest: tuple[str, ...] = ()  # user-typed messages after it, oldest first
     instructions: tuple[str, ...] = ()  # standing instruction blocks, oldest first, each kind once
+    # (text, the later statement that changed its value): read back from a previous summary's notes, so the mark
+    # outlives the later message's leaving the verbatim part
+    superseded: tuple[tuple[str, str], ...] = ()
 
 
 def typed_text(msg: Message) -> str | None:
@@ -125,7 +131,7 @@ def carried(messages: Sequence[Message], previous: str | None) -> Carried:
             first = text
         elif text != first:
             newest = [t for t in newest if t != text] + [text]
-    return Carried(first=first, newest=tuple(newest), instructions=tuple(blocks))
+    return Carried(first=first, newest=tuple(newest), instructions=tuple(blocks), superseded=old.superseded)
 
 
 def budgets(max_chars: int) -> tuple[int, int]:
@@ -231,11 +237,18 @@ def read_carried(summary: str) -> Carried:
     blocks: list[str] = []
     fence: str | None = None
     body: list[str] = []
+    superseded: list[tuple[str, str]] = []
+    last: str | None = None  # the user's text the block just closed held
     for line in lines:
+        note = _SUPERSEDED_LINE.fullmatch(line)
+        if note and fence is None and last is not None and section == USER_TITLE:
+            superseded.append((last, note.group(1)))
+            continue
         if fence is not None:
             fence, _ = fence_state(fence, line)
             if fence is None:
                 block = "\n".join(body)
+                last = block if section == USER_TITLE else None
                 if section == USER_TITLE and sub == _FIRST and first is None:
                     first = block
                 elif section == USER_TITLE:
@@ -252,7 +265,7 @@ def read_carried(summary: str) -> Carried:
         else:
             fence, _ = fence_state(None, line)
             body = []
-    return Carried(first=first, newest=tuple(newest), instructions=tuple(blocks))
+    return Carried(first=first, newest=tuple(newest), instructions=tuple(blocks), superseded=tuple(superseded))
 
 
 def _user_part(parts: Carried, room: int) -> str:
@@ -262,39 +275,45 @@ def _user_part(parts: Carried, room: int) -> str:
     head = f"\n## {USER_TITLE}\n{_USER_NOTE}\n\n"
     sub = f"\n### {_NEWEST}\n"
     out = head
+    texts = [*([parts.first] if parts.first is not None else []), *later]
+    changed = dict(parts.superseded) | {t: n for t, n in zip(texts, superseded_by(texts), strict=True) if n}
+    notes = {t: _SUPERSEDED.format(said=_head_and_tail(n, 120)) for t, n in changed.items()}
     if parts.first is not None:
         # a long first message leaves the newest one room for its head and tail: the user's latest word counts too
         reserve = min(len(_fenced(later[-1])), _least(later[-1])) + len(sub) if later else 0
         title = f"### {_FIRST}\n"
-        first = _block(parts.first, room - len(head) - len(title) - reserve)
-        first = first or _block(parts.first, room - len(head) - len(title))
+        note = notes.get(parts.first, "")
+        first = _block(parts.first, room - len(head) - len(title) - reserve - len(note))
+        first = first or _block(parts.first, room - len(head) - len(title) - len(note))
         if first is None:  # no room even for a cut first message: the sections' floor needs it all
             return ""
-        out += title + first
-    chosen = _newest_blocks(later, room - len(out) - len(sub))
+        out += title + first + note
+    chosen = _newest_blocks(later, room - len(out) - len(sub), notes)
     if not chosen:
         return out if parts.first is not None else ""
     return out + sub + "".join(chosen)
 
 
-def _newest_blocks(texts: Sequence[str], room: int) -> list[str]:
+def _newest_blocks(texts: Sequence[str], room: int, notes: Mapping[str, str]) -> list[str]:
     """`texts` (oldest first) fenced within `room`, in order: newest first each whole while it fits, else its
     head and tail; one that has no room even for that is passed over, never the older ones after it: a
-    long message does not push the short asks before it («delete the file») out of the summary."""
+    long message does not push the short asks before it («delete the file») out of the summary. A text
+    whose value a later one changed is followed by its note (`notes`)."""
     chosen: list[str] = []
     left = room
     for text in reversed(texts):
+        note = notes.get(text, "")
         whole = _fenced(text)
-        if len(whole) <= left:
+        if len(whole) + len(note) <= left:
             piece: str | None = whole
         else:
             # what a cut message may keep: the room left, less the least each shorter older one needs
             older = [t for t in texts[: texts.index(text)] if len(_fenced(t)) <= left]
-            piece = _block(text, left - sum(min(len(_fenced(t)), _least(t)) for t in older[-3:]))
-            piece = piece or _block(text, left)
+            piece = _block(text, left - len(note) - sum(min(len(_fenced(t)), _least(t)) for t in older[-3:]))
+            piece = piece or _block(text, left - len(note))
         if piece is not None:
-            chosen.append(piece)
-            left -= len(piece)
+            chosen.append(piece + note)
+            left -= len(piece) + len(note)
     return list(reversed(chosen))
 
 
@@ -357,3 +376,62 @@ def _fenced(text: str) -> str:
 def _kind_of(block: str) -> str:
     """What makes two instruction blocks versions of one another: their first line."""
     return block.strip().split("\n", 1)[0].strip()
+
+
+def words_left_out(summary: str) -> bool:
+    """True when `summary` left some of the user's words out: a rule dropped from Constraints (its omission note)
+    or a message of the verbatim part cut to its head and tail."""
+    if _CUT_NOTE.search(split_carried(summary)[1]):
+        return True
+    rules = parse_sections(summary).get(RULES_TITLE, {})
+    return any(omitted_count(item) is not None for items in rules.values() for item in items)
+
+
+def with_recalled(request: SummaryRequest, archived: Callable[[], Iterable[Message]]) -> SummaryRequest:
+    """`request` with the user's archived messages (`archived` gives the archive's messages, oldest first) when
+    its previous summary left some of the user's words out (`words_left_out`), else `request` itself.
+
+    A squeezed compaction (a huge newest message leaves the summary little room) may drop rules and cut the
+    user's messages; the next compaction puts them back from the archive, which has every word, as far as
+    its cap allows. The engine calls it with its store's reader; the summarizers themselves never read a file.
+    """
+    if request.recalled or not request.previous or not words_left_out(request.previous):
+        return request
+    recalled = tuple(m for m in archived() if m.role == "user" and m.tool_result is None)
+    return replace(request, recalled=recalled) if recalled else request
+
+
+def restored(parts: Carried, recalled: Sequence[Message]) -> Carried:
+    """`parts` with each text a squeezed summary cut to its head and tail whole again, from the user's archived
+    messages `recalled` (oldest first); `render_carried` fits them to the room there is now."""
+    if not recalled:
+        return parts
+    whole = [s.text for said in voices(recalled) for s in said if s.voice != "standing"]
+
+    def back(text: str | None) -> str | None:
+        if text is None or not (cut := _CUT_NOTE.search(text)):
+            return text
+        head, tail = text[: cut.start()], text[cut.end() :]
+        return next((w for w in whole if w.startswith(head) and w.endswith(tail)), text)
+
+    first = back(parts.first)
+    return replace(parts, first=first, newest=tuple(t for t in map(back, parts.newest) if t))
+
+
+def recalled_rules(recalled: Sequence[Message]) -> list[str]:
+    """The rules the user stated in the archived messages `recalled` (oldest first), each once."""
+    return list(
+        dict.fromkeys(r for said in voices(recalled) for s in said if s.voice == "ask" for r in rules_in(s.text))
+    )
+
+
+def newest_within(rules: Sequence[str], room: int) -> list[str]:
+    """The newest of `rules` (oldest first) whose list items fit `room` characters together, oldest first: what a
+    squeezed summary keeps of the user's rules at the least (its user budget, `budgets`); the archive has the rest."""
+    kept: list[str] = []
+    for rule in reversed(rules):
+        room -= len(rule) + 3  # "- " and the newline
+        if room < 0:
+            break
+        kept.append(rule)
+    return kept[::-1]

@@ -11,15 +11,26 @@ Where each section comes from, how a merge works and what is dropped first: docs
 
 from __future__ import annotations
 
+from functools import partial
+
 from ctxkeep.settings import MIN_SUMMARY_CHARS
 from ctxkeep.summarize.extractive.draft import draft_of
 from ctxkeep.summarize.extractive.layout import distinct_notes, focus_terms, sections_of
 from ctxkeep.summarize.extractive.merge import merge, parse_draft, said_once, with_recovered_rules
 from ctxkeep.summarize.facts.collect import collect_facts
-from ctxkeep.summarize.request import SummaryRequest, resolve_language
+from ctxkeep.summarize.request import SummaryRequest, resolve_language, source_of
 from ctxkeep.summarize.sections.fit import fit_sections
-from ctxkeep.summarize.sections.markdown import framed, framing_chars, render_sections
-from ctxkeep.summarize.verbatim import SECTIONS_SKELETON, carried, earlier_summaries, render_carried, split_carried
+from ctxkeep.summarize.sections.markdown import RULES_TITLE, framed, framing_chars, render_sections
+from ctxkeep.summarize.verbatim import (
+    SECTIONS_SKELETON,
+    budgets,
+    carried,
+    earlier_summaries,
+    newest_within,
+    render_carried,
+    restored,
+    split_carried,
+)
 
 __all__ = ["ExtractiveSummarizer"]
 
@@ -33,17 +44,24 @@ class ExtractiveSummarizer:
         """The summary of ``request.messages``, merged into ``request.previous`` when given."""
         language = resolve_language(request)
         facts = collect_facts(request.messages, originals=request.originals)
-        draft = draft_of(facts, language)
-        parts = carried(request.messages, request.previous)
+        draft = draft_of(facts, language, partial(source_of, request) if request.source else None)
+        parts = restored(carried(request.messages, request.previous), request.recalled)
         # the previous summary, then the host's own when it compacted too (before us, or since our last summary)
         base = None
-        for text in earlier_summaries(request):
-            base = parse_draft(text) if base is None else merge(base, parse_draft(text), facts, language)
+        for j, text in enumerate(earlier_summaries(request)):
+            earlier = parse_draft(text)
+            if j == 0 and request.previous:  # with the rules its verbatim part quoted, and any it had to drop
+                earlier = with_recovered_rules(earlier, request.previous, request.recalled)
+            if base is not None:
+                # a host's summary restates the rules of what it covers: older than the previous summary's own
+                rules = [r for r in earlier.constraints if r not in base.constraints]
+                base = merge(base, earlier, facts, language)
+                base.constraints = rules + [r for r in base.constraints if r not in rules]
+            else:
+                base = earlier
         if base is not None:
             base.quoted = split_carried(request.previous)[1] if request.previous else ""
             draft = merge(base, draft, facts, language)
-        if request.previous:
-            draft = with_recovered_rules(draft, request.previous)
         terms = focus_terms(request.focus) if request.focus else ()
 
         def protect(item: str) -> bool:
@@ -52,19 +70,24 @@ class ExtractiveSummarizer:
 
         short = request.max_chars < _SHORT_FRAMING_BELOW  # near the floor, the framing's words cost the lists
         # The user's words and the rules come first in a squeezed cap; should the sections' own minimum
-        # (the goal, the files) need more than the room they leave, the verbatim parts give some back.
+        # (the goal, the files) and the newest rules within the user's budget need more than the room they
+        # leave, the verbatim parts give some back (down to their floors).
+        rules = newest_within(draft.constraints, budgets(request.max_chars)[0])
         for least in (SECTIONS_SKELETON, 2 * SECTIONS_SKELETON, request.max_chars):
             appendix = render_carried(parts, max_chars=request.max_chars, sections=least)
-            sections, plan = sections_of(said_once(draft, appendix, language), language, request.focus, terms)
+            sections, plan = sections_of(said_once(draft, appendix, language), language, request.focus, terms, rules)
             room = request.max_chars - len(appendix) - framing_chars(language, short=short)
             try:
                 fitted = fit_sections(
                     sections, max_chars=room, plan=plan, language=language, protect=protect if terms else None
                 )
-                break
             except ValueError:
                 if least == request.max_chars:
                     raise
+                continue
+            listed = set(fitted[RULES_TITLE].get("", []))
+            if least == request.max_chars or all(r in listed or r in appendix for r in rules):
+                break
         named = distinct_notes(fitted, language)
         if len(render_sections(named, language=language)) <= room:  # naming the list costs a few characters
             fitted = named

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from ctxkeep.summarize.facts.collect import (
     Facts,
@@ -36,6 +37,8 @@ from ctxkeep.summarize.sections.markdown import (
 )
 
 _MAX_COMMAND_CHARS = 2_000  # of a command in Commands run
+# Where messages `first` to `last` of the request are in the archive ("dialog/2026-12-05.jsonl:120-134"), or None.
+Where: TypeAlias = Callable[[int, int], str | None]
 ASK_CHARS = 200  # of an ask in Goal and Next Steps
 _LABEL_CHARS = 60  # of a multi-line command's first line, named above its fence
 _TASK_CHARS = 80  # of the ask that heads a task's Done item
@@ -72,8 +75,12 @@ class Draft:
     omitted: dict[str, int] = field(default_factory=dict)  # Critical Context list -> items dropped before
 
 
-def draft_of(facts: Facts, language: Language) -> Draft:
-    """The summary's lists made from `facts` alone, in `language` (the merge with a previous summary comes after)."""
+def draft_of(facts: Facts, language: Language, where: Where | None = None) -> Draft:
+    """The summary's lists made from `facts` alone, in `language` (the merge with a previous summary comes after).
+
+    With `where` (the archive lines of messages `first` to `last`, `source_of`), each Done and Blocked item names
+    its lines in the archive, in the form `ctxkeep recall` accepts.
+    """
     runs = facts.runs
     draft = Draft(
         goal=list(facts.asks),
@@ -87,9 +94,12 @@ def draft_of(facts: Facts, language: Language) -> Draft:
     # the todo items are said once, in the ledger (Progress / Plan), each with its state
     draft.plan = facts.plan
     draft.jobs = facts.jobs
-    draft.done = _done(facts, language)
+    draft.done = _done(facts, language, where)
     draft.in_progress = list(facts.intents)
-    draft.blocked = unique(failure_item(r, facts.resolved(r), language) for r in facts.failures)
+    draft.blocked = unique(
+        failure_item(r, facts.resolved(r), language, source=where(r.index, r.index) if where else None)
+        for r in facts.failures
+    )
     draft.next_steps = list(facts.plans)
     if facts.asks and not facts.answered:
         draft.next_steps.append(labeled("pending_ask", clip(facts.asks[-1], ASK_CHARS), language))
@@ -105,7 +115,7 @@ def without_files(identifiers: Sequence[str], files: Sequence[str]) -> list[str]
     return without_redundant((i for i in identifiers if i not in listed), known=files)
 
 
-def _done(facts: Facts, language: Language) -> list[str]:
+def _done(facts: Facts, language: Language, where: Where | None) -> list[str]:
     """What was done, one item per task (the user's ask the work followed), oldest first, each ending with
     its evidence: the tool calls of the archive that show it (id and outcome; a commit by its hash).
 
@@ -125,9 +135,12 @@ def _done(facts: Facts, language: Language) -> list[str]:
     def task_of(index: int) -> int:
         return bisect_right(starts, index) - 1
 
+    spans: dict[int, list[int]] = {}  # the indexes of the messages of each task's evidence
+
     def part(task: int, key: str, said: Sequence[str], run: ToolRun) -> None:
         groups.setdefault(task, {}).setdefault(key, []).extend(said)
         proof.setdefault(task, []).append(_evidence(run, language))
+        spans.setdefault(task, []).append(run.index)
 
     for run in done_runs:
         task = task_of(run.index)
@@ -167,6 +180,8 @@ def _done(facts: Facts, language: Language) -> list[str]:
             else phrase("earlier_task", language)
         )
         refs = ", ".join(unique_keep_last(proof[task])[-_EVIDENCE_REFS:])
+        source = where(min(spans[task]), max(spans[task])) if where else None
+        refs = f"{refs}; {source}" if source else refs
         items.append(f"{label} {'; '.join(pieces)} {phrase('evidence', language, refs=refs)}")
     return items
 

@@ -26,6 +26,7 @@ from ctxkeep.summarize.sections.markdown import (
     ITEM_CHARS,
     JOBS_TITLE,
     PLAN_TITLE,
+    RULES_TITLE,
     Sections,
     clip,
     code_span,
@@ -39,7 +40,7 @@ from ctxkeep.summarize.sections.markdown import (
 
 # Caps before fitting to size: enough to be useful, few enough that one section cannot crowd out the rest.
 _MAX_ASKS = 12
-_MAX_CONSTRAINTS = 20
+_MAX_CONSTRAINTS = 40
 _MAX_IN_PROGRESS = 4
 _MAX_DONE = 300
 _MAX_PLAN = 40  # todo items in the ledger; past it the oldest finished ones go first
@@ -55,9 +56,13 @@ _STOPWORDS = frozenset({
 
 
 def sections_of(
-    draft: Draft, language: Language, focus: str | None, terms: Sequence[str]
+    draft: Draft, language: Language, focus: str | None, terms: Sequence[str], rules: Sequence[str] = ()
 ) -> tuple[Sections, list[Step]]:
-    """The draft as sections (items ranked by the focus `terms` first), and the plan `fit_sections` follows."""
+    """The draft as sections (items ranked by the focus `terms` first), and the plan `fit_sections` follows.
+
+    The `rules` of Constraints (the newest, within the user's budget) are the last items dropped; the other
+    rules go after the state of the work but before the newest files modified and failing commands.
+    """
 
     def first(items: list[str]) -> list[str]:
         if not terms:
@@ -102,7 +107,7 @@ def sections_of(
 
     sections: Sections = {
         "Goal": {"": goal_items},
-        "Constraints & Preferences": {"": first(_cap(draft.constraints, _MAX_CONSTRAINTS, "head", language))},
+        RULES_TITLE: {"": first(_cap(draft.constraints, _MAX_CONSTRAINTS, "head", language))},
         "Progress": {
             "Done": _cap(draft.done, _MAX_DONE, "head", language),
             "In Progress": _cap(draft.in_progress, _MAX_IN_PROGRESS, "tail", language),
@@ -116,6 +121,7 @@ def sections_of(
         "Critical Context": ctx,
     }
     cc = "Critical Context"
+    kept_rules = set(rules)
     commands = phrase("commands_run", language)
     modified = phrase("files_modified", language)
     failing = [i for i in ctx.get(commands, []) if failed_command(i)]
@@ -125,7 +131,8 @@ def sections_of(
         Shorten(section=title, subsection=sub, form=partial(_short_item, language=language))
         for title, subs in sections.items()
         for sub in subs
-        if title != "Goal" and (title, sub) != (cc, commands)  # goal items are clipped already
+        # goal items are clipped already; a rule is the user's words, whole or left out, never cut
+        if title not in ("Goal", RULES_TITLE) and (title, sub) != (cc, commands)
     ]
     plan += [
         Drop(section="Progress", subsection="Done", end="head"),
@@ -134,7 +141,6 @@ def sections_of(
         Drop(section="Key Decisions"),
         Drop(section=cc),
         Drop(section="Goal", end="head", only=lambda i: i not in protected),
-        Drop(section="Constraints & Preferences", end="head"),
         Drop(section=cc, subsection=phrase("files_read", language), final=True),
         # the ledger is the state of the work: its finished items go late, its open ones after In Progress
         Drop(section="Progress", subsection=PLAN_TITLE, end="head", only=_finished),
@@ -143,11 +149,14 @@ def sections_of(
         Drop(section="Progress", subsection="In Progress"),
         Drop(section="Progress", subsection=PLAN_TITLE, end="head"),
         Drop(section="Progress", subsection=JOBS_TITLE, end="head"),
+        Drop(section=RULES_TITLE, end="head", final=True, only=lambda i: i not in kept_rules),
         # the newest few files modified and failing commands outlast the older ones of both
         Drop(section=cc, subsection=modified, final=True, only=lambda i: i not in newest),
         Drop(section=cc, subsection=commands, final=True, only=lambda i: i not in newest),
         Drop(section=cc, subsection=modified, final=True),
         Drop(section=cc, subsection=commands, final=True),
+        # the newest of the user's rules go last: budget order
+        Drop(section=RULES_TITLE, end="head", final=True),
     ]
     return sections, plan
 

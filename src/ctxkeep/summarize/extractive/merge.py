@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from ctxkeep.messages import Message
 from ctxkeep.summarize.extractive.draft import (
     Draft,
     command_of_item,
@@ -17,9 +18,11 @@ from ctxkeep.summarize.extractive.draft import (
     without_files,
 )
 from ctxkeep.summarize.facts.collect import (
+    RULE_CHARS,
     SUPERSEDED,
     Facts,
     mark_superseded,
+    restates,
     rules_in,
     unique,
     unique_keep_last,
@@ -28,7 +31,6 @@ from ctxkeep.summarize.facts.ledger import Jobs, merge_jobs, merge_todos, parse_
 from ctxkeep.summarize.request import Language
 from ctxkeep.summarize.sections.markdown import (
     CONTINUE_TITLE,
-    ITEM_CHARS,
     JOBS_TITLE,
     PHRASES,
     PLAN_TITLE,
@@ -43,8 +45,9 @@ from ctxkeep.summarize.sections.markdown import (
     unquote,
 )
 from ctxkeep.summarize.verbatim import (
-    carried_rules,
     listed_lines,
+    read_carried,
+    recalled_rules,
 )
 
 _QUOTED_CHARS = 20  # an item this long or longer that the verbatim part quotes is not said again
@@ -116,7 +119,7 @@ def parse_draft(previous: str) -> Draft:
             draft.notes.extend(f"{title}: {i}" for i in _flat(subs))
     if missing_sections(previous):  # a host's own summary: its opening text as notes, its rules as rules
         draft.notes = [i for i in _flat(parsed.get("", {})) if not i.startswith("#")] + draft.notes
-        draft.constraints = unique([*draft.constraints, *(clip(r, ITEM_CHARS) for r in rules_in(previous))])
+        draft.constraints = unique([*draft.constraints, *(clip(r, RULE_CHARS) for r in rules_in(previous))])
     return draft
 
 
@@ -176,11 +179,18 @@ def merge(old: Draft, new: Draft, facts: Facts, language: Language) -> Draft:
     return merged
 
 
-def with_recovered_rules(draft: Draft, previous: str) -> Draft:
-    """`draft` with the rules of the user's messages the previous summary carried verbatim (`carried_rules`)."""
-    recovered = [clip(r, ITEM_CHARS) for r in carried_rules(previous)]
-    if recovered:
-        draft.constraints = mark_superseded(unique_keep_last(recovered + draft.constraints))
+def with_recovered_rules(draft: Draft, previous: str | None, recalled: Sequence[Message] = ()) -> Draft:
+    """`draft` (the previous summary's, read back) with the rules of the user's messages that summary carried
+    verbatim, in the order they were said: the first message's before its Constraints, the newest messages'
+    after (`carried_rules`); and, before all, those of the user's archived messages `recalled` (a squeezed
+    summary dropped some: they come back)."""
+    old = read_carried(previous) if previous else None
+    first = rules_in(old.first) if old is not None and old.first else []
+    newest = [r for text in (old.newest if old is not None else ()) for r in rules_in(text)]
+    if recalled:  # the rules a squeezed summary said it left out are back: its note no longer holds
+        draft.constraints = [c for c in draft.constraints if omitted_count(c) is None]
+    ordered = [*recalled_rules(recalled), *first, *draft.constraints, *newest]
+    draft.constraints = mark_superseded(unique_keep_last(clip(r, RULE_CHARS) for r in ordered))
     return draft
 
 
@@ -189,12 +199,12 @@ def said_once(draft: Draft, appendix: str, language: Language) -> Draft:
 
     What the verbatim part (`appendix`) quotes is not said again: an ask it quotes is left out of Goal
     (the overall goal and the latest ask become pointers to it), and an item of the other lists it
-    quotes is left out. Rules are the exception: each stays in Constraints even when the verbatim part
-    quotes it, since the message quoting it leaves the verbatim part as newer ones come and a squeezed
-    cap may cut it, and a rule must outlive both (leaving them out lost a tenth of the user's rules at
-    32k on the shared transcripts; tests/test_user_words.py). A
-    rule another one contains is dropped too, and an item a list already holds is not listed again in a
-    later one.
+    quotes is left out. A rule leaves Constraints only when this very appendix shows it whole (a message
+    cut to its head and tail may not): when its message leaves the verbatim part, the next summary takes
+    the rule from this one's verbatim texts (`with_recovered_rules`), and a squeezed one that cuts it says so,
+    so that the one after restores it from the archive (`with_recalled`). A superseded rule stays, and
+    so does the newest statement beside it. A rule another one contains is dropped too, and an item a
+    list already holds is not listed again in a later one.
     """
     draft = replace(draft)  # a new draft (its lists replaced, not changed): the caller's stays as it was
     quoted = " ".join(appendix.split())
@@ -211,10 +221,12 @@ def said_once(draft: Draft, appendix: str, language: Language) -> Draft:
         return item in lines or (len(bare) >= _QUOTED_CHARS and bare in quoted)
 
     # a rule another one contains says nothing more (a superseded statement contains its rule: not that)
+    superseded = [o.removesuffix(SUPERSEDED).rstrip() for o in draft.constraints if o.endswith(SUPERSEDED)]
     rules = [
         c
         for c in draft.constraints
         if not any(c != o and c in o and not o.endswith(SUPERSEDED) for o in draft.constraints)
+        and (c.endswith(SUPERSEDED) or c not in appendix or any(restates(old, c) for old in superseded))
     ]
     listed = set(draft.constraints)
     pointers = {phrase(k, lang) for k in ("first_quoted", "newest_quoted") for lang in ("en", "zh")}

@@ -30,6 +30,9 @@ from ctxkeep.summarize.sections.markdown import ITEM_CHARS, clip, is_placeholder
 # Caps the extractive summary's sections apply too (it imports them), so facts and sections agree.
 MAX_NEXT = 8
 MAX_IDENTIFIERS = 300
+# A rule is the user's words and stays whole in Constraints up to this many characters (the longest on the
+# shared transcripts is about 350); a longer "rule" is a pasted block, cut like any other item.
+RULE_CHARS = 1_000
 GOAL_CHARS = 300
 
 # Tool results are scanned only this far for identifiers: by compaction time step 1 has cut old
@@ -71,8 +74,12 @@ _CONSTRAINT = re.compile(
 _QUESTION = re.compile(r"[?？]\s*$")
 _LOG_LINE = re.compile(
     r"^\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}|^\[?\d{2}:\d{2}:\d{2}|^(?:ERROR|WARN(?:ING)?|INFO|DEBUG|TRACE)\b"
+    r"|^(?:[A-Z]\w*)?Error:\s"  # an error message ("Error: ENOENT: no such file", "TypeError: x is not ...")
     r"|Traceback \(most recent|^\s*at [\w.$<>]+\(|^\s*File \"[^\"]+\", line \d+"
 )
+# Pasted data is not a rule either: text with escaped line breaks or JSON's punctuation (a log line copied
+# from a session file: `No fixes applied.\n\n> check ... "}],"isError":false}`).
+_PASTED = re.compile(r"(?:\\n.*){2}|\"\s*[}\]],|[{,]\s*\"\w+\"\s*:")
 # A rule that points back ("Never exceed it") takes the sentence before it when that one holds the value.
 _POINTS_BACK = re.compile(r"(?i)\b(?:it|this|that|these|those|them|the same)\b|这个|那个|它")
 _VALUE = re.compile(r"\d|`")
@@ -280,7 +287,7 @@ def collect_facts(
     return Facts(
         asks=tuple(unique_keep_last(a for _, a in asks)),
         answered=bool(asks) and last_answer > asks[-1][0],
-        constraints=tuple(mark_superseded(unique_keep_last(clip(c, ITEM_CHARS) for c in constraints))),
+        constraints=tuple(mark_superseded(unique_keep_last(clip(c, RULE_CHARS) for c in constraints))),
         decisions=tuple(pick_decisions(chosen)),
         intents=tuple(clip(s, ITEM_CHARS) for s in intents),
         plans=tuple(clip(p, ITEM_CHARS) for p in plans),
@@ -429,7 +436,12 @@ def rules_in(text: str) -> list[str]:
     out: list[str] = []
     previous = ""
     for candidate in _candidates(text):
-        if _is_constraint(candidate) and not _QUESTION.search(candidate) and not _LOG_LINE.search(candidate):
+        if (
+            _is_constraint(candidate)
+            and not _QUESTION.search(candidate)
+            and not _LOG_LINE.search(candidate)
+            and not _PASTED.search(candidate)
+        ):
             if not _VALUE.search(candidate) and _POINTS_BACK.search(candidate) and _VALUE.search(previous):
                 candidate = f"{previous} {candidate}"
             out.append(candidate)
@@ -462,6 +474,53 @@ def restates(older: str, newer: str) -> bool:
     return bool(values and other_values and values != other_values and _overlap(words, other_words) >= 0.6)
 
 
+def superseded_by(texts: Sequence[str]) -> list[str | None]:
+    """For each of `texts` (the user's messages, oldest first), the first statement of a later one that changes a
+    value one of its statements names ("use port 8080", then "actually use 9090"), else None.
+
+    A statement is a sentence that names a value; a later one changes it when it reads as a change (`_corrects`:
+    it says so, or both are rules) and restates it with another value
+    (`restates`, with two words or more in common), or when all its words are the older one's and its new values
+    have the shape of an old one (digits for digits: a port for a port, a version for a version), as a short
+    correction does.
+    """
+    said = [[(_rule_key(s), s) for s in _sentences(t) if _rule_key(s)[1]] for t in texts]
+    out: list[str | None] = []
+    for j, statements in enumerate(said):
+        found = None
+        for (words, values), old in statements:
+            for later in said[j + 1 :]:
+                found = next((s for key, s in later if _corrects(old, s) and _changes(words, values, key)), None)
+                if found is not None:
+                    break
+            if found is not None:
+                break
+        out.append(found)
+    return out
+
+
+def _corrects(older: str, newer: str) -> bool:
+    """True when `newer` reads as a change of `older`: it says so ("actually", "instead", "now", "change it to"),
+    or both are rules (a rule restated with another value replaces it); a sequence ("report 9", "report 10") is not."""
+    return bool(_CORRECTION.search(newer)) or (_is_constraint(older) and _is_constraint(newer))
+
+
+def _changes(words: frozenset[str], values: frozenset[str], newer: tuple[frozenset[str], frozenset[str]]) -> bool:
+    """True when the statement `newer` (its words and values) gives another value to the one of `words`, `values`."""
+    new_words, new_values = newer
+    if not new_values or new_values == values or new_values <= values:
+        return False
+    if len(words & new_words) >= 2 and _overlap(words, new_words) >= 0.6:
+        return True
+    shapes = {_shape(v) for v in values}
+    return bool(new_words) and new_words <= words and all(_shape(v) in shapes for v in new_values - values)
+
+
+def _shape(value: str) -> str:
+    """A value's shape: its digits as 9 and its letters as a ("8080" and "9090" alike, "3.11" not)."""
+    return re.sub(r"[A-Za-z]", "a", re.sub(r"\d", "9", value))
+
+
 def _rule_key(rule: str) -> tuple[frozenset[str], frozenset[str]]:
     values = frozenset(i.text for i in find_identifiers(rule)) | frozenset(re.findall(r"\d[\d,.]*", rule))
     bare = rule.removesuffix(SUPERSEDED)
@@ -475,6 +534,11 @@ def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b) if a and b else 0.0
 
 
+# Words that say a statement changes an earlier one.
+_CORRECTION = re.compile(
+    r"(?i)\b(?:actually|instead|rather|now|change[ds]?|switch(?:ed)?|update[ds]?|correction|make it)\b"
+    r"|\bnot\b.{1,40}\bbut\b|^no\b|改为|改成|换成|其实|不是.{1,20}而是"
+)
 _RULE_STOPWORDS = frozenset({"the", "and", "for", "with", "than", "that", "this", "are", "is", "now", "actually"})
 
 

@@ -469,8 +469,9 @@ def call_text(run: ToolRun) -> str:
     return clip(f"{run.tool}({', '.join(parts)})", 160)
 
 
-def failure_item(run: ToolRun, resolved: bool, language: Language) -> str:
-    """The list item of a failed `run`: tool, outcome, command or file, and its error line.
+def failure_item(run: ToolRun, resolved: bool, language: Language, *, source: str | None = None) -> str:
+    """The list item of a failed `run`: tool, outcome (and its `source` in the archive), command or file, and its
+    error line.
 
     A command is kept whole when it is one line of at most `COMMAND_HEAD_CHARS` characters, else as
     its `command_head` (the documented short form) with how many characters the archive has
@@ -483,7 +484,7 @@ def failure_item(run: ToolRun, resolved: bool, language: Language) -> str:
     else:
         target = run.key if run.paths_read or run.paths_modified else call_text(run)
         shown = code_span(clip(" ".join(target.split()), 100))
-    head = f"{run.tool} ({outcome(run, language)}): {shown}"
+    head = f"{run.tool} ({outcome(run, language)}{f', {source}' if source else ''}): {shown}"
     tail = f" {phrase('resolved', language)}" if resolved else ""
     room = max(_ERROR_CHARS, ITEM_CHARS - len(head) - len(tail) - 3)
     error = f" — {clip(run.error_line, room)}" if run.error_line else ""

@@ -4,6 +4,7 @@
                                                  + the caller's notes (Not summarized)
                                                  + Tool failures, Files read, Files modified
                                                  + the Session Startup and Red Lines of AGENTS.md
+                                                 + the user's rules and the ledger's Plan it lacks
 
 The cap trims the model's text first; when the appended parts alone are too long, the identifier
 list loses its lowest-ranked items, then the file lists, each with a note of how many it no longer
@@ -13,19 +14,22 @@ names. The notes, tool failures and AGENTS.md rules are never cut. In detail: do
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from ctxkeep.summarize.agents_md import agents_rules
 from ctxkeep.summarize.facts.collect import Facts, collect_facts, mark_superseded, unique, unique_keep_last
+from ctxkeep.summarize.facts.ledger import COMPLETED, merge_todos, parse_todo
 
 # the same failure items (tool, outcome, command, error line; 240 characters) and cap as the extractive summary
 from ctxkeep.summarize.facts.runs import MAX_FAILURES, failure_item
-from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
+from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language, source_of
 from ctxkeep.summarize.sections.fit import Drop, fit_sections
 from ctxkeep.summarize.sections.markdown import (
     HEADING,
     PHRASES,
+    PLAN_TITLE,
     canonical_title,
     code_span,
     headings,
@@ -70,9 +74,10 @@ class _Uncut:
     failures: tuple[str, ...]
     rules: Mapping[str, str]
     stated: tuple[str, ...] = ()  # the user's rules the model's text does not carry verbatim
+    plan: tuple[str, ...] = ()  # the ledger's todo items with their states, when the model's text lacks them
 
     def text(self) -> str:
-        return "\n".join([*self.notes, *self.failures, *self.stated, *self.rules.values()])
+        return "\n".join([*self.notes, *self.failures, *self.stated, *self.plan, *self.rules.values()])
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,15 +126,17 @@ def augment(
     read = [p for p in unique([*facts.files_read, *old["files_read"]]) if p not in set(modified)]
     uncut = _Uncut(
         notes=tuple(notes),
-        failures=_failure_items(facts, language, room=limit // 5),
+        failures=_failure_items(facts, language, room=limit // 5, where=partial(source_of, request)),
         rules=agents_rules(agents_md) if agents_md is not None else {},
         stated=_stated(
             mark_superseded(unique_keep_last([*verbatim.recovered, *facts.constraints])),
             text,
             room=limit // 10,
             said=listed_lines(verbatim.text),
+            quoted=verbatim.text,
         ),
     )
+    uncut = replace(uncut, plan=_plan_items(facts, request.previous, text, room=limit // 10))
     whole = uncut.text()  # what these name needs no listing
     listed = set(read) | set(modified)
     ranked = [i for i in unique([*facts.identifiers, *old["identifiers"]]) if i not in listed and i not in whole]
@@ -156,25 +163,53 @@ def augment(
         slack += len(out) - limit
 
 
-def _stated(rules: Sequence[str], text: str, *, room: int, said: frozenset[str] = frozenset()) -> tuple[str, ...]:
-    """The user's rules `text` lacks verbatim and the verbatim part does not list (`said`), newest first while
-    they fit `room`, in the order stated."""
+def _stated(
+    rules: Sequence[str], text: str, *, room: int, said: frozenset[str] = frozenset(), quoted: str = ""
+) -> tuple[str, ...]:
+    """The user's rules `text` lacks verbatim and the verbatim part neither lists (`said`) nor shows whole
+    (`quoted`, its text: a rule said there is said once), newest first while they fit `room`, in the order stated."""
     kept: list[str] = []
-    for rule in reversed([r for r in rules if r not in text and r not in said]):
+    for rule in reversed([r for r in rules if r not in text and r not in said and r not in quoted]):
         if sum(len(r) + 3 for r in kept) + len(rule) + 3 > room:
             break
         kept.append(rule)
     return tuple(reversed(kept))
 
 
-def _failure_items(facts: Facts, language: Language, *, room: int) -> tuple[str, ...]:
+def _plan_items(facts: Facts, previous: str | None, text: str, *, room: int) -> tuple[str, ...]:
+    """The ledger the extractive summary keeps (the previous summary's Plan, wherever it stands, updated by the
+    new messages' todo calls), when the model's `text` does not list it: every open item, and the newest
+    finished ones while they fit `room`. The extractive result is the floor a model's summary is held to."""
+    old = [t for subs in parse_sections(previous or "").values() for t in map(parse_todo, subs.get(PLAN_TITLE, []))]
+    plan = merge_todos([t for t in old if t is not None], facts.plan)
+    items = [t.render() for t in plan]
+    if not items or all(i in text for i in items):
+        return ()
+    finished = {t.render() for t in plan if t.status == COMPLETED}
+    left = room - sum(len(i) + 3 for i in items if i not in finished)
+    kept_finished: set[str] = set()
+    for item in reversed([i for i in items if i in finished]):
+        left -= len(item) + 3
+        if left < 0:
+            break
+        kept_finished.add(item)
+    return tuple(i for i in items if i not in finished or i in kept_finished)
+
+
+def _failure_items(
+    facts: Facts, language: Language, *, room: int, where: Callable[[int, int], str | None]
+) -> tuple[str, ...]:
     """Every failed call: the first `MAX_FAILURES` (newest, unresolved first) with their error lines, the
-    others as their command or file alone, while they fit `room` characters; a note counts the rest."""
+    others as their command or file alone, while they fit `room` characters; a note counts the rest. Each names
+    its line in the archive (`where`), as the extractive summary's Blocked items do."""
     failures = facts.failures
-    items = unique(failure_item(r, facts.resolved(r), language) for r in failures[:MAX_FAILURES])
+    items = unique(
+        failure_item(r, facts.resolved(r), language, source=where(r.index, r.index)) for r in failures[:MAX_FAILURES]
+    )
     used = sum(len(i) + 3 for i in items)
     for k, run in enumerate(failures[MAX_FAILURES:]):
-        item = failure_item(replace(run, error_line=""), facts.resolved(run), language)
+        source = where(run.index, run.index)
+        item = failure_item(replace(run, error_line=""), facts.resolved(run), language, source=source)
         if item in items:  # the same call failing the same way again: said once
             continue
         if used + len(item) + 3 > room:
@@ -280,6 +315,7 @@ def _appendix(
     for title, items, dropped in (
         (_NOTES[language], list(uncut.notes), 0),
         (_STATED[language], list(uncut.stated), 0),
+        (PLAN_TITLE, list(uncut.plan), 0),
         (_FAILURES[language], list(uncut.failures), 0),
         (PHRASES["files_read"][language], [_listed(p) for p in read], omitted[0]),
         (PHRASES["files_modified"][language], [_listed(p) for p in modified], omitted[1]),

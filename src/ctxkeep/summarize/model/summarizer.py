@@ -43,7 +43,9 @@ from ctxkeep.summarize.verbatim import (
     carried,
     carried_rules,
     earlier_summaries,
+    recalled_rules,
     render_carried,
+    restored,
 )
 from ctxkeep.tokens import Counter, get_counter
 
@@ -117,14 +119,16 @@ class ModelSummarizer:
         # without them (or the host's own summary, the first time).
         # In a squeezed cap the model's text keeps more than the extractive skeleton: its augmentation's notes
         # count what it had no room for, and a model is not asked twice.
-        parts = carried(request.messages, request.previous)
+        parts = restored(carried(request.messages, request.previous), request.recalled)
         appendix = render_carried(parts, max_chars=request.max_chars, sections=_SQUEEZED_TEXT)
         # the previous summary, then the host's own when it compacted too (before us, or since our last summary)
         previous = "\n\n".join(earlier_summaries(request)) or None
         room = request.max_chars - len(appendix)
         inner = dataclasses.replace(request, previous=previous, max_chars=max(MIN_SUMMARY_CHARS, room))
         try:
-            verbatim = Verbatim(text=appendix, recovered=tuple(carried_rules(request.previous)))
+            # the rules its verbatim texts carried, and those a squeezed summary dropped, back from the archive
+            recovered = (*recalled_rules(request.recalled), *carried_rules(request.previous))
+            verbatim = Verbatim(text=appendix, recovered=recovered)
             text = self._summarize(inner, run, verbatim=verbatim, room=max(1, room))
             # a cap squeezed below the sections' minimum (the first user message keeps its floor anyway)
             return (

@@ -11,7 +11,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
-SECTIONS = ("Goal", "Constraints & Preferences", "Progress", "Key Decisions", "Next Steps", "Critical Context")
+RULES_TITLE = "Constraints & Preferences"  # where the user's rules are listed
+SECTIONS = ("Goal", RULES_TITLE, "Progress", "Key Decisions", "Next Steps", "Critical Context")
 PROGRESS_SUBSECTIONS = ("Done", "In Progress", "Blocked")
 # The ledger's list under Progress: the agent's own todo items, "[status] text", carried exactly across cuts
 PLAN_TITLE = "Plan"
