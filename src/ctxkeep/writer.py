@@ -20,9 +20,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
+from .budget import threshold_of
 from .context import summary_tokens_of
 from .errors import CtxkeepError, SummaryError
-from .live import Live, threshold_of
+from .live import Live
 from .plan import Plan, plan
 from .settings import EngineSettings
 from .split import Split, safe_cuts
