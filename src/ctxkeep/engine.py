@@ -25,10 +25,11 @@ from datetime import datetime
 from typing import Protocol
 
 from . import archive as archive_mod
+from .budget import threshold_of
 from .context import Context, summary_tokens_of, system_tokens_of
 from .context import of as context_of
 from .errors import CtxkeepError
-from .live import Live, age_all, offload_recent, rebuild, threshold_of
+from .live import Live, age_all, offload_recent, rebuild
 from .memory.hooks import MemoryHooks
 from .memory.rules import RULES_TAG
 from .pairing import pair_groups

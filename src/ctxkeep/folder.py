@@ -13,7 +13,9 @@ it last appended to open, so a step's append is one write and one fdatasync (``"
 fdatasync for the steps of a window; ``"off"``: none), closed when the file is replaced, cut or removed,
 and when the lock is released. Its files are private (0600, folders 0700) and nothing inside it is reached
 through a symbolic link. An `OSError` becomes a `StorageError` that names the file and says what to do
-(disk full, read-only, no permission, a link). `MemoryFolder` keeps files in a dict.
+(disk full, read-only, no permission, a link). The opens below the root, the writes in place and the
+atomic replacements are `ConfinedFolder`'s (`ctxkeep.confined`); this module says when they are synced.
+`MemoryFolder` keeps files in a dict.
 """
 
 from __future__ import annotations
@@ -24,14 +26,14 @@ import fcntl
 import logging
 import os
 import re
-import secrets
 import stat
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from . import disk, fileops
-from .errors import StorageError, WorkspaceError, WorkspaceLockedError
+from .confined import TEMPORARY, ConfinedFolder
+from .errors import StorageError, WorkspaceLockedError
 from .groupcommit import GroupCommit
 from .settings import DurabilitySettings
 from .store import FAILED_DIR, LIVE_DIR, ORIGINAL_NAME, SUMMARY, TOOL_RESULT_DIR, FileInfo, FileStore, live_name
@@ -40,8 +42,6 @@ from .swap import recover
 log = logging.getLogger("ctxkeep")
 
 
-# `write`'s temporary file: `.<name>.<16 random hex digits>.tmp` (before: `.<name>.<pid>.tmp`).
-_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?:[0-9a-f]{16}|[0-9]+)\.tmp")
 # What `write` replaces in each folder of a workspace: only a temporary that would have become one
 # of these is ctxkeep's to remove.
 _REPLACED = {
@@ -62,7 +62,8 @@ class LocalFolder(FileStore):
     """
 
     def __init__(self, root: str | os.PathLike[str], *, durability: DurabilitySettings | str = "step") -> None:
-        self.root = Path(root).resolve()
+        self._tree = ConfinedFolder(Path(root))  # every open below the root: no link followed
+        self.root = self._tree.root
         self._root_text = str(self.root)
         self.durability = DurabilitySettings.of(durability)
         self._syncs = self.durability.mode != "off"
@@ -81,105 +82,11 @@ class LocalFolder(FileStore):
     def __repr__(self) -> str:
         return f"LocalFolder({str(self.root)!r})"
 
-    def _parts(self, name: str) -> list[str]:
-        parts = name.split("/")
-        if not name or "\x00" in name or any(p in ("", ".", "..") for p in parts):
-            # A ctxkeep error, not a ValueError: a damaged state or an imported record can name such a file.
-            raise WorkspaceError(
-                f"a workspace file name must be relative and stay inside the folder; got {name!r}",
-                path=str(self.root),
-            )
-        return parts
-
-    def _open_folder(self, parent: int | None, name: str | Path, path: Path, *, create: bool) -> int | None:
-        """A folder of the workspace, opened without following a link; made (private) when missing and `create`."""
-        made = False
-        try:
-            fd = os.open(name, fileops.FOLDER_FLAGS, dir_fd=parent)
-        except FileNotFoundError:
-            if not create:
-                return None
-            try:
-                if parent is None:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                os.mkdir(name, fileops.FOLDER_MODE, dir_fd=parent)
-                made = True
-            except FileExistsError:
-                pass
-            except OSError as exc:
-                raise fileops.storage_error(exc, "create the folder", path) from exc
-            try:
-                fd = os.open(name, fileops.FOLDER_FLAGS, dir_fd=parent)
-            except OSError as exc:
-                raise fileops.refusal(exc, "open the folder", path) from exc
-        except OSError as exc:
-            raise fileops.refusal(exc, "open the folder", path) from exc
-        if made:  # never the mode of a folder ctxkeep did not create
-            try:
-                fileops.private(fd, fileops.FOLDER_MODE)
-            except OSError as exc:
-                os.close(fd)
-                raise fileops.storage_error(exc, "make private", path) from exc
-        return fd
-
-    @contextlib.contextmanager
-    def _folder(self, parts: list[str], *, create: bool) -> Iterator[int | None]:
-        """The open folder `parts` of the workspace (the root when empty), or None when it is missing."""
-        fd = self._open_folder(None, self.root, self.root, create=create)
-        path = self.root
-        try:
-            for part in parts:
-                if fd is None:
-                    break
-                path = path / part
-                parent, fd = fd, None
-                try:
-                    fd = self._open_folder(parent, part, path, create=create)
-                finally:
-                    os.close(parent)
-            yield fd
-        finally:
-            if fd is not None:
-                os.close(fd)
-
-    def _open_file(self, folder: int, base: str, path: Path, flags: int, action: str) -> int | None:
-        """A regular file of the workspace, opened without following a link; None when it is missing."""
-        try:
-            fd = os.open(base, flags | fileops.FILE_FLAGS, fileops.FILE_MODE, dir_fd=folder)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise fileops.refusal(exc, action, path) from exc
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise StorageError(
-                f"cannot {action} {path}: it is not a regular file; move it out of the workspace", path=str(path)
-            )
-        return fd
-
-    def _create_file(self, folder: int, base: str, path: Path, flags: int, action: str) -> tuple[int, bool]:
-        """A regular file of the workspace, made (private) when missing; and whether it was made now."""
-        try:
-            fd = os.open(base, flags | os.O_CREAT | os.O_EXCL | fileops.FILE_FLAGS, fileops.FILE_MODE, dir_fd=folder)
-        except FileExistsError:
-            existing = self._open_file(folder, base, path, flags, action)
-            if existing is None:
-                raise fileops.storage_error(OSError(errno.ENOENT, "removed while opening"), action, path) from None
-            return existing, False
-        except OSError as exc:
-            raise fileops.refusal(exc, action, path) from exc
-        try:
-            fileops.private(fd, fileops.FILE_MODE)
-        except OSError as exc:
-            os.close(fd)
-            raise fileops.storage_error(exc, action, path) from exc
-        return fd, True
-
     def read(self, name: str) -> bytes | None:
-        *folders, base = self._parts(name)
+        *folders, base = self._tree.parts(name)
         path = self.root / name
-        with self._folder(folders, create=False) as d:
-            fd = None if d is None else self._open_file(d, base, path, os.O_RDONLY, "read")
+        with self._tree.folder(folders, create=False) as d:
+            fd = None if d is None else self._tree.open_file(d, base, path, os.O_RDONLY, "read")
         if fd is None:
             return None
         try:
@@ -250,12 +157,12 @@ class LocalFolder(FileStore):
             by_folder.setdefault(folder, []).append(base)
         for folder in sorted(changed | set(by_folder)):
             where = self.root / folder
-            with self._folder(folder.split("/") if folder else [], create=False) as d:
+            with self._tree.folder(folder.split("/") if folder else [], create=False) as d:
                 if d is None:
                     continue
                 for base in by_folder.get(folder, []):
                     path = where / base
-                    fd = self._open_file(d, base, path, os.O_RDONLY, "sync")
+                    fd = self._tree.open_file(d, base, path, os.O_RDONLY, "sync")
                     if fd is None:
                         continue  # removed since (retention, a cut archive): nothing to make durable
                     try:
@@ -272,81 +179,20 @@ class LocalFolder(FileStore):
         self._unsynced.clear()
         self._unsynced_folders.clear()
 
-    def _write_new(self, name: str, data: bytes | Iterable[bytes]) -> bool:
-        """Write a file that does not exist yet in place, without a sync; False when it exists."""
-        *folders, base = self._parts(name)
-        path = self.root / name
-        self._in_place()
-        with self._folder(folders, create=True) as d:
-            assert d is not None
-            try:
-                fd = os.open(
-                    base, os.O_WRONLY | os.O_CREAT | os.O_EXCL | fileops.FILE_FLAGS, fileops.FILE_MODE, dir_fd=d
-                )
-            except FileExistsError:
-                return False
-            except OSError as exc:
-                raise fileops.refusal(exc, "write", path) from exc
-            try:
-                try:
-                    fileops.private(fd, fileops.FILE_MODE)
-                    for part in (data,) if isinstance(data, bytes) else data:
-                        fileops.write_all(fd, part)
-                finally:
-                    os.close(fd)
-            except OSError as exc:
-                with contextlib.suppress(OSError):
-                    os.unlink(base, dir_fd=d)  # never a part of a file for a reader to find
-                raise fileops.storage_error(exc, "write", path) from exc
-        return True
-
-    def _replace(self, name: str, data: bytes | Iterable[bytes], *, durable: bool) -> None:
-        *folders, base = self._parts(name)
-        path = self.root / name
-        self._in_place()
-        self._close_log(name)  # the file it has open is about to be replaced
-        with self._folder(folders, create=True) as d:
-            assert d is not None
-            fileops.not_a_link(d, base, path, "write")
-            # An unpredictable name, created exclusively: nothing planted there is ever written through.
-            tmp = f".{base}.{secrets.token_hex(8)}.tmp"
-            made = False
-            try:
-                fd = os.open(
-                    tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | fileops.FILE_FLAGS, fileops.FILE_MODE, dir_fd=d
-                )
-                made = True
-                try:
-                    fileops.private(fd, fileops.FILE_MODE)
-                    for part in (data,) if isinstance(data, bytes) else data:
-                        fileops.write_all(fd, part)
-                    if durable and self._syncs:
-                        os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.rename(tmp, base, src_dir_fd=d, dst_dir_fd=d)
-                if durable and self._syncs:
-                    os.fsync(d)
-            except OSError as exc:
-                if made:
-                    with contextlib.suppress(OSError):
-                        os.unlink(tmp, dir_fd=d)
-                raise fileops.storage_error(exc, "write", path) from exc
-
     def append(self, name: str, data: bytes) -> int:
         return self._append(name, data, durable=True)
 
     def _append(self, name: str, data: bytes, *, durable: bool) -> int:
         """`append`; without `durable` the file (and its folder, when it is made) waits for `sync_pending`."""
-        *folders, base = self._parts(name)
+        *folders, base = self._tree.parts(name)
         path = self.root / name
         self._in_place()
         if self._held and folders == [LIVE_DIR]:
             return self._append_log(name, data)
         self._close_log(name)
-        with self._folder(folders, create=True) as d:
+        with self._tree.folder(folders, create=True) as d:
             assert d is not None
-            fd, made = self._create_file(d, base, path, os.O_WRONLY | os.O_APPEND, "append to")
+            fd, made = self._tree.create_file(d, base, path, os.O_WRONLY | os.O_APPEND, "append to")
             try:
                 start = os.fstat(fd).st_size
                 try:
@@ -375,10 +221,10 @@ class LocalFolder(FileStore):
         path = self.root / name
         if self._log is None or self._log[0] != name:
             self._close_log()
-            *folders, base = self._parts(name)
-            with self._folder(folders, create=True) as d:
+            *folders, base = self._tree.parts(name)
+            with self._tree.folder(folders, create=True) as d:
                 assert d is not None
-                fd, made = self._create_file(d, base, path, os.O_WRONLY | os.O_APPEND, "append to")
+                fd, made = self._tree.create_file(d, base, path, os.O_WRONLY | os.O_APPEND, "append to")
                 try:
                     if made and self._syncs:
                         os.fsync(d)  # the new file's name is durable before anything is acknowledged in it
@@ -403,6 +249,16 @@ class LocalFolder(FileStore):
             raise fileops.storage_error(exc, "append to", path) from exc
         self._log = (name, fd, start + len(data))
         return start + len(data)
+
+    def _write_new(self, name: str, data: bytes | Iterable[bytes]) -> bool:
+        """Write a file that does not exist yet in place, without a sync; False when it exists."""
+        self._in_place()
+        return self._tree.write_new(name, data)
+
+    def _replace(self, name: str, data: bytes | Iterable[bytes], *, durable: bool) -> None:
+        self._in_place()
+        self._close_log(name)  # the file it has open is about to be replaced
+        self._tree.replace(name, data, sync=durable and self._syncs)
 
     def _in_place(self) -> None:
         """Refuse to write once the workspace held was moved or deleted: a write would go to the folder
@@ -431,9 +287,9 @@ class LocalFolder(FileStore):
                 os.close(fd)
 
     def size(self, name: str) -> int:
-        *folders, base = self._parts(name)
+        *folders, base = self._tree.parts(name)
         path = self.root / name
-        with self._folder(folders, create=False) as d:
+        with self._tree.folder(folders, create=False) as d:
             if d is None:
                 return 0
             try:
@@ -451,10 +307,10 @@ class LocalFolder(FileStore):
             self.remove(name)
             return
         self._close_log(name)
-        *folders, base = self._parts(name)
+        *folders, base = self._tree.parts(name)
         path = self.root / name
-        with self._folder(folders, create=False) as d:
-            fd = None if d is None else self._open_file(d, base, path, os.O_WRONLY, "truncate")
+        with self._tree.folder(folders, create=False) as d:
+            fd = None if d is None else self._tree.open_file(d, base, path, os.O_WRONLY, "truncate")
             if fd is None:
                 raise fileops.storage_error(OSError(errno.ENOENT, "No such file or directory"), "truncate", path)
             try:
@@ -467,10 +323,10 @@ class LocalFolder(FileStore):
                 os.close(fd)
 
     def remove(self, name: str) -> None:
-        *folders, base = self._parts(name)
+        *folders, base = self._tree.parts(name)
         path = self.root / name
         self._close_log(name)
-        with self._folder(folders, create=False) as d:
+        with self._tree.folder(folders, create=False) as d:
             if d is None:
                 return
             fileops.not_a_link(d, base, path, "remove")
@@ -485,7 +341,7 @@ class LocalFolder(FileStore):
         folder, _, start = prefix.rpartition("/")
         base = self.root / folder if folder else self.root
         out: list[FileInfo] = []
-        with self._folder(self._parts(folder) if folder else [], create=False) as d:
+        with self._tree.folder(self._tree.parts(folder) if folder else [], create=False) as d:
             if d is None:
                 return []
             try:
@@ -505,7 +361,7 @@ class LocalFolder(FileStore):
         return sorted(out, key=lambda f: f.name)
 
     def location(self, name: str) -> str:
-        self._parts(name)
+        self._tree.parts(name)
         return os.path.join(self._root_text, name)  # what `self.root / name` spells, without building a Path
 
     @contextlib.contextmanager
@@ -515,9 +371,9 @@ class LocalFolder(FileStore):
         while True:
             if not self._recovered(deadline):
                 continue
-            with self._folder([], create=True) as d:
+            with self._tree.folder([], create=True) as d:
                 assert d is not None
-                fd, _ = self._create_file(d, ".lock", path, os.O_RDWR, "open the lock file")
+                fd, _ = self._tree.create_file(d, ".lock", path, os.O_RDWR, "open the lock file")
             try:
                 self._wait_for(fd, deadline)
             except BaseException:
@@ -598,14 +454,14 @@ class LocalFolder(FileStore):
         for folder, replaced in replaced_in.items():
             where = self.root / folder
             try:
-                with self._folder(folder.split("/") if folder else [], create=False) as d:
+                with self._tree.folder(folder.split("/") if folder else [], create=False) as d:
                     if d is None:
                         continue
                     with os.scandir(d) as entries:
                         stale = [
                             e.name
                             for e in entries
-                            if (m := _TEMPORARY.fullmatch(e.name)) is not None
+                            if (m := TEMPORARY.fullmatch(e.name)) is not None
                             and replaced.fullmatch(m["name"]) is not None
                             and e.is_file(follow_symlinks=False)
                         ]

@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from . import archive as archive_mod
-from .live import SUMMARY_FLOOR_TOKENS, Live, check_pins, threshold_of
+from .budget import SUMMARY_FLOOR_TOKENS, check_pins, threshold_of
+from .live import Live
 from .messages import Message
 from .origin import provider_summary
 from .settings import CHARS_PER_TOKEN, EngineSettings
@@ -74,7 +75,7 @@ def plan(
     (`CompactSettings.soft_threshold`), so that its summary can be written in the background
     (`ctxkeep.writer.WriteAhead`); the summary's size is then planned for the kept tail the threshold will find.
 
-    The threshold is `ctxkeep.live.threshold_of`'s: a compaction is never skipped because the system prompt,
+    The threshold is `ctxkeep.budget.threshold_of`'s: a compaction is never skipped because the system prompt,
     tools and summary fill it, the summary's cap and the kept tail shrink to the room they leave instead.
 
     `live.system_tokens` must be the system prompt's (`prepare` sets it). Raises `PinnedOverBudgetError`

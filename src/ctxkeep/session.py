@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from . import engine, postgres
+from . import budget, engine, postgres
 from . import live as live_mod
 from .codec import message_from_dict, storable
 from .content_ids import renumber
@@ -279,14 +279,14 @@ class Session:
         Raises `PinnedOverBudgetError` when the pins would take more than a compaction can leave them.
         """
         with self._open_call():
-            live = live_mod.pin(self._live, message_id, live_mod.threshold_of(self._live, self.settings.compact))
+            live = budget.pin(self._live, message_id, budget.threshold_of(self._live, self.settings.compact))
             self._journal.commit(pinned=live.pinned)
             self._live = live
 
     def unpin(self, message_id: str) -> None:
         """Let this message (and its tool-call group) be offloaded and compacted again."""
         with self._open_call():
-            live = live_mod.unpin(self._live, message_id)
+            live = budget.unpin(self._live, message_id)
             self._journal.commit(pinned=live.pinned)
             self._live = live
 

@@ -21,9 +21,10 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from .archive import user_messages
+from .budget import threshold_of
 from .context import summary_tokens_of
 from .errors import CtxkeepError, SummaryError
-from .live import Live, threshold_of
+from .live import Live
 from .pairing import safe_cuts
 from .plan import Plan, plan
 from .settings import CHARS_PER_TOKEN, EngineSettings
