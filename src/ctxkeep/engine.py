@@ -124,7 +124,9 @@ def prepare(
     counter, settings = setup.counter, setup.settings
     if live.offloaded:
         live = replace(live, offloaded=())
-    live = offload_recent(live, settings.offload, setup.store, counter)
+    if live.aging is not None:
+        live = replace(live, aging=None)
+    live = offload_recent(live, settings.offload, setup.store, counter, now=now)
     if system != live.system:
         live = replace(live, system=system, system_tokens=system_tokens_of(system, counter))
     if settings.offload.age_over_threshold:
