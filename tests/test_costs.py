@@ -4,17 +4,24 @@ cache lives makes every waiting cut, with or without timestamps."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+from pathlib import Path
 
 import pytest
 from tests.builders import shell_turn
 
+from ctxkeep.cli import main
+from ctxkeep.context import Context
 from ctxkeep.costs import pays, saving
-from ctxkeep.folder import MemoryFolder
+from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.messages import Message
 from ctxkeep.session import Session
 from ctxkeep.settings import CACHE_PRICES, CacheSettings, CompactSettings, EngineSettings, OffloadSettings
+from ctxkeep.step import Step
+from ctxkeep.workspace.view import read
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 ANTHROPIC, OPENAI, NONE = CacheSettings.of("anthropic"), CacheSettings.of("openai"), CacheSettings.of("none")
@@ -117,3 +124,54 @@ def test_cache_settings_are_checked_and_named() -> None:
         CacheSettings.of("acme")
     with pytest.raises(TypeError, match="CacheSettings"):
         OffloadSettings(cache="openai")  # type: ignore[arg-type]
+
+
+def _prefix(before: Context, after: Step) -> int:
+    """The tokens of `after`'s context that are the unchanged start of `before`, as a provider's cache counts them."""
+    live, context = after.live, after.context
+    if before.system != context.system:
+        return 0
+    if before.summary != context.summary:
+        return live.fixed_tokens
+    same = 0
+    for a, b, n in zip(before.messages, context.messages, live.counts, strict=False):
+        if a != b:
+            break
+        same += n
+    return live.fixed_tokens + live.summary_tokens + same
+
+
+def test_each_step_records_the_tokens_a_prompt_cache_held_and_show_bills_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    small = EngineSettings(
+        compact=CompactSettings(max_input_length=12_000),
+        offload=OffloadSettings(recent_n=2, recent_max_bytes=4_000, old_max_bytes=600, age_batch_bytes=7_000),
+    )
+    expected: list[int] = []
+    with Session.open(tmp_path / "ws", settings=small) as session:
+        previous = None
+        for i in range(14):
+            session.add(turn(i))
+            step = session.prepare("sys", now=NOW)
+            expected.append(0 if previous is None else _prefix(previous, step))
+            assert step.cached == expected[-1], i
+            previous = step.context
+    view = read(LocalFolder(tmp_path / "ws"), name="ws")
+    assert list(view.cached) == expected and len(view.steps) == 14
+    assert any(d["kind"] == "batch" for d in view.aging)  # the decisions, with their step
+    saved = view.savings()
+    assert saved.cache is not None and saved.cache.cached == sum(expected)
+    assert saved.cache.sent == pytest.approx(
+        sum(c * 0.1 + (t - c) * 1.25 for t, c in zip(view.steps, expected, strict=True))
+    )
+    # Sending everything grows at its end only: its cache holds the whole previous request.
+    whole = view.whole()
+    held = [0, *(min(a, b) for a, b in pairwise(whole))]
+    assert saved.cache.everything == pytest.approx(
+        sum(c * 0.1 + (t - c) * 1.25 for t, c in zip(whole, held, strict=True))
+    )
+    assert main(["show", str(tmp_path / "ws"), "--json", "--price", "anthropic:claude-sonnet-4"]) == 0
+    shown = json.loads(capsys.readouterr().out)["savings"]["with_cache"]
+    assert shown["cached_tokens"] == sum(expected) and shown["read"] == 0.1
+    assert shown["dollars_sent"] == pytest.approx(round(saved.cache.sent) * 3 / 1e6)

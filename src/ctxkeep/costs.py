@@ -12,11 +12,13 @@ steps. When the cache is lost anyway (a pause longer than it lives, a compaction
 the rewrite, and the saving is all of what the freed tokens would have cost: written once, then read.
 
 `ctxkeep.live.offload_recent` asks this module whether a cut pays, and notes what it decided (`Decision`)
-in the step's record, with the expected saving.
+in the step's record, with the expected saving; `ctxkeep show` and `ctxkeep report` price the tokens sent
+with it (`billed`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
@@ -64,3 +66,9 @@ def decided(kind: Kind, freed: int, resent: int, cache: CacheSettings) -> Decisi
     return Decision(
         kind=kind, freed=freed, resent=0 if lost else resent, saving=saving(freed, resent, cache, lost=lost)
     )
+
+
+def billed(sent: Sequence[int], cached: Sequence[int], cache: CacheSettings) -> float:
+    """What requests of `sent` tokens cost, `cached` of each served by the prompt cache (read) and the rest sent
+    anew (written), in tokens at the uncached input price."""
+    return sum(c * cache.read + (t - c) * cache.write for t, c in zip(sent, cached, strict=True))

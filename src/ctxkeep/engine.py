@@ -112,6 +112,8 @@ def prepare(
 ) -> Step:
     """Run the pre-reasoning pass once. `manual` compacts now (a `/compact`), with its optional focus.
 
+    The step says how much of its context a prompt cache holds from the previous one (`Step.cached`).
+
     Files are written through `setup.store` (offloaded results, then the archive, always before the
     messages leave the returned `Live`). A summarizer that fails or returns an invalid summary leaves
     the live messages and the previous summary exactly as they were (`Step.failure`).
@@ -120,6 +122,11 @@ def prepare(
     which case the step is `deferred` while it is still being written and the context is under
     `CompactSettings.wait_threshold`. The hooks of the pass (`PassHooks`) get the plan applied.
     """
+    step = _prepare(live, setup, system=system, now=now, manual=manual)
+    return replace(step, cached=_cached(live, step))
+
+
+def _prepare(live: Live, setup: Setup, *, system: str | None, now: datetime, manual: Manual | None) -> Step:
     started = time.perf_counter()
     counter, settings = setup.counter, setup.settings
     if live.offloaded:
@@ -151,6 +158,26 @@ def prepare(
         step = apply(live, written.plan, written.summary, setup=setup, started=started, usage=written.usage)
         step = _after_compaction(step, written.plan, setup)
     return _warn_over_window(step, settings.compact.max_input_length)
+
+
+def _cached(before: Live, step: Step) -> int:
+    """The tokens of `step`'s context that are the unchanged start of the previous step's: `before` as the previous
+    pass left it (its first `checked` messages were sent then), less what this pass rewrote from its first change.
+
+    Counted from what changed, so a step costs what it rewrote, not the history.
+    """
+    after = step.live
+    sent = before.checked
+    if not sent or after.system_tokens != before.system_tokens or after.system != before.system:
+        return 0
+    if step.compaction is not None or (after.aging is not None and after.aging.kind == "cold"):
+        return after.fixed_tokens if step.compaction is not None else 0
+    first = min((p for p in after.offloaded if p < sent), default=sent)
+    counts = before.counts
+    # What the previous request held, less its messages from the first one rewritten on.
+    return (
+        before.fixed_tokens + before.summary_tokens + before.total - sum(counts[p] for p in range(first, len(counts)))
+    )
 
 
 def _aged_over(live: Live, setup: Setup) -> Live:
