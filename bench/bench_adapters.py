@@ -144,21 +144,26 @@ def bench(name: str, module_name: str, tasks: int) -> None:
         )
 
 
-def engine_only(tasks: int) -> None:
-    """The plain loop's workload through `Session` alone: each request checked and counted as the server would."""
+def engine_only(tasks: int, *, model: bool = False) -> None:
+    """The plain loop's workload through `Session` alone: each request checked and counted as the server would.
+    With `model`, summaries come from a model summarizer (a deterministic model answering a fixed summary)."""
+    from ctxkeep.summarize import ModelSummarizer
+    from ctxkeep.summarize.testing import fixed_summary_model
+
+    summarizer = {"summarizer": ModelSummarizer(fixed_summary_model())} if model else {}
     tokenizer = TiktokenTokenizer("o200k_base")
     system = "You are a build engineer. Use the tools, then answer briefly."
     history: list[Any] = []
     requests = compactions = peak = 0
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        session = Session.open(Path(tmp) / "ws", window=WINDOW)
+        session = Session.open(Path(tmp) / "ws", window=WINDOW, **summarizer)
         try:
             for i in range(tasks):
                 if i == tasks // 2:
                     session.sync(history)
                     session.close()
-                    session = Session.open(Path(tmp) / "ws", window=WINDOW)
+                    session = Session.open(Path(tmp) / "ws", window=WINDOW, **summarizer)
                 history.append({"role": "user", "content": task(i)})
                 while True:
                     session.sync(history)
@@ -177,8 +182,9 @@ def engine_only(tasks: int) -> None:
                         history.append({"role": "tool", "tool_call_id": call["id"], "content": tool_output(query)})
         finally:
             session.close()
+    label = "engine only (model summarizer)" if model else "engine only"
     print(
-        f"engine only: {requests} requests, {compactions} compactions (1 per {requests / max(1, compactions):.1f}"
+        f"{label}: {requests} requests, {compactions} compactions (1 per {requests / max(1, compactions):.1f}"
         f" requests), peak {peak} of {WINDOW}, {time.perf_counter() - start:.1f} s"
     )
 
@@ -188,9 +194,10 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=150)
     parser.add_argument("--only", default=",".join(MODULES), help="comma-separated: " + ", ".join(MODULES))
     parser.add_argument("--engine", action="store_true", help="only ctxkeep's pass over the workload, no frameworks")
+    parser.add_argument("--model", action="store_true", help="with --engine: a model summarizer (deterministic)")
     args = parser.parse_args()
     if args.engine:
-        engine_only(args.tasks)
+        engine_only(args.tasks, model=args.model)
         return
     print(f"window {WINDOW}, {args.tasks} tasks, reopened halfway; times in ms")
     print(

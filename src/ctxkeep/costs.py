@@ -68,6 +68,15 @@ def decided(kind: Kind, freed: int, resent: int, cache: CacheSettings) -> Decisi
     )
 
 
+def room_cost(resent: int, room: int, cache: CacheSettings, *, read: int = 0) -> float:
+    """What a rewrite that re-sends `resent` tokens (and has a model `read` that many, as a compaction's summary
+    does) costs per token of `room` it leaves under the threshold: the measure aging and compaction are compared
+    by over the threshold (the cheaper room wins; no room, no use)."""
+    if room <= 0:
+        return float("inf")
+    return (resent * (cache.write - cache.read) + read) / room
+
+
 def billed(sent: Sequence[int], cached: Sequence[int], cache: CacheSettings) -> float:
     """What requests of `sent` tokens cost, `cached` of each served by the prompt cache (read) and the rest sent
     anew (written), in tokens at the uncached input price."""

@@ -27,13 +27,14 @@ from typing import Protocol
 from . import archive as archive_mod
 from .context import Context, summary_tokens_of, system_tokens_of
 from .context import of as context_of
+from .costs import room_cost
 from .errors import CtxkeepError
-from .live import Live, age_all, offload_recent, rebuild, threshold_of
+from .live import Live, age_all, aged_tokens, offload_recent, rebuild, threshold_of
 from .memory.hooks import MemoryHooks
 from .memory.rules import RULES_TAG
 from .plan import PART_BREAK, Manual, Plan, Skip, plan
 from .providers import Model
-from .settings import EngineSettings
+from .settings import CHARS_PER_TOKEN, EngineSettings
 from .split import pair_groups
 from .step import Compaction, Failure, Usage
 from .step import Step as Step  # serve/ imports it from here
@@ -136,9 +137,9 @@ def _prepare(live: Live, setup: Setup, *, system: str | None, now: datetime, man
     live = offload_recent(live, settings.offload, setup.store, counter, now=now)
     if system != live.system:
         live = replace(live, system=system, system_tokens=system_tokens_of(system, counter))
-    if settings.offload.age_over_threshold:
-        live = _aged_over(live, setup)  # a compaction may be spared, at the price of the prompt cache
     force = manual is not None
+    if not force:
+        live = _spared(live, setup)
     decision = plan(live, settings, now=now, force=force, focus=manual.focus if manual else None)
     if isinstance(decision, Skip):
         return _warn_over_window(
@@ -178,6 +179,34 @@ def _cached(before: Live, step: Step) -> int:
     return (
         before.fixed_tokens + before.summary_tokens + before.total - sum(counts[p] for p in range(first, len(counts)))
     )
+
+
+def _spared(live: Live, setup: Setup) -> Live:
+    """Over the threshold, `live` with its waiting results aged instead of a compaction, when aging brings it back
+    under the threshold and buys that room more cheaply (`ctxkeep.costs.room_cost`); always with
+    `age_over_threshold`.
+
+    Aging re-sends the prompt from the first waiting result on; a compaction re-sends the summary and kept tail,
+    and asks a model summarizer to read what it compacts. What aging frees is estimated (`aged_tokens`), so
+    nothing is cut in vain.
+    """
+    settings = setup.settings
+    threshold = threshold_of(live, settings.compact)
+    if not live.waiting or live.tokens <= threshold:
+        return live
+    aged = aged_tokens(live, settings.offload)
+    if aged >= threshold:
+        return live
+    if not settings.offload.age_over_threshold:
+        first = live.tool_positions[0]
+        before = live.fixed_tokens + live.summary_tokens + sum(live.counts[p] for p in range(first))
+        summary = live.summary_tokens or settings.summary_max_chars // CHARS_PER_TOKEN
+        kept = live.fixed_tokens + summary + settings.compact.reserve
+        read = live.tokens - kept if getattr(setup.summarizer, "model", None) is not None else 0
+        cache = settings.offload.cache
+        if room_cost(aged - before, threshold - aged, cache) > room_cost(kept, threshold - kept, cache, read=read):
+            return live
+    return offload_recent(live, settings.offload, setup.store, setup.counter, age=True)
 
 
 def _aged_over(live: Live, setup: Setup) -> Live:

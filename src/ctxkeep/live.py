@@ -513,6 +513,16 @@ def _cheap(live: Live, waiting: Sequence[int], settings: OffloadSettings) -> tup
     return chosen, nearest
 
 
+def aged_tokens(live: Live, settings: OffloadSettings) -> int:
+    """About the tokens of `live` once its waiting results and calls get their "old" cut (`offload_recent` with
+    `age`), counted without cutting any: what aging would bring the context down to."""
+    positions = live.tool_positions[: live.waiting]
+    freed = sum(
+        live.counts[p] - _cut_tokens(live.messages[p], live.counts[p], settings.old_max_bytes) for p in positions
+    )
+    return live.tokens - freed
+
+
 def _cut_tokens(message: Message, tokens: int, old_max_bytes: int) -> int:
     """About the tokens a result takes after its "old" cut: its tokens in the share of its bytes that stays."""
     excess = _excess(message, old_max_bytes)

@@ -33,6 +33,10 @@ CHARS_PER_TOKEN = 3
 _SUMMARY_SHARE = 0.25
 _RECENT_SHARE = 0.25
 _OLD_SHARE = 0.02
+# Recent results are cut so that this many more than `recent_n` fit beside the summary under the threshold
+# (measured in bench/bench_adapters.py --engine: at a 16,000-token window, one compaction every 2.9 requests with
+# a quarter of the threshold each, every 5 or more with this). At 128,000 the 50,000-byte cap binds first.
+_STEPS_AHEAD = 2
 # Results past `recent_n` age (get the older cut) together once that would free half the threshold.
 _AGE_SHARE = 0.5
 # A result past `recent_n` ages at once when at most a thirtieth of the threshold was sent from it on
@@ -283,13 +287,17 @@ class EngineSettings:
         """
         compact = CompactSettings(max_input_length=window)
         room = compact.compact_threshold * CHARS_PER_TOKEN  # the threshold, in characters (or bytes) of text
+        summary_max_chars = max(MIN_SUMMARY_CHARS + GUIDE_CHARS, min(16_000, int(room * _SUMMARY_SHARE)))
+        # Room for several steps: what the threshold leaves beside a summary at its cap holds the recent results
+        # and `_STEPS_AHEAD` more, or every step or two of a small window would compact.
+        steps = OffloadSettings().recent_n + _STEPS_AHEAD
+        recent = min(int(room * _RECENT_SHARE), (room - summary_max_chars) // steps)
         offload = OffloadSettings(
-            recent_max_bytes=max(_MIN_OLD_BYTES, min(50_000, int(room * _RECENT_SHARE))),
+            recent_max_bytes=max(_MIN_OLD_BYTES, min(50_000, recent)),
             old_max_bytes=max(_MIN_OLD_BYTES, min(3_000, int(room * _OLD_SHARE))),
             age_batch_bytes=int(room * _AGE_SHARE),
             age_tail_tokens=int(compact.compact_threshold * _TAIL_SHARE),
         )
-        summary_max_chars = max(MIN_SUMMARY_CHARS + GUIDE_CHARS, min(16_000, int(room * _SUMMARY_SHARE)))
         fields: dict[str, Any] = {"compact": compact, "offload": offload, "summary_max_chars": summary_max_chars}
         return cls(**{**fields, **kw})
 
