@@ -101,6 +101,7 @@ def test_a_pause_longer_than_the_cache_lives_makes_every_waiting_cut(stamped: bo
         assert step.live.aging is not None
         assert step.live.aging.kind == "cold"
         assert step.live.aging.resent == 0 and step.live.aging.saving > 0
+        assert step.cached == 0  # nothing of the previous request is served from an expired cache
         assert session.live.waiting == 0
 
 

@@ -325,6 +325,8 @@ def offload_recent(
         after, rewritten, decision = _offload_waiting(live, settings, store, forced=forced)
     if now is not None:
         after = replace(after, passed_at=now)
+    if cold and decision is None:  # nothing waited, but the step's record says the cache was gone
+        decision = Decision(kind="cold", freed=0, resent=0, saving=0.0)
     # Reasoning before the current tool loop is dropped where that costs a prompt cache nothing more: in the
     # messages it never held (new since the previous request), and from the first one rewritten anyway (all of
     # them when the cache is cold).
