@@ -204,9 +204,10 @@ class OffloadSettings:
     where it is cheap (docs/offload.md): at once when at most `age_tail_tokens` tokens were sent after
     them in the previous request (0: never so), together once that frees `age_batch_bytes` (0: each
     one as soon as it passes `recent_n`), and at every compaction. Over the compaction threshold they
-    age first, instead of a compaction, only with `age_over_threshold` (it spares compactions but
-    rewrites the context from the first of them, step after step near the threshold). After a pause
-    longer than `cache_lifetime` seconds the cache is cold and everything waiting is cut. The first
+    age instead of a compaction when that buys room under it more cheaply at the `cache` prices
+    (`ctxkeep.costs.room_cost`), always with `age_over_threshold` (it spares compactions but rewrites the
+    context from the first of them, step after step near the threshold). After a pause longer than
+    `cache_lifetime` seconds the cache is cold and everything waiting is cut. The first
     policy whose pattern matches a tool's name applies; no match means the default policy.
     """
 
@@ -217,7 +218,7 @@ class OffloadSettings:
     age_batch_bytes: int = 134_400
     # A thirtieth of the seed's threshold, as `for_window` derives it.
     age_tail_tokens: int = 2_986
-    age_over_threshold: bool = False
+    age_over_threshold: bool = False  # True: over the threshold, always age before compacting
     # Seconds a provider keeps a prompt cache unused (Anthropic's and OpenAI's default: 5 minutes); after a
     # longer pause it is gone anyway, and every waiting cut is made at once. 0: never assume so.
     cache_lifetime: float = 300.0
