@@ -29,7 +29,7 @@ from .context import Context, summary_tokens_of, system_tokens_of
 from .context import of as context_of
 from .costs import room_cost
 from .errors import CtxkeepError
-from .live import Live, age_all, aged_tokens, offload_recent, rebuild, threshold_of
+from .live import Live, age_all, aged_tokens, cut_oversize, offload_recent, rebuild, threshold_of
 from .memory.hooks import MemoryHooks
 from .memory.rules import RULES_TAG
 from .plan import PART_BREAK, Manual, Plan, Skip, plan
@@ -210,9 +210,17 @@ def _spared(live: Live, setup: Setup) -> Live:
 
 
 def _aged_over(live: Live, setup: Setup) -> Live:
-    """Over the threshold with no compaction applied, the results waiting for their older cut get it now."""
-    if live.waiting and live.tokens > setup.settings.compact.compact_threshold:
-        return offload_recent(live, setup.settings.offload, setup.store, setup.counter, age=True)
+    """Over the threshold with no compaction applied, the results waiting for their older cut get it now; and
+    over the window, every result gets it and a message too big for the window (a pasted log) keeps its head and
+    tail, rather than the request going over the window (the last resort a compaction's kept tail gets, `age_all`)."""
+    settings = setup.settings
+    if live.waiting and live.tokens > settings.compact.compact_threshold:
+        live = offload_recent(live, settings.offload, setup.store, setup.counter, age=True)
+    if live.tokens > settings.compact.max_input_length:
+        # Even the newest results (a file read is whole while recent) get their older cut, as in `age_all`.
+        offload = replace(settings.offload, recent_n=0)
+        live = offload_recent(live, offload, setup.store, setup.counter, age=True)
+        live = cut_oversize(live, settings.offload, setup.store, setup.counter)
     return live
 
 

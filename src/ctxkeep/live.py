@@ -571,22 +571,29 @@ def age_all(live: Live, settings: OffloadSettings, store: Store, counter: Counte
     (`ctxkeep.oversize`), rather than the request going over the window.
     """
     aged = offload_recent(live, replace(settings, recent_n=0), store, counter, age=True)
+    return replace(cut_oversize(aged, settings, store, counter), offloaded=())
+
+
+def cut_oversize(live: Live, settings: OffloadSettings, store: Store, counter: Counter) -> Live:
+    """`live` with every user or assistant message whose text is over `settings.recent_max_bytes` cut to its head
+    and tail, the whole saved (`ctxkeep.oversize`); the positions cut join `offloaded`. Pinned ones stay."""
     cut = {
         at: new
-        for at, message in enumerate(aged.messages)
+        for at, message in enumerate(live.messages)
         if message.role in ("user", "assistant")
         and message.id not in live.pinned
         and (new := cut_oversized(message, settings.recent_max_bytes, store)) is not None
     }
-    if cut:
-        fresh = dict(zip(cut, counter.count_each(list(cut.values())), strict=True))
-        aged = replace(
-            aged,
-            messages=Seq.of(aged.messages).replaced(cut),
-            counts=Seq.of(aged.counts).replaced(fresh),
-            total=aged.total + sum(n - aged.counts[at] for at, n in fresh.items()),
-        )
-    return replace(aged, offloaded=())
+    if not cut:
+        return live
+    fresh = dict(zip(cut, counter.count_each(list(cut.values())), strict=True))
+    return replace(
+        live,
+        messages=Seq.of(live.messages).replaced(cut),
+        counts=Seq.of(live.counts).replaced(fresh),
+        total=live.total + sum(n - live.counts[at] for at, n in fresh.items()),
+        offloaded=tuple(sorted({*live.offloaded, *cut})),
+    )
 
 
 def _call_id(msg: Message) -> str:
