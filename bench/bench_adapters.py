@@ -11,7 +11,10 @@ stalls: a ticker task asks for a 1 ms sleep all along, and what it waited beyond
 was blocked (target < 1 ms per call outside compaction).
 
 Needs the frameworks (`scripts/test` installs every extra); a framework that is missing is skipped
-with a line that says so.
+with a line that says so. `--engine` runs only ctxkeep's pass over the same workload (the README's loop,
+the validating server's scripted agent called in-process, no HTTP, no framework), for a quick count of
+compactions per step and the peak the server would count (target: at most 1 compaction per 5 requests,
+peak under the window).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import asyncio
 import importlib
 import inspect
+import json
 import statistics
 import sys
 import tempfile
@@ -34,9 +38,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.validating_server import ValidatingServer  # noqa: E402
+from tests.validating_server import (  # noqa: E402
+    SEARCH_TOOL,
+    ValidatingServer,
+    check_request,
+    reply_to,
+    task,
+    tool_output,
+)
 
 from ctxkeep import Session  # noqa: E402
+from ctxkeep.tokens.encodings import TiktokenTokenizer  # noqa: E402
 
 WINDOW = 16_000
 MODULES = {
@@ -132,11 +144,61 @@ def bench(name: str, module_name: str, tasks: int) -> None:
         )
 
 
+def engine_only(tasks: int, *, model: bool = False) -> None:
+    """The plain loop's workload through `Session` alone: each request checked and counted as the server would.
+    With `model`, summaries come from a model summarizer (a deterministic model answering a fixed summary)."""
+    from ctxkeep.summarize import ModelSummarizer
+    from ctxkeep.summarize.testing import fixed_summary_model
+
+    summarizer = {"summarizer": ModelSummarizer(fixed_summary_model())} if model else {}
+    tokenizer = TiktokenTokenizer("o200k_base")
+    system = "You are a build engineer. Use the tools, then answer briefly."
+    history: list[Any] = []
+    requests = compactions = peak = 0
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        session = Session.open(Path(tmp) / "ws", window=WINDOW, **summarizer)
+        try:
+            for i in range(tasks):
+                if i == tasks // 2:
+                    session.sync(history)
+                    session.close()
+                    session = Session.open(Path(tmp) / "ws", window=WINDOW, **summarizer)
+                history.append({"role": "user", "content": task(i)})
+                while True:
+                    session.sync(history)
+                    step = session.prepare(system, tools=[SEARCH_TOOL])
+                    body = {"model": "engine", "messages": step.to_openai(), "tools": [SEARCH_TOOL]}
+                    tokens = check_request(body, WINDOW, tokenizer)
+                    requests += 1
+                    compactions += step.compaction is not None
+                    peak = max(peak, tokens)
+                    reply = reply_to(body, tokens, requests)["choices"][0]["message"]
+                    history.append(reply)
+                    if not reply.get("tool_calls"):
+                        break
+                    for call in reply["tool_calls"]:
+                        query = json.loads(call["function"]["arguments"])["query"]
+                        history.append({"role": "tool", "tool_call_id": call["id"], "content": tool_output(query)})
+        finally:
+            session.close()
+    label = "engine only (model summarizer)" if model else "engine only"
+    print(
+        f"{label}: {requests} requests, {compactions} compactions (1 per {requests / max(1, compactions):.1f}"
+        f" requests), peak {peak} of {WINDOW}, {time.perf_counter() - start:.1f} s"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=150)
     parser.add_argument("--only", default=",".join(MODULES), help="comma-separated: " + ", ".join(MODULES))
+    parser.add_argument("--engine", action="store_true", help="only ctxkeep's pass over the workload, no frameworks")
+    parser.add_argument("--model", action="store_true", help="with --engine: a model summarizer (deterministic)")
     args = parser.parse_args()
+    if args.engine:
+        engine_only(args.tasks, model=args.model)
+        return
     print(f"window {WINDOW}, {args.tasks} tasks, reopened halfway; times in ms")
     print(
         f"{'adapter':14} {'requests':>8} {'refused':>7} {'compactions':>11} {'peak':>7} "

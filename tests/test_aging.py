@@ -93,24 +93,30 @@ def test_a_compaction_ages_the_results_it_keeps() -> None:
         assert session.live.waiting == 0
 
 
-def test_by_default_over_the_threshold_a_compaction_runs_and_the_context_only_grew_before() -> None:
+@pytest.mark.parametrize("size", [3_000, 500], ids=["results-that-wait", "small-results"])
+def test_over_the_threshold_the_cheaper_rewrite_runs_and_the_context_only_grew_before(size: int) -> None:
+    """3 KB results that wait for their old cut: aging them frees more than half the context, for less than a
+    compaction would cost, so the waiting results age instead. 500-byte results never wait: a compaction runs."""
     tight = EngineSettings(compact=CompactSettings(max_input_length=10_000, compact_ratio=0.7), offload=OFFLOAD)
     sent: list[Message] = []
-    compactions = 0
+    kinds: list[str] = []
     with Session(MemoryFolder(), settings=tight) as session:
-        for i in range(12):
-            session.add(turn(i))
+        for i in range(24 if size > 600 else 60):
+            session.add(turn(i, size))
+            before = session.live.tokens
             step = session.prepare("sys", now=NOW)
             now = list(step.context.messages)
-            if step.compaction is None:
-                assert now[: len(sent)] == sent, f"step {i}: a message sent before changed without a compaction"
+            if step.compaction is not None:
+                kinds.append("compaction")
+                assert session.live.waiting == 0  # the compaction aged what it kept: nothing waits after it
+            elif step.live.aging is not None and step.live.aging.kind == "all":
+                kinds.append("aged")
+                assert before + 1_100 > tight.compact.compact_threshold  # only over the threshold
             else:
-                compactions += 1
-                # The compaction aged what it kept: nothing waits after it.
-                assert session.live.waiting == 0
+                assert now[: len(sent)] == sent, f"step {i}: a message sent before changed without a compaction"
             assert step.context.tokens <= tight.compact.compact_threshold
             sent = now
-    assert compactions >= 1
+    assert kinds and set(kinds) == ({"aged"} if size == 3_000 else {"compaction"}), kinds
 
 
 def test_when_no_compaction_can_run_over_the_threshold_the_waiting_results_age() -> None:
@@ -118,7 +124,10 @@ def test_when_no_compaction_can_run_over_the_threshold_the_waiting_results_age()
         def summarize(self, request: object) -> str:
             raise RuntimeError("no summary today")
 
-    tight = EngineSettings(compact=CompactSettings(max_input_length=10_000, compact_ratio=0.7), offload=OFFLOAD)
+    # A small summary: the room a compaction would leave is cheaper than aging's, so a compaction is tried.
+    tight = EngineSettings(
+        compact=CompactSettings(max_input_length=10_000, compact_ratio=0.7), offload=OFFLOAD, summary_max_chars=2_500
+    )
     with Session(MemoryFolder(), settings=tight, summarizer=Refusing()) as session:
         failures = []
         for i in range(12):

@@ -185,3 +185,28 @@ def test_what_cannot_fit_is_said_once_and_the_smallest_context_is_sent() -> None
         assert len(step.warnings) == 1 and OVER in step.warnings[0]
         assert session.live.messages == tuple(_agent_step(5, 20))[-len(session.live.messages) :]
         assert len(session.live.messages) <= 4
+
+
+def test_a_recent_file_read_too_big_for_the_window_is_cut_when_no_compaction_applies() -> None:
+    """A file read is whole while recent; when a compaction cannot help (its summary refused), a read bigger than
+    the window gets its older cut rather than the request going over the window, and says where the rest is."""
+
+    class Refusing:
+        def summarize(self, request: object) -> str:
+            raise RuntimeError("no summary today")
+
+    settings = EngineSettings.for_window(8_000)
+    text = "\n".join(f"line {k}: " + "abcdef " * 12 for k in range(700))  # ~60 KB, ~17,000 tokens
+    with Session(MemoryFolder(), settings=settings, summarizer=Refusing()) as session:
+        session.add(
+            [
+                Message.of("user", "read it", id="u"),
+                Message(role="assistant", content=(ToolCall(id="c", name="read_file"),), id="a"),
+                Message(role="tool", content=(ToolResult(call_id="c", content=text),), id="r"),
+            ]
+        )
+        step = session.prepare("sys", now=datetime(2026, 12, 3, tzinfo=UTC))
+        assert step.failure is not None  # the compaction was refused...
+        assert step.context.tokens <= settings.compact.max_input_length  # ...and the read was cut anyway
+        result = step.context.messages[-1].tool_result
+        assert result is not None and "tool_result/" in result.text

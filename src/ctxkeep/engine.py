@@ -28,14 +28,15 @@ from . import archive as archive_mod
 from .budget import threshold_of
 from .context import Context, summary_tokens_of, system_tokens_of
 from .context import of as context_of
+from .costs import room_cost
 from .errors import CtxkeepError
-from .live import Live, age_all, offload_recent, rebuild
+from .live import Live, age_all, aged_tokens, cut_oversize, offload_recent, rebuild
 from .memory.hooks import MemoryHooks
 from .memory.rules import RULES_TAG
 from .pairing import pair_groups
 from .plan import PART_BREAK, Manual, Plan, Skip, plan
 from .providers import Model
-from .settings import EngineSettings
+from .settings import CHARS_PER_TOKEN, EngineSettings
 from .step import Compaction, Failure, Usage
 from .step import Step as Step  # serve/ imports it from here
 from .store import Store
@@ -113,6 +114,8 @@ def prepare(
 ) -> Step:
     """Run the pre-reasoning pass once. `manual` compacts now (a `/compact`), with its optional focus.
 
+    The step says how much of its context a prompt cache holds from the previous one (`Step.cached`).
+
     Files are written through `setup.store` (offloaded results, then the archive, always before the
     messages leave the returned `Live`). A summarizer that fails or returns an invalid summary leaves
     the live messages and the previous summary exactly as they were (`Step.failure`).
@@ -121,16 +124,23 @@ def prepare(
     which case the step is `deferred` while it is still being written and the context is under
     `CompactSettings.wait_threshold`. The hooks of the pass (`PassHooks`) get the plan applied.
     """
+    step = _prepare(live, setup, system=system, now=now, manual=manual)
+    return replace(step, cached=_cached(live, step))
+
+
+def _prepare(live: Live, setup: Setup, *, system: str | None, now: datetime, manual: Manual | None) -> Step:
     started = time.perf_counter()
     counter, settings = setup.counter, setup.settings
     if live.offloaded:
         live = replace(live, offloaded=())
-    live = offload_recent(live, settings.offload, setup.store, counter)
+    if live.aging is not None:
+        live = replace(live, aging=None)
+    live = offload_recent(live, settings.offload, setup.store, counter, now=now)
     if system != live.system:
         live = replace(live, system=system, system_tokens=system_tokens_of(system, counter))
-    if settings.offload.age_over_threshold:
-        live = _aged_over(live, setup)  # a compaction may be spared, at the price of the prompt cache
     force = manual is not None
+    if not force:
+        live = _spared(live, setup)
     decision = plan(live, settings, now=now, force=force, focus=manual.focus if manual else None)
     if isinstance(decision, Skip):
         return _warn_over_window(
@@ -152,10 +162,66 @@ def prepare(
     return _warn_over_window(step, settings.compact.max_input_length)
 
 
+def _cached(before: Live, step: Step) -> int:
+    """The tokens of `step`'s context that are the unchanged start of the previous step's: `before` as the previous
+    pass left it (its first `checked` messages were sent then), less what this pass rewrote from its first change.
+
+    Counted from what changed, so a step costs what it rewrote, not the history.
+    """
+    after = step.live
+    sent = before.checked
+    if not sent or after.system_tokens != before.system_tokens or after.system != before.system:
+        return 0
+    if step.compaction is not None or (after.aging is not None and after.aging.kind == "cold"):
+        return after.fixed_tokens if step.compaction is not None else 0
+    first = min((p for p in after.offloaded if p < sent), default=sent)
+    counts = before.counts
+    # What the previous request held, less its messages from the first one rewritten on.
+    return (
+        before.fixed_tokens + before.summary_tokens + before.total - sum(counts[p] for p in range(first, len(counts)))
+    )
+
+
+def _spared(live: Live, setup: Setup) -> Live:
+    """Over the threshold, `live` with its waiting results aged instead of a compaction, when aging brings it back
+    under the threshold and buys that room more cheaply (`ctxkeep.costs.room_cost`); always with
+    `age_over_threshold`.
+
+    Aging re-sends the prompt from the first waiting result on; a compaction re-sends the summary and kept tail,
+    and asks a model summarizer to read what it compacts. What aging frees is estimated (`aged_tokens`), so
+    nothing is cut in vain.
+    """
+    settings = setup.settings
+    threshold = threshold_of(live, settings.compact)
+    if not live.waiting or live.tokens <= threshold:
+        return live
+    aged = aged_tokens(live, settings.offload)
+    if aged >= threshold:
+        return live
+    if not settings.offload.age_over_threshold:
+        first = live.tool_positions[0]
+        before = live.fixed_tokens + live.summary_tokens + sum(live.counts[p] for p in range(first))
+        summary = live.summary_tokens or settings.summary_max_chars // CHARS_PER_TOKEN
+        kept = live.fixed_tokens + summary + settings.compact.reserve
+        read = live.tokens - kept if getattr(setup.summarizer, "model", None) is not None else 0
+        cache = settings.offload.cache
+        if room_cost(aged - before, threshold - aged, cache) > room_cost(kept, threshold - kept, cache, read=read):
+            return live
+    return offload_recent(live, settings.offload, setup.store, setup.counter, age=True)
+
+
 def _aged_over(live: Live, setup: Setup) -> Live:
-    """Over the threshold with no compaction applied, the results waiting for their older cut get it now."""
-    if live.waiting and live.tokens > setup.settings.compact.compact_threshold:
-        return offload_recent(live, setup.settings.offload, setup.store, setup.counter, age=True)
+    """Over the threshold with no compaction applied, the results waiting for their older cut get it now; and
+    over the window, every result gets it and a message too big for the window (a pasted log) keeps its head and
+    tail, rather than the request going over the window (the last resort a compaction's kept tail gets, `age_all`)."""
+    settings = setup.settings
+    if live.waiting and live.tokens > settings.compact.compact_threshold:
+        live = offload_recent(live, settings.offload, setup.store, setup.counter, age=True)
+    if live.tokens > settings.compact.max_input_length:
+        # Even the newest results (a file read is whole while recent) get their older cut, as in `age_all`.
+        offload = replace(settings.offload, recent_n=0)
+        live = offload_recent(live, offload, setup.store, setup.counter, age=True)
+        live = cut_oversize(live, settings.offload, setup.store, setup.counter)
     return live
 
 

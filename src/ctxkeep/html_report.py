@@ -155,8 +155,30 @@ def _savings(view: View, saved: Savings) -> str:
         '<div class="savings" id="savings">'
         + cell("everything", "saved against sending the whole history", saved.vs_everything, saved.everything)
         + cell("threshold", "saved against cutting the oldest at the threshold", saved.vs_threshold, saved.at_threshold)
+        + _cached(saved)
         + f"<div>{priced}<br><small>Input tokens over {len(view.steps):,} steps; offloaded results count at"
         " their cut size, so the whole history is a lower bound.</small></div></div>"
+    )
+
+
+def _cached(saved: Savings) -> str:
+    """The three ways billed with a prompt cache (tokens at the input price; dollars with a price)."""
+    c = saved.cache
+    if c is None:
+        return ""
+
+    def bill(units: float | None) -> str:
+        if units is None:
+            return "–"
+        money = "" if saved.price is None else f" ({_money(saved.price.of(round(units)))})"
+        return f"{round(units):,}{money}"
+
+    share = c.cached / saved.sent if saved.sent else 0.0
+    return (
+        f'<div id="cache"><div class="big">{share:.0%} cached</div>{c.cached:,} of {saved.sent:,} tokens sent<br>'
+        f"<small>billed at write {c.cache.write:g}x, read {c.cache.read:g}x the input price: ctxkeep"
+        f" {bill(c.sent)}, whole history {bill(c.everything)}, threshold cut {bill(c.at_threshold)};"
+        f" the cuts made expected to save {round(c.expected):,}</small></div>"
     )
 
 

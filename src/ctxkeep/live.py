@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any, TypeAlias
 
 import orjson
 
 from .archive import Archive
+from .costs import Decision, Kind, decided, pays
 from .errors import MessageError
 from .messages import Message, without_surrogates
 from .offload import arguments_excess, is_output, offload
@@ -100,6 +102,12 @@ class Live:
     failed_at: int | None = None
     # Positions of the messages the last `prepare` offloaded (what a store must rewrite).
     offloaded: tuple[int, ...] = ()
+    # What the last `offload_recent` decided about the waiting results, with its expected saving (`ctxkeep.costs`);
+    # None when nothing waited. For the step's record only: not part of the value.
+    aging: Decision | None = field(default=None, compare=False)
+    # When the last `offload_recent` given the time ran: the previous request, for a cache gone cold between
+    # messages without timestamps (None: unknown, as after a reopen). Not part of the value.
+    passed_at: datetime | None = field(default=None, compare=False)
     # Ids of the messages compacted into the archive: an id names one message of a workspace, ever.
     archived: frozenset[str] = frozenset()
     # The message and call ids of `messages`, for `add`'s checks (see `Ids`); not part of the value.
@@ -289,7 +297,15 @@ def rebuild(live: Live, kept: Sequence[Message]) -> Live:
     )
 
 
-def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter: Counter, *, age: bool = False) -> Live:
+def offload_recent(
+    live: Live,
+    settings: OffloadSettings,
+    store: Store,
+    counter: Counter,
+    *,
+    age: bool = False,
+    now: datetime | None = None,
+) -> Live:
     """Offload the new results, and age the older ones only where that keeps a prompt cache warm.
 
     A new result gets its "recent" cut. A result past the `recent_n` newest waits for its "old" cut
@@ -297,12 +313,13 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
     before costs a prompt cache everything from it to the end, so waiting results age:
 
     - at once, those whose cut makes a cache re-send at most `settings.age_tail_tokens` tokens (what
-      follows them up to the end of the previous request, and their own cut size) and frees at least
-      that much (the cut is cheap now, only dearer later, and pays for the break in about ten requests at
-      cached prices; older waiting ones stay as they are);
+      follows them up to the end of the previous request, and their own cut size) and pays for itself at
+      the cache's prices within its horizon (`ctxkeep.costs`, `settings.cache`: the cut is cheap now, only
+      dearer later; older waiting ones stay as they are);
     - all together once they would free `settings.age_batch_bytes`, or when `age` is set (at a
       compaction, where the prompt cache is lost anyway), or after a pause longer than
-      `settings.cache_lifetime` (`cold_cache`: the cache is gone anyway).
+      `settings.cache_lifetime` (`cold_cache`: the cache is gone anyway; for messages without timestamps,
+      the pause since the previous call given `now`).
 
     A call whose results are all past `recent_n` waits too when its arguments are over `old_max_bytes`,
     and ages in any rewrite that reaches it (never starting one, nor filling a batch, on its own). The
@@ -310,15 +327,23 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
     a rewrite reaches anyway (`ctxkeep.reasoning`).
 
     The cost is the new messages, the few within the tail budget, and the waiting ones when they age.
-    The positions rewritten are added to the returned `Live.offloaded`, for the caller to persist.
+    The positions rewritten are added to the returned `Live.offloaded`, for the caller to persist; what was
+    decided (cut, batch, all, cold or wait), with its expected saving, is the returned `Live.aging`.
     """
     length = len(live.messages)
     rewritten: dict[int, Message] = {}
     cold = cold_cache(live.messages, settings.cache_lifetime, live.checked - 1)
+    cold = cold or (now is not None and _paused(live, now, settings.cache_lifetime))
+    forced: Kind | None = "cold" if cold else "all" if age else None
+    decision: Decision | None = None
     if live.tool_positions:
-        after, rewritten = _offload_waiting(live, settings, store, age=age or cold)
+        after, rewritten, decision = _offload_waiting(live, settings, store, forced=forced)
     else:
         after = replace(live, checked=length) if live.checked != length else live
+    if now is not None:
+        after = replace(after, passed_at=now)
+    if cold and decision is None:  # nothing waited, but the step's record says the cache was gone
+        decision = Decision(kind="cold", freed=0, resent=0, saving=0.0)
     # Reasoning before the current tool loop is dropped where that costs a prompt cache nothing more: in the
     # messages it never held (new since the previous request), and from the first one rewritten anyway (all of
     # them when the cache is cold).
@@ -330,13 +355,16 @@ def offload_recent(live: Live, settings: OffloadSettings, store: Store, counter:
             if message.id not in live.pinned:
                 rewritten[first + i] = message
     if not rewritten:
-        return after
+        return replace(after, aging=decision)
     positions = sorted(rewritten)
     fresh = counter.count_each([rewritten[p] for p in positions])
     counts = dict(zip(positions, fresh, strict=True))
     total = live.total + sum(n - live.counts[at] for at, n in counts.items())
+    if decision is not None and decision.kind != "wait":
+        decision = _made(decision.kind, live, counts, settings)
     return replace(
         after,
+        aging=decision,
         # Only the blocks holding a rewritten message are copied (`Seq.replaced`), not the history.
         messages=Seq.of(live.messages).replaced(rewritten),
         counts=Seq.of(live.counts).replaced(counts),
@@ -364,10 +392,35 @@ def cold_cache(messages: Sequence[Message], lifetime: float, floor: int = 0) -> 
     return False
 
 
+def _paused(live: Live, now: datetime, lifetime: float) -> bool:
+    """True when the messages say no time (the newest has no timestamp) and more than `lifetime` seconds passed
+    since the previous pass: the previous request, whose cache is then gone."""
+    if not lifetime or live.passed_at is None or not live.messages or live.messages[-1].timestamp is not None:
+        return False
+    try:
+        return (now - live.passed_at).total_seconds() > lifetime
+    except TypeError:  # one time zone-aware, the other naive: no pause can be told
+        return False
+
+
+def _made(kind: Kind, live: Live, counts: Mapping[int, int], settings: OffloadSettings) -> Decision:
+    """The decision of `kind` as made: the tokens the rewrite of the messages sent before (new `counts` by position)
+    took out, and what a cache writes again for it: everything from the first of them to the previous request's end."""
+    sent = [p for p in counts if p < live.checked]
+    freed = sum(live.counts[p] - counts[p] for p in sent)
+    resent = 0
+    if sent:
+        first = min(sent)
+        resent = sum(counts.get(p, live.counts[p]) for p in range(first, live.checked))
+    return decided(kind, freed, resent, settings.cache)
+
+
 def _offload_waiting(
-    live: Live, settings: OffloadSettings, store: Store, *, age: bool
-) -> tuple[Live, dict[int, Message]]:
-    """`live` with its waiting results and calls updated, and the messages `offload` rewrote (by position)."""
+    live: Live, settings: OffloadSettings, store: Store, *, forced: Kind | None
+) -> tuple[Live, dict[int, Message], Decision | None]:
+    """`live` with its waiting results and calls updated, the messages `offload` rewrote (by position), and what was
+    decided about the waiting ones (`forced`: they all age, for that reason). A decision that ages any carries no
+    figures yet: `_made` counts them once the rewritten messages are."""
     positions = live.tool_positions
     length = len(live.messages)
     recent_n = settings.recent_n
@@ -385,9 +438,16 @@ def _offload_waiting(
         if excess and live.messages[p].id not in live.pinned:
             waiting.append(p)
             waiting_bytes += excess
-    age = age or waiting_bytes >= settings.age_batch_bytes
-    first = 0 if age else _cheap(live, waiting, settings)
-    if age:
+    kind: Kind | None = forced or ("batch" if waiting_bytes >= settings.age_batch_bytes else None)
+    first, nearest = (0, None) if kind else _cheap(live, waiting, settings)
+    decision = None
+    if waiting:  # (nothing to decide otherwise)
+        if kind is None:
+            kind = "cut" if first < len(waiting) else "wait"
+        decision = Decision(kind=kind, freed=0, resent=0, saving=0.0)
+        if kind == "wait" and nearest is not None:
+            decision = decided("wait", *nearest, settings.cache)
+    if kind in ("batch", "all", "cold"):
         start, run = min([positions[0], *waiting[:1]]), settings
         still, waiting, waiting_bytes = list(positions[passed:]), [], 0
     elif first < len(waiting):
@@ -424,12 +484,13 @@ def _offload_waiting(
         waiting_bytes=waiting_bytes,
         checked=length,
     )
-    return after, rewritten
+    return after, rewritten, decision
 
 
-def _cheap(live: Live, waiting: Sequence[int], settings: OffloadSettings) -> int:
-    """The index in `waiting` of the first result whose cut costs a prompt cache at most
-    `settings.age_tail_tokens`; `len(waiting)` when there is none.
+def _cheap(live: Live, waiting: Sequence[int], settings: OffloadSettings) -> tuple[int, tuple[int, int] | None]:
+    """The index in `waiting` of the first result whose cut pays for itself (`ctxkeep.costs.pays`) and re-sends at
+    most `settings.age_tail_tokens`; `len(waiting)` when there is none. With it, the tokens freed and re-sent by
+    the nearest cut looked at (None: none was), for the record of a step that waits.
 
     Cutting a result makes the cache re-read what follows it up to the end of the previous request, and
     the result itself at its new, cut size; its old size is not sent at all, so a big result is not dear
@@ -442,7 +503,7 @@ def _cheap(live: Live, waiting: Sequence[int], settings: OffloadSettings) -> int
     """
     budget = settings.age_tail_tokens
     if not waiting or not budget:
-        return len(waiting)
+        return len(waiting), None
     messages, counts = live.messages, live.counts
     at = len(messages)
     while at > waiting[-1] and messages[at - 1].role != "assistant":
@@ -450,23 +511,35 @@ def _cheap(live: Live, waiting: Sequence[int], settings: OffloadSettings) -> int
     at = max(at - 1, waiting[-1])  # the newest assistant message itself was not sent either
     aging = set(waiting)
     spent, freed, first, chosen = 0, 0, len(waiting), len(waiting)
+    nearest: tuple[int, int] | None = None
     while first > 0:
         p = waiting[first - 1]
         while at > p + 1:
             at -= 1
             spent += _cut_tokens(messages[at], counts[at], settings.old_max_bytes) if at in aging else counts[at]
             if spent > budget:
-                return chosen
+                return chosen, nearest or (0, spent)
         cut = _cut_tokens(messages[p], counts[p], settings.old_max_bytes)
         if spent + cut > budget:
-            return chosen
+            return chosen, nearest or (counts[p] - cut, spent + cut)
         first -= 1
         freed += counts[p] - cut
-        # The cut pays for the cache break: it frees at least what is sent again. A call's arguments never start
-        # a rewrite at once; they age with the results, in a rewrite that reaches them anyway.
-        if freed >= spent + cut and messages[p].role != "assistant":
+        nearest = (freed, spent + cut)
+        # The cut pays for the cache break (the cost model's rule). A call's arguments never start a rewrite at
+        # once; they age with the results, in a rewrite that reaches them anyway.
+        if messages[p].role != "assistant" and pays(freed, spent + cut, settings.cache):
             chosen = first
-    return chosen
+    return chosen, nearest
+
+
+def aged_tokens(live: Live, settings: OffloadSettings) -> int:
+    """About the tokens of `live` once its waiting results and calls get their "old" cut (`offload_recent` with
+    `age`), counted without cutting any: what aging would bring the context down to."""
+    positions = live.tool_positions[: live.waiting]
+    freed = sum(
+        live.counts[p] - _cut_tokens(live.messages[p], live.counts[p], settings.old_max_bytes) for p in positions
+    )
+    return live.tokens - freed
 
 
 def _cut_tokens(message: Message, tokens: int, old_max_bytes: int) -> int:
@@ -515,22 +588,29 @@ def age_all(live: Live, settings: OffloadSettings, store: Store, counter: Counte
     (`ctxkeep.oversize`), rather than the request going over the window.
     """
     aged = offload_recent(live, replace(settings, recent_n=0), store, counter, age=True)
+    return replace(cut_oversize(aged, settings, store, counter), offloaded=())
+
+
+def cut_oversize(live: Live, settings: OffloadSettings, store: Store, counter: Counter) -> Live:
+    """`live` with every user or assistant message whose text is over `settings.recent_max_bytes` cut to its head
+    and tail, the whole saved (`ctxkeep.oversize`); the positions cut join `offloaded`. Pinned ones stay."""
     cut = {
         at: new
-        for at, message in enumerate(aged.messages)
+        for at, message in enumerate(live.messages)
         if message.role in ("user", "assistant")
         and message.id not in live.pinned
         and (new := cut_oversized(message, settings.recent_max_bytes, store)) is not None
     }
-    if cut:
-        fresh = dict(zip(cut, counter.count_each(list(cut.values())), strict=True))
-        aged = replace(
-            aged,
-            messages=Seq.of(aged.messages).replaced(cut),
-            counts=Seq.of(aged.counts).replaced(fresh),
-            total=aged.total + sum(n - aged.counts[at] for at, n in fresh.items()),
-        )
-    return replace(aged, offloaded=())
+    if not cut:
+        return live
+    fresh = dict(zip(cut, counter.count_each(list(cut.values())), strict=True))
+    return replace(
+        live,
+        messages=Seq.of(live.messages).replaced(cut),
+        counts=Seq.of(live.counts).replaced(fresh),
+        total=live.total + sum(n - live.counts[at] for at, n in fresh.items()),
+        offloaded=tuple(sorted({*live.offloaded, *cut})),
+    )
 
 
 def _call_id(msg: Message) -> str:

@@ -2,6 +2,7 @@
 
     CompactSettings   when to compact and how much recent history to keep (tokens)
     OffloadSettings   how big tool results are cut and saved to files (bytes)
+    CacheSettings     what a provider's prompt cache charges: the prices the cost of a context edit is weighed at
     ToolPolicy        which tools get the browser or file-read treatment (name patterns)
     EngineSettings    all of the pass: the two above, retry after a failure, language, summary size, memory
     MemorySettings    the memory flush before compaction, and the AGENTS.md rules put back after one
@@ -36,6 +37,10 @@ DEFAULT_WINDOW = 128_000
 _SUMMARY_SHARE = 0.25
 _RECENT_SHARE = 0.25
 _OLD_SHARE = 0.02
+# Recent results are cut so that this many more than `recent_n` fit beside the summary under the threshold
+# (measured in bench/bench_adapters.py --engine: at a 16,000-token window, one compaction every 2.9 requests with
+# a quarter of the threshold each, every 5 or more with this). At 128,000 the 50,000-byte cap binds first.
+_STEPS_AHEAD = 2
 # Results past `recent_n` age (get the older cut) together once that would free half the threshold.
 _AGE_SHARE = 0.5
 # A result past `recent_n` ages at once when at most a thirtieth of the threshold was sent from it on
@@ -148,6 +153,53 @@ DEFAULT_POLICIES: tuple[ToolPolicy, ...] = (
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class CacheSettings:
+    """What a provider's prompt cache charges, as multiples of its uncached input price, and how many steps a
+    rewrite of the context must pay back within (`ctxkeep.costs`). The defaults are Anthropic's, the dearest
+    cache break; `CacheSettings.of("openai")` and the other names of `CACHE_PRICES` give another provider's.
+    """
+
+    write: float = 1.25  # a token sent past the cached prefix (written to the cache, where that costs more)
+    read: float = 0.1  # a token of the cached prefix, served again
+    horizon: int = 10  # the next steps whose cache reads a rewrite's saving is counted over
+
+    def __post_init__(self) -> None:
+        for name in ("write", "read"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 10:
+                raise ValueError(f"CacheSettings.{name} must be a multiple of the input price, 0 to 10; got {value!r}")
+        if self.read > self.write:
+            raise ValueError(
+                f"CacheSettings.read ({self.read}) must not exceed write ({self.write}): a cached token costs at most"
+                " what sending it anew does"
+            )
+        _positive(self.horizon, "horizon")
+
+    @classmethod
+    def of(cls, provider: str) -> CacheSettings:
+        """The cache prices of `provider`, a name of `CACHE_PRICES`; raises `ValueError` naming them otherwise."""
+        try:
+            return CACHE_PRICES[provider]
+        except KeyError:
+            raise ValueError(f"no cache prices known for {provider!r}; use one of {', '.join(CACHE_PRICES)}") from None
+
+
+# Prompt-cache prices as multiples of the uncached input price, from the providers' pricing pages (December 2026):
+# Anthropic writes at 1.25x (5-minute cache) and reads at 0.1x; OpenAI caches on its own, with no write premium, and
+# bills a cached token at 0.5x (gpt-4o), 0.25x (gpt-4.1) or 0.1x (gpt-5); Gemini's implicit cache reads at 0.25x;
+# DeepSeek's at 0.1x; "none", a server without a prompt cache (a local model): every token is sent anew.
+CACHE_PRICES: dict[str, CacheSettings] = {
+    "anthropic": CacheSettings(write=1.25, read=0.1),
+    "openai": CacheSettings(write=1.0, read=0.25),
+    "openai:gpt-4o": CacheSettings(write=1.0, read=0.5),
+    "openai:gpt-5": CacheSettings(write=1.0, read=0.1),
+    "gemini": CacheSettings(write=1.0, read=0.25),
+    "deepseek": CacheSettings(write=1.0, read=0.1),
+    "none": CacheSettings(write=1.0, read=1.0),
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class OffloadSettings:
     """How tool results are cut (bytes of UTF-8) and how long their saved files live.
 
@@ -156,9 +208,10 @@ class OffloadSettings:
     where it is cheap (docs/offload.md): at once when at most `age_tail_tokens` tokens were sent after
     them in the previous request (0: never so), together once that frees `age_batch_bytes` (0: each
     one as soon as it passes `recent_n`), and at every compaction. Over the compaction threshold they
-    age first, instead of a compaction, only with `age_over_threshold` (it spares compactions but
-    rewrites the context from the first of them, step after step near the threshold). After a pause
-    longer than `cache_lifetime` seconds the cache is cold and everything waiting is cut. The first
+    age instead of a compaction when that buys room under it more cheaply at the `cache` prices
+    (`ctxkeep.costs.room_cost`), always with `age_over_threshold` (it spares compactions but rewrites the
+    context from the first of them, step after step near the threshold). After a pause longer than
+    `cache_lifetime` seconds the cache is cold and everything waiting is cut. The first
     policy whose pattern matches a tool's name applies; no match means the default policy.
 
     `max_message_chars` caps the texts of one message as it comes in (`Session.add` and `sync`): past it
@@ -173,10 +226,12 @@ class OffloadSettings:
     age_batch_bytes: int = 134_400
     # A thirtieth of the seed's threshold, as `for_window` derives it.
     age_tail_tokens: int = 2_986
-    age_over_threshold: bool = False
+    age_over_threshold: bool = False  # True: over the threshold, always age before compacting
     # Seconds a provider keeps a prompt cache unused (Anthropic's and OpenAI's default: 5 minutes); after a
     # longer pause it is gone anyway, and every waiting cut is made at once. 0: never assume so.
     cache_lifetime: float = 300.0
+    # The prices the cost of a rewrite is weighed at (`ctxkeep.costs`): Anthropic's by default.
+    cache: CacheSettings = field(default_factory=CacheSettings)
     retention_days: int = 30
     policies: tuple[ToolPolicy, ...] = field(default=DEFAULT_POLICIES)
     max_message_chars: int = MAX_MESSAGE_CHARS
@@ -194,6 +249,10 @@ class OffloadSettings:
             raise TypeError(f"cache_lifetime must be a number of seconds (0: never cold); got {self.cache_lifetime!r}")
         if not 0 <= self.cache_lifetime < float("inf"):
             raise ValueError(f"cache_lifetime must be 0 or more seconds (0: never cold); got {self.cache_lifetime!r}")
+        if not isinstance(self.cache, CacheSettings):
+            raise TypeError(
+                f"OffloadSettings.cache must be a CacheSettings (as CacheSettings.of('openai')); got {self.cache!r}"
+            )
         _positive(self.retention_days, "retention_days")
         if self.old_max_bytes > self.recent_max_bytes:
             raise ValueError(
@@ -243,14 +302,18 @@ class EngineSettings:
         parts = _overrides(overrides)
         compact = parts[0].pop("compact", None) or CompactSettings(max_input_length=window, **parts[1])
         room = compact.compact_threshold * CHARS_PER_TOKEN  # the threshold, in characters (or bytes) of text
+        summary_max_chars = max(MIN_SUMMARY_CHARS + GUIDE_CHARS, min(16_000, int(room * _SUMMARY_SHARE)))
+        # Room for several steps: what the threshold leaves beside a summary at its cap holds the recent results
+        # and `_STEPS_AHEAD` more, or every step or two of a small window would compact.
+        steps = OffloadSettings().recent_n + _STEPS_AHEAD
+        recent = min(int(room * _RECENT_SHARE), (room - summary_max_chars) // steps)
         derived = OffloadSettings(
-            recent_max_bytes=max(_MIN_OLD_BYTES, min(50_000, int(room * _RECENT_SHARE))),
+            recent_max_bytes=max(_MIN_OLD_BYTES, min(50_000, recent)),
             old_max_bytes=max(_MIN_OLD_BYTES, min(3_000, int(room * _OLD_SHARE))),
             age_batch_bytes=int(room * _AGE_SHARE),
             age_tail_tokens=int(compact.compact_threshold * _TAIL_SHARE),
         )
         offload = parts[0].pop("offload", None) or replace(derived, **parts[2])
-        summary_max_chars = max(MIN_SUMMARY_CHARS + GUIDE_CHARS, min(16_000, int(room * _SUMMARY_SHARE)))
         sizes: dict[str, Any] = {"compact": compact, "offload": offload, "summary_max_chars": summary_max_chars}
         return cls(**{**sizes, **parts[0]})
 

@@ -95,6 +95,10 @@ class Step:
     # A compaction was due, but its summary is still being written in the background and the context is
     # not yet over `CompactSettings.wait_threshold`: this step sends the context as it is.
     deferred: bool = False
+    # Tokens of `context` that are the unchanged start of the previous step's (what a prompt cache serves
+    # again, read at its price); the rest is sent anew. 0 at a session's first step and after a compaction
+    # (but for the system prompt and tools), a cold cache or a new system prompt.
+    cached: int = 0
 
     def to_openai(self, *, system: bool = True) -> list[ChatCompletionMessageParam]:
         """The context to send, as the openai SDK's ``messages=`` (see `Context.to_openai`)."""

@@ -39,14 +39,15 @@ class Journal:
         self._key = key  # whose counts the live log carries
         self._retention_days = settings.offload.retention_days  # of offloaded originals no live message refers to
         self._compact = settings.compact  # noted with the steps: the report draws the window and threshold
+        self._cache = settings.offload.cache  # noted with them too: the report prices what the cache held
         # Live-log lines of offloads not yet written: they go with the next append (one durable write per
         # step). Lost in a crash, they cost nothing: the next `prepare` offloads the same results the same way.
         self._pending: list[bytes] = []
         # Replaced lines in the live log: the log is rewritten without them when the session closes.
         self._replaced = 0
-        # The tokens sent at each step since the last "steps" record, and when the first and last ran: written
-        # with the next compaction (or at close), never on their own, so a step costs no write.
-        self._steps: list[int] = []
+        # The steps since the last "steps" record, and when the first and last ran: noted with the next compaction
+        # (or at close), never on their own, so a step costs no write.
+        self._steps: list[records.StepNote] = []
         self._steps_span: tuple[datetime, datetime] | None = None
         # The generation of the newest compaction record in compactions.jsonl; None until read.
         self._recorded: int | None = None
@@ -84,7 +85,7 @@ class Journal:
     def step(self, step: Step, now: datetime) -> None:
         """Keep what `step` changed: a compaction committed, or its offloads noted for the next append (and a
         failure recorded). Raises `StorageError` when a compaction cannot be committed; nothing is then."""
-        self._steps.append(step.context.tokens)
+        self._steps.append(records.StepNote.of(step))
         self._steps_span = (self._steps_span[0] if self._steps_span else now, now)
         if step.compaction is not None:
             self._commit_compaction(step)
@@ -169,7 +170,7 @@ class Journal:
         if not self._steps or self._steps_span is None:
             return b""
         first, last = self._steps_span
-        note = records.steps_record(self._steps, first=first, last=last, compact=self._compact)
+        note = records.steps_record(self._steps, first=first, last=last, compact=self._compact, cache=self._cache)
         self._steps, self._steps_span = [], None
         return records.to_line(note)
 

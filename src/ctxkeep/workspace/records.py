@@ -4,8 +4,10 @@
                                                       summarizer spent (`Usage`), the archived line range,
                                                       the results offloaded, the summary it wrote
                         {"kind": "failed", ...}       a compaction not applied, why, what it spent
-                        {"kind": "steps", ...}        the tokens sent at each step since the previous one,
-                                                      and the window and compaction settings they ran under
+                        {"kind": "steps", ...}        the tokens sent at each step since the previous one (and
+                                                      of those, the ones a prompt cache held), what each step
+                                                      decided about aging with its expected saving, the
+                                                      window, compaction settings and cache prices
                         {"kind": "repaired", ...}     a torn live-log line dropped at open
 
 `compaction_record`, `failure_record` and `steps_record` build them (pure: the `Journal` writes them); `read` parses the
@@ -17,15 +19,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
 
+from ctxkeep.costs import Decision
 from ctxkeep.messages import Message
 from ctxkeep.offload import record_in
-from ctxkeep.settings import CompactSettings
+from ctxkeep.settings import CacheSettings, CompactSettings
 from ctxkeep.step import Failure, Step
 
 # A compaction record lists at most this many offloaded results (and says how many more): the record is
@@ -113,18 +116,42 @@ def failure_detail(failure: Failure) -> bytes:
     return orjson.dumps(detail, option=orjson.OPT_INDENT_2)
 
 
-def steps_record(tokens: Sequence[int], *, first: datetime, last: datetime, compact: CompactSettings) -> dict[str, Any]:
-    """The record of a run of steps: the tokens of the context sent at each, oldest first, and the window,
-    threshold and kept tail they ran under (`compact`), so a report draws them without being told."""
+@dataclass(frozen=True, slots=True)
+class StepNote:
+    """What the records keep of one step: the tokens sent, those a prompt cache held, and what it decided about
+    aging (steps with a compaction: nothing, the compaction's record says what it did)."""
+
+    tokens: int
+    cached: int
+    aging: Decision | None
+
+    @classmethod
+    def of(cls, step: Step) -> StepNote:
+        """The note of `step`."""
+        aging = step.live.aging if step.compaction is None else None
+        return cls(step.context.tokens, step.cached, aging)
+
+
+def steps_record(
+    steps: Sequence[StepNote], *, first: datetime, last: datetime, compact: CompactSettings, cache: CacheSettings
+) -> dict[str, Any]:
+    """The record of a run of `steps`: the tokens of the context sent at each, oldest first, and of those the ones
+    a prompt cache held (`Step.cached`); what each decided about the results waiting for their older cut
+    (`ctxkeep.costs.Decision`, with the step's place in the run); the window, threshold and kept tail they ran
+    under (`compact`) and the cache prices (`cache`), so a report draws and prices them without being told."""
+    decisions = [{"step": i, **s.aging.to_dict()} for i, s in enumerate(steps) if s.aging is not None]
     return {
         "kind": "steps",
         "first": first.isoformat(),
         "last": last.isoformat(),
-        "tokens": list(tokens),
+        "tokens": [s.tokens for s in steps],
+        "cached": [s.cached for s in steps],
+        "aging": decisions,
         "window": compact.max_input_length,
         "threshold": compact.compact_threshold,
         "reserve": compact.reserve,
         "settings": asdict(compact),
+        "cache": asdict(cache),
     }
 
 

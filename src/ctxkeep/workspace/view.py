@@ -16,6 +16,11 @@ replaced, to the archived messages' tokens less the current summary's; so the wh
 what was sent then plus what the compactions up to i took out. Offloaded results count at their cut size
 there, so "sending everything" is a lower bound. "Cutting at the threshold" is a client that drops the
 oldest messages just enough to stay under the threshold: it sends min(whole history, threshold).
+
+With a prompt cache, a token costs less when it is the unchanged start of the previous request. The steps
+record the tokens a cache held (`View.cached`), and the cache's prices (`ctxkeep.costs.billed`); sending
+everything only grows, so its cache holds the previous step's whole history; cutting at the threshold drops
+the oldest messages, so at each step over it nothing is held.
 """
 
 from __future__ import annotations
@@ -23,13 +28,16 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import orjson
 
 from ctxkeep.codec import message_from_dict
+from ctxkeep.costs import billed
 from ctxkeep.errors import WorkspaceError
 from ctxkeep.messages import Message
+from ctxkeep.settings import CacheSettings
 from ctxkeep.store import Store
 
 from . import livelog, records
@@ -102,6 +110,11 @@ class View:
     threshold: int | None = None
     reserve: int | None = None
     live_messages: int = 0  # in the live context now (the committed generation's live log)
+    # Of `steps`, the tokens a prompt cache held (None: a step noted before they were recorded), the aging
+    # decisions with the step they were made at (`ctxkeep.costs.Decision` as a dict), and the cache's prices.
+    cached: tuple[int | None, ...] = ()
+    aging: tuple[Mapping[str, Any], ...] = ()
+    cache: CacheSettings = field(default_factory=CacheSettings)
 
     def whole(self) -> tuple[int, ...]:
         """The tokens of the whole history at each step: what sending everything would have sent (offloaded
@@ -129,6 +142,30 @@ class View:
             summarizer_in=totals["input_tokens"],
             summarizer_out=totals["output_tokens"],
             price=price,
+            cache=self._cache_costs(whole),
+        )
+
+    def _cache_costs(self, whole: Sequence[int]) -> CacheCosts | None:
+        """The three ways priced with a prompt cache; None when some step did not record what the cache held."""
+        if len(self.cached) != len(self.steps) or any(c is None for c in self.cached):
+            return None
+        cached = [c or 0 for c in self.cached]
+        held_whole = [0, *(min(a, b) for a, b in pairwise(whole))]
+        threshold = None
+        if self.threshold is not None:
+            cut = [min(w, self.threshold) for w in whole]
+            held = [
+                0,
+                *(0 if w > self.threshold else min(a, b) for a, b, w in zip(cut, cut[1:], whole[1:], strict=False)),
+            ]
+            threshold = billed(cut, held[: len(cut)], self.cache)
+        return CacheCosts(
+            cached=sum(cached),
+            sent=billed(self.steps, cached, self.cache),
+            everything=billed(whole, held_whole[: len(whole)], self.cache),
+            at_threshold=threshold,
+            expected=sum(float(d.get("saving") or 0) for d in self.aging if d.get("kind") != "wait"),
+            cache=self.cache,
         )
 
     def totals(self) -> dict[str, int]:
@@ -206,6 +243,31 @@ def price(
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class CacheCosts:
+    """The input of every step priced with a prompt cache, in tokens at the uncached input price
+    (`ctxkeep.costs.billed`): what ctxkeep sent, sending everything, cutting at the threshold."""
+
+    cached: int  # of the tokens ctxkeep sent, those the cache held
+    sent: float
+    everything: float
+    at_threshold: float | None
+    expected: float  # the savings the aging decisions expected (`ctxkeep.costs.Decision.saving`), summed
+    cache: CacheSettings
+
+    def to_dict(self) -> dict[str, Any]:
+        """As plain data, for ``ctxkeep show --json``."""
+        return {
+            "cached_tokens": self.cached,
+            "billed_sent": round(self.sent),
+            "billed_everything": round(self.everything),
+            "billed_at_threshold": None if self.at_threshold is None else round(self.at_threshold),
+            "aging_expected_saving": round(self.expected),
+            "write": self.cache.write,
+            "read": self.cache.read,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Savings:
     """Tokens sent over every step, against what two other ways would have sent, and what summarizing cost."""
 
@@ -215,6 +277,8 @@ class Savings:
     summarizer_in: int  # the summarizer's tokens, in and out (0 for the extractive one)
     summarizer_out: int
     price: Price | None = None
+    # The same with a prompt cache's prices; None for a workspace whose steps did not record what it held.
+    cache: CacheCosts | None = None
 
     @property
     def vs_everything(self) -> int:
@@ -248,6 +312,15 @@ class Savings:
             out["price"] = {"name": self.price.name, "input": self.price.input, "output": self.price.output}
             out["dollars_saved_vs_everything"] = self.dollars(self.vs_everything)
             out["dollars_saved_vs_threshold"] = None if vs_threshold is None else self.dollars(vs_threshold)
+        if self.cache is not None:
+            out["with_cache"] = self.cache.to_dict()
+            if self.price is not None:
+                c = self.cache
+                out["with_cache"]["dollars_sent"] = self.price.of(round(c.sent))
+                out["with_cache"]["dollars_everything"] = self.price.of(round(c.everything))
+                out["with_cache"]["dollars_at_threshold"] = (
+                    None if c.at_threshold is None else self.price.of(round(c.at_threshold))
+                )
         return out
 
 
@@ -260,6 +333,9 @@ def read(store: Store, *, name: str, limits: Limits | None = None) -> View:
     if bad:
         cuts.append(f"{bad} unreadable line(s) of compactions.jsonl skipped")
     steps: list[int] = []
+    cached: list[int | None] = []
+    aging: list[dict[str, Any]] = []
+    cache = CacheSettings()
     found: list[tuple[dict[str, Any], int | None]] = []
     failures: list[dict[str, Any]] = []
     failure_steps: list[int | None] = []
@@ -267,7 +343,15 @@ def read(store: Store, *, name: str, limits: Limits | None = None) -> View:
     for rec in raw_records:
         kind = rec["kind"]
         if kind == "steps":
-            steps.extend(_int(n) for n in rec.get("tokens") or ())
+            tokens = [_int(n) for n in rec.get("tokens") or ()]
+            held = rec.get("cached")
+            held = held if isinstance(held, list) and len(held) == len(tokens) else [None] * len(tokens)
+            aging.extend(
+                {**d, "step": len(steps) + _int(d.get("step"))} for d in rec.get("aging") or () if isinstance(d, dict)
+            )
+            steps.extend(tokens)
+            cached.extend(None if n is None else _int(n) for n in held)
+            cache = _cache_of(rec.get("cache"), cache)
             if _int(rec.get("window")):  # the newest that says wins: settings may change between sessions
                 ran_under = {key: _int(rec.get(key)) or None for key in ran_under}
         elif kind == "compaction":
@@ -311,6 +395,9 @@ def read(store: Store, *, name: str, limits: Limits | None = None) -> View:
         originals=len(store.originals()),
         live_messages=livelog.count(store.read_live(state.generation)),
         cuts=tuple(cuts),
+        cached=tuple(cached),
+        aging=tuple(aging),
+        cache=cache,
         **ran_under,
     )
 
@@ -404,6 +491,16 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _cache_of(value: object, default: CacheSettings) -> CacheSettings:
+    """The cache prices a "steps" record noted, or `default` when it noted none it could read."""
+    if not isinstance(value, dict):
+        return default
+    try:
+        return CacheSettings(**{k: value[k] for k in ("write", "read", "horizon") if k in value})
+    except (TypeError, ValueError):
+        return default
+
+
 def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
@@ -458,7 +555,28 @@ def _saved_lines(saved: Savings) -> list[str]:
         dollars = saved.dollars(tokens)
         money = "" if dollars is None else f", ${dollars:,.4f} net at {saved.price.name if saved.price else ''}"
         out.append(f"saved       vs {label}: {tokens:,} tokens (sent {saved.sent:,} of {other:,}){money}")
-    return out
+    return out + _cache_lines(saved)
+
+
+def _cache_lines(saved: Savings) -> list[str]:
+    """The same with a prompt cache: the tokens it held, and each way billed at its prices (and in dollars)."""
+    c = saved.cache
+    if c is None:
+        return []
+
+    def bill(units: float | None) -> str:
+        if units is None:
+            return "unknown"
+        money = "" if saved.price is None else f" (${saved.price.of(round(units)):,.4f})"
+        return f"{round(units):,}{money}"
+
+    return [
+        f"cached      {c.cached:,} of {saved.sent:,} tokens sent were the cache's (write {c.cache.write:g}x, read"
+        f" {c.cache.read:g}x the input price)",
+        f"billed      ctxkeep {bill(c.sent)}, whole history {bill(c.everything)}, threshold cut {bill(c.at_threshold)}"
+        " input-price tokens",
+        f"aging       the cuts made were expected to save {round(c.expected):,} input-price tokens",
+    ]
 
 
 def _sparkline(view: View, width: int) -> list[str]:
