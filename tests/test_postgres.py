@@ -14,7 +14,8 @@ import pytest
 
 from ctxkeep.errors import StorageError, WorkspaceError
 from ctxkeep.postgres import is_url, schema
-from ctxkeep.postgres.store import PostgresStore, migrate, shown_url
+from ctxkeep.postgres.database import migrate
+from ctxkeep.postgres.store import PostgresStore, shown_url
 
 pytestmark = pytest.mark.extra("postgres")
 

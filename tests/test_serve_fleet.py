@@ -29,7 +29,7 @@ from tests.proxy_harness import running_proxy
 from tests.validating_server import SEARCH_TOOL, ValidatingServer, held_ids, task, tool_output
 
 from ctxkeep import Session, to_messages
-from ctxkeep.postgres.store import workspaces
+from ctxkeep.postgres.database import workspaces
 
 pytestmark = [pytest.mark.extra("postgres"), pytest.mark.extra("serve")]
 

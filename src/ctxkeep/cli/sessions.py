@@ -20,7 +20,7 @@ from ctxkeep.workspace import records
 
 TYPE_CHECKING = False  # not `typing`'s: the command line imports no `typing` before it must
 if TYPE_CHECKING:
-    from ctxkeep.postgres.store import Usage
+    from ctxkeep.postgres.database import Usage
 
 __all__ = ["Conversation", "add_arguments", "conversations", "default_root", "in_database", "run"]
 
@@ -84,7 +84,7 @@ def _conversation(folder: Path) -> Conversation:
 def in_database(url: str) -> list[Conversation]:
     """The conversations `ctxkeep serve --store URL` keeps in that database (``<conversation>/<branch>``), most
     recently used first."""
-    from ctxkeep.postgres.store import usage
+    from ctxkeep.postgres.database import usage
 
     grouped: dict[str, list[Usage]] = {}
     for workspace in usage(url):

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if not is_url(args.url):
         print(f"ctxkeep: error: {args.url!r} is no PostgreSQL URL; write postgresql://…", file=sys.stderr)
         return 2
-    from ctxkeep.postgres.store import migrate, workspaces
+    from ctxkeep.postgres.database import migrate, workspaces
 
     if args.action == "migrate":
         before, after = migrate(args.url)

@@ -1,4 +1,5 @@
-"""A workspace on PostgreSQL: `PostgresStore` (in `ctxkeep.postgres.store`) and its versioned schema.
+"""A workspace on PostgreSQL: `PostgresStore` (in `ctxkeep.postgres.store`), its versioned schema, and what acts
+on the whole database (`ctxkeep.postgres.database`: migrate, list, measure and drop workspaces).
 
 Naming a store by URL (``postgresql://…``) is all a caller does; this package imports psycopg only when such
 a store is opened, so ``import ctxkeep`` needs no database driver (the ``postgres`` extra installs it).

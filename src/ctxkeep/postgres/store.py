@@ -21,7 +21,6 @@ import math
 import re
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -512,98 +511,3 @@ def _size(size: object) -> int:
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise StorageError(f"a size is a whole number of bytes, 0 or more; got {size!r}")
     return size
-
-
-def migrate(url: str) -> tuple[int, int]:
-    """Bring the database at `url` to this ctxkeep's schema (``ctxkeep store migrate URL``): the version before
-    and after. Raises `StorageError` when it cannot connect or the database is newer than this ctxkeep."""
-    shown = shown_url(url)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            before, after = schema.migrate(conn)
-    except psycopg.Error as exc:
-        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise StorageError(f"cannot migrate PostgreSQL at {shown}: {why}", path=shown) from None
-    if before > schema.VERSION:
-        raise StorageError(
-            f"{shown} holds ctxkeep's schema version {before}, newer than this ctxkeep's {schema.VERSION}: upgrade"
-            " ctxkeep",
-            path=shown,
-        )
-    return before, after
-
-
-def workspaces(url: str, prefix: str) -> list[str]:
-    """The names of the workspaces in the database at `url` that start with `prefix`, sorted (none before the
-    schema is made). Raises `StorageError` when the database cannot be reached."""
-    shown = shown_url(url)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            if schema.version(conn) == 0:
-                return []
-            rows = conn.execute(
-                'SELECT name FROM ctxkeep_workspace WHERE starts_with(name, %s) ORDER BY name COLLATE "C"', (prefix,)
-            ).fetchall()
-    except psycopg.Error as exc:
-        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise StorageError(f"cannot list the workspaces of PostgreSQL at {shown}: {why}", path=shown) from None
-    return [row[0] for row in rows]
-
-
-def drop_workspace(url: str, name: str) -> None:
-    """Remove the workspace `name` and everything it holds from the database at `url` (nothing when it is not
-    there). Waits for no lock: the caller knows nobody uses it."""
-    shown = shown_url(url)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("DELETE FROM ctxkeep_workspace WHERE name = %s", (name,))
-    except psycopg.Error as exc:
-        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise StorageError(f"cannot remove a workspace of PostgreSQL at {shown}: {why}", path=shown) from None
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """A workspace of a database as `ctxkeep sessions` lists it."""
-
-    name: str
-    size: int  # bytes of every part it holds
-    last_used: float  # when it last changed, epoch seconds
-    records: bytes  # its compactions.jsonl
-
-
-def usage(url: str, prefix: str = "") -> list[Usage]:
-    """The workspaces of the database at `url` whose name starts with `prefix`: their size, last change and
-    records. Raises `StorageError` when the database cannot be reached."""
-    shown = shown_url(url)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            if schema.version(conn) == 0:
-                return []
-            rows = conn.execute(_USAGE, (prefix,)).fetchall()
-            records: dict[str, list[bytes]] = {}
-            for name, data in conn.execute(_RECORDS, (prefix,)):
-                records.setdefault(name, []).append(bytes(data))
-    except psycopg.Error as exc:
-        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise StorageError(f"cannot list the workspaces of PostgreSQL at {shown}: {why}", path=shown) from None
-    return [Usage(name, int(size), float(used), b"".join(records.get(name, []))) for name, size, used in rows]
-
-
-_USAGE = """
-SELECT w.name,
-    coalesce((SELECT sum(octet_length(data)) FROM ctxkeep_log WHERE workspace = w.id), 0)
-    + coalesce((SELECT sum(octet_length(data)) FROM ctxkeep_original WHERE workspace = w.id), 0)
-    + coalesce((SELECT sum(octet_length(data)) FROM ctxkeep_memory WHERE workspace = w.id), 0)
-    + coalesce((SELECT octet_length(data) FROM ctxkeep_state WHERE workspace = w.id), 0),
-    extract(epoch FROM greatest(
-        w.created,
-        (SELECT max(saved) FROM ctxkeep_log WHERE workspace = w.id),
-        (SELECT saved FROM ctxkeep_state WHERE workspace = w.id)
-    ))
-FROM ctxkeep_workspace w WHERE starts_with(w.name, %s) ORDER BY w.name COLLATE "C"
-"""
-_RECORDS = """
-SELECT w.name, l.data FROM ctxkeep_log l JOIN ctxkeep_workspace w ON w.id = l.workspace
-WHERE l.part = 'records' AND starts_with(w.name, %s) ORDER BY w.name, l.at
-"""

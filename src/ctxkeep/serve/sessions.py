@@ -238,7 +238,7 @@ class Sessions:
     def _branch_order(self, key: str) -> list[int]:
         if key not in self._branches:
             if self._settings.store is not None:
-                from ctxkeep.postgres.store import workspaces
+                from ctxkeep.postgres.database import workspaces
 
                 names = [n.removeprefix(f"{key}/") for n in workspaces(self._settings.store, f"{key}/")]
                 found = [int(n) for n in names if n.isdigit()]
@@ -293,7 +293,7 @@ class Sessions:
         if session is not None:
             await self._close((key, branch), session)
         if self._settings.store is not None:
-            from ctxkeep.postgres.store import drop_workspace
+            from ctxkeep.postgres.database import drop_workspace
 
             await asyncio.to_thread(drop_workspace, self._settings.store, f"{key}/{branch}")
             return
