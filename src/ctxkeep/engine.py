@@ -12,7 +12,7 @@ A compaction has two phases, as pi-mono's: `ctxkeep.plan.plan` decides (gate, pi
 summary request) without touching a file or a model; a summary writer (`ctxkeep.writer`: now, or ahead
 in a thread) gets the summary; `apply` makes it real (archive, guide, rebuild, second cut, record).
 Around it run the hooks of the pass (`PassHooks`: memory's flush before, its rules after), given the
-plan itself. `prepare` composes them with the steps of `ctxkeep.live`; the caller commits the returned
+plan itself. `prepare` composes them with the steps of `ctxkeep.aging`; the caller commits the returned
 `Live` (see `ctxkeep.session`).
 """
 
@@ -25,12 +25,13 @@ from datetime import datetime
 from typing import Protocol
 
 from . import archive as archive_mod
+from .aging import age_all, aged_tokens, cut_oversize, offload_recent
 from .budget import threshold_of
 from .context import Context, summary_tokens_of, system_tokens_of
 from .context import of as context_of
 from .costs import room_cost
 from .errors import CtxkeepError
-from .live import Live, age_all, aged_tokens, cut_oversize, offload_recent, rebuild
+from .live import Live, rebuild
 from .memory.hooks import MemoryHooks
 from .memory.rules import RULES_TAG
 from .pairing import pair_groups
