@@ -54,9 +54,9 @@ import bench_reme as reme
 import bench_summary as summary_bench
 from bench_replay import RAW, conversations
 from ctxkeep import from_agentscope, to_agentscope
+from ctxkeep.aging import cold_cache
 from ctxkeep.context import SUMMARY_ID, Context
 from ctxkeep.folder import MemoryFolder
-from ctxkeep.live import cold_cache
 from ctxkeep.memory.rules import RULES_TAG
 from ctxkeep.messages import Message
 from ctxkeep.offload import record_in

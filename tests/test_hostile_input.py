@@ -21,13 +21,14 @@ from pathlib import Path
 import pytest
 from tests.conftest import ROOT
 
+from ctxkeep.aging import offload_recent
 from ctxkeep.async_session import AsyncSession
 from ctxkeep.codec import dumps, message_from_dict
 from ctxkeep.errors import MessageError, ProviderError, WorkspaceError
 from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.formats import load
 from ctxkeep.formats.source import Source
-from ctxkeep.live import Live, add, offload_recent
+from ctxkeep.live import Live, add
 from ctxkeep.messages import Message, ToolCall, ToolResult, make_id
 from ctxkeep.offload import original_file
 from ctxkeep.providers.failures import redact

@@ -11,7 +11,7 @@ A rewrite is made only when that is positive: what it frees pays for re-sending 
 steps. When the cache is lost anyway (a pause longer than it lives, a compaction) nothing is re-sent for
 the rewrite, and the saving is all of what the freed tokens would have cost: written once, then read.
 
-`ctxkeep.live.offload_recent` asks this module whether a cut pays, and notes what it decided (`Decision`)
+`ctxkeep.aging.offload_recent` asks this module whether a cut pays, and notes what it decided (`Decision`)
 in the step's record, with the expected saving; `ctxkeep show` and `ctxkeep report` price the tokens sent
 with it (`billed`).
 """

@@ -12,7 +12,7 @@ A compaction has two phases, as pi-mono's: `ctxkeep.plan.plan` decides (gate, pi
 summary request) without touching a file or a model; a summary writer (`ctxkeep.writer`: now, or ahead
 in a thread) gets the summary; `apply` makes it real (archive, guide, rebuild, second cut, record).
 Around it run the hooks of the pass (`PassHooks`: memory's flush before, its rules after), given the
-plan itself. `prepare` composes them with the steps of `ctxkeep.live`; the caller commits the returned
+plan itself. `prepare` composes them with the steps of `ctxkeep.aging`; the caller commits the returned
 `Live` (see `ctxkeep.session`).
 """
 
@@ -25,19 +25,20 @@ from datetime import datetime
 from typing import Protocol
 
 from . import archive as archive_mod
+from .aging import age_all, aged_tokens, cut_oversize, offload_recent
 from .budget import threshold_of
 from .context import Context, summary_tokens_of, system_tokens_of
 from .context import of as context_of
 from .costs import room_cost
 from .errors import CtxkeepError
-from .live import Live, age_all, aged_tokens, cut_oversize, offload_recent, rebuild
+from .live import Live, rebuild
 from .memory.hooks import MemoryHooks
-from .memory.rules import RULES_TAG
+from .memory.rules import without_rules
 from .pairing import pair_groups
 from .plan import PART_BREAK, Manual, Plan, Skip, plan
 from .providers import Model
 from .settings import CHARS_PER_TOKEN, EngineSettings
-from .step import Compaction, Failure, Usage
+from .step import Compaction, Failure, Usage, cached_tokens
 from .step import Step as Step  # serve/ imports it from here
 from .store import Store
 from .summarize import ExtractiveSummarizer, Summarizer, resolve_language
@@ -125,7 +126,7 @@ def prepare(
     `CompactSettings.wait_threshold`. The hooks of the pass (`PassHooks`) get the plan applied.
     """
     step = _prepare(live, setup, system=system, now=now, manual=manual)
-    return replace(step, cached=_cached(live, step))
+    return replace(step, cached=cached_tokens(live, step))
 
 
 def _prepare(live: Live, setup: Setup, *, system: str | None, now: datetime, manual: Manual | None) -> Step:
@@ -160,26 +161,6 @@ def _prepare(live: Live, setup: Setup, *, system: str | None, now: datetime, man
         step = apply(live, written.plan, written.summary, setup=setup, started=started, usage=written.usage)
         step = _after_compaction(step, written.plan, setup)
     return _warn_over_window(step, settings.compact.max_input_length)
-
-
-def _cached(before: Live, step: Step) -> int:
-    """The tokens of `step`'s context that are the unchanged start of the previous step's: `before` as the previous
-    pass left it (its first `checked` messages were sent then), less what this pass rewrote from its first change.
-
-    Counted from what changed, so a step costs what it rewrote, not the history.
-    """
-    after = step.live
-    sent = before.checked
-    if not sent or after.system_tokens != before.system_tokens or after.system != before.system:
-        return 0
-    if step.compaction is not None or (after.aging is not None and after.aging.kind == "cold"):
-        return after.fixed_tokens if step.compaction is not None else 0
-    first = min((p for p in after.offloaded if p < sent), default=sent)
-    counts = before.counts
-    # What the previous request held, less its messages from the first one rewritten on.
-    return (
-        before.fixed_tokens + before.summary_tokens + before.total - sum(counts[p] for p in range(first, len(counts)))
-    )
 
 
 def _spared(live: Live, setup: Setup) -> Live:
@@ -249,7 +230,7 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
     if plan.append and live.summary and live.summary_body:
         # "frozen" layout: the parts sent before are kept byte for byte, the new one (with its guide) follows
         # (the AGENTS.md rules that ended them come back after it).
-        frozen = _without_rules(live.summary)
+        frozen = without_rules(live.summary)
         text, body = f"{frozen}{PART_BREAK}{text}", f"{live.summary_body}{PART_BREAK}{summary}"
     after = replace(
         kept,
@@ -316,12 +297,6 @@ def _after_compaction(step: Step, plan: Plan, setup: Setup) -> Step:
         tokens = summary_tokens_of(context.summary, setup.counter)
         step = replace(step, live=replace(step.live, summary=context.summary, summary_tokens=tokens))
     return replace(step, context=context)
-
-
-def _without_rules(summary: str) -> str:
-    """`summary` without the AGENTS.md rules `after_compaction` put at its end, if it has them."""
-    at = summary.rfind(f"\n\n<{RULES_TAG}")
-    return summary[:at] if at >= 0 and summary.endswith(f"</{RULES_TAG}>") else summary
 
 
 def _warn_over_window(step: Step, window: int) -> Step:

@@ -23,7 +23,8 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .workspace.view import CompactionView, Limits, Price, Savings, View, chart_points
+from .workspace.savings import Price, Savings
+from .workspace.view import CompactionView, Limits, View, chart_points
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1100px;padding:16px 24px;color:#1d232b;background:#fff}

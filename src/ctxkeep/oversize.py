@@ -2,7 +2,7 @@
 
 A compaction keeps the newest group whole. When a single message there is bigger than the window
 allows (a pasted log, a huge answer), the compaction cannot bring the context under the threshold, and
-the request would go over the window. Then (`ctxkeep.live.age_all`) the text of such a message keeps
+the request would go over the window. Then (`ctxkeep.aging.age_all`) the text of such a message keeps
 its head and its tail, the end being where an error or a question usually is; its full text is saved
 first, like an offloaded output, and the note says where.
 """

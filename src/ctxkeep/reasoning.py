@@ -7,7 +7,7 @@ tool calls (Anthropic refuses a tool loop whose signed thinking blocks are missi
 
 Dropping a block rewrites a message, which costs a prompt cache everything after it, so blocks are
 dropped only where that costs nothing more: in messages the cache never held (new since the previous
-request), and in messages that an offload rewrites anyway (`ctxkeep.live.offload_recent`). Their texts
+request), and in messages that an offload rewrites anyway (`ctxkeep.aging.offload_recent`). Their texts
 are saved in the store first, like an offloaded result, and the message records where.
 """
 

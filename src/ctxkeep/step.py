@@ -1,6 +1,6 @@
 """What a pass returns: the `Step` (the next live context, the context to send), and what happened in it: a
-`Compaction` or a `Failure`, with what the summarizer spent (`Usage`). Values only, for whoever reads them
-(the session, the workspace's records, the hosts).
+`Compaction` or a `Failure`, with what the summarizer spent (`Usage`). Values for whoever reads them (the
+session, the workspace's records, the hosts), and what a prompt cache holds of a step (`cached_tokens`).
 """
 
 from __future__ import annotations
@@ -107,3 +107,23 @@ class Step:
     def to_anthropic(self) -> tuple[str | None, list[MessageParam]]:
         """The context to send, as the anthropic SDK's ``system=`` and ``messages=``."""
         return self.context.to_anthropic()
+
+
+def cached_tokens(before: Live, step: Step) -> int:
+    """The tokens of `step`'s context that are the unchanged start of the previous step's: `before` as the previous
+    pass left it (its first `checked` messages were sent then), less what this pass rewrote from its first change.
+
+    Counted from what changed, so a step costs what it rewrote, not the history.
+    """
+    after = step.live
+    sent = before.checked
+    if not sent or after.system_tokens != before.system_tokens or after.system != before.system:
+        return 0
+    if step.compaction is not None or (after.aging is not None and after.aging.kind == "cold"):
+        return after.fixed_tokens if step.compaction is not None else 0
+    first = min((p for p in after.offloaded if p < sent), default=sent)
+    counts = before.counts
+    # What the previous request held, less its messages from the first one rewritten on.
+    return (
+        before.fixed_tokens + before.summary_tokens + before.total - sum(counts[p] for p in range(first, len(counts)))
+    )

@@ -9,7 +9,7 @@ from . import location
 
 TYPE_CHECKING = False  # not `typing`'s: the command line imports no `typing` before it must
 if TYPE_CHECKING:
-    from ctxkeep.workspace.view import Price
+    from ctxkeep.workspace.savings import Price
 
 __all__ = ["add_arguments", "add_price_arguments", "price_of", "run"]
 
@@ -42,7 +42,7 @@ def add_price_arguments(parser: argparse.ArgumentParser) -> None:
 
 def price_of(args: argparse.Namespace) -> Price | None:
     """The price the options give, or None. Raises `ValueError` with the fix for an unknown model or bad price."""
-    from ctxkeep.workspace.view import price
+    from ctxkeep.workspace.savings import price
 
     return price(args.price, input_price=args.input_price, output_price=args.output_price)
 

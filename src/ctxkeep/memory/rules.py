@@ -40,6 +40,12 @@ def rules_text(agents_md: str, settings: MemorySettings, day: date) -> str | Non
     return f"<{RULES_TAG} source={AGENTS_FILE}>\n{body}\n</{RULES_TAG}>"
 
 
+def without_rules(summary: str) -> str:
+    """`summary` without the AGENTS.md rules `after_compaction` put at its end, if it has them."""
+    at = summary.rfind(f"\n\n<{RULES_TAG}")
+    return summary[:at] if at >= 0 and summary.endswith(f"</{RULES_TAG}>") else summary
+
+
 def read_agents_md(store: Store) -> str | None:
     """The workspace's AGENTS.md, read now through the store's memory part; None when it has none."""
     try:

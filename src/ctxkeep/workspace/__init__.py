@@ -25,6 +25,7 @@ one. Either way every message is live or archived exactly once, and the summary 
     recovery.py  opening a workspace: what a crash left, put right
     journal.py   what a session writes, in the order above (`Journal`)
     view.py      the workspace read back for people, without a lock (`ctxkeep show`, `ctxkeep report`)
+    savings.py   what it saved, priced: `Savings`, `CacheCosts`, `Price` and the list prices
     recall.py    archived messages word for word, saved originals put back (`ctxkeep recall`, the recall tool)
 
 `ctxkeep.session.Session` composes the pass with a `Journal`; proven by `tests/test_crash.py` with a real SIGKILL.
