@@ -461,6 +461,7 @@ def without(tmp_path: Path, *modules: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
 
 
+@pytest.mark.extra("serve")  # one of its modules is hidden: the others must be there
 @pytest.mark.parametrize("missing", ["starlette", "uvicorn"])
 def test_serve_without_its_extra_names_it(tmp_path: Path, missing: str) -> None:
     argv = [_exe(), "serve", "--upstream", "http://127.0.0.1:9/v1", "--root", str(tmp_path / "root")]
