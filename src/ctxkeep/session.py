@@ -247,7 +247,7 @@ class Session:
         """
         with self._open_call():
             entries = inputs.convert(
-                inputs.as_list(history, single=False), max_chars=self.settings.offload.max_message_chars
+                inputs.as_list(history, single=False), max_chars=self.settings.offload.max_message_chars, cut_later=True
             )
             batch = [e.message for e in sync_mod.new_entries(self._live, entries)]
             self._append(batch)
@@ -334,9 +334,9 @@ SESSION_KEYWORDS = frozenset({"settings", "counter", "summarizer", "lock_timeout
 
 
 def _batch_of(messages: object, taken: Container[str], max_chars: int) -> list[Message]:
-    """What `Session.add` was given, as a list of messages, each capped to `max_chars`; `MessageError` for
-    anything else."""
+    """What `Session.add` was given, as a list of messages, each capped to `max_chars` (a tool result's one
+    text by `offload_new`, in one go with its cut); `MessageError` for anything else."""
     if isinstance(messages, Message):
-        return [inputs.capped(messages, max_chars)]  # what `inputs.convert` does to each message of a list
-    batch = inputs.convert(messages, max_chars=max_chars)
+        return [inputs.capped(messages, max_chars, cut_later=True)]  # what `inputs.convert` does to each of a list
+    batch = inputs.convert(messages, max_chars=max_chars, cut_later=True)
     return [e.message for e in renumber(batch, taken)]
