@@ -31,7 +31,7 @@ from .messages import Message
 from .offload import offload_new
 from .plan import Manual
 from .settings import DEFAULT_WINDOW, DurabilitySettings, EngineSettings
-from .step import Step
+from .step import Billed, Step
 from .store import Store
 from .summarize import Summarizer
 from .tokens import Counter
@@ -272,6 +272,15 @@ class Session:
             line = livelog.batch_line(batch, live.counts[-len(batch) :])
         self._journal.append(line)
         self._live = live
+
+    def note_usage(self, *, input_tokens: int, cached_tokens: int, written_tokens: int | None = None) -> None:
+        """Note how the model's API counted the request of the last `prepare` (the usage of its answer): every
+        input token, those its prompt cache served, those written to it. `ctxkeep show` and `report` then take
+        the cache's share from it instead of from the prefix kept (`Step.cached`). Raises `ValueError` for
+        a count below 0."""
+        billed = Billed(input=input_tokens, cached=cached_tokens, written=written_tokens)
+        with self._open_call():
+            self._journal.billed(billed)
 
     def pin(self, message_id: str) -> None:
         """Never offload nor compact this live message, nor the rest of its tool-call group.
