@@ -224,3 +224,16 @@ def test_a_result_over_the_cap_is_capped_whole_when_it_fits_the_recent_limit(
         assert (tmp_path / "ws" / record.file).read_text() == offload_mod.cut_middle(output(2 * MB), cap)
     else:
         assert record is None and len(held.text) == cap and "dropped here" in held.text
+
+
+def test_a_result_taken_under_a_bigger_cap_is_saved_whole_at_its_cut(tmp_path: Path) -> None:
+    """The cap applies as a result comes in: one taken whole, then cut at a step of a session reopened with a
+    smaller cap, has its whole text saved, not the smaller cap's."""
+    body = output(40_000)
+    with Session.open(tmp_path / "ws", settings=capped_at(64 * MB)) as s:
+        s.add(turn(body))
+    with Session.open(tmp_path / "ws", settings=capped_at(10_000)) as s:
+        s.prepare("be brief")
+        held = s.messages[2].tool_result
+    record = offload_mod.record_of(held) if held is not None else None
+    assert record is not None and (tmp_path / "ws" / record.file).read_text() == body

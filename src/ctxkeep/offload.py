@@ -130,6 +130,9 @@ class _Output:
     is_error: bool
     # How a warning names it.
     label: str
+    # The per-message cap for a new result `inputs.capped` left whole (`offload_new`): its text past it is
+    # saved and cut as capped. None at a step: what is live was capped as it came in, under its own cap.
+    cap: int | None = None
 
     @property
     def text(self) -> str:
@@ -296,6 +299,7 @@ def offload(
     store: Store,
     *,
     tool_names: Mapping[str, str] | None = None,
+    new: bool = False,
 ) -> list[Message]:
     """The messages with big tool results and command outputs (`is_output`) cut, their full texts saved in `store`.
 
@@ -306,7 +310,8 @@ def offload(
     command's output takes the default policy and counts
     among the results for `recent_n`. Every file is written before any message changes: when
     `store` raises `StorageError`, the error propagates and nothing is returned. File names derive
-    from the message and call ids, so a retry rewrites the same files.
+    from the message and call ids, so a retry rewrites the same files. `new` (`offload_new`): the messages
+    are coming in, and a result's one text over `max_message_chars` is saved and cut as capped.
     """
     if not isinstance(settings, OffloadSettings):
         raise TypeError(f"offload needs an OffloadSettings; got {type(settings).__name__}")
@@ -322,6 +327,8 @@ def offload(
         out = _output(message)
         if out is None:
             continue
+        if new:
+            out = replace(out, cap=settings.max_message_chars)
         name = names.get(out.call_id) if out.call_id else None
         if name not in policies:
             policies[name] = settings.policy_for(name)
@@ -366,7 +373,7 @@ def offload_new(
         if (out := _output(m)) is not None
     ):
         return list(messages)
-    done = offload(messages, replace(settings, recent_n=len(outputs)), store, tool_names=tool_names)
+    done = offload(messages, replace(settings, recent_n=len(outputs)), store, tool_names=tool_names, new=True)
     done = [_within_cap(m, cap) if m is before else m for before, m in zip(messages, done, strict=True)]
     sync = getattr(store, "sync_originals", None)  # an optional method: a store in memory has nothing to sync
     if callable(sync) and any(a is not b for a, b in zip(messages, done, strict=True)):
@@ -462,7 +469,8 @@ def _plan(
         return None if recut is None else (_rebuilt(message, *recut), None)
 
     text = result.text
-    over_cap = _over_cap(result.content, settings.max_message_chars)
+    cap = result.cap
+    over_cap = cap is not None and _over_cap(result.content, cap)
     if policy == "file_read" and stage == "recent" and not over_cap:
         return None
     limit = settings.recent_max_bytes if stage == "recent" else settings.old_max_bytes
@@ -473,18 +481,15 @@ def _plan(
             if not _over(text, settings.old_max_bytes):
                 return None  # a small page is left as it is, so a prompt cache keeps it
             limit = 0
-    elif not (_capped_over(text, settings.max_message_chars, limit) if over_cap else _over(text, limit)):
+    elif not (_capped_over(text, cap, limit) if cap is not None and over_cap else _over(text, limit)):
         return None
 
     original: bytes | str | _Capped
     if over_cap or len(text) > _PIECE:
         # Measured and saved in pieces: the head needs only the first `limit` bytes and one more (`_head`).
-        original = _Capped(text, settings.max_message_chars) if over_cap else text
-        if over_cap:
-            _log.warning(
-                "a tool message had texts over %s characters: their middle was dropped",
-                f"{settings.max_message_chars:,}",
-            )
+        original = _Capped(text, cap) if cap is not None and over_cap else text
+        if isinstance(original, _Capped):
+            _log.warning("a tool message had texts over %s characters: their middle was dropped", f"{cap:,}")
         size, lines = _measured(original)
         prefix = _encode(_prefix(original, limit + 1))[: limit + 1]
     else:
