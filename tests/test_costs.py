@@ -176,3 +176,37 @@ def test_each_step_records_the_tokens_a_prompt_cache_held_and_show_bills_them(
     shown = json.loads(capsys.readouterr().out)["savings"]["with_cache"]
     assert shown["cached_tokens"] == sum(expected) and shown["read"] == 0.1
     assert shown["dollars_sent"] == pytest.approx(round(saved.cache.sent) * 3 / 1e6)
+
+
+def test_the_model_apis_count_of_a_step_is_preferred_where_the_host_notes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`note_usage` after a step: its cached tokens by the upstream's share (the tokenizers may differ), in the
+    step's note or, after a compaction (its note already written), in a record of its own; other steps keep
+    the prefix kept; a count noted before any step of the session is another session's, and dropped."""
+    small = EngineSettings(
+        compact=CompactSettings(max_input_length=12_000),
+        offload=OffloadSettings(recent_n=2, recent_max_bytes=4_000, old_max_bytes=600),
+    )
+    with Session.open(tmp_path / "ws", settings=small) as session:
+        session.note_usage(input_tokens=10, cached_tokens=10)  # no step yet in this session
+        kept = []
+        for i in range(3):
+            session.add(turn(i))
+            kept.append(session.prepare("sys", now=NOW).cached)
+        session.note_usage(input_tokens=2_000, cached_tokens=500, written_tokens=1_500)  # step 2, noted with it
+        session.add(turn(3))
+        compacted = session.compact(now=NOW)
+        session.note_usage(input_tokens=1_000, cached_tokens=1_000)  # step 3: its note went with the compaction's
+        with pytest.raises(ValueError, match="cached"):
+            session.note_usage(input_tokens=1_000, cached_tokens=-1)
+    assert compacted.compaction is not None
+    view = read(LocalFolder(tmp_path / "ws"), name="ws")
+    assert len(view.steps) == 4 and view.billed == 2
+    assert list(view.cached) == [*kept[:2], round(view.steps[2] * 500 / 2_000), view.steps[3]]
+    assert view.cached[2] != kept[2] or kept[2] == round(view.steps[2] / 4)
+    assert main(["show", str(tmp_path / "ws"), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["savings"]["with_cache"]
+    assert shown["cached_tokens"] == sum(view.cached) and shown["cached_steps_billed"] == 2
+    assert main(["show", str(tmp_path / "ws")]) == 0
+    assert "2 step(s) as the model's API counted them" in capsys.readouterr().out

@@ -177,3 +177,63 @@ def test_a_text_saved_in_pieces_is_measured_cut_and_saved_as_one_encoded_whole(
     assert texts[0].replace("/a/", "/b/") == texts[1] and texts[1].startswith("日志第一行 ok\n")
     saved = [(tmp_path / f / record.file).read_bytes() for f in "ab"]
     assert saved[0] == saved[1] == body.encode("utf-8", "surrogatepass")
+
+
+@pytest.mark.parametrize("size", [5 * MB, 12 * MB])
+def test_a_result_over_the_cap_is_saved_capped_and_cut_without_a_capped_copy(tmp_path: Path, size: int) -> None:
+    """Cutting a result to the cap built the capped text beside its two slices: 2.6 times a result 1.25 times
+    the cap (`bench/bench_big_input.py --mb 40`). Its capped form is now saved in pieces and cut in one go."""
+    cap = 4 * MB
+    body = output(size)
+    history = turn(body)
+    with Session.open(tmp_path / "ws", settings=capped_at(cap)) as s:
+        s.add(history[:2])
+        tracemalloc.start()
+        try:
+            s.add(history[2])
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        held = s.messages[2].tool_result
+    assert peak <= 4 * MB, peak / size  # a few pieces beyond the host's own copy: never the capped text
+    assert held is not None and len(held.text) < 100_000
+    record = offload_mod.record_of(held)
+    assert record is not None
+    saved = (tmp_path / "ws" / record.file).read_bytes()
+    assert saved == offload_mod.cut_middle(body, cap).encode()  # what the cap keeps, as it kept it before
+    assert record.original_bytes == len(saved) and record.original_lines == saved.count(b"\n") + 1
+
+
+@pytest.mark.parametrize(("tool", "cap"), [("grep", 3_000), ("read", 3_000), ("read", 20_000)])
+def test_a_result_over_the_cap_is_capped_whole_when_it_fits_the_recent_limit(
+    tmp_path: Path, tool: str, cap: int
+) -> None:
+    """Capped to less than the recent limit, a result stays whole (capped) in the context; a file read, kept
+    whole when new, is cut with its pointer once over the cap: no window holds what the cap lets through."""
+    settings = capped_at(cap)
+    cut = cap > settings.offload.recent_max_bytes
+    call = {"id": "c1", "type": "function", "function": {"name": tool, "arguments": "{}"}}
+    with Session.open(tmp_path / "ws", settings=settings) as s:
+        s.add([{"role": "user", "content": "look"}, {"role": "assistant", "content": None, "tool_calls": [call]}])
+        s.add({"role": "tool", "tool_call_id": "c1", "content": output(2 * MB)})
+        held = s.messages[2].tool_result
+    assert held is not None
+    record = offload_mod.record_of(held)
+    if cut:
+        assert record is not None and "tool_result/" in held.text
+        assert (tmp_path / "ws" / record.file).read_text() == offload_mod.cut_middle(output(2 * MB), cap)
+    else:
+        assert record is None and len(held.text) == cap and "dropped here" in held.text
+
+
+def test_a_result_taken_under_a_bigger_cap_is_saved_whole_at_its_cut(tmp_path: Path) -> None:
+    """The cap applies as a result comes in: one taken whole, then cut at a step of a session reopened with a
+    smaller cap, has its whole text saved, not the smaller cap's."""
+    body = output(40_000)
+    with Session.open(tmp_path / "ws", settings=capped_at(64 * MB)) as s:
+        s.add(turn(body))
+    with Session.open(tmp_path / "ws", settings=capped_at(10_000)) as s:
+        s.prepare("be brief")
+        held = s.messages[2].tool_result
+    record = offload_mod.record_of(held) if held is not None else None
+    assert record is not None and (tmp_path / "ws" / record.file).read_text() == body

@@ -789,3 +789,92 @@ def test_a_body_with_a_surrogate_escape_and_another_error_is_still_refused(tmp_p
     assert (nan.status_code, cut.status_code) == (400, 400)
     assert "not valid JSON" in nan.json()["error"]["message"]
     assert up.calls == []
+
+
+def _sse(name: str | None, data: Any) -> bytes:
+    return (f"event: {name}\n" if name else "").encode() + b"data: " + json.dumps(data).encode() + b"\n\n"
+
+
+def _answers_with_cache_usage(route: str, stream: bool) -> Behaviour:
+    """An answer whose usage says 1,000 prompt tokens, 800 of them served by the upstream's cache."""
+    openai_usage = {"prompt_tokens": 1_000, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 800}}
+    anthropic_usage = {
+        "input_tokens": 100,
+        "cache_read_input_tokens": 800,
+        "cache_creation_input_tokens": 100,
+        "output_tokens": 1,
+    }
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "stop_reason": "end_turn"}
+
+    def answer(handler: Handler) -> None:
+        if not stream:
+            if route == "openai":
+                handler.send_json(200, chat_answer() | {"usage": openai_usage})
+            else:
+                body = message | {"content": [{"type": "text", "text": "ok"}], "usage": anthropic_usage}
+                handler.send_json(200, body)
+            return
+        if route == "openai":
+            chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+            delta = {"index": 0, "delta": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+            frames = [
+                _sse(None, chunk | {"choices": [delta]}),
+                _sse(None, chunk | {"choices": [], "usage": openai_usage}),
+            ]
+            frames.append(b"data: [DONE]\n\n")
+        else:
+            frames = [
+                _sse(
+                    "message_start",
+                    {"type": "message_start", "message": message | {"content": [], "usage": anthropic_usage}},
+                ),
+                _sse(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                ),
+                _sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ok"}},
+                ),
+                _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                _sse(
+                    "message_delta",
+                    {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 1}},
+                ),
+                _sse("message_stop", {"type": "message_stop"}),
+            ]
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        handler.wfile.write(b"".join(frames))
+        handler.close_connection = True
+
+    return answer
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("route", ["openai", "anthropic"])
+def test_the_upstreams_cached_tokens_are_noted_for_each_step(tmp_path: Path, route: str, stream: bool) -> None:
+    """Each step takes the cache's share of its request from the upstream's usage (OpenAI's
+    ``prompt_tokens_details.cached_tokens``, Anthropic's ``cache_read_input_tokens``), not from the prefix kept:
+    the first reply's when the next request comes, the last one's when the workspace is closed."""
+    from ctxkeep.folder import LocalFolder
+    from ctxkeep.workspace.view import read
+
+    path = "/v1/chat/completions" if route == "openai" else "/v1/messages"
+    reply: dict[str, Any] = (
+        {"role": "assistant", "content": "ok"}
+        if route == "openai"
+        else {"role": "assistant", "content": [{"type": "text", "text": "ok"}]}
+    )
+    asks = [{"role": "user", "content": f"question {i}: " + "words " * 300} for i in range(2)]
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path / "root") as url:
+        for messages in ([asks[0]], [asks[0], reply, asks[1]]):
+            up.plan.append(_answers_with_cache_usage(route, stream))
+            body: dict[str, Any] = {"model": "m", "max_tokens": 64, "messages": messages, "stream": stream}
+            answer = post(url, body, path, **{"x-ctxkeep-session": "usage"})
+            assert answer.status_code == 200, answer.text
+    (state,) = (tmp_path / "root").rglob("state.json")
+    view = read(LocalFolder(state.parent), name="usage")
+    assert len(view.steps) == 2 and view.billed == 2
+    assert list(view.cached) == [round(n * 800 / 1_000) for n in view.steps]

@@ -131,6 +131,16 @@ class AsyncSession:
         async with self._turn:
             return await self._run(call, self._session)
 
+    async def note_usage(self, *, input_tokens: int, cached_tokens: int, written_tokens: int | None = None) -> None:
+        """`Session.note_usage`, off the event loop."""
+        async with self._turn:
+            await self._run(
+                self._session.note_usage,
+                input_tokens=input_tokens,
+                cached_tokens=cached_tokens,
+                written_tokens=written_tokens,
+            )
+
     async def pin(self, message_id: str) -> None:
         """`Session.pin`, off the event loop."""
         async with self._turn:

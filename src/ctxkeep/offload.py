@@ -15,7 +15,7 @@ way, once. The stages, the per-tool policies and the choices made: docs/offload.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias, get_args
 
@@ -130,6 +130,9 @@ class _Output:
     is_error: bool
     # How a warning names it.
     label: str
+    # The per-message cap for a new result `inputs.capped` left whole (`offload_new`): its text past it is
+    # saved and cut as capped. None at a step: what is live was capped as it came in, under its own cap.
+    cap: int | None = None
 
     @property
     def text(self) -> str:
@@ -228,6 +231,65 @@ def _saved_arguments(before: Message, after: Message) -> dict[str, bytes]:
     return out
 
 
+# --- the cap per message ----------------------------------------------------------------
+
+
+def dropped_middle(length: int, max_chars: int) -> tuple[int, str, int]:
+    """How a text of `length` characters is cut to `max_chars` (`OffloadSettings.max_message_chars`): the
+    characters of its head kept, the note that takes the place of its middle, the characters of its end kept."""
+    note = (
+        f"\n\n[ctxkeep: {length - max_chars:,} characters of {length:,} dropped here, over the cap of"
+        f" {max_chars:,} characters for this text; the output was too large to keep whole]\n\n"
+    )
+    keep = max(0, max_chars - len(note))
+    head = keep * 3 // 4  # more of the head: where a listing or a log starts
+    return head, note, keep - head
+
+
+def cut_middle(text: str, max_chars: int) -> str:
+    """`text` in at most `max_chars` characters: its head and its end, the middle replaced by a note."""
+    head, note, tail = dropped_middle(len(text), max_chars)
+    return "".join((text[:head], note, text[len(text) - tail :]))  # no head + note copy on the way
+
+
+@dataclass(frozen=True, slots=True)
+class _Capped:
+    """A text over the cap as `cut_middle` makes it, read from the text itself in pieces: a new output over
+    the cap is saved and cut in one go, its capped form never held beside it (`offload_new`)."""
+
+    text: str
+    max_chars: int
+
+    def pieces(self) -> Iterator[str]:
+        head, note, tail = dropped_middle(len(self.text), self.max_chars)
+        yield from (self.text[i : min(i + _PIECE, head)] for i in range(0, head, _PIECE))
+        yield note
+        yield from (self.text[i : i + _PIECE] for i in range(len(self.text) - tail, len(self.text), _PIECE))
+
+
+def _over_cap(content: object, max_chars: int) -> bool:
+    """True for a tool result's one text over the cap (`inputs.capped` leaves it whole with `cut_later`)."""
+    return isinstance(content, str) and len(content) > max_chars
+
+
+def _capped_over(text: str, max_chars: int, limit: int) -> bool:
+    """`_over` for the capped form of `text`, built only when its length alone cannot tell (then it is small)."""
+    head, note, tail = dropped_middle(len(text), max_chars)
+    if head + len(note) + tail > limit:
+        return True
+    return _over(cut_middle(text, max_chars), limit)
+
+
+def _within_cap(message: Message, max_chars: int) -> Message:
+    """A tool result over the cap that no cut took (a new file read is kept whole): its text capped as is."""
+    result = message.tool_result
+    if result is None or not _over_cap(result.content, max_chars):
+        return message
+    _log.warning("a tool message had texts over %s characters: their middle was dropped", f"{max_chars:,}")
+    capped = replace(result, content=cut_middle(result.text, max_chars))
+    return replace(message, content=tuple(capped if b is result else b for b in message.content))
+
+
 # --- offload -------------------------------------------------------------------------
 
 
@@ -237,6 +299,7 @@ def offload(
     store: Store,
     *,
     tool_names: Mapping[str, str] | None = None,
+    new: bool = False,
 ) -> list[Message]:
     """The messages with big tool results and command outputs (`is_output`) cut, their full texts saved in `store`.
 
@@ -247,7 +310,8 @@ def offload(
     command's output takes the default policy and counts
     among the results for `recent_n`. Every file is written before any message changes: when
     `store` raises `StorageError`, the error propagates and nothing is returned. File names derive
-    from the message and call ids, so a retry rewrites the same files.
+    from the message and call ids, so a retry rewrites the same files. `new` (`offload_new`): the messages
+    are coming in, and a result's one text over `max_message_chars` is saved and cut as capped.
     """
     if not isinstance(settings, OffloadSettings):
         raise TypeError(f"offload needs an OffloadSettings; got {type(settings).__name__}")
@@ -257,12 +321,14 @@ def offload(
     policies: dict[str | None, PolicyKind] = {}
 
     changed: dict[int, Message] = {}
-    writes: dict[str, bytes | str] = {}
+    writes: dict[str, bytes | str | _Capped] = {}
     for i in outputs:
         message = messages[i]
         out = _output(message)
         if out is None:
             continue
+        if new:
+            out = replace(out, cap=settings.max_message_chars)
         name = names.get(out.call_id) if out.call_id else None
         if name not in policies:
             policies[name] = settings.policy_for(name)
@@ -290,16 +356,25 @@ def offload_new(
     messages: Sequence[Message], settings: OffloadSettings, store: Store, *, tool_names: Mapping[str, str]
 ) -> list[Message]:
     """The messages of one `add` with their outputs cut as new results are (`offload` with all of them recent),
-    when one of them is over `SAVE_AT_ONCE_BYTES`; else `messages` as they are.
+    when one of them is over `SAVE_AT_ONCE_BYTES` or the cap (`max_message_chars`); else `messages` as they are.
+
+    A result over the cap (left whole by `inputs.capped` with `cut_later`) has its capped form saved and cut
+    in one go; one no cut takes is capped as it is.
 
     The originals are durable before this returns (`sync_originals`, where the store has it): the live log
     will hold only the cut forms, so nothing but the saved file has the full text. `tool_names` maps the
     call ids of the live calls to their tools' names (`Live.result_tools`).
     """
     outputs = [m for m in messages if is_output(m)]
-    if not any(_over(out.text, SAVE_AT_ONCE_BYTES) for m in outputs if (out := _output(m)) is not None):
+    cap = settings.max_message_chars
+    if not any(
+        _over(out.text, SAVE_AT_ONCE_BYTES) or _over_cap(out.content, cap)
+        for m in outputs
+        if (out := _output(m)) is not None
+    ):
         return list(messages)
-    done = offload(messages, replace(settings, recent_n=len(outputs)), store, tool_names=tool_names)
+    done = offload(messages, replace(settings, recent_n=len(outputs)), store, tool_names=tool_names, new=True)
+    done = [_within_cap(m, cap) if m is before else m for before, m in zip(messages, done, strict=True)]
     sync = getattr(store, "sync_originals", None)  # an optional method: a store in memory has nothing to sync
     if callable(sync) and any(a is not b for a, b in zip(messages, done, strict=True)):
         sync()
@@ -377,7 +452,7 @@ def _plan(
     policy: PolicyKind,
     settings: OffloadSettings,
     store: Store,
-) -> tuple[Message, tuple[str, bytes | str] | None] | None:
+) -> tuple[Message, tuple[str, bytes | str | _Capped] | None] | None:
     """The new message and the file to write, or None when the message stays as it is."""
     raw = result.extra.get(OFFLOAD_KEY)
     if raw is not None:
@@ -393,9 +468,11 @@ def _plan(
         recut = _age(result, record, settings, store)
         return None if recut is None else (_rebuilt(message, *recut), None)
 
-    if policy == "file_read" and stage == "recent":
-        return None
     text = result.text
+    cap = result.cap
+    over_cap = cap is not None and _over_cap(result.content, cap)
+    if policy == "file_read" and stage == "recent" and not over_cap:
+        return None
     limit = settings.recent_max_bytes if stage == "recent" else settings.old_max_bytes
     if policy == "browser":
         if not text:
@@ -404,13 +481,17 @@ def _plan(
             if not _over(text, settings.old_max_bytes):
                 return None  # a small page is left as it is, so a prompt cache keeps it
             limit = 0
-    elif not _over(text, limit):
+    elif not (_capped_over(text, cap, limit) if cap is not None and over_cap else _over(text, limit)):
         return None
 
-    original: bytes | str
-    if len(text) > _PIECE:
+    original: bytes | str | _Capped
+    if over_cap or len(text) > _PIECE:
         # Measured and saved in pieces: the head needs only the first `limit` bytes and one more (`_head`).
-        size, lines, prefix, original = *_measured(text), _encode(text[: limit + 1])[: limit + 1], text
+        original = _Capped(text, cap) if cap is not None and over_cap else text
+        if isinstance(original, _Capped):
+            _log.warning("a tool message had texts over %s characters: their middle was dropped", f"{cap:,}")
+        size, lines = _measured(original)
+        prefix = _encode(_prefix(original, limit + 1))[: limit + 1]
     else:
         data = original = prefix = _encode(text)
         size, lines = len(data), _count_lines(data)
@@ -428,14 +509,41 @@ def _plan(
     return _rebuilt(message, _content(result.content, _decode(head), notice), record), (file, original)
 
 
-def _measured(text: str) -> tuple[int, int]:
+def _pieces(text: str | _Capped) -> Iterator[str]:
+    """A long text (or a capped one) in pieces of at most about `_PIECE` characters, in order."""
+    if isinstance(text, _Capped):
+        return text.pieces()
+    return (text[i : i + _PIECE] for i in range(0, len(text), _PIECE))
+
+
+def _measured(text: str | _Capped) -> tuple[int, int]:
     """The UTF-8 size of `text` and its lines (as `_count_lines` counts them), without encoding it whole."""
-    pieces = range(0, len(text), _PIECE)
-    size = len(text) if text.isascii() else sum(len(_encode(text[i : i + _PIECE])) for i in pieces)
-    return size, (text.count("\n") + (0 if text.endswith("\n") else 1) if text else 0)
+    if isinstance(text, str) and text.isascii():
+        return len(text), (text.count("\n") + (0 if text.endswith("\n") else 1) if text else 0)
+    size = newlines = 0
+    last = ""
+    for piece in _pieces(text):
+        size += len(piece) if piece.isascii() else len(_encode(piece))
+        newlines += piece.count("\n")
+        last = piece[-1:] or last
+    return size, (newlines + (0 if last == "\n" else 1) if size else 0)
 
 
-def _save(store: Store, name: str, data: bytes | str) -> None:
+def _prefix(text: str | _Capped, n: int) -> str:
+    """The first `n` characters of `text` (of its capped form), read from as few pieces as give them."""
+    if isinstance(text, str):
+        return text[:n]
+    taken: list[str] = []
+    left = n
+    for piece in text.pieces():
+        if left <= 0:
+            break
+        taken.append(piece[:left])
+        left -= len(taken[-1])
+    return "".join(taken)
+
+
+def _save(store: Store, name: str, data: bytes | str | _Capped) -> None:
     """Save an original: a long text piece by piece where the store takes pieces (`stream_original`, optional),
     so it is never held twice; else encoded whole, through `save_original`."""
     if isinstance(data, bytes):
@@ -443,9 +551,9 @@ def _save(store: Store, name: str, data: bytes | str) -> None:
         return
     stream = getattr(store, "stream_original", None)
     if callable(stream):
-        stream(name, (_encode(data[i : i + _PIECE]) for i in range(0, len(data), _PIECE)))
+        stream(name, (_encode(piece) for piece in _pieces(data)))
     else:
-        store.save_original(name, _encode(data))
+        store.save_original(name, _encode("".join(_pieces(data))))
 
 
 def _age(

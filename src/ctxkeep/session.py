@@ -31,7 +31,7 @@ from .messages import Message
 from .offload import offload_new
 from .plan import Manual
 from .settings import DEFAULT_WINDOW, DurabilitySettings, EngineSettings
-from .step import Step
+from .step import Billed, Step
 from .store import Store
 from .summarize import Summarizer
 from .tokens import Counter
@@ -247,7 +247,7 @@ class Session:
         """
         with self._open_call():
             entries = inputs.convert(
-                inputs.as_list(history, single=False), max_chars=self.settings.offload.max_message_chars
+                inputs.as_list(history, single=False), max_chars=self.settings.offload.max_message_chars, cut_later=True
             )
             batch = [e.message for e in sync_mod.new_entries(self._live, entries)]
             self._append(batch)
@@ -272,6 +272,15 @@ class Session:
             line = livelog.batch_line(batch, live.counts[-len(batch) :])
         self._journal.append(line)
         self._live = live
+
+    def note_usage(self, *, input_tokens: int, cached_tokens: int, written_tokens: int | None = None) -> None:
+        """Note how the model's API counted the request of the last `prepare` (the usage of its answer): every
+        input token, those its prompt cache served, those written to it. `ctxkeep show` and `report` then take
+        the cache's share from it instead of from the prefix kept (`Step.cached`). Raises `ValueError` for
+        a count below 0."""
+        billed = Billed(input=input_tokens, cached=cached_tokens, written=written_tokens)
+        with self._open_call():
+            self._journal.billed(billed)
 
     def pin(self, message_id: str) -> None:
         """Never offload nor compact this live message, nor the rest of its tool-call group.
@@ -334,9 +343,9 @@ SESSION_KEYWORDS = frozenset({"settings", "counter", "summarizer", "lock_timeout
 
 
 def _batch_of(messages: object, taken: Container[str], max_chars: int) -> list[Message]:
-    """What `Session.add` was given, as a list of messages, each capped to `max_chars`; `MessageError` for
-    anything else."""
+    """What `Session.add` was given, as a list of messages, each capped to `max_chars` (a tool result's one
+    text by `offload_new`, in one go with its cut); `MessageError` for anything else."""
     if isinstance(messages, Message):
-        return [inputs.capped(messages, max_chars)]  # what `inputs.convert` does to each message of a list
-    batch = inputs.convert(messages, max_chars=max_chars)
+        return [inputs.capped(messages, max_chars, cut_later=True)]  # what `inputs.convert` does to each of a list
+    batch = inputs.convert(messages, max_chars=max_chars, cut_later=True)
     return [e.message for e in renumber(batch, taken)]

@@ -42,6 +42,28 @@ class Usage:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Billed:
+    """A step's request as the model's API counted it (the usage of its answer), when it said: every input token,
+    those its prompt cache served, and those written to it (Anthropic says; OpenAI does not: None)."""
+
+    input: int
+    cached: int
+    written: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("input", "cached", "written"):
+            value = getattr(self, name)
+            if value is None and name == "written":
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"Billed.{name} must be a count of tokens, 0 or more; got {value!r}")
+
+    def to_dict(self) -> dict[str, int | None]:
+        """The record's form: ``{"input", "cached", "written"}``."""
+        return {"input": self.input, "cached": self.cached, "written": self.written}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Compaction:
     """What one compaction did."""
 

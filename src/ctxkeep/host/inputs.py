@@ -12,6 +12,7 @@ nor fails every later one; a warning names each message when it is added (`renum
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -34,6 +35,7 @@ from ctxkeep.messages import (
     value_without_surrogates,
     without_surrogates,
 )
+from ctxkeep.offload import cut_middle
 from ctxkeep.settings import MAX_MESSAGE_CHARS
 
 log = logging.getLogger("ctxkeep")
@@ -65,16 +67,21 @@ def to_messages(items: Iterable[object] | object, *, taken: Container[str] = fro
     return [e.message for e in renumber(entries, taken)]
 
 
-def convert(items: Iterable[object] | object, *, max_chars: int | None = None) -> list[Entry]:
+def convert(items: Iterable[object] | object, *, max_chars: int | None = None, cut_later: bool = False) -> list[Entry]:
     """The entries of `items`, ids numbered by occurrence within them; each message `capped` to `max_chars`
-    (default `MAX_TEXT_CHARS`) before its id is derived, so a runaway text is never copied whole."""
-    return number(_entries(as_list(items), MAX_TEXT_CHARS if max_chars is None else max_chars))
+    (default `MAX_TEXT_CHARS`) before its id is derived, so a runaway text is never copied whole.
+    `cut_later` is `capped`'s: the caller hands the messages to `offload_new`."""
+    return number(_entries(as_list(items), _cap(max_chars, cut_later=cut_later)))
 
 
 def unnumbered(items: Sequence[object], start: int = 0, *, max_chars: int | None = None) -> list[Entry]:
     """The entries of `items`, items of a history from its item `start` on, their ids not derived yet (`number`);
     each message `capped` to `max_chars` (default `MAX_TEXT_CHARS`)."""
-    return _entries(list(items), MAX_TEXT_CHARS if max_chars is None else max_chars, start)
+    return _entries(list(items), _cap(max_chars), start)
+
+
+def _cap(max_chars: int | None, *, cut_later: bool = False) -> Callable[[Message], Message]:
+    return functools.partial(capped, max_chars=max_chars, cut_later=cut_later)
 
 
 def as_list(items: object, *, single: bool = True) -> list[object]:
@@ -93,14 +100,14 @@ def _dumpable(item: object) -> bool:
     return callable(getattr(item, "model_dump", None))
 
 
-def _entries(items: list[object], max_chars: int, start: int = 0) -> list[Entry]:
+def _entries(items: list[object], cap: Callable[[Message], Message], start: int = 0) -> list[Entry]:
     out: list[Entry] = []
     run: list[tuple[int, Mapping[str, Any]]] = []  # consecutive assistant-side Responses items: one message
     replaced: set[int] = set()  # the items whose lone surrogates were replaced
 
     def flush() -> None:
         if run:
-            entry = _responses_turn(run, max_chars)
+            entry = _responses_turn(run, cap)
             out.append(replace(entry, replaced=any(i in replaced for i, _ in run)))
             run.clear()
 
@@ -109,7 +116,7 @@ def _entries(items: list[object], max_chars: int, start: int = 0) -> list[Entry]
             if isinstance(item, Message):
                 flush()
                 clean = without_surrogates(item)
-                out.append(Entry(i, capped(clean, max_chars), replaced=clean is not item))
+                out.append(Entry(i, cap(clean), replaced=clean is not item))
                 continue
             given = _as_mapping(item)
             raw = value_without_surrogates(given)  # before ids are derived: they are made from the text
@@ -120,7 +127,7 @@ def _entries(items: list[object], max_chars: int, start: int = 0) -> list[Entry]
                 run.append((i, raw))
                 continue
             flush()
-            out.extend(replace(e, replaced=i in replaced) for e in _CONVERTERS[kind](i, raw, max_chars))
+            out.extend(replace(e, replaced=i in replaced) for e in _CONVERTERS[kind](i, raw, cap))
         except MessageError:
             raise
         except RecursionError:
@@ -189,17 +196,17 @@ def _kind(raw: Mapping[str, Any]) -> str:
     return "openai" if kind is None else "responses"
 
 
-def _openai(i: int, raw: Mapping[str, Any], max_chars: int) -> list[Entry]:
+def _openai(i: int, raw: Mapping[str, Any], cap: Callable[[Message], Message]) -> list[Entry]:
     if "content" not in raw and not raw.get("tool_calls"):
         raise ValueError(f"a {raw['role']} message needs 'content' (text or a list of parts)")
-    msg = _one_or_error(from_openai, i, raw, max_chars)
+    msg = _one_or_error(from_openai, i, raw, cap)
     return [Entry(i, m, _key(m, raw.get("id"))) for m in msg]
 
 
-def _anthropic(i: int, raw: Mapping[str, Any], max_chars: int) -> list[Entry]:
+def _anthropic(i: int, raw: Mapping[str, Any], cap: Callable[[Message], Message]) -> list[Entry]:
     source_id = raw.get("id")
     clean = {k: v for k, v in raw.items() if k not in _ANTHROPIC_RESPONSE_ONLY}
-    pieces = _one_or_error(from_anthropic, i, clean, max_chars)
+    pieces = _one_or_error(from_anthropic, i, clean, cap)
     # The pieces of one message are rejoined by their group; a positional group would join pieces
     # of different messages converted in different calls, so it derives from the content too.
     group = make_id("ctxkeep-group", *(_key(m, source_id) for m in pieces))
@@ -207,33 +214,33 @@ def _anthropic(i: int, raw: Mapping[str, Any], max_chars: int) -> list[Entry]:
 
 
 def _one_or_error(
-    convert_one: Callable[..., list[Message]], i: int, raw: Mapping[str, Any], max_chars: int
+    convert_one: Callable[..., list[Message]], i: int, raw: Mapping[str, Any], cap: Callable[[Message], Message]
 ) -> list[Message]:
     try:
-        return [capped(m, max_chars) for m in convert_one([raw])]
+        return [cap(m) for m in convert_one([raw])]
     except ValueError as exc:
         detail = str(exc).removeprefix("message 0: ")
         raise MessageError(f"item {i}: {detail}", index=i) from exc
 
 
-def _responses_message(i: int, raw: Mapping[str, Any], max_chars: int) -> list[Entry]:
+def _responses_message(i: int, raw: Mapping[str, Any], cap: Callable[[Message], Message]) -> list[Entry]:
     role = raw["role"]
     if role == "developer":
         role = "system"
     if role not in ("system", "user", "assistant"):
         raise ValueError(f"unknown role {role!r}")
-    msg = capped(Message(role=role, content=tuple(_parts(raw["content"]))), max_chars)
+    msg = cap(Message(role=role, content=tuple(_parts(raw["content"]))))
     return [Entry(i, msg, _key(msg, raw.get("id")))]
 
 
-def _responses_output(i: int, raw: Mapping[str, Any], max_chars: int) -> list[Entry]:
+def _responses_output(i: int, raw: Mapping[str, Any], cap: Callable[[Message], Message]) -> list[Entry]:
     output = raw["output"]
     content = output if isinstance(output, str) else tuple(p for p in _parts(output) if not isinstance(p, ToolCall))
-    msg = capped(Message(role="tool", content=(ToolResult(call_id=raw["call_id"], content=content),)), max_chars)
+    msg = cap(Message(role="tool", content=(ToolResult(call_id=raw["call_id"], content=content),)))
     return [Entry(i, msg, _key(msg, None))]
 
 
-def _responses_turn(run: list[tuple[int, Mapping[str, Any]]], max_chars: int) -> Entry:
+def _responses_turn(run: list[tuple[int, Mapping[str, Any]]], cap: Callable[[Message], Message]) -> Entry:
     """One assistant message for a run of assistant-side items (reasoning, text, parallel calls)."""
     blocks: list[Block] = []
     ids: list[str] = []
@@ -251,7 +258,7 @@ def _responses_turn(run: list[tuple[int, Mapping[str, Any]]], max_chars: int) ->
             raise MessageError(f"item {i}: {exc}", index=i) from exc
         if isinstance(raw.get("id"), str):
             ids.append(raw["id"])
-    msg = capped(Message(role="assistant", content=tuple(blocks)), max_chars)
+    msg = cap(Message(role="assistant", content=tuple(blocks)))
     return Entry(run[0][0], msg, _key(msg, " ".join(ids) or None))
 
 
@@ -274,12 +281,19 @@ def _parts(content: object) -> list[TextBlock | ImageBlock]:
     return out
 
 
-def capped(msg: Message, max_chars: int | None = None) -> Message:
+def capped(msg: Message, max_chars: int | None = None, *, cut_later: bool = False) -> Message:
     """`msg` with its texts (text blocks, a tool result's) in at most `max_chars` characters together: past
     that, each text over its share is cut in its middle, where a note says how much was dropped, and a
     warning; `msg` itself when they fit. The head and the end are kept: a command's first lines and its last
-    (an error, a summary line) say the most. `max_chars` defaults to `MAX_TEXT_CHARS`."""
+    (an error, a summary line) say the most. `max_chars` defaults to `MAX_TEXT_CHARS`.
+
+    With `cut_later`, a tool result of one text is returned whole: the caller hands it to `offload_new`,
+    which saves its capped form in pieces and cuts it in one go. Building the capped text here held it
+    beside the original and its two slices (2.6 times a 40 MB output, issue 24)."""
     max_chars = MAX_TEXT_CHARS if max_chars is None else max_chars
+    result = msg.tool_result if cut_later and len(msg.content) == 1 else None
+    if result is not None and isinstance(result.content, str):
+        return msg
     sizes = [len(text) for text in _texts(msg)]
     if sum(sizes) <= max_chars:
         return msg
@@ -312,11 +326,11 @@ def _texts(msg: Message) -> Iterable[str]:
 
 def _capped_block(block: Block, max_chars: int) -> Block:
     if isinstance(block, TextBlock) and len(block.text) > max_chars:
-        return replace(block, text=_cut_middle(block.text, max_chars))
+        return replace(block, text=cut_middle(block.text, max_chars))
     if isinstance(block, ToolResult):
         if isinstance(block.content, str):
             return (
-                replace(block, content=_cut_middle(block.content, max_chars))
+                replace(block, content=cut_middle(block.content, max_chars))
                 if len(block.content) > max_chars
                 else block
             )
@@ -325,18 +339,7 @@ def _capped_block(block: Block, max_chars: int) -> Block:
     return block
 
 
-def _cut_middle(text: str, max_chars: int) -> str:
-    """`text` in at most `max_chars` characters: its head and its end, the middle replaced by a note."""
-    note = (
-        f"\n\n[ctxkeep: {len(text) - max_chars:,} characters of {len(text):,} dropped here, over the cap of"
-        f" {max_chars:,} characters for this text; the output was too large to keep whole]\n\n"
-    )
-    keep = max(0, max_chars - len(note))
-    head = keep * 3 // 4  # more of the head: where a listing or a log starts
-    return "".join((text[:head], note, text[len(text) - (keep - head) :]))  # no head + note copy on the way
-
-
-_CONVERTERS: dict[str, Callable[[int, Mapping[str, Any], int], list[Entry]]] = {
+_CONVERTERS: dict[str, Callable[[int, Mapping[str, Any], Callable[[Message], Message]], list[Entry]]] = {
     "openai": _openai,
     "anthropic": _anthropic,
     "responses": _responses_message,

@@ -51,7 +51,9 @@ class ChatCompletions:
         if not isinstance(message, dict):
             return None
         usage = answer.get("usage")
-        return Reply(_sendable(message), _prompt_tokens(usage), _usage(usage, "completion_tokens"))
+        return Reply(
+            _sendable(message), _prompt_tokens(usage), _usage(usage, "completion_tokens"), cached_tokens=_cached(usage)
+        )
 
     def reassembler(self) -> ChunkReassembler:
         """A reassembler for ``chat.completion.chunk`` events."""
@@ -87,6 +89,7 @@ class ChunkReassembler:
         self._broken = False
         self._prompt_tokens: int | None = None
         self._output_tokens: int | None = None
+        self._cached_tokens: int | None = None
 
     def feed(self, event: Event) -> None:
         """Take one ``data:`` event (``[DONE]`` ends the stream)."""
@@ -102,6 +105,7 @@ class ChunkReassembler:
             return
         self._prompt_tokens = _prompt_tokens(chunk.get("usage")) or self._prompt_tokens
         self._output_tokens = _usage(chunk.get("usage"), "completion_tokens") or self._output_tokens
+        self._cached_tokens = _cached(chunk.get("usage")) if chunk.get("usage") else self._cached_tokens
         for choice in chunk.get("choices") or []:
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 self._take(choice)
@@ -134,7 +138,7 @@ class ChunkReassembler:
         if self._calls:
             calls = [c for _, c in sorted(self._calls.items())]
             message["tool_calls"] = [{**c, "function": {"name": "", "arguments": "", **c["function"]}} for c in calls]
-        return Reply(_sendable(message), self._prompt_tokens, self._output_tokens)
+        return Reply(_sendable(message), self._prompt_tokens, self._output_tokens, cached_tokens=self._cached_tokens)
 
 
 def _openai(message: Message) -> dict[str, Any]:
@@ -154,6 +158,11 @@ def _sendable(message: dict[str, Any]) -> dict[str, Any]:
 
 def _prompt_tokens(usage: Any) -> int | None:
     return _usage(usage, "prompt_tokens")
+
+
+def _cached(usage: Any) -> int | None:
+    """The prompt's tokens the upstream's cache served (``prompt_tokens_details.cached_tokens``), when it said."""
+    return _usage(usage.get("prompt_tokens_details") if isinstance(usage, dict) else None, "cached_tokens")
 
 
 def _usage(usage: Any, field: str) -> int | None:

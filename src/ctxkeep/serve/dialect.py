@@ -49,6 +49,10 @@ class Reply:
     prompt_tokens: int | None = None
     # The reply's tokens as the upstream counted them (usage), when it said: for the request's log line.
     output_tokens: int | None = None
+    # Of the prompt's tokens, those the upstream's prompt cache served, and those written to it, when it said:
+    # noted for the step (`Session.note_usage`), so `ctxkeep show` prices what the cache really held.
+    cached_tokens: int | None = None
+    written_tokens: int | None = None
 
 
 class Reassembler(Protocol):

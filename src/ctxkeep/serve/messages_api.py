@@ -51,7 +51,7 @@ class AnthropicMessages:
         if not isinstance(answer.get("content"), list):
             return None
         usage = answer.get("usage")
-        return Reply(_message(answer["content"]), _prompt_tokens(usage), _output_tokens(usage))
+        return Reply(_message(answer["content"]), _prompt_tokens(usage), _output_tokens(usage), *_cache(usage))
 
     def reassembler(self) -> EventReassembler:
         """A reassembler for the messages API's stream events."""
@@ -96,6 +96,7 @@ class EventReassembler:
         self._broken = False
         self._prompt_tokens: int | None = None
         self._output_tokens: int | None = None
+        self._cache: tuple[int | None, int | None] = (None, None)
 
     def feed(self, event: Event) -> None:
         """Take one event (``message_stop`` ends the stream; ``error`` breaks it)."""
@@ -106,13 +107,18 @@ class EventReassembler:
             return
         kind = data.get("type") if isinstance(data, dict) else None
         if kind == "message_start":
-            self._prompt_tokens = _prompt_tokens((data.get("message") or {}).get("usage"))
+            usage = (data.get("message") or {}).get("usage")
+            self._prompt_tokens, self._cache = _prompt_tokens(usage), _cache(usage)
         elif kind == "content_block_start":
             self._blocks[int(data["index"])] = dict(data["content_block"])
         elif kind == "content_block_delta":
             self._delta(int(data["index"]), data.get("delta") or {})
         elif kind == "message_delta":
-            self._output_tokens = _output_tokens(data.get("usage")) or self._output_tokens
+            usage = data.get("usage")
+            self._output_tokens = _output_tokens(usage) or self._output_tokens
+            # The final counts, where the API sends them again at the end: they replace the first ones.
+            self._prompt_tokens = _prompt_tokens(usage) or self._prompt_tokens
+            self._cache = _cache(usage) if _cache(usage)[0] is not None else self._cache
         elif kind == "message_stop":
             self._stopped = True
         elif kind == "error":
@@ -147,7 +153,7 @@ class EventReassembler:
                 except orjson.JSONDecodeError:
                     return None
             blocks.append(block)
-        return Reply(_message(blocks), self._prompt_tokens, self._output_tokens)
+        return Reply(_message(blocks), self._prompt_tokens, self._output_tokens, *self._cache)
 
 
 def _message(blocks: list[Any]) -> dict[str, Any]:
@@ -161,6 +167,17 @@ def _prompt_tokens(usage: Any) -> int | None:
     counts = [usage.get(k) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")]
     whole = [n for n in counts if isinstance(n, int)]
     return sum(whole) if whole else None
+
+
+def _cache(usage: Any) -> tuple[int | None, int | None]:
+    """The prompt's tokens read from the upstream's cache and written to it, when it said (the read count is
+    what says it: without it, neither is taken)."""
+    if not isinstance(usage, dict):
+        return None, None
+    read, written = (usage.get(k) for k in ("cache_read_input_tokens", "cache_creation_input_tokens"))
+    if not isinstance(read, int) or isinstance(read, bool):
+        return None, None
+    return read, written if isinstance(written, int) and not isinstance(written, bool) else None
 
 
 def _output_tokens(usage: Any) -> int | None:

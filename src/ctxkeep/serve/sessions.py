@@ -189,6 +189,7 @@ class Sessions:
         reply = self._pending.pop(where, None)
         try:
             if reply is not None:
+                await session.run(lambda s: _note_usage(s, reply))
                 await session.add(reply.message)
         except MessageError as exc:
             # The client has the reply all the same: it comes back with the next request and is synced then.
@@ -228,7 +229,8 @@ class Sessions:
         """
         seen = self._seen.get(where)
         new = list(turn.history[len(seen) :]) if seen is not None and _begins_with(turn.history, seen) else None
-        step = await session.run(lambda s: _extended(s, turn, new))
+        pending = self._pending.get(where)
+        step = await session.run(lambda s: _extended(s, turn, new, pending))
         if step is None:
             return None
         self._pending.pop(where, None)  # carried back and taken, or dropped by a retry
@@ -370,9 +372,11 @@ class Lease:
         self._sessions.leave(self.key, self._turns)
 
 
-def _extended(session: Session, turn: Turn, new: list[Any] | None) -> Step | None:
-    """In the session's worker: `new` added (the whole history synced when None), then the pass; None,
-    with nothing added, when the history does not extend the session."""
+def _extended(session: Session, turn: Turn, new: list[Any] | None, pending: Reply | None) -> Step | None:
+    """In the session's worker: the usage of the `pending` reply noted for the step it answered, `new` added
+    (the whole history synced when None), then the pass; None, with nothing added, when the history does
+    not extend the session."""
+    _note_usage(session, pending)
     try:
         if new is not None:
             session.add(new)
@@ -381,6 +385,18 @@ def _extended(session: Session, turn: Turn, new: list[Any] | None) -> Step | Non
     except MessageError:
         return None
     return session.prepare(turn.system, tools=turn.tools)
+
+
+def _note_usage(session: Session, reply: Reply | None) -> None:
+    """The upstream's count of the request `reply` answered, noted for the session's last step (`Session.note_usage`),
+    when it said how much of it its cache served: `ctxkeep show` then takes that, not the prefix kept."""
+    if reply is None or reply.prompt_tokens is None or reply.cached_tokens is None:
+        return
+    if min(reply.prompt_tokens, reply.cached_tokens, reply.written_tokens or 0) < 0:
+        return  # not counts: nothing to note
+    session.note_usage(
+        input_tokens=reply.prompt_tokens, cached_tokens=reply.cached_tokens, written_tokens=reply.written_tokens
+    )
 
 
 def _begins_with(history: Sequence[Any], seen: list[Any]) -> bool:

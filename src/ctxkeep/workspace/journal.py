@@ -18,7 +18,7 @@ from ctxkeep.errors import CtxkeepError
 from ctxkeep.live import Live
 from ctxkeep.retention import cleanup
 from ctxkeep.settings import EngineSettings
-from ctxkeep.step import Failure, Step
+from ctxkeep.step import Billed, Failure, Step
 from ctxkeep.store import FAILED_DIR, Store
 from ctxkeep.tokens import Counter, count_key
 
@@ -49,6 +49,7 @@ class Journal:
         # (or at close), never on their own, so a step costs no write.
         self._steps: list[records.StepNote] = []
         self._steps_span: tuple[datetime, datetime] | None = None
+        self._stepped = False  # whether this session ran a step: the one a usage noted later belongs to
         # The generation of the newest compaction record in compactions.jsonl; None until read.
         self._recorded: int | None = None
 
@@ -86,6 +87,7 @@ class Journal:
         """Keep what `step` changed: a compaction committed, or its offloads noted for the next append (and a
         failure recorded). Raises `StorageError` when a compaction cannot be committed; nothing is then."""
         self._steps.append(records.StepNote.of(step))
+        self._stepped = True
         self._steps_span = (self._steps_span[0] if self._steps_span else now, now)
         if step.compaction is not None:
             self._commit_compaction(step)
@@ -97,6 +99,18 @@ class Journal:
             self.commit(failed_at=after.failed_at)
             if step.failure is not None:
                 self._record_failure(step.failure)
+
+    def billed(self, billed: Billed) -> None:
+        """Note how the model's API counted the request of the newest step: in its note while it waits to be
+        written (no write of its own), else (its note went with its compaction's record) in a record of its own.
+        Nothing before this session's first step: that step was another session's."""
+        if self._steps:
+            self._steps[-1] = replace(self._steps[-1], billed=billed)
+        elif self._stepped:
+            try:
+                self._store.append_record(records.to_line(records.usage_record(billed)))
+            except CtxkeepError as exc:
+                log.warning("the upstream's count of the last step was not noted in the records: %s", exc)
 
     def close(self, live: Live) -> None:
         """Rewrite the live log when offloads replaced lines in it, and note the steps not yet noted."""

@@ -29,7 +29,7 @@ from ctxkeep.costs import Decision
 from ctxkeep.messages import Message
 from ctxkeep.offload import record_in
 from ctxkeep.settings import CacheSettings, CompactSettings
-from ctxkeep.step import Failure, Step
+from ctxkeep.step import Billed, Failure, Step
 
 # A compaction record lists at most this many offloaded results (and says how many more): the record is
 # also kept in state.json until it is appended, and must stay small whatever a compaction moves.
@@ -124,6 +124,7 @@ class StepNote:
     tokens: int
     cached: int
     aging: Decision | None
+    billed: Billed | None = None  # the request as the model's API counted it, when the host said (`note_usage`)
 
     @classmethod
     def of(cls, step: Step) -> StepNote:
@@ -132,14 +133,22 @@ class StepNote:
         return cls(step.context.tokens, step.cached, aging)
 
 
+def usage_record(billed: Billed) -> dict[str, Any]:
+    """The record of how the model's API counted the request of the newest step noted before it (its "steps"
+    record went with its compaction's, before the answer came)."""
+    return {"kind": "usage", **billed.to_dict()}
+
+
 def steps_record(
     steps: Sequence[StepNote], *, first: datetime, last: datetime, compact: CompactSettings, cache: CacheSettings
 ) -> dict[str, Any]:
     """The record of a run of `steps`: the tokens of the context sent at each, oldest first, and of those the ones
-    a prompt cache held (`Step.cached`); what each decided about the results waiting for their older cut
+    a prompt cache held (`Step.cached`), and how the model's API counted them where the host said (``billed``, a
+    list beside them, null for a step it did not); what each decided about the results waiting for their older cut
     (`ctxkeep.costs.Decision`, with the step's place in the run); the window, threshold and kept tail they ran
     under (`compact`) and the cache prices (`cache`), so a report draws and prices them without being told."""
     decisions = [{"step": i, **s.aging.to_dict()} for i, s in enumerate(steps) if s.aging is not None]
+    billed = {"billed": [None if s.billed is None else s.billed.to_dict() for s in steps]}
     return {
         "kind": "steps",
         "first": first.isoformat(),
@@ -152,6 +161,7 @@ def steps_record(
         "reserve": compact.reserve,
         "settings": asdict(compact),
         "cache": asdict(cache),
+        **(billed if any(s.billed is not None for s in steps) else {}),
     }
 
 

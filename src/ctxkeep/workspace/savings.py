@@ -85,11 +85,13 @@ class CacheCosts:
     at_threshold: float | None
     expected: float  # the savings the aging decisions expected (`ctxkeep.costs.Decision.saving`), summed
     cache: CacheSettings
+    billed: int = 0  # the steps whose cached tokens are the model's API's count, not the prefix kept
 
     def to_dict(self) -> dict[str, Any]:
         """As plain data, for ``ctxkeep show --json``."""
         return {
             "cached_tokens": self.cached,
+            "cached_steps_billed": self.billed,
             "billed_sent": round(self.sent),
             "billed_everything": round(self.everything),
             "billed_at_threshold": None if self.at_threshold is None else round(self.at_threshold),

@@ -113,7 +113,9 @@ class View:
     live_messages: int = 0  # in the live context now (the committed generation's live log)
     # Of `steps`, the tokens a prompt cache held (None: a step noted before they were recorded), the aging
     # decisions with the step they were made at (`ctxkeep.costs.Decision` as a dict), and the cache's prices.
+    # A step the model's API counted (`Session.note_usage`) takes the cache's share from that count.
     cached: tuple[int | None, ...] = ()
+    billed: int = 0  # of `steps`, those whose cached tokens are the model's API's count
     aging: tuple[Mapping[str, Any], ...] = ()
     cache: CacheSettings = field(default_factory=CacheSettings)
 
@@ -161,6 +163,7 @@ class View:
             ]
             threshold = billed(cut, held[: len(cut)], self.cache)
         return CacheCosts(
+            billed=self.billed,
             cached=sum(cached),
             sent=billed(self.steps, cached, self.cache),
             everything=billed(whole, held_whole[: len(whole)], self.cache),
@@ -190,6 +193,7 @@ def read(store: Store, *, name: str, limits: Limits | None = None) -> View:
         cuts.append(f"{bad} unreadable line(s) of compactions.jsonl skipped")
     steps: list[int] = []
     cached: list[int | None] = []
+    billed: set[int] = set()  # the steps the model's API counted
     aging: list[dict[str, Any]] = []
     cache = CacheSettings()
     found: list[tuple[dict[str, Any], int | None]] = []
@@ -205,11 +209,20 @@ def read(store: Store, *, name: str, limits: Limits | None = None) -> View:
             aging.extend(
                 {**d, "step": len(steps) + _int(d.get("step"))} for d in rec.get("aging") or () if isinstance(d, dict)
             )
+            counted = rec.get("billed")
+            counted = counted if isinstance(counted, list) and len(counted) == len(tokens) else [None] * len(tokens)
+            shares = [_billed_share(t, b) for t, b in zip(tokens, counted, strict=True)]
+            billed.update(len(steps) + i for i, s in enumerate(shares) if s is not None)
             steps.extend(tokens)
-            cached.extend(None if n is None else _int(n) for n in held)
+            cached.extend(
+                s if s is not None else None if n is None else _int(n) for s, n in zip(shares, held, strict=True)
+            )
             cache = _cache_of(rec.get("cache"), cache)
             if _int(rec.get("window")):  # the newest that says wins: settings may change between sessions
                 ran_under = {key: _int(rec.get(key)) or None for key in ran_under}
+        elif kind == "usage" and steps and (share := _billed_share(steps[-1], rec)) is not None:
+            billed.add(len(steps) - 1)
+            cached[-1] = share
         elif kind == "compaction":
             found.append((rec, len(steps) - 1 if steps else None))
         elif kind == "failed":
@@ -252,6 +265,7 @@ def read(store: Store, *, name: str, limits: Limits | None = None) -> View:
         live_messages=livelog.count(store.read_live(state.generation)),
         cuts=tuple(cuts),
         cached=tuple(cached),
+        billed=len(billed),
         aging=tuple(aging),
         cache=cache,
         **ran_under,
@@ -357,6 +371,17 @@ def _cache_of(value: object, default: CacheSettings) -> CacheSettings:
         return default
 
 
+def _billed_share(sent: int, billed: object) -> int | None:
+    """Of `sent` tokens (ctxkeep's count), those the cache served by the model's API's count (`Billed` as a
+    dict): its share, since the two tokenizers may differ; None when it did not count."""
+    if not isinstance(billed, Mapping):
+        return None
+    total, cached = _int(billed.get("input")), billed.get("cached")
+    if not total or not isinstance(cached, int) or isinstance(cached, bool) or cached < 0:
+        return None
+    return min(sent, round(sent * min(cached, total) / total))
+
+
 def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
@@ -414,6 +439,10 @@ def _saved_lines(saved: Savings) -> list[str]:
     return out + _cache_lines(saved)
 
 
+def _billed_note(steps: int) -> str:
+    return f"; {steps:,} step(s) as the model's API counted them" if steps else ""
+
+
 def _cache_lines(saved: Savings) -> list[str]:
     """The same with a prompt cache: the tokens it held, and each way billed at its prices (and in dollars)."""
     c = saved.cache
@@ -428,7 +457,7 @@ def _cache_lines(saved: Savings) -> list[str]:
 
     return [
         f"cached      {c.cached:,} of {saved.sent:,} tokens sent were the cache's (write {c.cache.write:g}x, read"
-        f" {c.cache.read:g}x the input price)",
+        f" {c.cache.read:g}x the input price){_billed_note(c.billed)}",
         f"billed      ctxkeep {bill(c.sent)}, whole history {bill(c.everything)}, threshold cut {bill(c.at_threshold)}"
         " input-price tokens",
         f"aging       the cuts made were expected to save {round(c.expected):,} input-price tokens",
