@@ -51,6 +51,10 @@ class Plan:
     # The summary is a new part after the earlier ones, left as they were ("frozen" layout): the request
     # covers only the messages compacted now.
     append: bool = False
+    # The characters left for the summary when a summarizer's floor (`MIN_SUMMARY_CHARS`) would take the context
+    # over the window: the compaction writes the smallest summary in them (`ctxkeep.summarize.minimal`) instead of
+    # asking the summarizer for more than fits. None: the summarizer writes it.
+    minimal: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -119,7 +123,11 @@ def plan(
     if summarized:
         previous = None  # it came before the provider's block, whose summary covers it too
     append = False
-    if settings.summary_layout == "frozen":
+    # Below the summarizer's floor the summary may still go over the threshold, as long as the window holds it;
+    # past that, the smallest summary fits what is left rather than the compaction failing (or going over).
+    window_room = (settings.compact.max_input_length - kept) * CHARS_PER_TOKEN - guide_chars
+    minimal = max(0, room) if room < MIN_SUMMARY_CHARS and window_room < MIN_SUMMARY_CHARS else None
+    if settings.summary_layout == "frozen" and minimal is None:
         # The earlier parts stay as sent; a new part gets a quarter of the cap (or what they leave of it).
         # When that is too little, they are consolidated: one summary of them all and of the new messages,
         # in half the cap, so that parts can follow it again.
@@ -140,7 +148,9 @@ def plan(
         source=f"{archive_mod.archive_name(now.date())}:{first}-{last}" if first else None,
     )
     reason = "manual" if force else "overflow" if tokens > settings.compact.max_input_length else "threshold"
-    return Plan(cut=cut, request=request, reason=reason, tokens=tokens, at=now, background=ahead, append=append)
+    return Plan(
+        cut=cut, request=request, reason=reason, tokens=tokens, at=now, background=ahead, append=append, minimal=minimal
+    )
 
 
 def _provider_summarized(messages: Sequence[Message]) -> frozenset[str]:
