@@ -11,7 +11,7 @@ from tests.conftest import ROOT
 from ctxkeep.context import system_tokens_of
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import load
-from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
+from ctxkeep.messages import Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
 from ctxkeep.pairing import repair
 from ctxkeep.replay import split_system, turns
 from ctxkeep.session import Session
@@ -271,3 +271,24 @@ def test_standing_instructions_and_a_large_prompt_never_stop_compaction(window: 
     assert not [s.failure.reason for s in steps if s.failure is not None]
     assert max(s.context.tokens for s in steps) <= window
     assert sum(s.compaction is not None for s in steps) >= 3
+
+
+@pytest.mark.parametrize("signature", [None, "c2lnbmVk"])
+def test_a_thinking_block_too_big_for_the_window_in_the_current_loop(signature: str | None) -> None:
+    # The newest tool call's reasoning alone is over the window. Unsigned (a local model's), it keeps its head and
+    # tail and the rest is saved; signed, a provider refuses it changed: it stays whole and one warning says so.
+    thought = "\n".join(f"step {k}: consider the parser's state and what the next token may be" for k in range(2_000))
+    call = ToolCall(id="c", name="read_file", arguments='{"path": "src/parser.py"}')
+    reply = Message(role="assistant", content=(ThinkingBlock(text=thought, signature=signature), call), id="a")
+    with Session(MemoryFolder(), settings=EngineSettings.for_window(8_192), counter=COUNTER) as session:
+        session.add([Message.of("user", "fix the parser", id="u"), reply])
+        session.add(Message(role="tool", content=(ToolResult(call_id="c", content="def parse(): ..."),), id="r"))
+        step = session.prepare("be brief", now=NOW)
+        sent = next(m for m in step.context.messages if m.id == "a")
+        block = next(b for b in sent.content if isinstance(b, ThinkingBlock))
+    if signature is None:
+        assert step.context.tokens <= 8_192 and not step.warnings
+        assert "the full text is in" in block.text and block.text.startswith("step 0:")
+    else:
+        assert block.text == thought and step.context.tokens > 8_192
+        assert sum(OVER in w for w in step.warnings) == 1
