@@ -1212,3 +1212,20 @@ def test_the_summary_is_framed_as_a_record_and_ends_with_how_to_continue() -> No
     assert CONTINUE_TITLE not in "\n".join(section(again, "Critical Context"))  # not read back as a note
     zh = summarize([user("请修复登录页面的错误，不要改动数据库。")])
     assert zh.startswith(phrase("record", "zh")) and zh.endswith(phrase("continue", "zh") + "\n")
+
+
+def test_many_standing_instructions_at_the_floor_still_give_a_summary() -> None:
+    # Each instruction block keeps at least its head and tail: enough of them left the sections less room than
+    # their headings need at the floor cap, and the summary failed (so did the compaction: everything was sent).
+    rules = [
+        Message.of("system", f"Policy {k}: " + f"always run the {k} checks before a commit, and never skip them. " * 8)
+        for k in range(5)
+    ]
+    asks = [
+        Message.of("user", f"ask {k}: fix the parser in src/p{k}.py " + "and keep its tests green " * 12)
+        for k in range(4)
+    ]
+    request = SummaryRequest(messages=(*rules, *asks), max_chars=MIN_SUMMARY_CHARS, language="en")
+    summary = ExtractiveSummarizer().summarize(request)
+    assert len(summary) <= MIN_SUMMARY_CHARS and why_rejected(summary) is None
+    assert "ask 0: fix the parser" in summary and "ask 3: fix the parser" in summary

@@ -11,13 +11,17 @@ from tests.conftest import ROOT
 from ctxkeep.context import system_tokens_of
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import load
-from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
+from ctxkeep.messages import Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
 from ctxkeep.pairing import repair
 from ctxkeep.replay import split_system, turns
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings
 from ctxkeep.step import Step
+from ctxkeep.summarize import SummaryRequest
+from ctxkeep.summarize.minimal import minimal_summary
+from ctxkeep.summarize.verbatim import LEFT_OUT_NOTES, words_left_out
 from ctxkeep.tokens import get_counter
+from ctxkeep.writer import MINIMAL
 
 NOW = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
 COUNTER = get_counter("o200k_base")
@@ -174,9 +178,9 @@ def test_small_windows_with_a_large_prompt_keep_compacting(window: int, fixed: i
 
 def test_what_cannot_fit_is_said_once_and_the_smallest_context_is_sent() -> None:
     # The system prompt and the newest step alone are over the window: one warning a step says so, and the
-    # context sent is the smallest there is (everything older compacted).
+    # context sent is the smallest there is (everything older compacted, the summary the smallest one).
     settings = EngineSettings.for_window(4_096)
-    system = _prompt(3_900)
+    system = _prompt(4_080)
     with Session(MemoryFolder(), settings=settings, counter=COUNTER) as session:
         for i in range(6):
             session.add(_agent_step(i, result_lines=20))
@@ -210,3 +214,81 @@ def test_a_recent_file_read_too_big_for_the_window_is_cut_when_no_compaction_app
         assert step.context.tokens <= settings.compact.max_input_length  # ...and the read was cut anyway
         result = step.context.messages[-1].tool_result
         assert result is not None and "tool_result/" in result.text
+
+
+@pytest.mark.parametrize(("window", "share"), [(2_048, 0.3), (2_048, 0.6), (3_000, 0.6), (4_096, 0.6)])
+def test_a_room_below_the_summarizers_floor_still_compacts(window: int, share: float) -> None:
+    # System prompt and tools take `share` of the window: what is left for a summary is at times below the
+    # summarizer's floor. The compaction then writes the smallest summary that fits rather than failing and
+    # sending everything over the window.
+    over, peak, steps = _replay_steps(window, int(window * share), 40, tools_share=0.5)
+    assert over == 0, f"{over} steps over the window, peak {peak}"
+    assert not [s.failure.reason for s in steps if s.failure is not None]
+
+
+def test_the_smallest_summary_keeps_the_users_words_and_the_archive_guide() -> None:
+    settings = EngineSettings.for_window(2_048)
+    system = _prompt(1_200)
+    # Each step's long answer, beside the system prompt, leaves a summary less than the summarizer's floor.
+    answer = "The routing table maps each path to its handler, checked one entry at a time. " * 12
+    with Session(MemoryFolder(), settings=settings, counter=COUNTER) as session:
+        steps = []
+        for i in range(8):
+            session.add([*_agent_step(i, result_lines=5), Message.of("assistant", answer, id=f"e{i}")])
+            steps.append(session.prepare(system, now=NOW))
+    assert all(s.context.tokens <= 2_048 and s.failure is None for s in steps)
+    minimal = [s for s in steps if s.compaction is not None and s.compaction.usage is not None]
+    minimal = [s for s in minimal if s.compaction and s.compaction.usage and s.compaction.usage.summarizer == MINIMAL]
+    assert minimal, "no compaction needed the smallest summary"
+    summary = minimal[-1].context.summary or ""
+    assert "archive" in summary and LEFT_OUT_NOTES["en"] in summary
+    assert "step 0: find where handler 0 is defined" in summary  # the first ask, carried verbatim
+
+
+def test_the_smallest_summary_fits_any_room_and_says_what_it_left_out() -> None:
+    messages = [msg for i in range(3) for msg in _agent_step(i, result_lines=3)]
+    request = SummaryRequest(messages=tuple(messages), language="en")
+    for room in (0, 100, 400, 1_500):
+        text = minimal_summary(request, room)
+        assert len(text) <= max(room, len(LEFT_OUT_NOTES["en"]) + 1)
+        assert words_left_out(text)  # the next summary with more room reads the user's words back
+    assert "step 0: find where handler 0" in minimal_summary(request, 1_500)
+    assert "step 2: find where handler 2" in minimal_summary(request, 1_500)
+
+
+@pytest.mark.parametrize("window", [2_048, 4_096])
+def test_standing_instructions_and_a_large_prompt_never_stop_compaction(window: int) -> None:
+    # A harness that injects its rules as it goes (a policy each few steps) beside a system prompt and tools
+    # of 60% of the window: the summary's room is below the summarizer's floor, and its verbatim parts alone
+    # outgrew it. Every compaction applies, and no step goes over the window.
+    system = _prompt(int(window * 0.6))
+    with Session(MemoryFolder(), settings=EngineSettings.for_window(window), counter=COUNTER) as session:
+        steps = []
+        for i in range(30):
+            policy = f"Policy {i % 5}: always run the checks of part {i} before a commit, and never skip them. " * 4
+            session.add([Message.of("system", policy, id=f"p{i}"), *_agent_step(i, result_lines=5 + (i * 7) % 30)])
+            steps.append(session.prepare(system, now=NOW))
+    assert not [s.failure.reason for s in steps if s.failure is not None]
+    assert max(s.context.tokens for s in steps) <= window
+    assert sum(s.compaction is not None for s in steps) >= 3
+
+
+@pytest.mark.parametrize("signature", [None, "c2lnbmVk"])
+def test_a_thinking_block_too_big_for_the_window_in_the_current_loop(signature: str | None) -> None:
+    # The newest tool call's reasoning alone is over the window. Unsigned (a local model's), it keeps its head and
+    # tail and the rest is saved; signed, a provider refuses it changed: it stays whole and one warning says so.
+    thought = "\n".join(f"step {k}: consider the parser's state and what the next token may be" for k in range(2_000))
+    call = ToolCall(id="c", name="read_file", arguments='{"path": "src/parser.py"}')
+    reply = Message(role="assistant", content=(ThinkingBlock(text=thought, signature=signature), call), id="a")
+    with Session(MemoryFolder(), settings=EngineSettings.for_window(8_192), counter=COUNTER) as session:
+        session.add([Message.of("user", "fix the parser", id="u"), reply])
+        session.add(Message(role="tool", content=(ToolResult(call_id="c", content="def parse(): ..."),), id="r"))
+        step = session.prepare("be brief", now=NOW)
+        sent = next(m for m in step.context.messages if m.id == "a")
+        block = next(b for b in sent.content if isinstance(b, ThinkingBlock))
+    if signature is None:
+        assert step.context.tokens <= 8_192 and not step.warnings
+        assert "the full text is in" in block.text and block.text.startswith("step 0:")
+    else:
+        assert block.text == thought and step.context.tokens > 8_192
+        assert sum(OVER in w for w in step.warnings) == 1

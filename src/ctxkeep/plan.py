@@ -26,6 +26,8 @@ from .settings import CHARS_PER_TOKEN, EngineSettings
 from .split import Split, split
 from .summarize import MIN_SUMMARY_CHARS, SummaryRequest
 
+# What the note of a result cut to its older size takes at the most, in tokens (its path and sizes).
+_CUT_NOTE_TOKENS = 60
 _PART_DIVISOR = 4  # a part of a "frozen" summary gets at most this share of the cap
 # Between two parts of a summary in the "frozen" layout: each part is what one compaction archived.
 PART_BREAK = "\n\n<!-- context-summary: the next part covers the messages compacted after the part above -->\n\n"
@@ -51,6 +53,10 @@ class Plan:
     # The summary is a new part after the earlier ones, left as they were ("frozen" layout): the request
     # covers only the messages compacted now.
     append: bool = False
+    # The characters left for the summary when a summarizer's floor (`MIN_SUMMARY_CHARS`) would take the context
+    # over the window: the compaction writes the smallest summary in them (`ctxkeep.summarize.minimal`) instead of
+    # asking the summarizer for more than fits. None: the summarizer writes it.
+    minimal: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -106,7 +112,9 @@ def plan(
     # The summary shares the threshold with what stays: when the kept messages leave it less room than
     # its cap, it gets that room (never less than the sections need), so a huge newest message still fits.
     staying = {id(m) for m in cut.pinned + cut.to_keep}
-    kept = live.fixed_tokens + sum(n for m, n in zip(live.messages, live.counts, strict=True) if id(m) in staying)
+    kept = live.fixed_tokens + sum(
+        n for m, n in zip(live.messages, live.counts, strict=True) if id(m) in staying and m.id not in live.pinned
+    )
     if ahead:
         kept += max(0, threshold - tokens)  # what will have come by the threshold stays too
     cap = min(settings.summary_max_chars, (threshold - kept) * CHARS_PER_TOKEN)
@@ -119,7 +127,17 @@ def plan(
     if summarized:
         previous = None  # it came before the provider's block, whose summary covers it too
     append = False
-    if settings.summary_layout == "frozen":
+    # Below the summarizer's floor the summary may still go over the threshold, as long as the window holds it
+    # (with the kept results at their older cut, which `apply` gives them past the threshold); past that, the
+    # smallest summary fits what is left rather than the compaction failing, or the context going over the window.
+    least = kept - sum(
+        _agable(m, n, settings)
+        for m, n in zip(live.messages, live.counts, strict=True)
+        if id(m) in staying and m.id not in live.pinned
+    )
+    window_room = (settings.compact.max_input_length - least) * CHARS_PER_TOKEN - guide_chars
+    minimal = max(0, room) if room < MIN_SUMMARY_CHARS and window_room < MIN_SUMMARY_CHARS else None
+    if settings.summary_layout == "frozen" and minimal is None:
         # The earlier parts stay as sent; a new part gets a quarter of the cap (or what they leave of it).
         # When that is too little, they are consolidated: one summary of them all and of the new messages,
         # in half the cap, so that parts can follow it again.
@@ -140,7 +158,18 @@ def plan(
         source=f"{archive_mod.archive_name(now.date())}:{first}-{last}" if first else None,
     )
     reason = "manual" if force else "overflow" if tokens > settings.compact.max_input_length else "threshold"
-    return Plan(cut=cut, request=request, reason=reason, tokens=tokens, at=now, background=ahead, append=append)
+    return Plan(
+        cut=cut, request=request, reason=reason, tokens=tokens, at=now, background=ahead, append=append, minimal=minimal
+    )
+
+
+def _agable(message: Message, tokens: int, settings: EngineSettings) -> int:
+    """The tokens of a kept `message` that a compaction's last resort frees (`ctxkeep.live.age_all`, applied when the
+    kept tail passes the threshold): a tool result is cut to `old_max_bytes` (reckoned at 3 bytes a token, the low
+    end, with its note); 0 for anything else."""
+    if message.tool_result is None:
+        return 0
+    return max(0, tokens - settings.offload.old_max_bytes // CHARS_PER_TOKEN - _CUT_NOTE_TOKENS)
 
 
 def _provider_summarized(messages: Sequence[Message]) -> frozenset[str]:

@@ -57,6 +57,12 @@ _SUPERSEDED_LINE = re.compile(r"\(superseded by a later message: «(.*)»\)")
 _MIN_PIECE = 240  # a cut text keeps at least this much of its head (two thirds) and tail together
 _CUT_NOTE = re.compile(r"\n\[… ([\d,]+) characters omitted here; the whole text is in the archive …\]\n")
 _TITLES = frozenset({USER_TITLE, INSTRUCTIONS_TITLE})
+# The first line of a summary with no room for its lists (`ctxkeep.summarize.minimal`), by language: the next
+# summary with more room reads the user's words back from the archive (`with_recalled`).
+LEFT_OUT_NOTES = {
+    "en": "(No room for the summary's lists at this window: the archive holds the work so far.)",
+    "zh": "（此窗口放不下摘要的各个列表：之前的工作都保存在存档中。）",
+}
 _HOST_HEADER = re.compile(r"^\[Summary of [^\]\n]*\]\s*")
 _LIST_MARK = re.compile(r"^(?:[-*+•]|\d+[.)])\s+")
 
@@ -378,10 +384,25 @@ def _kind_of(block: str) -> str:
     return block.strip().split("\n", 1)[0].strip()
 
 
+def render_within(parts: Carried, max_chars: int) -> str:
+    """The two parts within `max_chars` at most, for a summary that is nothing else (`ctxkeep.summarize.minimal`):
+    the user's words (the first message and the newest, head and tail when over), then the standing instructions
+    when they fit beside them (all, else the newest alone); "" when not even the user's part fits."""
+    user = _user_part(parts, max_chars)
+    if len(user) > max_chars:
+        user = ""
+    for blocks in (parts.instructions, parts.instructions[-1:]):
+        rules = _instructions_part(blocks, max_chars - len(user))
+        if len(user) + len(rules) <= max_chars:
+            return user + rules
+    return user
+
+
 def words_left_out(summary: str) -> bool:
-    """True when `summary` left some of the user's words out: a rule dropped from Constraints (its omission note)
-    or a message of the verbatim part cut to its head and tail."""
-    if _CUT_NOTE.search(split_carried(summary)[1]):
+    """True when `summary` left some of the user's words out: a rule dropped from Constraints (its omission note),
+    a message of the verbatim part cut to its head and tail, or no room for the summary's lists at all
+    (`LEFT_OUT_NOTES`)."""
+    if _CUT_NOTE.search(split_carried(summary)[1]) or any(note in summary for note in LEFT_OUT_NOTES.values()):
         return True
     rules = parse_sections(summary).get(RULES_TITLE, {})
     return any(omitted_count(item) is not None for items in rules.values() for item in items)

@@ -28,6 +28,7 @@ from ctxkeep.summarize.verbatim import (
     earlier_summaries,
     newest_within,
     render_carried,
+    render_within,
     restored,
     split_carried,
 )
@@ -35,6 +36,8 @@ from ctxkeep.summarize.verbatim import (
 __all__ = ["ExtractiveSummarizer"]
 
 _SHORT_FRAMING_BELOW = 2 * MIN_SUMMARY_CHARS
+# The share of the cap the verbatim parts keep when nothing else lets the sections fit (the last resort).
+_LAST_RESORT_SHARE = 0.4
 
 
 class ExtractiveSummarizer:
@@ -73,20 +76,30 @@ class ExtractiveSummarizer:
         # (the goal, the files) and the newest rules within the user's budget need more than the room they
         # leave, the verbatim parts give some back (down to their floors).
         rules = newest_within(draft.constraints, budgets(request.max_chars)[0])
-        for least in (SECTIONS_SKELETON, 2 * SECTIONS_SKELETON, request.max_chars):
-            appendix = render_carried(parts, max_chars=request.max_chars, sections=least)
+        cap = request.max_chars
+        appendices = [
+            partial(render_carried, parts, max_chars=cap, sections=n)
+            for n in (SECTIONS_SKELETON, 2 * SECTIONS_SKELETON, cap)
+        ]
+        # The last resort: many standing instructions, each kept to its head and tail at least, can leave the
+        # sections less than their headings need; then the verbatim parts get a share of the cap, and the
+        # instructions that do not fit in it are left out (the archive has them) rather than the summary failing.
+        appendices.append(partial(render_within, parts, int(cap * _LAST_RESORT_SHARE)))
+        for k, appendix_of in enumerate(appendices):
+            last = k == len(appendices) - 1
+            appendix = appendix_of()
             sections, plan = sections_of(said_once(draft, appendix, language), language, request.focus, terms, rules)
-            room = request.max_chars - len(appendix) - framing_chars(language, short=short)
+            room = cap - len(appendix) - framing_chars(language, short=short)
             try:
                 fitted = fit_sections(
                     sections, max_chars=room, plan=plan, language=language, protect=protect if terms else None
                 )
             except ValueError:
-                if least == request.max_chars:
+                if last:
                     raise
                 continue
             listed = set(fitted[RULES_TITLE].get("", []))
-            if least == request.max_chars or all(r in listed or r in appendix for r in rules):
+            if k >= len(appendices) - 2 or all(r in listed or r in appendix for r in rules):
                 break
         named = distinct_notes(fitted, language)
         if len(render_sections(named, language=language)) <= room:  # naming the list costs a few characters

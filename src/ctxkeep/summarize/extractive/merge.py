@@ -45,6 +45,7 @@ from ctxkeep.summarize.sections.markdown import (
     unquote,
 )
 from ctxkeep.summarize.verbatim import (
+    LEFT_OUT_NOTES,
     listed_lines,
     read_carried,
     recalled_rules,
@@ -68,6 +69,8 @@ _KNOWN_TITLES = frozenset(SECTIONS)
 
 def parse_draft(previous: str) -> Draft:
     """The lists of a previous summary (ours or a model's), read back for merging."""
+    for note in LEFT_OUT_NOTES.values():  # a minimal summary's note says what it lacks, not what was done
+        previous = previous.replace(note, "")
     parsed = parse_sections(previous)
     draft = Draft()
     goal = parsed.get("Goal", {})
