@@ -216,6 +216,15 @@ class PostgresStore:
                 with contextlib.suppress(psycopg.Error):
                     conn.execute("SELECT pg_advisory_unlock(%s, %s)", (schema.MEMORY_LOCK, self._id))
 
+    @property
+    def workspace_id(self) -> int:
+        """The workspace's key in the tables (`IndexDatabase`: memory's search index lives beside its files)."""
+        return self._id
+
+    def connection(self, doing: str) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
+        """A connection for the block (the session's while one holds the workspace), errors as `StorageError`."""
+        return self._conn(doing)
+
     def where(self, name: str) -> str:
         return f"{self._shown}#{self.workspace}/{name}"
 
