@@ -19,10 +19,16 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from ctxkeep.store import IndexDatabase, Store
+
+from .embed import Embedder
 from .index import SOURCES, MemoryIndex
 from .terms import content_terms, index_terms, is_cjk, match_query, match_term, query_terms
+
+if TYPE_CHECKING:
+    from .pgindex import PostgresIndex
 
 Mode = Literal["hybrid", "fts", "vector"]
 MODES: tuple[Mode, ...] = ("hybrid", "fts", "vector")
@@ -115,6 +121,16 @@ class FullTextIndex(Protocol):
         ...
 
 
+def open_index(store: Store, *, embedder: Embedder | None = None) -> MemoryIndex | PostgresIndex:
+    """The index to search `store` with: the one its database keeps (PostgreSQL), else the SQLite one (a local
+    file, or one in memory built from the files). Close it, or use ``with``; `update` it before searching."""
+    if isinstance(store, IndexDatabase):
+        from .pgindex import PostgresIndex
+
+        return PostgresIndex(store, embedder=embedder)
+    return MemoryIndex(store, embedder=embedder)
+
+
 def search(
     index: MemoryIndex | FullTextIndex,
     query: str,
@@ -134,15 +150,17 @@ def search(
         raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
     if isinstance(min_relevance, bool) or not isinstance(min_relevance, int | float) or not 0 <= min_relevance <= 100:
         raise ValueError(f"min_relevance must be a number from 0 to 100; got {min_relevance!r}")
+    # Vectors live in the SQLite index only (sqlite-vec); another index gives full-text candidates.
+    sqlite = index if isinstance(index, MemoryIndex) else None
     text = _Sqlite(index) if isinstance(index, MemoryIndex) else index
     wanted = k * _CANDIDATES
     fts = text.full_text(query, source, wanted) if mode != "vector" else []
-    use_vectors = mode != "fts" and isinstance(index, MemoryIndex) and index.vectors and bool(query.strip())
-    vector = array("f", _embed(index, query)).tobytes() if use_vectors else None
-    nearest = _nearest(index, vector, source, wanted) if vector is not None else {}
+    vectors = sqlite if sqlite is not None and sqlite.vectors and mode != "fts" and query.strip() else None
+    vector = array("f", _embed(vectors, query)).tobytes() if vectors is not None else None
+    nearest = _nearest(vectors, vector, source, wanted) if vectors is not None and vector is not None else {}
     candidates = list(dict.fromkeys([*fts, *nearest]))
     words = _words(text, query, source, candidates) if mode != "vector" else {}
-    meaning = _meanings(index, vector, candidates, nearest) if vector is not None else {}
+    meaning = _meanings(vectors, vector, candidates, nearest) if vectors is not None and vector is not None else {}
     fts_rank = {c: r for r, c in enumerate(fts, 1)}
     vector_rank = {c: r for r, c in enumerate(nearest, 1)}
     scored = []

@@ -1,0 +1,297 @@
+"""Memory's search index kept in the workspace's PostgreSQL database, shared by every process that opens it.
+
+    ctxkeep_index_file    each indexed file (MEMORY.md, day logs, archive): size, time, sha256 of its bytes
+    ctxkeep_index_chunk   its chunks (`chunks.py`): line range, text, and their words in a tsvector (GIN)
+
+The words are those of the SQLite index: `terms.index_terms` (Chinese cut into pairs), stemmed by SQLite's own
+``porter unicode61`` tokenizer (`terms.stems`), stored verbatim as lexemes (no text search configuration
+touches them: ``simple`` at its simplest), each with as many positions as it occurs (its count, for BM25).
+So the candidates, their order (FTS5's BM25, computed from the same counts) and the words each holds are
+the SQLite index's, and `ctxkeep.memory.search` ranks them by its one rule.
+
+`update` re-reads a file only when its size or time changed and re-indexes it only when its content hash did,
+each file in one transaction under an advisory lock, so two processes updating at once do it once.
+Vectors (pgvector) are not kept here: search on PostgreSQL is full text only, said once in a log line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections import Counter
+from collections.abc import Sequence
+
+from ctxkeep.postgres.schema import INDEX_LOCK
+from ctxkeep.store import IndexDatabase, Store
+
+from .chunks import Chunk
+from .embed import Embedder
+from .index import Update, file_chunks, indexed_files, read_indexed, source_of
+from .terms import index_terms, is_cjk, query_terms, stems
+
+log = logging.getLogger("ctxkeep")
+
+# FTS5's BM25 constants (fts5_aux.c), so the candidates come in the SQLite index's order.
+_K1 = 1.2
+_B = 0.75
+# A tsvector keeps at most 256 positions of a lexeme and lexemes of under 2 KB.
+_MAX_POSITIONS = 256
+_MAX_LEXEME_BYTES = 2046
+_said_full_text_only = False
+
+
+class PostgresIndex:
+    """The search index of a PostgreSQL workspace's memory files and archive (a `search.FullTextIndex`)."""
+
+    vectors = False
+
+    def __init__(self, store: Store, *, embedder: Embedder | None = None) -> None:
+        """The index of `store`, which must keep it (`IndexDatabase`); an `embedder` is noted, not used: vectors
+        on PostgreSQL are not kept (the module docstring)."""
+        if not isinstance(store, IndexDatabase):
+            raise TypeError(f"{type(store).__name__} keeps no database for the index; use MemoryIndex")
+        self.store = store
+        self._db: IndexDatabase = store
+        self._stems: dict[str, list[str]] = {}
+        self.embedder = None
+        if embedder is not None:
+            _say_full_text_only(store)
+
+    def __enter__(self) -> PostgresIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Nothing to close: the store owns the connections."""
+
+    # --- keeping it current ---------------------------------------------------------
+
+    def update(self) -> Update:
+        """Bring the index up to date with the files: changed ones (by content hash) re-indexed, removed dropped."""
+        workspace = self._db.workspace_id
+        with self._db.connection("read the memory index in") as conn:
+            rows = conn.execute(
+                "SELECT path, size, mtime, sha FROM ctxkeep_index_file WHERE workspace = %s", (workspace,)
+            ).fetchall()
+        known = {path: (size, mtime, sha) for path, size, mtime, sha in rows}
+        present = {f.name: f for f in indexed_files(self.store)}
+        changed = [f for f in present.values() if known.get(f.name, (None, None))[:2] != (f.size, f.mtime)]
+        gone = [name for name in known if name not in present]
+        chunks = 0
+        for info in changed:
+            data = read_indexed(self.store, info)
+            if data is None:  # removed since the listing
+                gone.append(info.name)
+                continue
+            sha = hashlib.sha256(data).hexdigest()
+            was = known.get(info.name)
+            pieces = None if was is not None and was[2] == sha else file_chunks(info.name, data)
+            rows = [] if pieces is None else _rows(pieces)
+            with self._db.connection("update the memory index in") as conn, conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (INDEX_LOCK, workspace))
+                now = conn.execute(
+                    "SELECT sha FROM ctxkeep_index_file WHERE workspace = %s AND path = %s", (workspace, info.name)
+                ).fetchone()
+                if now is None or now[0] != sha:  # else touched, not changed (or another process indexed it)
+                    pieces = pieces if pieces is not None else file_chunks(info.name, data)
+                    rows = rows or _rows(pieces)
+                    conn.execute(
+                        "DELETE FROM ctxkeep_index_chunk WHERE workspace = %s AND path = %s", (workspace, info.name)
+                    )
+                    with conn.cursor() as cursor:
+                        cursor.executemany(
+                            "INSERT INTO ctxkeep_index_chunk (workspace, path, source, start_line, end_line, text,"
+                            " length, terms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s::tsvector)",
+                            [(workspace, *row) for row in rows],
+                        )
+                    chunks += len(rows)
+                conn.execute(
+                    "INSERT INTO ctxkeep_index_file VALUES (%s, %s, %s, %s, %s) ON CONFLICT (workspace, path)"
+                    " DO UPDATE SET size = excluded.size, mtime = excluded.mtime, sha = excluded.sha",
+                    (workspace, info.name, info.size, info.mtime, sha),
+                )
+        for name in gone:
+            with self._db.connection("update the memory index in") as conn, conn.transaction():
+                conn.execute("DELETE FROM ctxkeep_index_chunk WHERE workspace = %s AND path = %s", (workspace, name))
+                conn.execute("DELETE FROM ctxkeep_index_file WHERE workspace = %s AND path = %s", (workspace, name))
+        return Update(files=len(changed), removed=len(gone), chunks=chunks, embedded=0)
+
+    def rebuild(self) -> Update:
+        """Forget every file and index them all again."""
+        with self._db.connection("clear the memory index in") as conn, conn.transaction():
+            conn.execute("DELETE FROM ctxkeep_index_chunk WHERE workspace = %s", (self._db.workspace_id,))
+            conn.execute("DELETE FROM ctxkeep_index_file WHERE workspace = %s", (self._db.workspace_id,))
+        return self.update()
+
+    def stats(self) -> dict[str, int]:
+        """How many files, chunks and vectors (none) the index holds."""
+        with self._db.connection("read the memory index in") as conn:
+            files = conn.execute(
+                "SELECT count(*) FROM ctxkeep_index_file WHERE workspace = %s", (self._db.workspace_id,)
+            ).fetchone()[0]
+            chunks = conn.execute(
+                "SELECT count(*) FROM ctxkeep_index_chunk WHERE workspace = %s", (self._db.workspace_id,)
+            ).fetchone()[0]
+        return {"files": int(files), "chunks": int(chunks), "vectors": 0}
+
+    # --- what search asks (search.FullTextIndex) ------------------------------------
+
+    def full_text(self, query: str, source: str | None, limit: int) -> list[int]:
+        """At most `limit` chunks holding any word of `query`, best first by FTS5's BM25, ties by id."""
+        terms = [t for t in query_terms(query) if self._lexemes(t)]
+        if not terms:
+            return []
+        workspace = self._db.workspace_id
+        with self._db.connection("search the memory index in") as conn:
+            rows, tokens = conn.execute(
+                "SELECT count(*), coalesce(sum(length), 0) FROM ctxkeep_index_chunk WHERE workspace = %s",
+                (workspace,),
+            ).fetchone()
+            # Each word's IDF over the whole index, every source, as FTS5 counts it.
+            hits = [
+                conn.execute(
+                    "SELECT count(*) FROM ctxkeep_index_chunk WHERE workspace = %s AND terms @@ %s::tsquery",
+                    (workspace, self._tsquery(t)),
+                ).fetchone()[0]
+                for t in terms
+            ]
+            found = conn.execute(
+                "SELECT c.id, c.length, u.lexeme, cardinality(u.positions) FROM ctxkeep_index_chunk c,"
+                " unnest(c.terms) u WHERE c.workspace = %s AND c.terms @@ %s::tsquery"
+                + (" AND c.source = %s" if source else "")
+                + " AND (u.lexeme = ANY(%s) OR u.lexeme LIKE ANY(%s))",
+                (
+                    workspace,
+                    " | ".join(f"({self._tsquery(t)})" for t in terms),
+                    *([source] if source else []),
+                    [lexeme for t in terms for lexeme in self._lexemes(t)],
+                    [t + "%" for t in terms if _prefix(t)],
+                ),
+            ).fetchall()
+        lengths: dict[int, int] = {}
+        counts: dict[int, Counter[str]] = {}
+        for chunk, length, lexeme, count in found:
+            lengths[chunk] = length
+            counts.setdefault(chunk, Counter())[lexeme] += count
+        average = tokens / rows if rows else 0.0
+        score = {
+            chunk: _bm25(
+                [self._count(t, counts[chunk]) for t in terms], hits, (rows, lengths[chunk] / average if average else 0)
+            )
+            for chunk in counts
+        }
+        return sorted(score, key=lambda c: (-score[c], c))[:limit]
+
+    def holding(self, term: str, candidates: Sequence[int]) -> set[int]:
+        """Those of `candidates` that hold the word `term`."""
+        if not self._lexemes(term) or not candidates:
+            return set()
+        with self._db.connection("search the memory index in") as conn:
+            rows = conn.execute(
+                "SELECT id FROM ctxkeep_index_chunk WHERE workspace = %s AND id = ANY(%s) AND terms @@ %s::tsquery",
+                (self._db.workspace_id, list(candidates), self._tsquery(term)),
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    def anywhere(self, term: str, source: str | None) -> bool:
+        """Whether any chunk of `source` holds the word `term`."""
+        if not self._lexemes(term):
+            return False
+        with self._db.connection("search the memory index in") as conn:
+            row = conn.execute(
+                "SELECT 1 FROM ctxkeep_index_chunk WHERE workspace = %s AND terms @@ %s::tsquery"
+                + (" AND source = %s" if source else "")
+                + " LIMIT 1",
+                (self._db.workspace_id, self._tsquery(term), *([source] if source else [])),
+            ).fetchone()
+        return row is not None
+
+    def chunks(self, ids: Sequence[int]) -> dict[int, tuple[str, int, int, str, str]]:
+        """Each chunk's path, first and last line, text and source."""
+        with self._db.connection("search the memory index in") as conn:
+            rows = conn.execute(
+                "SELECT id, path, start_line, end_line, text, source FROM ctxkeep_index_chunk"
+                " WHERE workspace = %s AND id = ANY(%s)",
+                (self._db.workspace_id, list(ids)),
+            ).fetchall()
+        return {row[0]: (row[1], row[2], row[3], row[4], row[5]) for row in rows}
+
+    def line_counts(self, lines: list[str], terms: list[str]) -> list[int]:
+        """How many of `terms` each line holds, its words stemmed as the chunks' are."""
+        if not terms:
+            return [0] * len(lines)
+        held = [Counter(words) for words in stems([index_terms(line) for line in lines])]
+        return [sum(1 for t in terms if self._count(t, words)) for words in held]
+
+    # --- words --------------------------------------------------------------------
+
+    def _lexemes(self, term: str) -> list[str]:
+        """A query word as the index stores it (one lexeme, or a few when the tokenizer splits it)."""
+        if term not in self._stems:
+            self._stems[term] = [w for w in stems([index_terms(term)])[0] if len(w.encode()) <= _MAX_LEXEME_BYTES]
+        return self._stems[term]
+
+    def _tsquery(self, term: str) -> str:
+        """A tsquery of one word: its lexemes quoted (taken verbatim); a single CJK character matches the pairs it
+        starts, as FTS5's prefix query does."""
+        return " & ".join(_quoted(w) + (":*" if _prefix(term) else "") for w in self._lexemes(term))
+
+    def _count(self, term: str, words: Counter[str]) -> int:
+        """How often a chunk with `words` (lexeme counts) holds `term`; a split word counts as its rarest part."""
+        if _prefix(term):
+            return sum(n for w, n in words.items() if w.startswith(term))
+        return min((words.get(w, 0) for w in self._lexemes(term)), default=0)
+
+
+def _prefix(term: str) -> bool:
+    return len(term) == 1 and is_cjk(term)
+
+
+def _quoted(lexeme: str) -> str:
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _rows(pieces: Sequence[Chunk]) -> list[tuple[str, str, int, int, str, int, str]]:
+    """The rows of chunks: path, source, lines, text, length in words, and their tsvector literal."""
+    words = stems([index_terms(c.text) for c in pieces])
+    out = []
+    for chunk, said in zip(pieces, words, strict=True):
+        counts = Counter(w for w in said if len(w.encode()) <= _MAX_LEXEME_BYTES)
+        vector = " ".join(
+            f"{_quoted(w)}:{','.join(str(i) for i in range(1, min(n, _MAX_POSITIONS) + 1))}" for w, n in counts.items()
+        )
+        source = source_of(chunk.path) or "memory"
+        out.append((chunk.path, source, chunk.start_line, chunk.end_line, chunk.text, len(said), vector))
+    return out
+
+
+def _bm25(counts: list[int], hits: list[int], shape: tuple[int, float]) -> float:
+    """FTS5's BM25 of a chunk: `counts` of each query word in it, `hits` the chunks holding each, `shape` the
+    index's number of chunks and the chunk's length over the average."""
+    rows, relative = shape
+    score = 0.0
+    for count, hit in zip(counts, hits, strict=True):
+        if count:
+            idf = _idf(rows, hit)
+            score += idf * (count * (_K1 + 1.0)) / (count + _K1 * (1.0 - _B + _B * relative))
+    return score
+
+
+def _idf(rows: int, hit: int) -> float:
+    idf = math.log((0.5 + rows - hit) / (0.5 + hit))
+    return idf if idf > 0.0 else 1e-6
+
+
+def _say_full_text_only(store: IndexDatabase) -> None:
+    """Say once per process that memory search on PostgreSQL uses full text only, and why."""
+    global _said_full_text_only
+    if _said_full_text_only:
+        return
+    _said_full_text_only = True
+    with store.connection("read the extensions of") as conn:
+        row = conn.execute("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'").fetchone()
+    why = "vectors in PostgreSQL are not kept yet" if row[0] else "the server has no `vector` extension (pgvector)"
+    log.warning("memory search on PostgreSQL uses full text only: %s", why)
