@@ -126,6 +126,16 @@ class PostgresIndex:
             conn.execute("DELETE FROM ctxkeep_index_file WHERE workspace = %s", (self._db.workspace_id,))
         return self.update()
 
+    def add_chunks(self, chunks: Sequence[Chunk]) -> int:
+        """Index chunks that no file holds (benchmarks, tests); how many vectors were computed (none here)."""
+        with self._db.connection("update the memory index in") as conn, conn.transaction(), conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO ctxkeep_index_chunk (workspace, path, source, start_line, end_line, text, length, terms)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s::tsvector)",
+                [(self._db.workspace_id, *row) for row in _rows(chunks)],
+            )
+        return 0
+
     def stats(self) -> dict[str, int]:
         """How many files, chunks and vectors (none) the index holds."""
         with self._db.connection("read the memory index in") as conn:
