@@ -1,11 +1,12 @@
 """Memory's search index kept in the workspace's PostgreSQL database, shared by every process that opens it.
 
     ctxkeep_index_file    each indexed file (MEMORY.md, day logs, archive): size, time, sha256 of its bytes
-    ctxkeep_index_chunk   its chunks (`chunks.py`): line range, text, and their words in a tsvector (GIN)
+    ctxkeep_index_chunk   its chunks (`chunks.py`): line range, text, their words in a tsvector (GIN), and how
+                          often each occurs (jsonb), for BM25
 
 The words are those of the SQLite index: `terms.index_terms` (Chinese cut into pairs), stemmed by SQLite's own
 ``porter unicode61`` tokenizer (`terms.stems`), stored verbatim as lexemes (no text search configuration
-touches them: ``simple`` at its simplest), each with as many positions as it occurs (its count, for BM25).
+touches them: ``simple`` at its simplest).
 So the candidates, their order (FTS5's BM25, computed from the same counts) and the words each holds are
 the SQLite index's, and `ctxkeep.memory.search` ranks them by its one rule.
 
@@ -17,8 +18,8 @@ Vectors (pgvector) are not kept here: search on PostgreSQL is full text only, sa
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
-import math
 from collections import Counter
 from collections.abc import Sequence
 
@@ -35,10 +36,13 @@ log = logging.getLogger("ctxkeep")
 # FTS5's BM25 constants (fts5_aux.c), so the candidates come in the SQLite index's order.
 _K1 = 1.2
 _B = 0.75
-# A tsvector keeps at most 256 positions of a lexeme and lexemes of under 2 KB.
-_MAX_POSITIONS = 256
+# A tsvector keeps lexemes of under 2 KB.
 _MAX_LEXEME_BYTES = 2046
 _said_full_text_only = False
+_INSERT = (
+    "INSERT INTO ctxkeep_index_chunk (workspace, path, source, start_line, end_line, text, length, terms, counts)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, array_to_tsvector(%s::text[]), %s::jsonb)"
+)
 
 
 class PostgresIndex:
@@ -102,11 +106,7 @@ class PostgresIndex:
                         "DELETE FROM ctxkeep_index_chunk WHERE workspace = %s AND path = %s", (workspace, info.name)
                     )
                     with conn.cursor() as cursor:
-                        cursor.executemany(
-                            "INSERT INTO ctxkeep_index_chunk (workspace, path, source, start_line, end_line, text,"
-                            " length, terms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s::tsvector)",
-                            [(workspace, *row) for row in rows],
-                        )
+                        cursor.executemany(_INSERT, [(workspace, *row) for row in rows])
                     chunks += len(rows)
                 conn.execute(
                     "INSERT INTO ctxkeep_index_file VALUES (%s, %s, %s, %s, %s) ON CONFLICT (workspace, path)"
@@ -129,11 +129,7 @@ class PostgresIndex:
     def add_chunks(self, chunks: Sequence[Chunk]) -> int:
         """Index chunks that no file holds (benchmarks, tests); how many vectors were computed (none here)."""
         with self._db.connection("update the memory index in") as conn, conn.transaction(), conn.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO ctxkeep_index_chunk (workspace, path, source, start_line, end_line, text, length, terms)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s::tsvector)",
-                [(self._db.workspace_id, *row) for row in _rows(chunks)],
-            )
+            cursor.executemany(_INSERT, [(self._db.workspace_id, *row) for row in _rows(chunks)])
         return 0
 
     def stats(self) -> dict[str, int]:
@@ -155,45 +151,47 @@ class PostgresIndex:
         if not terms:
             return []
         workspace = self._db.workspace_id
+        matches = [self._tsquery(t) for t in terms]
+        # One statement (each round trip costs a loaded server more than the work): the index's size, each word's
+        # IDF over the whole index (every source, as FTS5 counts it), then FTS5's sum term by term in the same
+        # order of operations (fts5_aux.c), so equal scores tie as they do there.
+        hits = ", ".join("count(*) FILTER (WHERE terms @@ %s::tsquery)" for _ in terms)
+        logs = [f"ln((0.5::float8 + s.n - h.h[{i}]) / (0.5::float8 + h.h[{i}]))" for i in range(1, len(terms) + 1)]
+        idf = [f"(CASE WHEN {x} > 0.0::float8 THEN {x} ELSE 1e-6::float8 END)" for x in logs]
+        parts, args = [], []
+        for term, weight in zip(terms, idf, strict=True):
+            count, count_args = self._count_sql(term)
+            parts.append(
+                f"{weight} * ({count} * %s::float8) / ({count} + %s::float8 * (1.0::float8 - %s::float8"
+                " + %s::float8 * c.length / (s.tokens / s.n)))"
+            )
+            args += [*count_args, _K1 + 1.0, *count_args, _K1, _B, _B]
+        sql = (
+            "WITH s AS (SELECT count(*)::float8 AS n, coalesce(sum(length), 0)::float8 AS tokens"
+            " FROM ctxkeep_index_chunk WHERE workspace = %s),"
+            f" h AS (SELECT ARRAY[{hits}]::float8[] AS h FROM ctxkeep_index_chunk WHERE workspace = %s"
+            " AND terms @@ %s::tsquery)"
+            " SELECT c.id FROM ctxkeep_index_chunk c, s, h WHERE c.workspace = %s AND c.terms @@ %s::tsquery"
+            + (" AND c.source = %s" if source else "")
+            + f" ORDER BY 0.0::float8 + {' + '.join(parts)} DESC, c.id LIMIT %s"
+        )
+        anything = " | ".join(f"({m})" for m in matches)
         with self._db.connection("search the memory index in") as conn:
-            rows, tokens = conn.execute(
-                "SELECT count(*), coalesce(sum(length), 0) FROM ctxkeep_index_chunk WHERE workspace = %s",
-                (workspace,),
-            ).fetchone()
-            # Each word's IDF over the whole index, every source, as FTS5 counts it.
-            hits = [
-                conn.execute(
-                    "SELECT count(*) FROM ctxkeep_index_chunk WHERE workspace = %s AND terms @@ %s::tsquery",
-                    (workspace, self._tsquery(t)),
-                ).fetchone()[0]
-                for t in terms
-            ]
             found = conn.execute(
-                "SELECT c.id, c.length, u.lexeme, cardinality(u.positions) FROM ctxkeep_index_chunk c,"
-                " unnest(c.terms) u WHERE c.workspace = %s AND c.terms @@ %s::tsquery"
-                + (" AND c.source = %s" if source else "")
-                + " AND (u.lexeme = ANY(%s) OR u.lexeme LIKE ANY(%s))",
+                sql,
                 (
                     workspace,
-                    " | ".join(f"({self._tsquery(t)})" for t in terms),
+                    *matches,
+                    workspace,
+                    anything,
+                    workspace,
+                    anything,
                     *([source] if source else []),
-                    [lexeme for t in terms for lexeme in self._lexemes(t)],
-                    [t + "%" for t in terms if _prefix(t)],
+                    *args,
+                    limit,
                 ),
             ).fetchall()
-        lengths: dict[int, int] = {}
-        counts: dict[int, Counter[str]] = {}
-        for chunk, length, lexeme, count in found:
-            lengths[chunk] = length
-            counts.setdefault(chunk, Counter())[lexeme] += count
-        average = tokens / rows if rows else 0.0
-        score = {
-            chunk: _bm25(
-                [self._count(t, counts[chunk]) for t in terms], hits, (rows, lengths[chunk] / average if average else 0)
-            )
-            for chunk in counts
-        }
-        return sorted(score, key=lambda c: (-score[c], c))[:limit]
+        return [row[0] for row in found]
 
     def holding(self, term: str, candidates: Sequence[int]) -> set[int]:
         """Those of `candidates` that hold the word `term`."""
@@ -249,6 +247,16 @@ class PostgresIndex:
         starts, as FTS5's prefix query does."""
         return " & ".join(_quoted(w) + (":*" if _prefix(term) else "") for w in self._lexemes(term))
 
+    def _count_sql(self, term: str) -> tuple[str, list[str]]:
+        """SQL for how often chunk ``c`` holds `term` (as `_count`), and its arguments."""
+        if _prefix(term):
+            return "(SELECT coalesce(sum(n::float8), 0) FROM jsonb_each_text(c.counts) w(k, n) WHERE k LIKE %s)", [
+                term + "%"
+            ]
+        lexemes = self._lexemes(term)
+        one = "coalesce((c.counts->>%s)::float8, 0.0::float8)"
+        return ("least(" + ", ".join([one] * len(lexemes)) + ")" if len(lexemes) > 1 else one), lexemes
+
     def _count(self, term: str, words: Counter[str]) -> int:
         """How often a chunk with `words` (lexeme counts) holds `term`; a split word counts as its rarest part."""
         if _prefix(term):
@@ -264,35 +272,26 @@ def _quoted(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def _rows(pieces: Sequence[Chunk]) -> list[tuple[str, str, int, int, str, int, str]]:
-    """The rows of chunks: path, source, lines, text, length in words, and their tsvector literal."""
+def _rows(pieces: Sequence[Chunk]) -> list[tuple[str, str, int, int, str, int, list[str], str]]:
+    """The rows of chunks: path, source, lines, text, length in words, their words and how often each occurs."""
     words = stems([index_terms(c.text) for c in pieces])
     out = []
     for chunk, said in zip(pieces, words, strict=True):
         counts = Counter(w for w in said if len(w.encode()) <= _MAX_LEXEME_BYTES)
-        vector = " ".join(
-            f"{_quoted(w)}:{','.join(str(i) for i in range(1, min(n, _MAX_POSITIONS) + 1))}" for w, n in counts.items()
-        )
         source = source_of(chunk.path) or "memory"
-        out.append((chunk.path, source, chunk.start_line, chunk.end_line, chunk.text, len(said), vector))
+        out.append(
+            (
+                chunk.path,
+                source,
+                chunk.start_line,
+                chunk.end_line,
+                chunk.text,
+                len(said),
+                list(counts),
+                json.dumps(counts),
+            )
+        )
     return out
-
-
-def _bm25(counts: list[int], hits: list[int], shape: tuple[int, float]) -> float:
-    """FTS5's BM25 of a chunk: `counts` of each query word in it, `hits` the chunks holding each, `shape` the
-    index's number of chunks and the chunk's length over the average."""
-    rows, relative = shape
-    score = 0.0
-    for count, hit in zip(counts, hits, strict=True):
-        if count:
-            idf = _idf(rows, hit)
-            score += idf * (count * (_K1 + 1.0)) / (count + _K1 * (1.0 - _B + _B * relative))
-    return score
-
-
-def _idf(rows: int, hit: int) -> float:
-    idf = math.log((0.5 + rows - hit) / (0.5 + hit))
-    return idf if idf > 0.0 else 1e-6
 
 
 def _say_full_text_only(store: IndexDatabase) -> None:

@@ -74,7 +74,8 @@ MIGRATIONS: tuple[str, ...] = (
     );
     """,
     # 2: memory's search index (ctxkeep.memory.pgindex): the indexed files by content hash, and their chunks
-    # with their words (terms.py's, stemmed as SQLite's porter tokenizer does) in a tsvector under GIN.
+    # with their words (terms.py's, stemmed as SQLite's porter tokenizer does) in a tsvector under GIN, and how
+    # often each occurs (for BM25: a tsvector's counts cost an unnest of every matching row to read).
     """
     CREATE TABLE ctxkeep_index_file (
         workspace integer NOT NULL REFERENCES ctxkeep_workspace ON DELETE CASCADE,
@@ -93,7 +94,8 @@ MIGRATIONS: tuple[str, ...] = (
         end_line integer NOT NULL,
         text text NOT NULL,
         length integer NOT NULL,
-        terms tsvector NOT NULL
+        terms tsvector NOT NULL,
+        counts jsonb NOT NULL
     );
     CREATE INDEX ctxkeep_index_chunk_path ON ctxkeep_index_chunk (workspace, path);
     CREATE INDEX ctxkeep_index_chunk_terms ON ctxkeep_index_chunk USING gin (terms);
