@@ -167,9 +167,10 @@ class PostgresIndex:
             )
             args += [*count_args, _K1 + 1.0, *count_args, _K1, _B, _B]
         sql = (
-            "WITH s AS (SELECT count(*)::float8 AS n, coalesce(sum(length), 0)::float8 AS tokens"
+            # MATERIALIZED: once each; a planner without statistics yet (a new index) re-ran them per row.
+            "WITH s AS MATERIALIZED (SELECT count(*)::float8 AS n, coalesce(sum(length), 0)::float8 AS tokens"
             " FROM ctxkeep_index_chunk WHERE workspace = %s),"
-            f" h AS (SELECT ARRAY[{hits}]::float8[] AS h FROM ctxkeep_index_chunk WHERE workspace = %s"
+            f" h AS MATERIALIZED (SELECT ARRAY[{hits}]::float8[] AS h FROM ctxkeep_index_chunk WHERE workspace = %s"
             " AND terms @@ %s::tsquery)"
             " SELECT c.id FROM ctxkeep_index_chunk c, s, h WHERE c.workspace = %s AND c.terms @@ %s::tsquery"
             + (" AND c.source = %s" if source else "")
