@@ -211,3 +211,22 @@ def test_a_database_of_schema_1_migrates_to_the_index_tables(postgres_url: str) 
     finally:
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def test_two_processes_updating_at_once_index_each_file_once(postgres_url: str) -> None:
+    import threading
+
+    name = f"search/{uuid.uuid4().hex}"
+    with PostgresStore(postgres_url, name) as first, PostgresStore(postgres_url, name) as second:
+        _fill(first, 3)
+        with MemoryIndex(MemoryFolder()) as alone:
+            _fill(alone.store, 3)
+            alone.update()
+            want = alone.stats()["chunks"]
+        indexes = [open_index(first), open_index(second)]
+        threads = [threading.Thread(target=index.update) for index in indexes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert [index.stats()["chunks"] for index in indexes] == [want, want]
