@@ -16,6 +16,10 @@ with `--conversations` conversations (8) each sending `--requests` requests (10)
 of conversation c going to process (c + i) mod N, so every conversation moves between processes; the upstream
 is tests/validating_server.py's local server (it answers at once). Needs the postgres and serve extras and the
 server programs (apt-get install postgresql).
+
+`--search 2000` (0: skip): memory search, full text (`mode="fts"`, k=5), p50 and p95 ms of `--queries` queries
+over that many chunks (synthetic notes: Zipf-distributed words, some Chinese), in the folder's SQLite index and
+in PostgreSQL's (ctxkeep.memory.pgindex) on each store named; 10000 is the issue's size.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -108,6 +113,33 @@ def stores(kind: str, tmp: Path) -> Iterator[Callable[[str], Store]]:
                 store.close()
 
 
+def search_times(open_index: Callable[[], Any], chunks: int, queries: int) -> tuple[float, list[float]]:
+    """Seconds to index `chunks` synthetic chunks, and seconds per full-text search of `queries` queries."""
+    import random
+
+    from ctxkeep.memory.chunks import Chunk
+    from ctxkeep.memory.search import search
+
+    rng = random.Random(7)
+    vocabulary = [f"w{i}" for i in range(5000)] + ["部署", "数据库", "缓存", "用户", "迁移"]
+    weights = [1 / (rank + 1) for rank in range(len(vocabulary))]
+    notes = [
+        Chunk(f"memory/2026-01-{1 + i % 28:02d}.md", i + 1, i + 3, " ".join(rng.choices(vocabulary, weights, k=60)))
+        for i in range(chunks)
+    ]
+    asked = [" ".join(rng.choices(vocabulary[:2000], k=3)) for _ in range(queries)]
+    with open_index() as index:
+        started = time.perf_counter()
+        index.add_chunks(notes)
+        indexed = time.perf_counter() - started
+        times = []
+        for query in asked:
+            started = time.perf_counter()
+            search(index, query, k=5, mode="fts")
+            times.append(time.perf_counter() - started)
+    return indexed, times
+
+
 def serve_rate(url: str, processes: int, conversations: int, requests: int) -> tuple[float, int]:
     """Requests per second through `processes` proxies on the database at `url`, and the requests that failed."""
     import subprocess
@@ -183,6 +215,8 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=32_000, help="the window (0: never compact)")
     parser.add_argument("--reopen", type=int, default=2_000, help="live messages of the reopened workspace (0: skip)")
     parser.add_argument("--stores", default="folder,socket,tcp", help="any of folder, socket, tcp")
+    parser.add_argument("--search", type=int, default=2_000, help="chunks of the memory search timing (0: skip)")
+    parser.add_argument("--queries", type=int, default=100, help="queries of the memory search timing")
     parser.add_argument("--serve", default="", help="serve processes to measure, e.g. 1,2,4 (default: none)")
     parser.add_argument("--conversations", type=int, default=8, help="conversations at once, for --serve")
     parser.add_argument("--requests", type=int, default=10, help="requests of each conversation, for --serve")
@@ -207,6 +241,22 @@ def main() -> None:
                     held, times = reopen(lambda name=name: open_store(name), args.reopen)  # type: ignore[misc]
                     line += f"   {held:,} live: best {min(times):.3f} s, median {statistics.median(times):.3f} s"
                 print(line, flush=True)
+    if args.search:
+        print(f"memory search, full text, k=5: {args.search:,} chunks, {args.queries} queries; ms per search")
+        with tempfile.TemporaryDirectory() as tmp:
+            for kind in args.stores.split(","):
+                with stores(kind, Path(tmp)) as open_store:
+                    store = open_store(f"search-{uuid.uuid4().hex}")
+                    indexed, times = search_times(lambda store=store: _index(store), args.search, args.queries)
+                    where = "SQLite" if kind == "folder" else "PostgreSQL"
+                    print(f"{kind:>7} {where:>10} {_ms(times)}   (indexed in {indexed:.1f} s)", flush=True)
+
+
+def _index(store: Store) -> Any:
+    """The memory index a search of `store` uses (a folder's SQLite file, or the PostgreSQL database's)."""
+    from ctxkeep.memory.search import open_index
+
+    return open_index(store)
 
 
 if __name__ == "__main__":

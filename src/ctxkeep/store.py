@@ -14,7 +14,7 @@ import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +204,21 @@ class Store(Protocol):
     def index_path(self) -> str | None:
         """Where memory's SQLite search index lives on this machine, or None when the store keeps no local
         files: the index is then built in memory from the files at each search (full text and vectors alike)."""
+        ...
+
+
+@runtime_checkable
+class IndexDatabase(Protocol):
+    """A store whose database keeps memory's search index itself (PostgreSQL), shared by every process that opens
+    the workspace, instead of a SQLite file on one machine (`Store.index_path`)."""
+
+    @property
+    def workspace_id(self) -> int:
+        """The workspace's key in the database's tables."""
+        ...
+
+    def connection(self, doing: str) -> contextlib.AbstractContextManager[Any]:
+        """A database connection for the block; errors become a `StorageError` that says what `doing` failed."""
         ...
 
 

@@ -195,8 +195,7 @@ def _embedder(args: argparse.Namespace, *, resident: bool = False) -> Embedder |
 
 
 def _search(folder: Store, args: argparse.Namespace) -> int:
-    from .index import MemoryIndex
-    from .search import search
+    from .search import open_index, search
 
     if args.k < 1:
         raise ValueError(f"-k must be 1 or more; got {args.k}")
@@ -204,7 +203,7 @@ def _search(folder: Store, args: argparse.Namespace) -> int:
     limit = {} if args.min_relevance is None else {"min_relevance": args.min_relevance}
     if args.min_relevance is not None and not 0 <= args.min_relevance <= 100:
         raise ValueError(f"--min-relevance must be a number from 0 to 100; got {args.min_relevance:g}")
-    with MemoryIndex(folder, embedder=_embedder(args, resident=not args.no_resident)) as index:
+    with open_index(folder, embedder=_embedder(args, resident=not args.no_resident)) as index:
         index.update()
         hits = search(index, args.query, k=args.k, source=source, mode=args.mode, **limit)
     for hit in hits:
@@ -243,9 +242,9 @@ def _write(folder: Store, args: argparse.Namespace) -> int:
 
 
 def _index(folder: Store, args: argparse.Namespace) -> int:
-    from .index import MemoryIndex
+    from .search import open_index
 
-    with MemoryIndex(folder, embedder=_embedder(args)) as index:
+    with open_index(folder, embedder=_embedder(args)) as index:
         started = time.perf_counter()
         done = index.rebuild() if args.rebuild else index.update()
         stats = index.stats()

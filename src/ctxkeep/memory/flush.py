@@ -167,10 +167,9 @@ def flush(
 
 def _search(store: Store, query: str) -> str:
     """What memory already holds about `query` (full text only: the flush must stay cheap)."""
-    from .index import MemoryIndex
-    from .search import search
+    from .search import open_index, search
 
-    with MemoryIndex(store) as index:
+    with open_index(store) as index:
         index.update()
         hits = search(index, query, k=5, source="memory")
     return "\n".join(f"- {h.text[:300]}" for h in hits) or "(nothing saved about this)"

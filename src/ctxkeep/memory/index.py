@@ -189,8 +189,7 @@ class MemoryIndex:
 
     def files(self) -> list[FileInfo]:
         """The workspace files the index covers: MEMORY.md, the day logs, the archive."""
-        listed = [*self.store.memory_files(), *self.store.archive_files()]
-        return [f for f in listed if source_of(f.name) is not None]
+        return indexed_files(self.store)
 
     def update(self) -> Update:
         """Bring the index up to date with the files: new and changed ones re-indexed, removed ones dropped."""
@@ -202,11 +201,7 @@ class MemoryIndex:
         for group in _groups(changed):
             loaded: list[tuple[FileInfo, bytes, str, list[Chunk] | None]] = []
             for info in group:
-                data = (
-                    self.store.read_memory(info.name)
-                    if source_of(info.name) == "memory"
-                    else _archived(self.store, info)
-                )
+                data = read_indexed(self.store, info)
                 if data is None:  # removed since the listing
                     gone.append(info.name)
                     continue
@@ -266,13 +261,7 @@ class MemoryIndex:
         return count
 
     def _chunk(self, name: str, data: bytes) -> list[Chunk]:
-        if source_of(name) == "dialog":
-            return dialog_chunks(name, data)
-        # Imported here: the tokenizer costs a search that finds nothing changed ~60 ms it does not need.
-        from ctxkeep.tokens import get_counter
-
-        counter = get_counter("o200k_base")
-        return markdown_chunks(name, data.decode("utf-8", errors="replace"), counter.count_texts)
+        return file_chunks(name, data)
 
     def _drop(self, name: str) -> None:
         ids = [row[0] for row in self._db.execute("SELECT id FROM chunks WHERE path = ?", (name,))]
@@ -359,6 +348,28 @@ class MemoryIndex:
             [(i, cached[sha], source) for i, sha, _, source in rows],
         )
         return len(missing)
+
+
+def indexed_files(store: Store) -> list[FileInfo]:
+    """The files of `store` that memory search covers: MEMORY.md, the day logs, the archive."""
+    listed = [*store.memory_files(), *store.archive_files()]
+    return [f for f in listed if source_of(f.name) is not None]
+
+
+def read_indexed(store: Store, info: FileInfo) -> bytes | None:
+    """The bytes of an indexed file, None when it is gone since the listing."""
+    return store.read_memory(info.name) if source_of(info.name) == "memory" else _archived(store, info)
+
+
+def file_chunks(name: str, data: bytes) -> list[Chunk]:
+    """The chunks the index keeps of file `name`: a message each of an archive file, ~400 tokens of Markdown."""
+    if source_of(name) == "dialog":
+        return dialog_chunks(name, data)
+    # Imported here: the tokenizer costs a search that finds nothing changed ~60 ms it does not need.
+    from ctxkeep.tokens import get_counter
+
+    counter = get_counter("o200k_base")
+    return markdown_chunks(name, data.decode("utf-8", errors="replace"), counter.count_texts)
 
 
 def _groups(files: Sequence[FileInfo], limit: int = _GROUP_BYTES) -> Iterator[list[FileInfo]]:

@@ -19,10 +19,16 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from ctxkeep.store import IndexDatabase, Store
+
+from .embed import Embedder
 from .index import SOURCES, MemoryIndex
 from .terms import content_terms, index_terms, is_cjk, match_query, match_term, query_terms
+
+if TYPE_CHECKING:
+    from .pgindex import PostgresIndex
 
 Mode = Literal["hybrid", "fts", "vector"]
 MODES: tuple[Mode, ...] = ("hybrid", "fts", "vector")
@@ -90,8 +96,43 @@ class Hit:
         }
 
 
+class FullTextIndex(Protocol):
+    """An index kept outside SQLite (PostgreSQL's, `ctxkeep.memory.pgindex`): it gives the candidates and the
+    chunks, `search` ranks them by the same rule as the SQLite index's. Words are `terms.query_terms`'."""
+
+    def full_text(self, query: str, source: str | None, limit: int) -> list[int]:
+        """At most `limit` chunks holding any word of `query`, best first (BM25 as FTS5's, ties by id)."""
+        ...
+
+    def holding(self, term: str, candidates: Sequence[int]) -> set[int]:
+        """Those of `candidates` that hold the word `term`."""
+        ...
+
+    def anywhere(self, term: str, source: str | None) -> bool:
+        """Whether any chunk of `source` holds the word `term`."""
+        ...
+
+    def chunks(self, ids: Sequence[int]) -> dict[int, tuple[str, int, int, str, str]]:
+        """Each chunk's path, first and last line, text and source."""
+        ...
+
+    def line_counts(self, lines: list[str], terms: list[str]) -> list[int]:
+        """How many of `terms` each line holds, read as the index reads its chunks."""
+        ...
+
+
+def open_index(store: Store, *, embedder: Embedder | None = None) -> MemoryIndex | PostgresIndex:
+    """The index to search `store` with: the one its database keeps (PostgreSQL), else the SQLite one (a local
+    file, or one in memory built from the files). Close it, or use ``with``; `update` it before searching."""
+    if isinstance(store, IndexDatabase):
+        from .pgindex import PostgresIndex
+
+        return PostgresIndex(store, embedder=embedder)
+    return MemoryIndex(store, embedder=embedder)
+
+
 def search(
-    index: MemoryIndex,
+    index: MemoryIndex | FullTextIndex,
     query: str,
     *,
     k: int = 5,
@@ -109,14 +150,17 @@ def search(
         raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
     if isinstance(min_relevance, bool) or not isinstance(min_relevance, int | float) or not 0 <= min_relevance <= 100:
         raise ValueError(f"min_relevance must be a number from 0 to 100; got {min_relevance!r}")
+    # Vectors live in the SQLite index only (sqlite-vec); another index gives full-text candidates.
+    sqlite = index if isinstance(index, MemoryIndex) else None
+    text = _Sqlite(index) if isinstance(index, MemoryIndex) else index
     wanted = k * _CANDIDATES
-    fts = _fts(index, query, source, wanted) if mode != "vector" else []
-    use_vectors = mode != "fts" and index.vectors and bool(query.strip())
-    vector = array("f", _embed(index, query)).tobytes() if use_vectors else None
-    nearest = _nearest(index, vector, source, wanted) if vector is not None else {}
+    fts = text.full_text(query, source, wanted) if mode != "vector" else []
+    vectors = sqlite if sqlite is not None and sqlite.vectors and mode != "fts" and query.strip() else None
+    vector = array("f", _embed(vectors, query)).tobytes() if vectors is not None else None
+    nearest = _nearest(vectors, vector, source, wanted) if vectors is not None and vector is not None else {}
     candidates = list(dict.fromkeys([*fts, *nearest]))
-    words = _words(index, query, source, candidates) if mode != "vector" else {}
-    meaning = _meanings(index, vector, candidates, nearest) if vector is not None else {}
+    words = _words(text, query, source, candidates) if mode != "vector" else {}
+    meaning = _meanings(vectors, vector, candidates, nearest) if vectors is not None and vector is not None else {}
     fts_rank = {c: r for r, c in enumerate(fts, 1)}
     vector_rank = {c: r for r, c in enumerate(nearest, 1)}
     scored = []
@@ -130,29 +174,54 @@ def search(
     # (reciprocal rank fusion: `1 / (60 + rank)` from each list a chunk is in).
     fused = {c: sum(1 / (RRF_K + r[c]) for r in (fts_rank, vector_rank) if c in r) for c in candidates}
     scored.sort(key=lambda s: (-round(s[0], 6), -fused[s[1]], s[1]))
+    rows = text.chunks([chunk for _, chunk, _, _ in scored[:k]])
     hits = [
-        _hit(index, chunk, relevance, (w, m), (fts_rank.get(chunk), vector_rank.get(chunk)))
+        _hit(rows[chunk], relevance, (w, m), (fts_rank.get(chunk), vector_rank.get(chunk)))
         for relevance, chunk, w, m in scored[:k]
     ]
-    return _with_lines(index, hits, content_terms(query_terms(query)))
+    return _with_lines(text, hits, content_terms(query_terms(query)))
+
+
+class _Sqlite:
+    """The SQLite index (FTS5) as a `FullTextIndex`."""
+
+    def __init__(self, index: MemoryIndex) -> None:
+        self.db = index.db
+
+    def full_text(self, query: str, source: str | None, limit: int) -> list[int]:
+        expression = match_query(query)
+        if expression is None:
+            return []
+        sql = (
+            "SELECT c.id FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid WHERE chunks_fts MATCH ?"
+            + (" AND c.source = ?" if source else "")
+            + " ORDER BY bm25(chunks_fts), c.id LIMIT ?"
+        )
+        args = (expression, source, limit) if source else (expression, limit)
+        return [row[0] for row in self.db.execute(sql, args)]
+
+    def holding(self, term: str, candidates: Sequence[int]) -> set[int]:
+        marks = ",".join("?" * len(candidates))
+        sql = f"SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid IN ({marks})"
+        return {row[0] for row in self.db.execute(sql, (match_term(term), *candidates))}
+
+    def anywhere(self, term: str, source: str | None) -> bool:
+        sql = "SELECT 1 FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid WHERE chunks_fts MATCH ?"
+        sql += " AND c.source = ? LIMIT 1" if source else " LIMIT 1"
+        args = (match_term(term), source) if source else (match_term(term),)
+        return self.db.execute(sql, args).fetchone() is not None
+
+    def chunks(self, ids: Sequence[int]) -> dict[int, tuple[str, int, int, str, str]]:
+        sql = "SELECT path, start_line, end_line, text, source FROM chunks WHERE id = ?"
+        return {chunk: tuple(self.db.execute(sql, (chunk,)).fetchone()) for chunk in ids}
+
+    def line_counts(self, lines: list[str], terms: list[str]) -> list[int]:
+        return line_counts(self.db, lines, terms)
 
 
 def _embed(index: MemoryIndex, query: str) -> list[float]:
     assert index.embedder is not None
     return index.embedder.embed([query])[0]
-
-
-def _fts(index: MemoryIndex, query: str, source: str | None, limit: int) -> list[int]:
-    expression = match_query(query)
-    if expression is None:
-        return []
-    sql = (
-        "SELECT c.id FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid WHERE chunks_fts MATCH ?"
-        + (" AND c.source = ?" if source else "")
-        + " ORDER BY bm25(chunks_fts), c.id LIMIT ?"
-    )
-    args = (expression, source, limit) if source else (expression, limit)
-    return [row[0] for row in index.db.execute(sql, args)]
 
 
 def _nearest(index: MemoryIndex, vector: bytes, source: str | None, limit: int) -> dict[int, float]:
@@ -163,36 +232,22 @@ def _nearest(index: MemoryIndex, vector: bytes, source: str | None, limit: int) 
     return {row[0]: row[1] for row in index.db.execute(sql + " ORDER BY distance", args)}
 
 
-def _words(index: MemoryIndex, query: str, source: str | None, candidates: Sequence[int]) -> dict[int, float]:
+def _words(text: FullTextIndex, query: str, source: str | None, candidates: Sequence[int]) -> dict[int, float]:
     """Of the query's words, the share each candidate holds (common English words aside)."""
     terms = content_terms(query_terms(query))
     if not terms or not candidates:
         return {}
-    marks = ",".join("?" * len(candidates))
     held: dict[int, int] = {}
     counted = 0
     for term in terms:
-        found = [
-            row[0]
-            for row in index.db.execute(
-                f"SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid IN ({marks})",
-                (match_term(term), *candidates),
-            )
-        ]
-        if not found and is_cjk(term) and not _anywhere(index, term, source):
+        found = text.holding(term, candidates)
+        if not found and is_cjk(term) and not text.anywhere(term, source):
             # A pair of characters no chunk holds spans two words ("周四的会议" -> "四的"): not a word asked for.
             continue
         counted += 1
         for chunk in found:
             held[chunk] = held.get(chunk, 0) + 1
     return {chunk: n / counted for chunk, n in held.items()} if counted else {}
-
-
-def _anywhere(index: MemoryIndex, term: str, source: str | None) -> bool:
-    sql = "SELECT 1 FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid WHERE chunks_fts MATCH ?"
-    sql += " AND c.source = ? LIMIT 1" if source else " LIMIT 1"
-    args = (match_term(term), source) if source else (match_term(term),)
-    return index.db.execute(sql, args).fetchone() is not None
 
 
 def _meanings(
@@ -214,15 +269,12 @@ def meaning_of(cosine: float) -> float:
 
 
 def _hit(
-    index: MemoryIndex,
-    chunk: int,
+    row: tuple[str, int, int, str, str],
     relevance: float,
     halves: tuple[float | None, float | None],
     ranks: tuple[int | None, int | None],
 ) -> Hit:
-    path, start, end, text, source = index.db.execute(
-        "SELECT path, start_line, end_line, text, source FROM chunks WHERE id = ?", (chunk,)
-    ).fetchone()
+    path, start, end, text, source = row
     return Hit(
         path=path,
         start_line=start,
@@ -237,12 +289,12 @@ def _hit(
     )
 
 
-def _with_lines(index: MemoryIndex, hits: list[Hit], terms: list[str]) -> list[Hit]:
+def _with_lines(text: FullTextIndex, hits: list[Hit], terms: list[str]) -> list[Hit]:
     """The hits with the lines to show: those holding the most query words, with `CONTEXT` lines around."""
     if not hits:
         return hits
     texts = [hit.text.splitlines() or [""] for hit in hits]
-    counts = _line_counts(index, [line for lines in texts for line in lines], terms)
+    counts = text.line_counts([line for lines in texts for line in lines], terms)
     out, at = [], 0
     for hit, lines in zip(hits, texts, strict=True):
         held = counts[at : at + len(lines)]
@@ -268,12 +320,12 @@ def _shown(hit: Hit, lines: list[str], held: list[int], numbers: list[int] | Non
     return replace(hit, lines=shown)
 
 
-def _line_counts(index: MemoryIndex, lines: list[str], terms: list[str]) -> list[int]:
-    """How many of `terms` each line holds, read by the same tokenizer and stemmer as the index."""
+def line_counts(db: Any, lines: list[str], terms: list[str]) -> list[int]:
+    """How many of `terms` each line holds, read by the same tokenizer and stemmer as the index (in a temporary
+    table of the SQLite connection `db`)."""
     counts = [0] * len(lines)
     if not terms:
         return counts
-    db = index.db
     db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.shown_lines USING fts5(terms, tokenize='porter unicode61')")
     db.execute("DELETE FROM temp.shown_lines")
     db.executemany(

@@ -9,6 +9,7 @@ SQLite's trigram tokenizer would need three characters, and most Chinese words h
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 # Han, kana, Hangul, and the CJK compatibility range: scripts written without spaces between words.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
@@ -73,3 +74,24 @@ _COMMON = (
     " when where which who whom why will with would you your"
 )
 STOPWORDS = frozenset(_COMMON.split(" "))
+
+
+def stems(texts: Sequence[str]) -> list[list[str]]:
+    """Each of `texts` (`index_terms` output) as the words SQLite's full-text index keeps: ``porter unicode61``
+    (lower case, accents off, English stems: "packages" -> "packag"), in order. The tokenizer's own output, read
+    back through ``fts5vocab``, so an index kept elsewhere (PostgreSQL) finds what the SQLite index finds."""
+    import sqlite3
+
+    out: list[list[str]] = [[] for _ in texts]
+    if not texts:
+        return out
+    db = sqlite3.connect(":memory:")
+    try:
+        db.execute("CREATE VIRTUAL TABLE words USING fts5(terms, tokenize='porter unicode61')")
+        db.execute("CREATE VIRTUAL TABLE temp.instances USING fts5vocab(main, words, instance)")
+        db.executemany("INSERT INTO words (rowid, terms) VALUES (?, ?)", [(i + 1, t) for i, t in enumerate(texts)])
+        for term, doc in db.execute("SELECT term, doc FROM temp.instances ORDER BY doc, offset"):
+            out[doc - 1].append(term)
+    finally:
+        db.close()
+    return out

@@ -29,8 +29,7 @@ from ctxkeep.workspace import recall
 
 from .embed import Embedder, default_embedder
 from .files import append_daily, append_to_section, read_lines
-from .index import MemoryIndex
-from .search import MIN_RELEVANCE, Hit, search
+from .search import MIN_RELEVANCE, Hit, open_index, search
 
 # Of each hit's lines, how many characters a tool shows the model: enough to judge it; memory_read gives the rest.
 HIT_CHARS = 700
@@ -119,7 +118,7 @@ class _Memory:
     def search(self, query: str, k: int = 5, *, source: str) -> str:
         _text(query, "query")
         _whole(k, "k")
-        with MemoryIndex(self.store, embedder=self.embedder()) as index:
+        with open_index(self.store, embedder=self.embedder()) as index:
             index.update()
             hits = search(index, query, k=min(k, MAX_K), source=source, min_relevance=self.min_relevance)
         if not hits:

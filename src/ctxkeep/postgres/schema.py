@@ -18,6 +18,7 @@ from typing import Any
 MIGRATE_LOCK = 0x636B7000
 SESSION_LOCK = 0x636B7001
 MEMORY_LOCK = 0x636B7002
+INDEX_LOCK = 0x636B7003
 
 # One script per version, applied in order; never edit one that has shipped: add the next.
 MIGRATIONS: tuple[str, ...] = (
@@ -71,6 +72,33 @@ MIGRATIONS: tuple[str, ...] = (
         saved timestamptz NOT NULL DEFAULT now(),
         PRIMARY KEY (workspace, name)
     );
+    """,
+    # 2: memory's search index (ctxkeep.memory.pgindex): the indexed files by content hash, and their chunks
+    # with their words (terms.py's, stemmed as SQLite's porter tokenizer does) in a tsvector under GIN, and how
+    # often each occurs (for BM25: a tsvector's counts cost an unnest of every matching row to read).
+    """
+    CREATE TABLE ctxkeep_index_file (
+        workspace integer NOT NULL REFERENCES ctxkeep_workspace ON DELETE CASCADE,
+        path text NOT NULL,
+        size bigint NOT NULL,
+        mtime double precision NOT NULL,
+        sha text NOT NULL,
+        PRIMARY KEY (workspace, path)
+    );
+    CREATE TABLE ctxkeep_index_chunk (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        workspace integer NOT NULL REFERENCES ctxkeep_workspace ON DELETE CASCADE,
+        path text NOT NULL,
+        source text NOT NULL CHECK (source IN ('memory', 'dialog')),
+        start_line integer NOT NULL,
+        end_line integer NOT NULL,
+        text text NOT NULL,
+        length integer NOT NULL,
+        terms tsvector NOT NULL,
+        counts jsonb NOT NULL
+    );
+    CREATE INDEX ctxkeep_index_chunk_path ON ctxkeep_index_chunk (workspace, path);
+    CREATE INDEX ctxkeep_index_chunk_terms ON ctxkeep_index_chunk USING gin (terms);
     """,
 )
 VERSION = len(MIGRATIONS)
