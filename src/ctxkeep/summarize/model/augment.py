@@ -85,10 +85,13 @@ class Verbatim:
     """The verbatim parts, as `augment` needs them: `text` is what is appended after all of it (a rule the
     user wrote as a list item there is not stated again); `recovered` are the rules of the user's messages
     the previous summary carried verbatim (`verbatim.carried_rules`), stated when the model's text lacks
-    them and they are no longer carried."""
+    them and they are no longer carried. `rules_room` is what the stated rules may take, newest first: None
+    for all of them, as the extractive summary lists every rule unless its cap is squeezed (then the newest
+    within the user's budget, `verbatim.budgets`; the archive gives the rest back when room returns)."""
 
     text: str = ""
     recovered: tuple[str, ...] = ()
+    rules_room: int | None = None
 
 
 NO_VERBATIM = Verbatim()
@@ -128,15 +131,19 @@ def augment(
         notes=tuple(notes),
         failures=_failure_items(facts, language, room=limit // 5, where=partial(source_of, request)),
         rules=agents_rules(agents_md) if agents_md is not None else {},
-        stated=_stated(
-            mark_superseded(unique_keep_last([*verbatim.recovered, *facts.constraints])),
-            text,
-            room=limit // 10,
-            said=listed_lines(verbatim.text),
-            quoted=verbatim.text,
-        ),
     )
     uncut = replace(uncut, plan=_plan_items(facts, request.previous, text, room=limit // 10))
+    # every rule the model's text lacks, as far as the model's text keeps its floor beside the other fixed parts
+    fixed = _appended_len(([], [], []), (0, 0, 0), uncut, language) + len(_STATED[language]) + 6
+    room = max(0, limit - min(MODEL_FLOOR_CHARS, len(text), limit // 3) - fixed)
+    stated = _stated(
+        mark_superseded(unique_keep_last([*verbatim.recovered, *facts.constraints])),
+        text,
+        room=room if verbatim.rules_room is None else min(room, verbatim.rules_room),
+        said=listed_lines(verbatim.text),
+        quoted=verbatim.text,
+    )
+    uncut = replace(uncut, stated=stated)
     whole = uncut.text()  # what these name needs no listing
     listed = set(read) | set(modified)
     ranked = [i for i in unique([*facts.identifiers, *old["identifiers"]]) if i not in listed and i not in whole]
@@ -164,12 +171,16 @@ def augment(
 
 
 def _stated(
-    rules: Sequence[str], text: str, *, room: int, said: frozenset[str] = frozenset(), quoted: str = ""
+    rules: Sequence[str], text: str, *, room: int | None, said: frozenset[str] = frozenset(), quoted: str = ""
 ) -> tuple[str, ...]:
     """The user's rules `text` lacks verbatim and the verbatim part neither lists (`said`) nor shows whole
-    (`quoted`, its text: a rule said there is said once), newest first while they fit `room`, in the order stated."""
+    (`quoted`, its text: a rule said there is said once), in the order stated: all of them (`room` None), or the
+    newest while they fit `room` characters."""
+    missing = [r for r in rules if r not in text and r not in said and r not in quoted]
+    if room is None:
+        return tuple(missing)
     kept: list[str] = []
-    for rule in reversed([r for r in rules if r not in text and r not in said and r not in quoted]):
+    for rule in reversed(missing):
         if sum(len(r) + 3 for r in kept) + len(rule) + 3 > room:
             break
         kept.append(rule)

@@ -39,7 +39,9 @@ from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
 from ctxkeep.summarize.sections import structured
 from ctxkeep.summarize.sections.markdown import missing_sections
 from ctxkeep.summarize.verbatim import (
+    SECTIONS_FLOOR,
     SECTIONS_SKELETON,
+    budgets,
     carried,
     carried_rules,
     earlier_summaries,
@@ -128,7 +130,11 @@ class ModelSummarizer:
         try:
             # the rules its verbatim texts carried, and those a squeezed summary dropped, back from the archive
             recovered = (*recalled_rules(request.recalled), *carried_rules(request.previous))
-            verbatim = Verbatim(text=appendix, recovered=recovered)
+            # every rule the model's text lacks is stated, as the extractive summary lists them; in a squeezed
+            # cap the newest within the user's budget (the extractive floor), the archive has the rest
+            user_room, instruction_room = budgets(request.max_chars)
+            squeezed = user_room + instruction_room > max(0, request.max_chars - SECTIONS_FLOOR)
+            verbatim = Verbatim(text=appendix, recovered=recovered, rules_room=user_room if squeezed else None)
             text = self._summarize(inner, run, verbatim=verbatim, room=max(1, room))
             # a cap squeezed below the sections' minimum (the first user message keeps its floor anyway)
             return (
