@@ -4,7 +4,7 @@ checks every reply must pass.
     SummaryRequest ─► render_messages ─► plan_chunks ─┬─ one part ─► summary_prompt ─┐
                                                       └─ n parts ─► summary_prompt × n ─► merge_prompt
                                                                                        │
-        summary ◄─ augment ◄─ best valid reply ◄─ audit, retried with its reasons ◄───┘
+        summary ◄─ augment ◄─ held to the log ◄─ best valid reply ◄─ audit, retried with its reasons ◄───┘
 
 Each reply is unwrapped and must have every required section; the final one is audited and asked
 again with the reasons. When no reply is valid, `SummaryError` carries the last request and the
@@ -34,8 +34,16 @@ from ctxkeep.summarize.facts.collect import Facts, collect_facts
 from ctxkeep.summarize.model.audit import audit
 from ctxkeep.summarize.model.augment import Verbatim, augment, fit_text
 from ctxkeep.summarize.model.chunks import chunk_limit, plan_chunks
-from ctxkeep.summarize.model.prompts import Prompt, merge_prompt, render_messages, shorten, summary_prompt
-from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
+from ctxkeep.summarize.model.evidence import backed_done, span_of, without_unarchived
+from ctxkeep.summarize.model.prompts import (
+    Prompt,
+    cite_rendered,
+    merge_prompt,
+    render_messages,
+    shorten,
+    summary_prompt,
+)
+from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language, source_of
 from ctxkeep.summarize.sections import structured
 from ctxkeep.summarize.sections.markdown import missing_sections
 from ctxkeep.summarize.verbatim import (
@@ -154,6 +162,8 @@ class ModelSummarizer:
         texts = render_messages(
             request.messages, result_chars=settings.result_chars, arguments_chars=settings.arguments_chars
         )
+        # each message with its lines in the archive and each result with its call id: what items cite
+        texts = cite_rendered(texts, request.messages, lambda k: source_of(request, k, k))
         counts = self.counter.count_texts(texts)
         overhead = self._tokens(summary_prompt(request, conversation="")) + _FEEDBACK_TOKENS
         try:
@@ -185,6 +195,9 @@ class ModelSummarizer:
             partials = self._reduce(partials, request, run)
             gaps = tuple(run.gaps)
             text = self._final(lambda fb: merge_prompt(partials, request, gaps=gaps, feedback=fb), facts, language, run)
+        # held to the log: no line cited that is not archived, nothing done that no tool result shows
+        text, _ = without_unarchived(text, span_of(augmented))
+        text = backed_done(text, facts, request=augmented, language=language)
         try:
             fit = partial(
                 augment, text, augmented, agents_md=settings.agents_md, notes=tuple(run.gaps), verbatim=verbatim
