@@ -13,7 +13,7 @@ from ctxkeep.summarize import ModelSummarizer, SummaryRequest
 from ctxkeep.summarize.facts.collect import Facts, collect_facts
 from ctxkeep.summarize.model.audit import AUDIT_IDENTIFIERS, audit, reflects
 from ctxkeep.summarize.model.evidence import backed_done, span_of, unbacked, without_unarchived
-from ctxkeep.summarize.model.prompts import system_prompt
+from ctxkeep.summarize.model.prompts import system_prompt, uncite
 from ctxkeep.summarize.request import Language
 from ctxkeep.summarize.sections.markdown import parse_sections
 
@@ -215,6 +215,7 @@ def test_the_model_sees_each_message_s_lines_and_call_ids_and_its_summary_is_hel
     sent = model.requests[0].turns[0].text
     assert "[assistant] @ dialog/2026-12-05.jsonl:10\n" in sent
     assert "[tool result] bash (exit 1) `call_bad` @ dialog/2026-12-05.jsonl:13\n" in sent
+    assert "[tool result] bash (exit 1)\n1 failed" in uncite(sent) and "@ dialog/" not in uncite(sent)
     progress = parse_sections(summary)["Progress"]
     assert progress["Done"] == ["Built the app [evidence: `call_ok` exit 0]"]
     assert "Tests pass (not shown done in the log)" in progress["In Progress"]  # its lines past the span dropped too

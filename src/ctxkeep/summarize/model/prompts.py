@@ -12,6 +12,7 @@ thinking is left out. Both prompts come in English and Chinese. The rendering: d
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +26,10 @@ RESULT_CHARS = ModelSummarySettings().result_chars
 ARGUMENTS_CHARS = ModelSummarySettings().arguments_chars
 
 _SNAP = 4  # a cut moves to a line break within the last (first) quarter of the head (tail)
+# a message's first line as `cite_rendered` labels it: "[tool result] bash (exit 1) `call_1` @ dialog/D.jsonl:12"
+_CITED = re.compile(
+    r"^(\[(?:user|assistant|system|developer|tool result)\][^\n]*?)(?: `[^`\n]+`)?(?: @ dialog/[\w.-]+:\d+)?$", re.M
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -130,6 +135,11 @@ def cite_rendered(parts: Sequence[str], messages: Sequence[Message], where: Call
             head += f" @ {source}"
         out.append(head + sep + body)
     return out
+
+
+def uncite(text: str) -> str:
+    """`text` (a prompt's conversation) without the labels `cite_rendered` put on each message's first line."""
+    return _CITED.sub(r"\1", text)
 
 
 def join_rendered(parts: Sequence[str]) -> str:
