@@ -33,7 +33,6 @@ _LEFTOVERS = (
     (re.compile(r"[ \t]+$", re.MULTILINE), ""),
 )
 _UNSHOWN = {"en": "(not shown done in the log)", "zh": "（日志中未见完成）"}
-_CHECKED = re.compile(r"^\[[xX]\]\s*")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -95,7 +94,7 @@ def backed_done(text: str, facts: Facts, *, request: SummaryRequest, language: L
     if not unbacked:
         return text
     progress["Done"] = [i for i in done if i not in unbacked]
-    moved = [f"{_CHECKED.sub('', i)} {_UNSHOWN[language]}" for i in unbacked]
+    moved = [f"{i} {_UNSHOWN[language]}" for i in unbacked]  # parse_sections took the "[x]" off
     progress["In Progress"] = [*progress.get("In Progress", []), *moved]
     return render_sections(sections, language=language)
 
