@@ -195,10 +195,12 @@ def test_a_cited_line_range_outside_the_archived_span_is_dropped() -> None:
     text = _reply(
         "- [x] Built the app [evidence: `call_ok` exit 0; dialog/2026-12-05.jsonl:10-11]",
         "- `pytest -q` fails (dialog/2026-12-05.jsonl:12-40)\n- earlier (dialog/2026-12-01.jsonl:5-9)"
-        "\n- later (dialog/2026-12-06.jsonl:1-2; dialog/2026-12-05.jsonl:13)\n- reversed (dialog/2026-12-05.jsonl:9-3)",
+        "\n- later (dialog/2026-12-06.jsonl:1-2; dialog/2026-12-05.jsonl:13)\n- reversed (dialog/2026-12-05.jsonl:9-3)"
+        "\n- `main()` fails (dialog/2026-12-05.jsonl:50)",
     )
     out, dropped = without_unarchived(text, span_of(SummaryRequest(messages=_session(), source=SOURCE)))
-    assert dropped == 3
+    assert dropped == 4
+    assert "- `main()` fails\n" in out  # what the citation left is tidied, not a call's "()"
     assert "[evidence: `call_ok` exit 0; dialog/2026-12-05.jsonl:10-11]" in out  # within the span
     assert "- `pytest -q` fails\n" in out  # past the span's last line: no brackets left behind
     assert "- earlier (dialog/2026-12-01.jsonl:5-9)" in out  # an earlier dialog file is archived

@@ -26,11 +26,11 @@ _WORD = re.compile(r"[\w.:-]+")  # a call id is one of these, whole
 # what a dropped citation leaves behind: empty brackets, a dangling separator
 _LEFTOVERS = (
     (re.compile(r"\[(?:evidence: |依据：)\s*\]"), ""),
-    (re.compile(r"\(\s*[;,]?\s*\)"), ""),
+    (re.compile(r"\s+\(\s*[;,]?\s*\)"), ""),  # "item ()", not a call's "f()"
     (re.compile(r"\s*[;,]\s*(?=[\])])"), ""),
     (re.compile(r"(?<=[(\[])\s*[;,]\s*"), ""),
     (re.compile(r"(?<=: )\s*[;,]\s*"), ""),
-    (re.compile(r"[ \t]+$", re.MULTILINE), ""),
+    (re.compile(r"[ \t]+$"), ""),
 )
 _UNSHOWN = {"en": "(not shown done in the log)", "zh": "（日志中未见完成）"}
 
@@ -74,12 +74,15 @@ def without_unarchived(text: str, span: Span | None) -> tuple[str, int]:
         dropped += 1
         return ""
 
-    out = _CITE.sub(check, text)
-    if not dropped:
-        return text, 0
-    for pattern, replacement in _LEFTOVERS:
-        out = pattern.sub(replacement, out)
-    return out, dropped
+    lines = text.split("\n")
+    for j, line in enumerate(lines):
+        before = dropped
+        line = _CITE.sub(check, line)
+        if dropped > before:  # only the lines a citation left are tidied
+            for pattern, replacement in _LEFTOVERS:
+                line = pattern.sub(replacement, line)
+            lines[j] = line
+    return ("\n".join(lines), dropped) if dropped else (text, 0)
 
 
 def backed_done(text: str, facts: Facts, *, request: SummaryRequest, language: Language) -> str:
