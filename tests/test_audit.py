@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
-from ctxkeep.summarize.facts.collect import Facts
+import json
+
+import pytest
+from tests.scripted import Scripted
+
+from ctxkeep.messages import Message, ToolCall, ToolResult
+from ctxkeep.settings import ModelSummarySettings
+from ctxkeep.summarize import ModelSummarizer, SummaryRequest
+from ctxkeep.summarize.facts.collect import Facts, collect_facts
 from ctxkeep.summarize.model.audit import AUDIT_IDENTIFIERS, audit, reflects
+from ctxkeep.summarize.model.evidence import backed_done, span_of, unbacked, without_unarchived
+from ctxkeep.summarize.model.prompts import system_prompt, uncite
+from ctxkeep.summarize.request import Language
+from ctxkeep.summarize.sections.markdown import parse_sections
 
 GOOD = """\
 ## Goal
@@ -14,11 +26,11 @@ GOOD = """\
 
 ## Progress
 ### Done
-- [x] Ran `pytest tests/test_coupons.py` (exit 1)
+- (none)
 ### In Progress
 - [ ] Editing `app/coupons.py`
 ### Blocked
-- (none)
+- `pytest tests/test_coupons.py` fails (exit 1)
 
 ## Key Decisions
 - **Return 410, not 404**: the coupon existed
@@ -114,3 +126,105 @@ def test_a_subsection_inside_a_code_fence_does_not_count() -> None:
         "- The server runs on `localhost:8081`\n~~~\n## Key Decisions\n- **Return 410, not 404**\n~~~\n",
     )
     assert audit(no_decisions, FACTS)[0].startswith("`## Key Decisions` is empty")
+
+
+# --- held to the log: evidence on Done items, cited lines within the archive ------------------------------------
+
+SOURCE = "dialog/2026-12-05.jsonl:10-13"  # the four messages of `_session`
+
+
+def _session() -> tuple[Message, ...]:
+    def call(cid: str, command: str) -> Message:
+        return Message(
+            role="assistant", content=(ToolCall(id=cid, name="bash", arguments=json.dumps({"command": command})),)
+        )
+
+    return (
+        call("call_ok", "make build"),
+        Message(role="tool", content=(ToolResult(call_id="call_ok", content="built", exit_code=0),)),
+        call("call_bad", "pytest -q"),
+        Message(role="tool", content=(ToolResult(call_id="call_bad", content="1 failed", exit_code=1),)),
+    )
+
+
+def _reply(done: str, blocked: str = "- (none)") -> str:
+    return GOOD.replace("### Done\n- (none)\n", f"### Done\n{done}\n").replace(
+        "### Blocked\n- `pytest tests/test_coupons.py` fails (exit 1)\n", f"### Blocked\n{blocked}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        "- [x] Built the app [evidence: `call_ok` exit 0]",  # the call id of a successful call
+        "- [x] Built the app (dialog/2026-12-05.jsonl:10-11)",  # archived lines holding a successful call
+        "- [x] Built the app (dialog/2026-12-05.jsonl:11)",  # its result's line
+    ],
+)
+def test_a_done_item_the_log_backs_stays_done(item: str) -> None:
+    request = SummaryRequest(messages=_session(), source=SOURCE)
+    text = _reply(item)
+    assert backed_done(text, collect_facts(request.messages), request=request, language="en") == text
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        "- [x] All tests pass",  # a claim with nothing behind it: the issue's «Found: End-to-end test passes»
+        "- [x] Tests pass [evidence: `call_bad` exit 0]",  # the call it names failed
+        "- [x] Tests pass (dialog/2026-12-05.jsonl:12-13)",  # the lines it cites hold only the failed call
+    ],
+)
+def test_a_done_item_the_log_does_not_back_is_moved_to_in_progress_and_flagged(item: str) -> None:
+    request = SummaryRequest(messages=_session(), source=SOURCE)
+    facts = collect_facts(request.messages)
+    assert unbacked(_reply(item), facts) == ([] if "dialog/" in item else [item.removeprefix("- [x] ")])
+    out = parse_sections(backed_done(_reply(item), facts, request=request, language="en"))["Progress"]
+    assert out["Done"] == []
+    claim = item.removeprefix("- [x] ")
+    assert out["In Progress"][-1] == f"{claim} (not shown done in the log)"
+
+
+def test_a_done_item_the_previous_summary_listed_keeps_its_place() -> None:
+    previous = _reply("- [x] Wrote the design doc [evidence: `old_call` ok]")
+    request = SummaryRequest(messages=_session(), source=SOURCE, previous=previous)
+    assert backed_done(previous, collect_facts(request.messages), request=request, language="en") == previous
+
+
+def test_a_cited_line_range_outside_the_archived_span_is_dropped() -> None:
+    text = _reply(
+        "- [x] Built the app [evidence: `call_ok` exit 0; dialog/2026-12-05.jsonl:10-11]",
+        "- `pytest -q` fails (dialog/2026-12-05.jsonl:12-40)\n- earlier (dialog/2026-12-01.jsonl:5-9)"
+        "\n- later (dialog/2026-12-06.jsonl:1-2; dialog/2026-12-05.jsonl:13)\n- reversed (dialog/2026-12-05.jsonl:9-3)"
+        "\n- `main()` fails (dialog/2026-12-05.jsonl:50)",
+    )
+    out, dropped = without_unarchived(text, span_of(SummaryRequest(messages=_session(), source=SOURCE)))
+    assert dropped == 4
+    assert "- `main()` fails\n" in out  # what the citation left is tidied, not a call's "()"
+    assert "[evidence: `call_ok` exit 0; dialog/2026-12-05.jsonl:10-11]" in out  # within the span
+    assert "- `pytest -q` fails\n" in out  # past the span's last line: no brackets left behind
+    assert "- earlier (dialog/2026-12-01.jsonl:5-9)" in out  # an earlier dialog file is archived
+    assert "- later (dialog/2026-12-05.jsonl:13)" in out and "2026-12-06" not in out and "9-3" not in out
+    assert without_unarchived(text, None) == (text, 0)  # no place known: nothing to check against
+
+
+def test_the_model_sees_each_message_s_lines_and_call_ids_and_its_summary_is_held_to_the_log() -> None:
+    reply = _reply("- [x] Built the app [evidence: `call_ok` exit 0]\n- [x] Tests pass (dialog/2026-12-05.jsonl:12-99)")
+    model = Scripted(reply)
+    summary = ModelSummarizer(model, settings=ModelSummarySettings(audit=False)).summarize(
+        SummaryRequest(messages=_session(), source=SOURCE)
+    )
+    sent = model.requests[0].turns[0].text
+    assert "[assistant] @ dialog/2026-12-05.jsonl:10\n" in sent
+    assert "[tool result] bash (exit 1) `call_bad` @ dialog/2026-12-05.jsonl:13\n" in sent
+    assert "[tool result] bash (exit 1)\n1 failed" in uncite(sent) and "@ dialog/" not in uncite(sent)
+    progress = parse_sections(summary)["Progress"]
+    assert progress["Done"] == ["Built the app [evidence: `call_ok` exit 0]"]
+    assert "Tests pass (not shown done in the log)" in progress["In Progress"]  # its lines past the span dropped too
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_the_prompt_asks_for_the_ledger_evidence_and_provenance(language: Language) -> None:
+    text = system_prompt(language)
+    assert "### Plan\n" in text and "### Background jobs\n" in text
+    assert "dialog/DATE.jsonl:FROM-TO" in text and "call id" in text

@@ -219,3 +219,20 @@ def test_a_model_summary_that_drops_the_ledger_gets_it_back_and_carries_it() -> 
     after = model.summarize(SummaryRequest(messages=tuple(later), previous=summary))
     assert "[completed] Write the tests" in after and "[pending] Run the linter" in after
     assert "[completed] Read the exporter" in after and "[in_progress] Write the tests" not in after
+
+
+def test_a_model_summary_that_drops_the_background_jobs_gets_them_back_until_they_end() -> None:
+    model = ModelSummarizer(fixed_summary_model(), settings=ModelSummarySettings(window=8_192, max_tokens=1_024))
+    messages = [
+        Message.of("user", "Run the server and the slow tests."),
+        *started("c1", "b1", "mix phx.server"),
+        *started("c2", "b2", "mix test --slow"),
+    ]
+    first = model.summarize(SummaryRequest(messages=tuple(messages)))
+    assert "`b1` `mix phx.server` → `/tmp/t/b1.output`" in first and "`b2` `mix test --slow`" in first
+    # the next cut says nothing of b1 and reports b2 finished: b1 is carried, b2 leaves, as in the extractive one
+    ended = Message.of(
+        "user", "<task-notification>\n<task-id>b2</task-id>\n<status>completed</status>\n</task-notification>"
+    )
+    after = model.summarize(SummaryRequest(messages=(Message.of("user", "Read the docs."), ended), previous=first))
+    assert "`b1` `mix phx.server` → `/tmp/t/b1.output`" in after and "mix test --slow" not in after

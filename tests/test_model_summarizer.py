@@ -43,11 +43,11 @@ VALID = """\
 
 ## Progress
 ### Done
-- [x] Ran `pytest -q` (exit 1)
+- (none)
 ### In Progress
 - [ ] Editing `src/app.py`
 ### Blocked
-- (none)
+- `pytest -q` fails (exit 1): 1 failed
 
 ## Key Decisions
 - **Patch the parser**: the test input is valid
@@ -394,10 +394,17 @@ def test_previous_summary_reaches_the_update_prompt() -> None:
 
 
 def test_a_reply_over_the_size_is_cut_to_fit_and_stays_valid() -> None:
-    done = "".join(f"- [x] Ran step {i} of the migration with `tool --step {i}`\n" for i in range(200))
-    long = VALID.replace("- [x] Ran `pytest -q` (exit 1)\n", done)
+    done = "".join(
+        f"- [x] Ran step {i} of the migration with `tool --step {i}` [evidence: `c2` exit 0]\n" for i in range(200)
+    )
+    long = VALID.replace("### Done\n- (none)\n", f"### Done\n{done}")
     assert len(long) > 5_000
-    summary = ModelSummarizer(Scripted(long)).summarize(SummaryRequest(messages=conversation(), max_chars=3_000))
+    migrated = (
+        Message(role="assistant", content=(ToolCall(id="c2", name="bash", arguments='{"command": "tool --all"}'),)),
+        Message(role="tool", content=(ToolResult(call_id="c2", content="200 steps", exit_code=0),)),
+    )
+    request = SummaryRequest(messages=(*conversation(), *migrated), max_chars=3_000)
+    summary = ModelSummarizer(Scripted(long)).summarize(request)
     assert len(summary) <= 3_000
     assert missing_sections(summary) == []
     assert "step 199" in summary and "step 0 " not in summary  # the newest Done items stay

@@ -120,3 +120,33 @@ def test_a_rule_restated_after_it_was_superseded_stays_beside_its_marked_stateme
     rules = parse_sections(second)["Constraints & Preferences"][""]
     assert rules[-1] == "The budget cap is $500. Never exceed it."  # the newest value, unmarked
     assert any(r.startswith("Change of plan: the budget cap is $800.") and r.endswith(SUPERSEDED) for r in rules)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "i actually want you to:\n- never push to main\n- run the tests first",
+            ["never push to main", "run the tests first"],
+        ),
+        ("Please do the following:\n1. keep replies short\n2. use pytest", ["keep replies short", "use pytest"]),
+        ("What I need you to do:\n* write docs in English\n\nThat is all.", ["write docs in English"]),
+        ("I'd like you to:\nanswer in French", ["answer in French"]),
+        ("You must follow these rules:\n- no emojis", ["no emojis"]),
+        ("Make sure of this, always:\n- one commit per change", ["one commit per change"]),
+    ],
+)
+def test_a_lead_in_is_no_rule_alone_its_items_are(text: str, expected: list[str]) -> None:
+    assert rules_in(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Here is the log:\n- error 1\n- error 2",  # no ask: the items are data
+        "Could you look at this:\n- the login page",  # a one-off ask, not a standing rule
+        "Never do this:",  # nothing follows: no rule to take
+    ],
+)
+def test_a_lead_in_that_asks_nothing_makes_no_rule(text: str) -> None:
+    assert rules_in(text) == []

@@ -39,7 +39,7 @@ GOOD = """\
 
 ## Progress
 ### Done
-- [x] Migrated services
+- [x] Migrated services [evidence: `c0` exit 0]
 ### In Progress
 - (none)
 ### Blocked

@@ -17,8 +17,9 @@ from ctxkeep.messages import Message, TextBlock, ToolCall, ToolResult
 from ctxkeep.plan import Plan
 from ctxkeep.settings import MIN_SUMMARY_CHARS
 from ctxkeep.split import Split
-from ctxkeep.summarize import ExtractiveSummarizer, SummaryRequest
+from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, SummaryRequest
 from ctxkeep.summarize.facts.collect import RULE_CHARS
+from ctxkeep.summarize.testing import fixed_summary_model
 from ctxkeep.summarize.verbatim import budgets, newest_within, split_carried, with_recalled, words_left_out
 from ctxkeep.workspace.recall import recall
 from ctxkeep.writer import WriteNow
@@ -78,6 +79,24 @@ def test_a_squeezed_summary_keeps_the_newest_rules_and_the_next_one_restores_the
     # without the archive the dropped rules stay lost: the recall is what brings them back
     alone = ExtractiveSummarizer().summarize(SummaryRequest(messages=later, previous=squeezed))
     assert not all(r in alone for r in RULES) and TASK not in alone
+
+
+@pytest.mark.parametrize("first", ["extractive", "model"])
+def test_a_model_summary_after_a_squeeze_keeps_every_rule_the_extractive_one_keeps(first: str) -> None:
+    messages = _rules_session()
+    model = ModelSummarizer(fixed_summary_model())
+    squeezing = ExtractiveSummarizer() if first == "extractive" else model
+    squeezed = squeezing.summarize(SummaryRequest(messages=tuple(messages), max_chars=MIN_SUMMARY_CHARS))
+    # squeezed, the model's summary keeps the extractive floor: the newest rules within the user's budget
+    assert set(newest_within(RULES, budgets(MIN_SUMMARY_CHARS)[0])) <= {r for r in RULES if r in squeezed}
+    store = MemoryFolder()
+    append(store, Archive(), messages, date(2026, 12, 5))
+    later = (Message(role="user", content=(TextBlock(text="Now run the tests."),)),)
+    request = with_recalled(SummaryRequest(messages=later, previous=squeezed), lambda: user_messages(store))
+    floor = ExtractiveSummarizer().summarize(request)
+    restored = model.summarize(request)
+    assert all(r in floor for r in RULES)
+    assert [r for r in RULES if r not in restored] == []  # what the model's text drops is put back, every rule
 
 
 def test_the_writer_hands_the_summarizer_the_archived_words_a_squeezed_summary_left_out() -> None:

@@ -15,6 +15,7 @@ import re
 from ctxkeep.providers import Completion, Model, get_model
 from ctxkeep.providers.deterministic import DeterministicModel
 from ctxkeep.summarize.facts.identifiers import find_identifiers
+from ctxkeep.summarize.model.prompts import uncite
 from ctxkeep.summarize.sections.markdown import code_span, phrase, render_sections
 
 GOAL_CHARS = 200
@@ -32,7 +33,8 @@ def fixed_summary(request: Completion) -> str:
     to `MAX_IDENTIFIERS`
     exact identifiers of the turns, newest first, under Critical Context. With a `schema`, the same
     as a JSON object of the schema's required fields (those it does not fill empty)."""
-    turns = [turn.text for turn in request.turns if turn.role == "user" and turn.text.strip()]
+    # the conversation without the labels of each message's place in the archive, which name nothing to keep
+    turns = [uncite(turn.text) for turn in request.turns if turn.role == "user" and turn.text.strip()]
     goal: list[str] = []
     if turns:
         last = turns[-1]
@@ -51,7 +53,7 @@ def fixed_summary(request: Completion) -> str:
             goal.append(first if len(first) <= GOAL_CHARS else first[: GOAL_CHARS - 1] + "…")
     seen: dict[str, None] = {}
     for turn in reversed(request.turns):  # the newest first: the feedback of a retry comes last
-        for found in reversed(find_identifiers(turn.text)):
+        for found in reversed(find_identifiers(uncite(turn.text))):
             seen.setdefault(found.text, None)
     identifiers = [code_span(text) for text in list(seen)[:MAX_IDENTIFIERS]]
     pending = [f"{phrase('pending_ask', 'en')} {g}" for g in goal]  # not the goal's line again

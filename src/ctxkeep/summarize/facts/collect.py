@@ -86,6 +86,14 @@ _VALUE = re.compile(r"\d|`")
 SUPERSEDED = "(superseded by a later rule)"
 # a rule introducing what follows ("Body, always:") says nothing alone unless it has this many words
 _LEAD_IN_WORDS = 5
+# A lead-in that asks the agent to do what follows ("I want you to:", "Please do the following:"): the items or
+# the sentence after it are rules, whatever their own wording.
+_DIRECTIVE = re.compile(
+    r"(?i)\b(?:(?:want|need|would like|'d like|asking|ask) (?:you|u) to|do (?:the following|as follows)"
+    r"|follow(?:ing)? (?:these|this|the following|my)"
+    r"|(?:these|the following) (?:rules|instructions|steps|requirements))\b"
+    r"|请(?:你)?(?:按照|遵守|做到)|我(?:希望|需要|要)你"
+)
 _INTENT = re.compile(
     r"(?i)\b(?:let me|let's|I'll|I will|I'm going to|I am going to|now I|I'm now|next,? I|I need to|I'm)\b"
     r"|让我|我将|我会|接下来|现在|正在|下面|我先|首先"
@@ -390,7 +398,12 @@ def _scan_result(text: str, git: bool, found: list[tuple[Identifier, float]]) ->
 def _candidates(text: str) -> list[str]:
     """What a user's text could state a rule in: each list item whole (with the lines it wraps
     onto) when it is short, else its sentences; and the sentences of the prose around the items."""
-    out: list[str] = []
+    return [c for c, _ in _pieces(text)]
+
+
+def _pieces(text: str) -> list[tuple[str, bool]]:
+    """`_candidates` with, for each, whether it comes from a list item."""
+    out: list[tuple[str, bool]] = []
     item: list[str] | None = None
     prose: list[str] = []
 
@@ -398,8 +411,12 @@ def _candidates(text: str) -> list[str]:
         nonlocal item
         if item is not None:
             whole = " ".join(" ".join(item).split())
-            out.extend([whole] if len(whole) <= ITEM_CHARS else _sentences(whole))
+            out.extend((c, True) for c in ([whole] if len(whole) <= ITEM_CHARS else _sentences(whole)))
         item = None
+
+    def flush_prose() -> None:
+        out.extend((c, False) for c in _sentences("\n".join(prose)))
+        prose.clear()
 
     fenced = False
     for line in text.replace("’", "'").splitlines():
@@ -413,8 +430,7 @@ def _candidates(text: str) -> list[str]:
         mark = _ITEM_MARK.match(line)
         if mark:
             flush()
-            out.extend(_sentences("\n".join(prose)))
-            prose = []
+            flush_prose()
             item = [line[mark.end() :].replace("**", "").strip()]
         elif item is not None and line.startswith((" ", "\t")) and line.strip():
             item.append(line.strip().replace("**", ""))  # the item goes on, wrapped or with its example
@@ -422,8 +438,8 @@ def _candidates(text: str) -> list[str]:
             flush()
             prose.append(line)
     flush()
-    out.extend(_sentences("\n".join(prose)))
-    return [c for c in out if len(c) >= 4]
+    flush_prose()
+    return [(c, is_item) for c, is_item in out if len(c) >= 4]
 
 
 def rules_in(text: str) -> list[str]:
@@ -431,13 +447,28 @@ def rules_in(text: str) -> list[str]:
 
     A rule is taken whole, with its value: one that points back ("Never exceed it.") and names no
     value itself is joined to the sentence before it when that one names one ("The budget cap is
-    $500."). Questions and pasted log lines are not rules.
+    $500."). Questions and pasted log lines are not rules. A lead-in whose content follows ("I want you
+    to:", then a list) is no rule alone: when it asks the agent to do what follows, the items after it
+    (or the one sentence after it) are rules, each in the user's words.
     """
     out: list[str] = []
     previous = ""
-    for candidate in _candidates(text):
+    pieces = _pieces(text)
+    directed: set[int] = set()  # the pieces a directive lead-in introduces
+    for k, (candidate, _) in enumerate(pieces):
+        if not _leads_in(candidate) or k + 1 == len(pieces):
+            continue
+        if _DIRECTIVE.search(candidate) or _CONSTRAINT.search(candidate):
+            following = pieces[k + 1 :]
+            if following[0][1]:  # the list under it, to the first line of prose
+                directed.update(k + 1 + j for j in range(_run_of_items(following)))
+            elif not _leads_in(following[0][0]):
+                directed.add(k + 1)
+    for k, (candidate, _) in enumerate(pieces):
+        leads = _leads_in(candidate) and k + 1 < len(pieces)  # its content follows: the rule is there
         if (
-            _is_constraint(candidate)
+            not leads
+            and (k in directed or _is_constraint(candidate))
             and not _QUESTION.search(candidate)
             and not _LOG_LINE.search(candidate)
             and not _PASTED.search(candidate)
@@ -447,6 +478,16 @@ def rules_in(text: str) -> list[str]:
             out.append(candidate)
         previous = candidate
     return out
+
+
+def _leads_in(candidate: str) -> bool:
+    """True when `candidate` introduces what follows it: it ends with a colon."""
+    return candidate.rstrip().endswith((":", "："))
+
+
+def _run_of_items(pieces: Sequence[tuple[str, bool]]) -> int:
+    """How many of `pieces` from the first are list items."""
+    return next((j for j, (_, is_item) in enumerate(pieces) if not is_item), len(pieces))
 
 
 def mark_superseded(rules: Sequence[str]) -> list[str]:

@@ -2,10 +2,10 @@
 
     audit(text, facts, language) -> ["Pending user asks is missing", "the top exact identifiers ...", ...]
 
-Decisions, open TODOs, the user's rules, the pending asks, the top exact identifiers and the
-latest ask, each checked against the facts of the compacted messages (`collect_facts`); a check
-with nothing to look for passes. Each reason is written to be sent back to the model as feedback.
-The checks in full: docs/summarize.md.
+Decisions, open TODOs, the user's rules, the pending asks, the top exact identifiers, the
+evidence of Done items and the latest ask, each checked against the facts of the compacted
+messages (`collect_facts`); a check with nothing to look for passes. Each reason is written to be
+sent back to the model as feedback. The checks in full: docs/summarize.md.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import re
 
 from ctxkeep.summarize.facts.collect import Facts
 from ctxkeep.summarize.facts.identifiers import find_identifiers
+from ctxkeep.summarize.model.evidence import unbacked
 from ctxkeep.summarize.request import Language
 from ctxkeep.summarize.sections.markdown import PHRASES, Sections, is_placeholder, omitted_count, parse_sections
 
@@ -53,6 +54,13 @@ def audit(text: str, facts: Facts, language: Language = "en") -> list[str]:
         if found and not _items(sections, title):
             quoted = "; ".join(f"«{f}»" for f in found[:_SAY_ITEMS])
             reasons.append(f"`## {title}` is empty but should hold {item}, such as {quoted}")
+    unshown = unbacked(text, facts)
+    if unshown:
+        quoted = "; ".join(f"«{i}»" for i in unshown[:_SAY_ITEMS])
+        reasons.append(
+            f"{len(unshown)} Done items show no evidence, such as {quoted}: end each with the call id of the tool"
+            " result that shows it done and its lines, or move it to In Progress"
+        )
     reasons.extend(_pending_reasons(sections, facts))
     reasons.extend(_identifier_reasons(text, sections, facts))
     if facts.asks and not reflects(text, facts.asks[-1]):

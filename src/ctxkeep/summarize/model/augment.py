@@ -4,7 +4,7 @@
                                                  + the caller's notes (Not summarized)
                                                  + Tool failures, Files read, Files modified
                                                  + the Session Startup and Red Lines of AGENTS.md
-                                                 + the user's rules and the ledger's Plan it lacks
+                                                 + the user's rules and the ledger (Plan, Background jobs) it lacks
 
 The cap trims the model's text first; when the appended parts alone are too long, the identifier
 list loses its lowest-ranked items, then the file lists, each with a note of how many it no longer
@@ -20,7 +20,7 @@ from functools import partial
 
 from ctxkeep.summarize.agents_md import agents_rules
 from ctxkeep.summarize.facts.collect import Facts, collect_facts, mark_superseded, unique, unique_keep_last
-from ctxkeep.summarize.facts.ledger import COMPLETED, merge_todos, parse_todo
+from ctxkeep.summarize.facts.ledger import COMPLETED, merge_jobs, merge_todos, parse_job, parse_todo
 
 # the same failure items (tool, outcome, command, error line; 240 characters) and cap as the extractive summary
 from ctxkeep.summarize.facts.runs import MAX_FAILURES, failure_item
@@ -28,6 +28,7 @@ from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
 from ctxkeep.summarize.sections.fit import Drop, fit_sections
 from ctxkeep.summarize.sections.markdown import (
     HEADING,
+    JOBS_TITLE,
     PHRASES,
     PLAN_TITLE,
     canonical_title,
@@ -75,9 +76,10 @@ class _Uncut:
     rules: Mapping[str, str]
     stated: tuple[str, ...] = ()  # the user's rules the model's text does not carry verbatim
     plan: tuple[str, ...] = ()  # the ledger's todo items with their states, when the model's text lacks them
+    jobs: tuple[str, ...] = ()  # the ledger's background jobs still running, those the model's text lacks
 
     def text(self) -> str:
-        return "\n".join([*self.notes, *self.failures, *self.stated, *self.plan, *self.rules.values()])
+        return "\n".join([*self.notes, *self.failures, *self.stated, *self.plan, *self.jobs, *self.rules.values()])
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +87,13 @@ class Verbatim:
     """The verbatim parts, as `augment` needs them: `text` is what is appended after all of it (a rule the
     user wrote as a list item there is not stated again); `recovered` are the rules of the user's messages
     the previous summary carried verbatim (`verbatim.carried_rules`), stated when the model's text lacks
-    them and they are no longer carried."""
+    them and they are no longer carried. `rules_room` is what the stated rules may take, newest first: None
+    for all of them, as the extractive summary lists every rule unless its cap is squeezed (then the newest
+    within the user's budget, `verbatim.budgets`; the archive gives the rest back when room returns)."""
 
     text: str = ""
     recovered: tuple[str, ...] = ()
+    rules_room: int | None = None
 
 
 NO_VERBATIM = Verbatim()
@@ -128,15 +133,23 @@ def augment(
         notes=tuple(notes),
         failures=_failure_items(facts, language, room=limit // 5, where=partial(source_of, request)),
         rules=agents_rules(agents_md) if agents_md is not None else {},
-        stated=_stated(
-            mark_superseded(unique_keep_last([*verbatim.recovered, *facts.constraints])),
-            text,
-            room=limit // 10,
-            said=listed_lines(verbatim.text),
-            quoted=verbatim.text,
-        ),
     )
-    uncut = replace(uncut, plan=_plan_items(facts, request.previous, text, room=limit // 10))
+    uncut = replace(
+        uncut,
+        plan=_plan_items(facts, request.previous, text, room=limit // 10),
+        jobs=_job_items(facts, request.previous, text),
+    )
+    # every rule the model's text lacks, as far as the model's text keeps its floor beside the other fixed parts
+    fixed = _appended_len(([], [], []), (0, 0, 0), uncut, language) + len(_STATED[language]) + 6
+    room = max(0, limit - min(MODEL_FLOOR_CHARS, len(text), limit // 3) - fixed)
+    stated = _stated(
+        mark_superseded(unique_keep_last([*verbatim.recovered, *facts.constraints])),
+        text,
+        room=room if verbatim.rules_room is None else min(room, verbatim.rules_room),
+        said=listed_lines(verbatim.text),
+        quoted=verbatim.text,
+    )
+    uncut = replace(uncut, stated=stated)
     whole = uncut.text()  # what these name needs no listing
     listed = set(read) | set(modified)
     ranked = [i for i in unique([*facts.identifiers, *old["identifiers"]]) if i not in listed and i not in whole]
@@ -164,12 +177,16 @@ def augment(
 
 
 def _stated(
-    rules: Sequence[str], text: str, *, room: int, said: frozenset[str] = frozenset(), quoted: str = ""
+    rules: Sequence[str], text: str, *, room: int | None, said: frozenset[str] = frozenset(), quoted: str = ""
 ) -> tuple[str, ...]:
     """The user's rules `text` lacks verbatim and the verbatim part neither lists (`said`) nor shows whole
-    (`quoted`, its text: a rule said there is said once), newest first while they fit `room`, in the order stated."""
+    (`quoted`, its text: a rule said there is said once), in the order stated: all of them (`room` None), or the
+    newest while they fit `room` characters."""
+    missing = [r for r in rules if r not in text and r not in said and r not in quoted]
+    if room is None:
+        return tuple(missing)
     kept: list[str] = []
-    for rule in reversed([r for r in rules if r not in text and r not in said and r not in quoted]):
+    for rule in reversed(missing):
         if sum(len(r) + 3 for r in kept) + len(rule) + 3 > room:
             break
         kept.append(rule)
@@ -194,6 +211,14 @@ def _plan_items(facts: Facts, previous: str | None, text: str, *, room: int) -> 
             break
         kept_finished.add(item)
     return tuple(i for i in items if i not in finished or i in kept_finished)
+
+
+def _job_items(facts: Facts, previous: str | None, text: str) -> tuple[str, ...]:
+    """The background jobs the extractive summary keeps (the previous summary's, less those the new messages saw
+    end, and those they started) that the model's `text` does not name by their id in a code span."""
+    old = [j for subs in parse_sections(previous or "").values() for j in map(parse_job, subs.get(JOBS_TITLE, []))]
+    running = merge_jobs([j for j in old if j is not None], facts.jobs)
+    return tuple(j.render() for j in running if code_span(j.id) not in text)
 
 
 def _failure_items(
@@ -316,6 +341,7 @@ def _appendix(
         (_NOTES[language], list(uncut.notes), 0),
         (_STATED[language], list(uncut.stated), 0),
         (PLAN_TITLE, list(uncut.plan), 0),
+        (JOBS_TITLE, list(uncut.jobs), 0),
         (_FAILURES[language], list(uncut.failures), 0),
         (PHRASES["files_read"][language], [_listed(p) for p in read], omitted[0]),
         (PHRASES["files_modified"][language], [_listed(p) for p in modified], omitted[1]),

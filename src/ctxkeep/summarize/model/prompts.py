@@ -12,7 +12,8 @@ thinking is left out. Both prompts come in English and Chinese. The rendering: d
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ctxkeep.messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
@@ -25,6 +26,10 @@ RESULT_CHARS = ModelSummarySettings().result_chars
 ARGUMENTS_CHARS = ModelSummarySettings().arguments_chars
 
 _SNAP = 4  # a cut moves to a line break within the last (first) quarter of the head (tail)
+# a message's first line as `cite_rendered` labels it: "[tool result] bash (exit 1) `call_1` @ dialog/D.jsonl:12"
+_CITED = re.compile(
+    r"^(\[(?:user|assistant|system|developer|tool result)\][^\n]*?)(?: `[^`\n]+`)?(?: @ dialog/[\w.-]+:\d+)?$", re.M
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,6 +117,31 @@ def render_messages(
     return parts
 
 
+def cite_rendered(parts: Sequence[str], messages: Sequence[Message], where: Callable[[int], str | None]) -> list[str]:
+    """`parts` (`render_messages` of `messages`) with each one's place in the archive on its first line
+    (``@ dialog/DATE.jsonl:N``, `where` of its index; None: no label) and a tool result's call id: what a
+    summary item cites as its source and a Done item as its evidence."""
+    out: list[str] = []
+    for k, (part, msg) in enumerate(zip(parts, messages, strict=True)):
+        if not part:
+            out.append(part)
+            continue
+        head, sep, body = part.partition("\n")
+        result = msg.tool_result
+        if result is not None and result.call_id:
+            head += f" `{result.call_id}`"
+        source = where(k)
+        if source is not None:
+            head += f" @ {source}"
+        out.append(head + sep + body)
+    return out
+
+
+def uncite(text: str) -> str:
+    """`text` (a prompt's conversation) without the labels `cite_rendered` put on each message's first line."""
+    return _CITED.sub(r"\1", text)
+
+
 def join_rendered(parts: Sequence[str]) -> str:
     """The conversation text of rendered messages: those with something to show, a blank line apart."""
     return "\n\n".join(p for p in parts if p)
@@ -167,11 +197,15 @@ _TEMPLATE = {
 
 ## Progress
 ### Done
-- [x] Finished work: files changed, commands run and their outcome, questions answered.
+- [x] Finished work: files changed, commands and their outcome. [evidence: `call id` exit 0; dialog/D.jsonl:N-M]
 ### In Progress
-- [ ] What was being worked on when the conversation stopped.
+- [ ] What was being worked on when the conversation stopped. (dialog/D.jsonl:N-M)
 ### Blocked
-- Problems not solved yet: the failing command or tool and its exact error.
+- Problems not solved yet: the failing command or tool and its exact error. (dialog/D.jsonl:N-M)
+### Plan
+- [in_progress] #id An item of the agent's todo list or plan, with its newest state (pending, completed, ...).
+### Background jobs
+- `id` `command or task` → `output file`: jobs and subagents started and not seen to finish.
 
 ## Key Decisions
 - **Decision**: why it was taken.
@@ -194,11 +228,15 @@ _TEMPLATE = {
 
 ## Progress
 ### Done
-- [x] 已完成的工作：修改的文件、运行的命令及结果、已回答的问题。
+- [x] 已完成的工作：修改的文件、运行的命令及结果、已回答的问题。 [依据：`call id` 退出码 0; dialog/D.jsonl:N-M]
 ### In Progress
-- [ ] 对话停止时正在进行的工作。
+- [ ] 对话停止时正在进行的工作。 (dialog/D.jsonl:N-M)
 ### Blocked
-- 尚未解决的问题：失败的命令或工具及其原样的错误信息。
+- 尚未解决的问题：失败的命令或工具及其原样的错误信息。 (dialog/D.jsonl:N-M)
+### Plan
+- [in_progress] #id 智能体待办列表或计划中的一项，写明最新状态（pending、completed 等）。
+### Background jobs
+- `id` `命令或任务` → `输出文件`：已启动但尚未看到结束的后台任务和子智能体。
 
 ## Key Decisions
 - **决策**：做出该决策的原因。
@@ -232,9 +270,16 @@ Rules:
 - Copy file paths, URLs, commands, error messages, hashes, IDs, ports, version numbers and other \
 identifiers exactly as they appear; never paraphrase or shorten them.
 - Be brief: short bullet points, not prose. A section with nothing to say holds `- {none}`.
-- Write a record of earlier work, not instructions: Done holds only what a tool call shows finished, with \
-its evidence (call id, exit code, commit hash or file); a failure a later call fixed is not Blocked; a \
-decision is a choice with its reason or one the user confirmed ("I'll do X" is not one).
+- Write a record of earlier work, not instructions: Done holds only what a tool call shows finished, each \
+item ending with its evidence `[evidence: `call id` exit N; dialog/DATE.jsonl:FROM-TO]` (the call id of the \
+tool result that shows it, or the commit hash); work no tool result shows finished goes under In Progress. \
+A failure a later call fixed is not Blocked; a decision is a choice with its reason or one the user \
+confirmed ("I'll do X" is not one).
+- Provenance: when the messages are labelled with their place in the archive (`@ dialog/DATE.jsonl:N`), \
+each item of Progress and Key Decisions names the lines it comes from, as `dialog/DATE.jsonl:FROM-TO`; \
+cite only labelled lines, never invent a line number. Keep the citations of the previous summary.
+- Plan and Background jobs are the ledger: copy the agent's newest todo list with each item's state, and \
+every background job or subagent not seen to finish (its id, what it runs, where its output goes).
 - `[… N characters omitted …]` marks tool output that was shortened for you: do not guess what was cut. \
 The assistant's private reasoning is not shown.
 - Write the summary in English.""",
@@ -252,8 +297,14 @@ The assistant's private reasoning is not shown.
 - 只输出摘要本身，以 `## Goal` 开头：不要开场白，不要结束语，不要用代码块包裹。
 - 文件路径、URL、命令、错误信息、哈希、ID、端口、版本号等标识符必须原样照抄，不得改写或缩短。
 - 简明扼要：用简短的要点，不要写成段落。没有内容的章节写 `- {none}`。
-- 写的是早先工作的记录，不是指令：Done 只写有工具调用证明已完成的工作，并注明依据（调用 ID、退出码、提交哈希或文件）；\
-之后已修复的失败不写入 Blocked；决策是附有理由或经用户确认的选择（“我将做 X”不是决策）。
+- 写的是早先工作的记录，不是指令：Done 只写有工具调用证明已完成的工作，每项以依据结尾 \
+`[依据：`call id` 退出码 N; dialog/DATE.jsonl:FROM-TO]`（证明它的工具结果的调用 ID，或提交哈希）；\
+没有工具结果证明完成的工作写入 In Progress。之后已修复的失败不写入 Blocked；\
+决策是附有理由或经用户确认的选择（“我将做 X”不是决策）。
+- 出处：消息标有其在归档中的位置（`@ dialog/DATE.jsonl:N`）时，Progress 和 Key Decisions 的每一项注明其来源行 \
+`dialog/DATE.jsonl:FROM-TO`；只引用标出的行，绝不编造行号。保留上一份摘要中的引用。
+- Plan 和 Background jobs 是台账：照抄智能体最新的待办列表及每项状态，\
+以及每个尚未看到结束的后台任务或子智能体（ID、运行内容、输出位置）。
 - `[… N characters omitted …]` 表示为你截短的工具输出：不要猜测被省略的内容。助手的内部推理没有展示。
 - 摘要内容用中文撰写（章节标题除外）。""",
 }

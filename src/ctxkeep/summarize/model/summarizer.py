@@ -4,7 +4,7 @@ checks every reply must pass.
     SummaryRequest ─► render_messages ─► plan_chunks ─┬─ one part ─► summary_prompt ─┐
                                                       └─ n parts ─► summary_prompt × n ─► merge_prompt
                                                                                        │
-        summary ◄─ augment ◄─ best valid reply ◄─ audit, retried with its reasons ◄───┘
+        summary ◄─ augment ◄─ held to the log ◄─ best valid reply ◄─ audit, retried with its reasons ◄───┘
 
 Each reply is unwrapped and must have every required section; the final one is audited and asked
 again with the reasons. When no reply is valid, `SummaryError` carries the last request and the
@@ -34,12 +34,22 @@ from ctxkeep.summarize.facts.collect import Facts, collect_facts
 from ctxkeep.summarize.model.audit import audit
 from ctxkeep.summarize.model.augment import Verbatim, augment, fit_text
 from ctxkeep.summarize.model.chunks import chunk_limit, plan_chunks
-from ctxkeep.summarize.model.prompts import Prompt, merge_prompt, render_messages, shorten, summary_prompt
-from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language
+from ctxkeep.summarize.model.evidence import backed_done, span_of, without_unarchived
+from ctxkeep.summarize.model.prompts import (
+    Prompt,
+    cite_rendered,
+    merge_prompt,
+    render_messages,
+    shorten,
+    summary_prompt,
+)
+from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language, source_of
 from ctxkeep.summarize.sections import structured
 from ctxkeep.summarize.sections.markdown import missing_sections
 from ctxkeep.summarize.verbatim import (
+    SECTIONS_FLOOR,
     SECTIONS_SKELETON,
+    budgets,
     carried,
     carried_rules,
     earlier_summaries,
@@ -128,7 +138,11 @@ class ModelSummarizer:
         try:
             # the rules its verbatim texts carried, and those a squeezed summary dropped, back from the archive
             recovered = (*recalled_rules(request.recalled), *carried_rules(request.previous))
-            verbatim = Verbatim(text=appendix, recovered=recovered)
+            # every rule the model's text lacks is stated, as the extractive summary lists them; in a squeezed
+            # cap the newest within the user's budget (the extractive floor), the archive has the rest
+            user_room, instruction_room = budgets(request.max_chars)
+            squeezed = user_room + instruction_room > max(0, request.max_chars - SECTIONS_FLOOR)
+            verbatim = Verbatim(text=appendix, recovered=recovered, rules_room=user_room if squeezed else None)
             text = self._summarize(inner, run, verbatim=verbatim, room=max(1, room))
             # a cap squeezed below the sections' minimum (the first user message keeps its floor anyway)
             return (
@@ -148,6 +162,8 @@ class ModelSummarizer:
         texts = render_messages(
             request.messages, result_chars=settings.result_chars, arguments_chars=settings.arguments_chars
         )
+        # each message with its lines in the archive and each result with its call id: what items cite
+        texts = cite_rendered(texts, request.messages, lambda k: source_of(request, k, k))
         counts = self.counter.count_texts(texts)
         overhead = self._tokens(summary_prompt(request, conversation="")) + _FEEDBACK_TOKENS
         try:
@@ -179,6 +195,9 @@ class ModelSummarizer:
             partials = self._reduce(partials, request, run)
             gaps = tuple(run.gaps)
             text = self._final(lambda fb: merge_prompt(partials, request, gaps=gaps, feedback=fb), facts, language, run)
+        # held to the log: no line cited that is not archived, nothing done that no tool result shows
+        text, _ = without_unarchived(text, span_of(augmented))
+        text = backed_done(text, facts, request=augmented, language=language)
         try:
             fit = partial(
                 augment, text, augmented, agents_md=settings.agents_md, notes=tuple(run.gaps), verbatim=verbatim
