@@ -7,7 +7,7 @@ import pytest
 from ctxkeep.messages import Message
 from ctxkeep.settings import ModelSummarySettings
 from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, SummaryRequest
-from ctxkeep.summarize.facts.collect import SUPERSEDED, mark_superseded, rules_in
+from ctxkeep.summarize.facts.collect import SUPERSEDED, mark_superseded, rules_in, superseded_by
 from ctxkeep.summarize.facts.decisions import REJECTED
 from ctxkeep.summarize.sections.markdown import parse_sections
 from ctxkeep.summarize.testing import fixed_summary_model
@@ -39,6 +39,26 @@ def test_a_later_value_of_the_same_rule_supersedes_the_earlier() -> None:
     # different rules with different values, and the same words with no value, are left alone
     assert mark_superseded(["Keep the timeout at 30 s.", "Retry at most 3 times."])[0].endswith("30 s.")
     assert mark_superseded(["Always run the linter.", "Always run the linter first."])[0] == "Always run the linter."
+
+
+@pytest.mark.parametrize(
+    ("older", "newer", "replaces"),
+    [
+        # the same rule about different things: both stand
+        ("Never touch `module_19.py` without asking.", "Never touch `module_20.py` without asking.", False),
+        ("Do not edit src/legacy_v1/api.py.", "Do not edit src/legacy_v2/api.py.", False),
+        ("Never push to release-7 directly.", "Never push to hotfix-7 directly.", False),
+        # a setting said again with another amount, or a change said as one: the newer wins
+        ("Always use port 8080 for the server.", "Always use port 9090 for the server.", True),
+        ("Keep the timeout at 30s, always.", "Keep the timeout at 45s, always.", True),
+        ("Never touch `module_19.py` without asking.", "Actually, never touch `module_20.py` without asking.", True),
+    ],
+)
+def test_a_rule_is_superseded_only_by_a_change_not_by_a_sibling(older: str, newer: str, replaces: bool) -> None:
+    marked = mark_superseded([older, newer])
+    assert marked[0].endswith(SUPERSEDED) is replaces, marked
+    assert marked[1] == newer
+    assert (superseded_by([older, newer])[0] is not None) is replaces
 
 
 def conversation() -> list[Message]:

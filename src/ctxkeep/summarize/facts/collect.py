@@ -502,8 +502,12 @@ def mark_superseded(rules: Sequence[str]) -> list[str]:
     for j, rule in enumerate(rules):
         words, values = keys[j]
         later = any(
-            values and other_values and values != other_values and _overlap(words, other_words) >= 0.6
-            for other_words, other_values in keys[j + 1 :]
+            values
+            and other_values
+            and values != other_values
+            and _overlap(words, other_words) >= 0.6
+            and _replaces(values, other_values, rules[k])
+            for k, (other_words, other_values) in enumerate(keys[j + 1 :], j + 1)
         )
         out.append(f"{rule} {SUPERSEDED}" if later and not rule.endswith(SUPERSEDED) else rule)
     return out
@@ -512,7 +516,13 @@ def mark_superseded(rules: Sequence[str]) -> list[str]:
 def restates(older: str, newer: str) -> bool:
     """True when `newer` states the rule `older` states with another value (see `mark_superseded`)."""
     (words, values), (other_words, other_values) = _rule_key(older), _rule_key(newer)
-    return bool(values and other_values and values != other_values and _overlap(words, other_words) >= 0.6)
+    return bool(
+        values
+        and other_values
+        and values != other_values
+        and _overlap(words, other_words) >= 0.6
+        and _replaces(values, other_values, newer)
+    )
 
 
 def superseded_by(texts: Sequence[str]) -> list[str | None]:
@@ -531,7 +541,9 @@ def superseded_by(texts: Sequence[str]) -> list[str | None]:
         found = None
         for (words, values), old in statements:
             for later in said[j + 1 :]:
-                found = next((s for key, s in later if _corrects(old, s) and _changes(words, values, key)), None)
+                found = next(
+                    (s for key, s in later if _corrects(old, s, values, key[1]) and _changes(words, values, key)), None
+                )
                 if found is not None:
                     break
             if found is not None:
@@ -540,10 +552,35 @@ def superseded_by(texts: Sequence[str]) -> list[str | None]:
     return out
 
 
-def _corrects(older: str, newer: str) -> bool:
+def _corrects(older: str, newer: str, values: frozenset[str], new_values: frozenset[str]) -> bool:
     """True when `newer` reads as a change of `older`: it says so ("actually", "instead", "now", "change it to"),
-    or both are rules (a rule restated with another value replaces it); a sequence ("report 9", "report 10") is not."""
-    return bool(_CORRECTION.search(newer)) or (_is_constraint(older) and _is_constraint(newer))
+    or both are rules that give a setting another amount (`_replaces`); a sequence ("report 9", "report 10") is
+    not."""
+    if _CORRECTION.search(newer):
+        return True
+    return _is_constraint(older) and _is_constraint(newer) and _replaces(values, new_values, newer)
+
+
+# An amount: a number with at most a currency sign before it and a unit or a percent after ("8080", "$500",
+# "3.11", "20%", "30s", "16GB"). A name with digits in it ("module_19.py", "v2-api") is not one.
+_AMOUNT = re.compile(r"[$€£¥]?\d[\d,.]*(?:%|[A-Za-z]{1,3})?")
+
+
+def _replaces(values: frozenset[str], new_values: frozenset[str], newer: str) -> bool:
+    """True when a rule with `new_values` replaces one with `values` rather than adding to it: the newer says it
+    changes something, or every value that differs is an amount. Two rules that name different things ("never
+    touch module_19.py", then "never touch module_20.py") both stand; a limit said again with another amount
+    ("budget cap is $500", then "$800") replaces the old one."""
+    if _CORRECTION.search(newer):
+        return True
+    differing = _outermost(values ^ new_values)
+    # A labelled value ("port 8080") is an amount when its value is.
+    return bool(differing) and all(_AMOUNT.fullmatch(v.split()[-1].rstrip(".,")) for v in differing if v.split())
+
+
+def _outermost(values: frozenset[str]) -> set[str]:
+    """`values` without those inside a longer one (the digits a name holds)."""
+    return {v for v in values if not any(v != w and v in w for w in values)}
 
 
 def _changes(words: frozenset[str], values: frozenset[str], newer: tuple[frozenset[str], frozenset[str]]) -> bool:
