@@ -67,6 +67,16 @@ def to_messages(items: Iterable[object] | object, *, taken: Container[str] = fro
     return [e.message for e in renumber(entries, taken)]
 
 
+def to_batch(messages: object, taken: Container[str], max_chars: int) -> list[Message]:
+    """What `Session.add` was given, as a list of messages, each capped to `max_chars` (a tool result's one
+    text by `offload_new`, in one go with its cut), no id in `taken` given again (as `to_messages`);
+    `MessageError` for anything else."""
+    if isinstance(messages, Message):
+        return [capped(messages, max_chars, cut_later=True)]  # what `convert` does to each of a list
+    batch = convert(messages, max_chars=max_chars, cut_later=True)
+    return [e.message for e in renumber(batch, taken)]
+
+
 def convert(items: Iterable[object] | object, *, max_chars: int | None = None, cut_later: bool = False) -> list[Entry]:
     """The entries of `items`, ids numbered by occurrence within them; each message `capped` to `max_chars`
     (default `MAX_TEXT_CHARS`) before its id is derived, so a runaway text is never copied whole.
