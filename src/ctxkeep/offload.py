@@ -15,11 +15,12 @@ way, once. The stages, the per-tool policies and the choices made: docs/offload.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias, get_args
 
-from . import arguments
+from . import arguments, bigoutput
+from .bigoutput import Capped, capped_over, encode, measured, over_bytes, over_cap, prefix, save, within_cap
 from .messages import ImageBlock, Message, TextBlock, ToolCall, ToolResult, make_id
 from .origin import origin
 from .reasoning import THINKING_KEY, saved_thinking
@@ -33,9 +34,6 @@ Stage: TypeAlias = Literal["recent", "old"]
 # the next step: its original is written once, to its file, and the live log holds the cut form only.
 # Below it the log keeps the full text until a compaction, which spares a sync of each saved original.
 SAVE_AT_ONCE_BYTES = 1_048_576
-# A text longer than this many characters is measured and saved in pieces of it, never encoded whole: its
-# original goes to its file without a second copy of it in memory (where the store can take pieces).
-_PIECE = 1_048_576
 
 _log = logging.getLogger("ctxkeep")
 _POLICIES: tuple[str, ...] = get_args(PolicyKind)
@@ -207,7 +205,7 @@ def saved_texts(replaced: Iterable[tuple[Message, Message]]) -> dict[str, bytes]
             record = record_in(after)
         except ValueError:
             continue
-        data = _encode(old.text)
+        data = encode(old.text)
         if record is not None and record.original_bytes == len(data):
             out[record.file] = data
     return out
@@ -225,69 +223,10 @@ def _saved_arguments(before: Message, after: Message) -> dict[str, bytes]:
             record = OffloadRecord.from_dict(raw)
         except ValueError:
             continue
-        data = _encode(full[call.id].arguments)
+        data = encode(full[call.id].arguments)
         if record.original_bytes == len(data):
             out[record.file] = data
     return out
-
-
-# --- the cap per message ----------------------------------------------------------------
-
-
-def dropped_middle(length: int, max_chars: int) -> tuple[int, str, int]:
-    """How a text of `length` characters is cut to `max_chars` (`OffloadSettings.max_message_chars`): the
-    characters of its head kept, the note that takes the place of its middle, the characters of its end kept."""
-    note = (
-        f"\n\n[ctxkeep: {length - max_chars:,} characters of {length:,} dropped here, over the cap of"
-        f" {max_chars:,} characters for this text; the output was too large to keep whole]\n\n"
-    )
-    keep = max(0, max_chars - len(note))
-    head = keep * 3 // 4  # more of the head: where a listing or a log starts
-    return head, note, keep - head
-
-
-def cut_middle(text: str, max_chars: int) -> str:
-    """`text` in at most `max_chars` characters: its head and its end, the middle replaced by a note."""
-    head, note, tail = dropped_middle(len(text), max_chars)
-    return "".join((text[:head], note, text[len(text) - tail :]))  # no head + note copy on the way
-
-
-@dataclass(frozen=True, slots=True)
-class _Capped:
-    """A text over the cap as `cut_middle` makes it, read from the text itself in pieces: a new output over
-    the cap is saved and cut in one go, its capped form never held beside it (`offload_new`)."""
-
-    text: str
-    max_chars: int
-
-    def pieces(self) -> Iterator[str]:
-        head, note, tail = dropped_middle(len(self.text), self.max_chars)
-        yield from (self.text[i : min(i + _PIECE, head)] for i in range(0, head, _PIECE))
-        yield note
-        yield from (self.text[i : i + _PIECE] for i in range(len(self.text) - tail, len(self.text), _PIECE))
-
-
-def _over_cap(content: object, max_chars: int) -> bool:
-    """True for a tool result's one text over the cap (`inputs.capped` leaves it whole with `cut_later`)."""
-    return isinstance(content, str) and len(content) > max_chars
-
-
-def _capped_over(text: str, max_chars: int, limit: int) -> bool:
-    """`_over` for the capped form of `text`, built only when its length alone cannot tell (then it is small)."""
-    head, note, tail = dropped_middle(len(text), max_chars)
-    if head + len(note) + tail > limit:
-        return True
-    return _over(cut_middle(text, max_chars), limit)
-
-
-def _within_cap(message: Message, max_chars: int) -> Message:
-    """A tool result over the cap that no cut took (a new file read is kept whole): its text capped as is."""
-    result = message.tool_result
-    if result is None or not _over_cap(result.content, max_chars):
-        return message
-    _log.warning("a tool message had texts over %s characters: their middle was dropped", f"{max_chars:,}")
-    capped = replace(result, content=cut_middle(result.text, max_chars))
-    return replace(message, content=tuple(capped if b is result else b for b in message.content))
 
 
 # --- offload -------------------------------------------------------------------------
@@ -321,7 +260,7 @@ def offload(
     policies: dict[str | None, PolicyKind] = {}
 
     changed: dict[int, Message] = {}
-    writes: dict[str, bytes | str | _Capped] = {}
+    writes: dict[str, bytes | str | Capped] = {}
     for i in outputs:
         message = messages[i]
         out = _output(message)
@@ -346,7 +285,7 @@ def offload(
             writes.update(files)
 
     for name, data in writes.items():
-        _save(store, name, data)
+        save(store, name, data)
     if changed:
         _log.debug("offloaded %d outputs (%d files written)", len(changed), len(writes))
     return [changed.get(i, m) for i, m in enumerate(messages)]
@@ -368,13 +307,13 @@ def offload_new(
     outputs = [m for m in messages if is_output(m)]
     cap = settings.max_message_chars
     if not any(
-        _over(out.text, SAVE_AT_ONCE_BYTES) or _over_cap(out.content, cap)
+        over_bytes(out.text, SAVE_AT_ONCE_BYTES) or over_cap(out.content, cap)
         for m in outputs
         if (out := _output(m)) is not None
     ):
         return list(messages)
     done = offload(messages, replace(settings, recent_n=len(outputs)), store, tool_names=tool_names, new=True)
-    done = [_within_cap(m, cap) if m is before else m for before, m in zip(messages, done, strict=True)]
+    done = [within_cap(m, cap) if m is before else m for before, m in zip(messages, done, strict=True)]
     sync = getattr(store, "sync_originals", None)  # an optional method: a store in memory has nothing to sync
     if callable(sync) and any(a is not b for a, b in zip(messages, done, strict=True)):
         sync()
@@ -415,10 +354,10 @@ def _plan_arguments(message: Message, limit: int, store: Store) -> tuple[Message
     for call in message.tool_calls:
         if OFFLOAD_KEY in call.extra or not arguments.excess(call, limit):
             continue
-        data = _encode(call.arguments)
+        data = encode(call.arguments)
         file = original_name(message.id, call.id)
         text = arguments.cut(call.arguments, limit, store.where(file))
-        if len(_encode(text)) >= len(data):
+        if len(encode(text)) >= len(data):
             continue  # nothing to free (small values only): left as it is, so a prompt cache keeps it
         lines = _count_lines(data)
         record = OffloadRecord(
@@ -452,7 +391,7 @@ def _plan(
     policy: PolicyKind,
     settings: OffloadSettings,
     store: Store,
-) -> tuple[Message, tuple[str, bytes | str | _Capped] | None] | None:
+) -> tuple[Message, tuple[str, bytes | str | Capped] | None] | None:
     """The new message and the file to write, or None when the message stays as it is."""
     raw = result.extra.get(OFFLOAD_KEY)
     if raw is not None:
@@ -463,37 +402,37 @@ def _plan(
             return None
         if record.stage == "old" or stage == "recent":
             return None
-        if not _over(result.text, settings.old_max_bytes):
+        if not over_bytes(result.text, settings.old_max_bytes):
             return None  # small enough already: left as it is, so a prompt cache keeps it
         recut = _age(result, record, settings, store)
         return None if recut is None else (_rebuilt(message, *recut), None)
 
     text = result.text
     cap = result.cap
-    over_cap = cap is not None and _over_cap(result.content, cap)
-    if policy == "file_read" and stage == "recent" and not over_cap:
+    too_long = cap is not None and over_cap(result.content, cap)
+    if policy == "file_read" and stage == "recent" and not too_long:
         return None
     limit = settings.recent_max_bytes if stage == "recent" else settings.old_max_bytes
     if policy == "browser":
         if not text:
             return None
         if stage == "old":
-            if not _over(text, settings.old_max_bytes):
+            if not over_bytes(text, settings.old_max_bytes):
                 return None  # a small page is left as it is, so a prompt cache keeps it
             limit = 0
-    elif not (_capped_over(text, cap, limit) if cap is not None and over_cap else _over(text, limit)):
+    elif not (capped_over(text, cap, limit) if cap is not None and too_long else over_bytes(text, limit)):
         return None
 
-    original: bytes | str | _Capped
-    if over_cap or len(text) > _PIECE:
+    original: bytes | str | Capped
+    if too_long or len(text) > bigoutput.PIECE:
         # Measured and saved in pieces: the head needs only the first `limit` bytes and one more (`_head`).
-        original = _Capped(text, cap) if cap is not None and over_cap else text
-        if isinstance(original, _Capped):
+        original = Capped(text, cap) if cap is not None and too_long else text
+        if isinstance(original, Capped):
             _log.warning("a tool message had texts over %s characters: their middle was dropped", f"{cap:,}")
-        size, lines = _measured(original)
-        prefix = _encode(_prefix(original, limit + 1))[: limit + 1]
+        size, lines = measured(original)
+        first = encode(prefix(original, limit + 1))[: limit + 1]
     else:
-        data = original = prefix = _encode(text)
+        data = original = first = encode(text)
         size, lines = len(data), _count_lines(data)
     file = original_name(message.id, result.call_id)
     widest = OffloadRecord(
@@ -505,55 +444,8 @@ def _plan(
         kept_bytes=size,
         next_line=lines + 1,
     )
-    head, record, notice = _cut(prefix, limit, widest, store.where(file), is_error=result.is_error)
+    head, record, notice = _cut(first, limit, widest, store.where(file), is_error=result.is_error)
     return _rebuilt(message, _content(result.content, _decode(head), notice), record), (file, original)
-
-
-def _pieces(text: str | _Capped) -> Iterator[str]:
-    """A long text (or a capped one) in pieces of at most about `_PIECE` characters, in order."""
-    if isinstance(text, _Capped):
-        return text.pieces()
-    return (text[i : i + _PIECE] for i in range(0, len(text), _PIECE))
-
-
-def _measured(text: str | _Capped) -> tuple[int, int]:
-    """The UTF-8 size of `text` and its lines (as `_count_lines` counts them), without encoding it whole."""
-    if isinstance(text, str) and text.isascii():
-        return len(text), (text.count("\n") + (0 if text.endswith("\n") else 1) if text else 0)
-    size = newlines = 0
-    last = ""
-    for piece in _pieces(text):
-        size += len(piece) if piece.isascii() else len(_encode(piece))
-        newlines += piece.count("\n")
-        last = piece[-1:] or last
-    return size, (newlines + (0 if last == "\n" else 1) if size else 0)
-
-
-def _prefix(text: str | _Capped, n: int) -> str:
-    """The first `n` characters of `text` (of its capped form), read from as few pieces as give them."""
-    if isinstance(text, str):
-        return text[:n]
-    taken: list[str] = []
-    left = n
-    for piece in text.pieces():
-        if left <= 0:
-            break
-        taken.append(piece[:left])
-        left -= len(taken[-1])
-    return "".join(taken)
-
-
-def _save(store: Store, name: str, data: bytes | str | _Capped) -> None:
-    """Save an original: a long text piece by piece where the store takes pieces (`stream_original`, optional),
-    so it is never held twice; else encoded whole, through `save_original`."""
-    if isinstance(data, bytes):
-        store.save_original(name, data)
-        return
-    stream = getattr(store, "stream_original", None)
-    if callable(stream):
-        stream(name, (_encode(piece) for piece in _pieces(data)))
-    else:
-        store.save_original(name, _encode("".join(_pieces(data))))
 
 
 def _age(
@@ -564,7 +456,7 @@ def _age(
     The original file is not read (it may be large, or gone): the kept head is a prefix of the
     original, so its line numbers are the original's.
     """
-    data = _encode(result.text)
+    data = encode(result.text)
     kept = record.kept_bytes
     # The visible text is head + "\n" + notice (or the notice alone): check before trusting kept_bytes.
     fits = kept == 0 or (len(data) > kept and data[kept] == ord("\n"))
@@ -583,22 +475,8 @@ def _age(
 # --- cutting -------------------------------------------------------------------------
 
 
-def _encode(text: str) -> bytes:
-    return text.encode("utf-8", "surrogatepass")
-
-
 def _decode(data: bytes) -> str:
     return data.decode("utf-8", "surrogatepass")
-
-
-def _over(text: str, limit: int) -> bool:
-    """True when the text is over `limit` bytes of UTF-8, without encoding it when the length decides."""
-    n = len(text)
-    if n * 4 <= limit:  # a character takes at most 4 bytes
-        return False
-    if n > limit:  # and at least 1
-        return True
-    return len(_encode(text)) > limit
 
 
 def _count_lines(data: bytes) -> int:
@@ -631,7 +509,7 @@ def _cut(
     """
     # Numbers in the notice only shrink from those of `widest`, so this is the most the notice can take.
     longest = _truncated_notice(widest, location, shown=widest.next_line, partial=True, is_error=is_error)
-    reserve = len(_encode(longest)) + 1
+    reserve = len(encode(longest)) + 1
     head = _head(data, limit - reserve) if limit > reserve else b""
     partial = bool(head) and not head.endswith(b"\n") and len(head) < widest.original_bytes
     record = replace(widest, kept_bytes=len(head), next_line=head.count(b"\n") + 1)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ctxkeep.bigoutput import cut_middle
 from ctxkeep.content_ids import Entry, key_of, number, renumber
 from ctxkeep.errors import MessageError
 from ctxkeep.formats import anthropic as anthropic_format
@@ -35,7 +36,6 @@ from ctxkeep.messages import (
     value_without_surrogates,
     without_surrogates,
 )
-from ctxkeep.offload import cut_middle
 from ctxkeep.settings import MAX_MESSAGE_CHARS
 
 log = logging.getLogger("ctxkeep")
