@@ -8,8 +8,9 @@ A result over its limit (`recent_max_bytes` while among the `recent_n` newest, `
 after) keeps its head and a notice; its full text is saved to ``tool_result/<uuid>.txt`` first. Its
 visible text changes at most twice (when cut, when aged), which keeps prompt caches warm; the
 `OffloadRecord` in the result's extra makes `offload` idempotent and tells `retention.cleanup` which
-files a live message still needs. The big arguments of old tool calls (a whole file in a write) are cut the same
-way, once. The stages, the per-tool policies and the choices made: docs/offload.md.
+files a live message still needs. The big arguments of old tool calls (a whole file in a write) are cut the
+same way, once. An output too big to handle whole is capped and saved in pieces (`ctxkeep.bigoutput`).
+The stages, the per-tool policies and the choices made: docs/offload.md.
 """
 
 from __future__ import annotations
