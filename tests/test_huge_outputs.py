@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ctxkeep import EngineSettings, LocalFolder, Message, MessageError, Session, ToolResult
+from ctxkeep import EngineSettings, LocalFolder, Message, MessageError, Session, ToolResult, bigoutput
 from ctxkeep import offload as offload_mod
 from ctxkeep.host import inputs
 from ctxkeep.offload import SAVE_AT_ONCE_BYTES
@@ -169,7 +169,7 @@ def test_a_text_saved_in_pieces_is_measured_cut_and_saved_as_one_encoded_whole(
     batch = [Message.of("user", "go", id="u"), *inputs.to_messages([{"role": "assistant", "tool_calls": [call]}])]
     batch.append(Message(role="tool", content=(ToolResult(call_id="c1", content=body),), id="r"))
     streamed = offload_mod.offload(batch, OffloadSettings(), LocalFolder(tmp_path / "a"))[-1]
-    monkeypatch.setattr(offload_mod, "_PIECE", 10 * len(body))  # the same text encoded whole
+    monkeypatch.setattr(bigoutput, "PIECE", 10 * len(body))  # the same text encoded whole
     whole = offload_mod.offload(batch, OffloadSettings(), LocalFolder(tmp_path / "b"))[-1]
     record = offload_mod.record_in(whole)
     assert record is not None and offload_mod.record_in(streamed) == record
@@ -200,7 +200,7 @@ def test_a_result_over_the_cap_is_saved_capped_and_cut_without_a_capped_copy(tmp
     record = offload_mod.record_of(held)
     assert record is not None
     saved = (tmp_path / "ws" / record.file).read_bytes()
-    assert saved == offload_mod.cut_middle(body, cap).encode()  # what the cap keeps, as it kept it before
+    assert saved == bigoutput.cut_middle(body, cap).encode()  # what the cap keeps, as it kept it before
     assert record.original_bytes == len(saved) and record.original_lines == saved.count(b"\n") + 1
 
 
@@ -221,7 +221,7 @@ def test_a_result_over_the_cap_is_capped_whole_when_it_fits_the_recent_limit(
     record = offload_mod.record_of(held)
     if cut:
         assert record is not None and "tool_result/" in held.text
-        assert (tmp_path / "ws" / record.file).read_text() == offload_mod.cut_middle(output(2 * MB), cap)
+        assert (tmp_path / "ws" / record.file).read_text() == bigoutput.cut_middle(output(2 * MB), cap)
     else:
         assert record is None and len(held.text) == cap and "dropped here" in held.text
 

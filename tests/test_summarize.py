@@ -27,8 +27,9 @@ from ctxkeep.summarize import (
     why_rejected,
 )
 from ctxkeep.summarize.extractive import ExtractiveSummarizer
-from ctxkeep.summarize.facts.collect import collect_facts, human_text
+from ctxkeep.summarize.facts.collect import collect_facts
 from ctxkeep.summarize.facts.decisions import CONFIRMED, REJECTED
+from ctxkeep.summarize.facts.human import human_text
 from ctxkeep.summarize.facts.runs import PATH_KEYS
 from ctxkeep.summarize.facts.shell import asks_yes_or_no, command_head, command_paths
 from ctxkeep.summarize.sections.fit import Drop, Shorten, fit_sections

@@ -8,102 +8,41 @@ A result over its limit (`recent_max_bytes` while among the `recent_n` newest, `
 after) keeps its head and a notice; its full text is saved to ``tool_result/<uuid>.txt`` first. Its
 visible text changes at most twice (when cut, when aged), which keeps prompt caches warm; the
 `OffloadRecord` in the result's extra makes `offload` idempotent and tells `retention.cleanup` which
-files a live message still needs. The big arguments of old tool calls (a whole file in a write) are cut the same
-way, once. The stages, the per-tool policies and the choices made: docs/offload.md.
+files a live message still needs. The big arguments of old tool calls (a whole file in a write) are cut the
+same way, once. An output too big to handle whole is capped and saved in pieces (`ctxkeep.bigoutput`).
+The stages, the per-tool policies and the choices made: docs/offload.md.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, TypeAlias, get_args
+from typing import Any
 
-from . import arguments
-from .messages import ImageBlock, Message, TextBlock, ToolCall, ToolResult, make_id
+from . import arguments, bigoutput
+from .bigoutput import Capped, capped_over, encode, measured, over_bytes, over_cap, prefix, save, within_cap
+from .messages import ImageBlock, Message, TextBlock, ToolCall
 from .origin import origin
+from .originals import OffloadRecord as OffloadRecord
+from .originals import Stage
+from .originals import is_original as is_original
+from .originals import original_file as original_file
+from .originals import original_name as original_name
+from .originals import record_in as record_in
+from .originals import record_of as record_of
 from .reasoning import THINKING_KEY, saved_thinking
 from .settings import OffloadSettings, PolicyKind
 from .store import OFFLOAD_KEY as OFFLOAD_KEY
-from .store import ORIGINAL_NAME, TOOL_RESULT_DIR, Store
-
-Stage: TypeAlias = Literal["recent", "old"]
+from .store import TOOL_RESULT_DIR as TOOL_RESULT_DIR
+from .store import Store
 
 # An output over this many bytes is cut as it is added (`offload_new`), before it is counted or held, not at
 # the next step: its original is written once, to its file, and the live log holds the cut form only.
 # Below it the log keeps the full text until a compaction, which spares a sync of each saved original.
 SAVE_AT_ONCE_BYTES = 1_048_576
-# A text longer than this many characters is measured and saved in pieces of it, never encoded whole: its
-# original goes to its file without a second copy of it in memory (where the store can take pieces).
-_PIECE = 1_048_576
 
 _log = logging.getLogger("ctxkeep")
-_POLICIES: tuple[str, ...] = get_args(PolicyKind)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class OffloadRecord:
-    """What `offload` did to one output; a dict in ``ToolResult.extra[OFFLOAD_KEY]`` (a command's: ``Message.extra``).
-
-    `kept_bytes` is the size of the original's head still shown (the visible text is that head, a
-    newline and the notice, or the notice alone when nothing is kept); `next_line` is the 1-based
-    line of the saved file from which to read on.
-    """
-
-    file: str
-    stage: Stage
-    policy: PolicyKind
-    original_bytes: int
-    original_lines: int
-    kept_bytes: int
-    next_line: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON-ready dict kept in the result's `extra`."""
-        return {
-            "file": self.file,
-            "stage": self.stage,
-            "policy": self.policy,
-            "original_bytes": self.original_bytes,
-            "original_lines": self.original_lines,
-            "kept_bytes": self.kept_bytes,
-            "next_line": self.next_line,
-        }
-
-    @classmethod
-    def from_dict(cls, d: object) -> OffloadRecord:
-        """The record from its dict; ValueError naming the bad field when it is malformed."""
-        if not isinstance(d, Mapping):
-            raise ValueError(f"an offload record must be a JSON object; got {type(d).__name__}")
-        file, stage, policy = d.get("file"), d.get("stage"), d.get("policy")
-        if not isinstance(file, str) or not file.startswith(TOOL_RESULT_DIR + "/"):
-            raise ValueError(f"offload record: 'file' must name a file under {TOOL_RESULT_DIR}/; got {file!r}")
-        if stage not in ("recent", "old"):
-            raise ValueError(f"offload record: 'stage' must be 'recent' or 'old'; got {stage!r}")
-        if policy not in _POLICIES:
-            raise ValueError(f"offload record: 'policy' must be one of {list(_POLICIES)}; got {policy!r}")
-        numbers: dict[str, int] = {}
-        for key in ("original_bytes", "original_lines", "kept_bytes", "next_line"):
-            value = d.get(key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"offload record: {key!r} must be a whole number, 0 or more; got {value!r}")
-            numbers[key] = value
-        if numbers["kept_bytes"] > numbers["original_bytes"]:
-            raise ValueError("offload record: 'kept_bytes' cannot exceed 'original_bytes'")
-        return cls(file=file, stage=stage, policy=policy, **numbers)
-
-
-def record_of(result: ToolResult) -> OffloadRecord | None:
-    """The offload record of a result, or None when it was never offloaded (ValueError when malformed)."""
-    raw = result.extra.get(OFFLOAD_KEY)
-    return None if raw is None else OffloadRecord.from_dict(raw)
-
-
-def record_in(message: Message) -> OffloadRecord | None:
-    """The offload record of a tool message or of a command's output, or None (ValueError when malformed)."""
-    result = message.tool_result
-    raw = (result.extra if result is not None else message.extra).get(OFFLOAD_KEY)
-    return None if raw is None else OffloadRecord.from_dict(raw)
 
 
 def is_output(message: Message) -> bool:
@@ -169,23 +108,6 @@ def _rebuilt(message: Message, content: str | tuple[TextBlock | ImageBlock, ...]
     return replace(message, content=parts, extra={**message.extra, OFFLOAD_KEY: record.to_dict()})
 
 
-def original_name(message_id: str, call_id: str) -> str:
-    """The store's name for the full text of a result: ``tool_result/<uuid>.txt``, the same for the same ids."""
-    return f"{TOOL_RESULT_DIR}/{make_id(message_id, call_id)}.txt"
-
-
-def is_original(name: str) -> bool:
-    """True for a name `original_name` gives: only those files in ``tool_result/`` are ctxkeep's."""
-    folder, _, base = name.partition("/")
-    return folder == TOOL_RESULT_DIR and ORIGINAL_NAME.fullmatch(base) is not None
-
-
-def original_file(result: ToolResult) -> str | None:
-    """The store's name of the file holding the result's full text, or None."""
-    record = record_of(result)
-    return None if record is None else record.file
-
-
 def saved_texts(replaced: Iterable[tuple[Message, Message]]) -> dict[str, bytes]:
     """What the first cuts among `replaced` (each message before and after an offload) saved: file -> bytes.
 
@@ -207,7 +129,7 @@ def saved_texts(replaced: Iterable[tuple[Message, Message]]) -> dict[str, bytes]
             record = record_in(after)
         except ValueError:
             continue
-        data = _encode(old.text)
+        data = encode(old.text)
         if record is not None and record.original_bytes == len(data):
             out[record.file] = data
     return out
@@ -225,69 +147,10 @@ def _saved_arguments(before: Message, after: Message) -> dict[str, bytes]:
             record = OffloadRecord.from_dict(raw)
         except ValueError:
             continue
-        data = _encode(full[call.id].arguments)
+        data = encode(full[call.id].arguments)
         if record.original_bytes == len(data):
             out[record.file] = data
     return out
-
-
-# --- the cap per message ----------------------------------------------------------------
-
-
-def dropped_middle(length: int, max_chars: int) -> tuple[int, str, int]:
-    """How a text of `length` characters is cut to `max_chars` (`OffloadSettings.max_message_chars`): the
-    characters of its head kept, the note that takes the place of its middle, the characters of its end kept."""
-    note = (
-        f"\n\n[ctxkeep: {length - max_chars:,} characters of {length:,} dropped here, over the cap of"
-        f" {max_chars:,} characters for this text; the output was too large to keep whole]\n\n"
-    )
-    keep = max(0, max_chars - len(note))
-    head = keep * 3 // 4  # more of the head: where a listing or a log starts
-    return head, note, keep - head
-
-
-def cut_middle(text: str, max_chars: int) -> str:
-    """`text` in at most `max_chars` characters: its head and its end, the middle replaced by a note."""
-    head, note, tail = dropped_middle(len(text), max_chars)
-    return "".join((text[:head], note, text[len(text) - tail :]))  # no head + note copy on the way
-
-
-@dataclass(frozen=True, slots=True)
-class _Capped:
-    """A text over the cap as `cut_middle` makes it, read from the text itself in pieces: a new output over
-    the cap is saved and cut in one go, its capped form never held beside it (`offload_new`)."""
-
-    text: str
-    max_chars: int
-
-    def pieces(self) -> Iterator[str]:
-        head, note, tail = dropped_middle(len(self.text), self.max_chars)
-        yield from (self.text[i : min(i + _PIECE, head)] for i in range(0, head, _PIECE))
-        yield note
-        yield from (self.text[i : i + _PIECE] for i in range(len(self.text) - tail, len(self.text), _PIECE))
-
-
-def _over_cap(content: object, max_chars: int) -> bool:
-    """True for a tool result's one text over the cap (`inputs.capped` leaves it whole with `cut_later`)."""
-    return isinstance(content, str) and len(content) > max_chars
-
-
-def _capped_over(text: str, max_chars: int, limit: int) -> bool:
-    """`_over` for the capped form of `text`, built only when its length alone cannot tell (then it is small)."""
-    head, note, tail = dropped_middle(len(text), max_chars)
-    if head + len(note) + tail > limit:
-        return True
-    return _over(cut_middle(text, max_chars), limit)
-
-
-def _within_cap(message: Message, max_chars: int) -> Message:
-    """A tool result over the cap that no cut took (a new file read is kept whole): its text capped as is."""
-    result = message.tool_result
-    if result is None or not _over_cap(result.content, max_chars):
-        return message
-    _log.warning("a tool message had texts over %s characters: their middle was dropped", f"{max_chars:,}")
-    capped = replace(result, content=cut_middle(result.text, max_chars))
-    return replace(message, content=tuple(capped if b is result else b for b in message.content))
 
 
 # --- offload -------------------------------------------------------------------------
@@ -321,7 +184,7 @@ def offload(
     policies: dict[str | None, PolicyKind] = {}
 
     changed: dict[int, Message] = {}
-    writes: dict[str, bytes | str | _Capped] = {}
+    writes: dict[str, bytes | str | Capped] = {}
     for i in outputs:
         message = messages[i]
         out = _output(message)
@@ -346,7 +209,7 @@ def offload(
             writes.update(files)
 
     for name, data in writes.items():
-        _save(store, name, data)
+        save(store, name, data)
     if changed:
         _log.debug("offloaded %d outputs (%d files written)", len(changed), len(writes))
     return [changed.get(i, m) for i, m in enumerate(messages)]
@@ -368,13 +231,13 @@ def offload_new(
     outputs = [m for m in messages if is_output(m)]
     cap = settings.max_message_chars
     if not any(
-        _over(out.text, SAVE_AT_ONCE_BYTES) or _over_cap(out.content, cap)
+        over_bytes(out.text, SAVE_AT_ONCE_BYTES) or over_cap(out.content, cap)
         for m in outputs
         if (out := _output(m)) is not None
     ):
         return list(messages)
     done = offload(messages, replace(settings, recent_n=len(outputs)), store, tool_names=tool_names, new=True)
-    done = [_within_cap(m, cap) if m is before else m for before, m in zip(messages, done, strict=True)]
+    done = [within_cap(m, cap) if m is before else m for before, m in zip(messages, done, strict=True)]
     sync = getattr(store, "sync_originals", None)  # an optional method: a store in memory has nothing to sync
     if callable(sync) and any(a is not b for a, b in zip(messages, done, strict=True)):
         sync()
@@ -415,10 +278,10 @@ def _plan_arguments(message: Message, limit: int, store: Store) -> tuple[Message
     for call in message.tool_calls:
         if OFFLOAD_KEY in call.extra or not arguments.excess(call, limit):
             continue
-        data = _encode(call.arguments)
+        data = encode(call.arguments)
         file = original_name(message.id, call.id)
         text = arguments.cut(call.arguments, limit, store.where(file))
-        if len(_encode(text)) >= len(data):
+        if len(encode(text)) >= len(data):
             continue  # nothing to free (small values only): left as it is, so a prompt cache keeps it
         lines = _count_lines(data)
         record = OffloadRecord(
@@ -452,7 +315,7 @@ def _plan(
     policy: PolicyKind,
     settings: OffloadSettings,
     store: Store,
-) -> tuple[Message, tuple[str, bytes | str | _Capped] | None] | None:
+) -> tuple[Message, tuple[str, bytes | str | Capped] | None] | None:
     """The new message and the file to write, or None when the message stays as it is."""
     raw = result.extra.get(OFFLOAD_KEY)
     if raw is not None:
@@ -463,37 +326,37 @@ def _plan(
             return None
         if record.stage == "old" or stage == "recent":
             return None
-        if not _over(result.text, settings.old_max_bytes):
+        if not over_bytes(result.text, settings.old_max_bytes):
             return None  # small enough already: left as it is, so a prompt cache keeps it
         recut = _age(result, record, settings, store)
         return None if recut is None else (_rebuilt(message, *recut), None)
 
     text = result.text
     cap = result.cap
-    over_cap = cap is not None and _over_cap(result.content, cap)
-    if policy == "file_read" and stage == "recent" and not over_cap:
+    too_long = cap is not None and over_cap(result.content, cap)
+    if policy == "file_read" and stage == "recent" and not too_long:
         return None
     limit = settings.recent_max_bytes if stage == "recent" else settings.old_max_bytes
     if policy == "browser":
         if not text:
             return None
         if stage == "old":
-            if not _over(text, settings.old_max_bytes):
+            if not over_bytes(text, settings.old_max_bytes):
                 return None  # a small page is left as it is, so a prompt cache keeps it
             limit = 0
-    elif not (_capped_over(text, cap, limit) if cap is not None and over_cap else _over(text, limit)):
+    elif not (capped_over(text, cap, limit) if cap is not None and too_long else over_bytes(text, limit)):
         return None
 
-    original: bytes | str | _Capped
-    if over_cap or len(text) > _PIECE:
+    original: bytes | str | Capped
+    if too_long or len(text) > bigoutput.PIECE:
         # Measured and saved in pieces: the head needs only the first `limit` bytes and one more (`_head`).
-        original = _Capped(text, cap) if cap is not None and over_cap else text
-        if isinstance(original, _Capped):
+        original = Capped(text, cap) if cap is not None and too_long else text
+        if isinstance(original, Capped):
             _log.warning("a tool message had texts over %s characters: their middle was dropped", f"{cap:,}")
-        size, lines = _measured(original)
-        prefix = _encode(_prefix(original, limit + 1))[: limit + 1]
+        size, lines = measured(original)
+        first = encode(prefix(original, limit + 1))[: limit + 1]
     else:
-        data = original = prefix = _encode(text)
+        data = original = first = encode(text)
         size, lines = len(data), _count_lines(data)
     file = original_name(message.id, result.call_id)
     widest = OffloadRecord(
@@ -505,55 +368,8 @@ def _plan(
         kept_bytes=size,
         next_line=lines + 1,
     )
-    head, record, notice = _cut(prefix, limit, widest, store.where(file), is_error=result.is_error)
+    head, record, notice = _cut(first, limit, widest, store.where(file), is_error=result.is_error)
     return _rebuilt(message, _content(result.content, _decode(head), notice), record), (file, original)
-
-
-def _pieces(text: str | _Capped) -> Iterator[str]:
-    """A long text (or a capped one) in pieces of at most about `_PIECE` characters, in order."""
-    if isinstance(text, _Capped):
-        return text.pieces()
-    return (text[i : i + _PIECE] for i in range(0, len(text), _PIECE))
-
-
-def _measured(text: str | _Capped) -> tuple[int, int]:
-    """The UTF-8 size of `text` and its lines (as `_count_lines` counts them), without encoding it whole."""
-    if isinstance(text, str) and text.isascii():
-        return len(text), (text.count("\n") + (0 if text.endswith("\n") else 1) if text else 0)
-    size = newlines = 0
-    last = ""
-    for piece in _pieces(text):
-        size += len(piece) if piece.isascii() else len(_encode(piece))
-        newlines += piece.count("\n")
-        last = piece[-1:] or last
-    return size, (newlines + (0 if last == "\n" else 1) if size else 0)
-
-
-def _prefix(text: str | _Capped, n: int) -> str:
-    """The first `n` characters of `text` (of its capped form), read from as few pieces as give them."""
-    if isinstance(text, str):
-        return text[:n]
-    taken: list[str] = []
-    left = n
-    for piece in text.pieces():
-        if left <= 0:
-            break
-        taken.append(piece[:left])
-        left -= len(taken[-1])
-    return "".join(taken)
-
-
-def _save(store: Store, name: str, data: bytes | str | _Capped) -> None:
-    """Save an original: a long text piece by piece where the store takes pieces (`stream_original`, optional),
-    so it is never held twice; else encoded whole, through `save_original`."""
-    if isinstance(data, bytes):
-        store.save_original(name, data)
-        return
-    stream = getattr(store, "stream_original", None)
-    if callable(stream):
-        stream(name, (_encode(piece) for piece in _pieces(data)))
-    else:
-        store.save_original(name, _encode("".join(_pieces(data))))
 
 
 def _age(
@@ -564,7 +380,7 @@ def _age(
     The original file is not read (it may be large, or gone): the kept head is a prefix of the
     original, so its line numbers are the original's.
     """
-    data = _encode(result.text)
+    data = encode(result.text)
     kept = record.kept_bytes
     # The visible text is head + "\n" + notice (or the notice alone): check before trusting kept_bytes.
     fits = kept == 0 or (len(data) > kept and data[kept] == ord("\n"))
@@ -583,22 +399,8 @@ def _age(
 # --- cutting -------------------------------------------------------------------------
 
 
-def _encode(text: str) -> bytes:
-    return text.encode("utf-8", "surrogatepass")
-
-
 def _decode(data: bytes) -> str:
     return data.decode("utf-8", "surrogatepass")
-
-
-def _over(text: str, limit: int) -> bool:
-    """True when the text is over `limit` bytes of UTF-8, without encoding it when the length decides."""
-    n = len(text)
-    if n * 4 <= limit:  # a character takes at most 4 bytes
-        return False
-    if n > limit:  # and at least 1
-        return True
-    return len(_encode(text)) > limit
 
 
 def _count_lines(data: bytes) -> int:
@@ -631,7 +433,7 @@ def _cut(
     """
     # Numbers in the notice only shrink from those of `widest`, so this is the most the notice can take.
     longest = _truncated_notice(widest, location, shown=widest.next_line, partial=True, is_error=is_error)
-    reserve = len(_encode(longest)) + 1
+    reserve = len(encode(longest)) + 1
     head = _head(data, limit - reserve) if limit > reserve else b""
     partial = bool(head) and not head.endswith(b"\n") and len(head) < widest.original_bytes
     record = replace(widest, kept_bytes=len(head), next_line=head.count(b"\n") + 1)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .messages import Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
-from .offload import is_original
+from .originals import is_original
 from .reasoning import THINKING_KEY
 from .store import OFFLOAD_KEY, TOOL_RESULT_DIR, Store
 

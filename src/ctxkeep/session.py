@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -21,7 +21,6 @@ import orjson
 from . import budget, engine, postgres
 from . import live as live_mod
 from .codec import message_from_dict, storable
-from .content_ids import renumber
 from .errors import WorkspaceError
 from .folder import LocalFolder
 from .host import inputs
@@ -235,7 +234,7 @@ class Session:
         be worse.
         """
         with self._open_call():
-            self._append(_batch_of(messages, sync_mod.Held(self._live), self.settings.offload.max_message_chars))
+            self._append(inputs.to_batch(messages, sync_mod.Held(self._live), self.settings.offload.max_message_chars))
 
     def sync(self, history: Iterable[object]) -> list[Message]:
         """Add what is new in the host's whole `history` (any kinds `add` takes); returns what was added.
@@ -340,12 +339,3 @@ class Session:
 
 # The keywords `Session.open` passes to `Session` itself; any other is a setting (`EngineSettings.for_window`).
 SESSION_KEYWORDS = frozenset({"settings", "counter", "summarizer", "lock_timeout", "now"})
-
-
-def _batch_of(messages: object, taken: Container[str], max_chars: int) -> list[Message]:
-    """What `Session.add` was given, as a list of messages, each capped to `max_chars` (a tool result's one
-    text by `offload_new`, in one go with its cut); `MessageError` for anything else."""
-    if isinstance(messages, Message):
-        return [inputs.capped(messages, max_chars, cut_later=True)]  # what `inputs.convert` does to each of a list
-    batch = inputs.convert(messages, max_chars=max_chars, cut_later=True)
-    return [e.message for e in renumber(batch, taken)]

@@ -18,6 +18,7 @@ from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ctxkeep.bigoutput import cut_middle
 from ctxkeep.content_ids import Entry, key_of, number, renumber
 from ctxkeep.errors import MessageError
 from ctxkeep.formats import anthropic as anthropic_format
@@ -35,7 +36,6 @@ from ctxkeep.messages import (
     value_without_surrogates,
     without_surrogates,
 )
-from ctxkeep.offload import cut_middle
 from ctxkeep.settings import MAX_MESSAGE_CHARS
 
 log = logging.getLogger("ctxkeep")
@@ -65,6 +65,16 @@ def to_messages(items: Iterable[object] | object, *, taken: Container[str] = fro
     """
     entries = convert(items)
     return [e.message for e in renumber(entries, taken)]
+
+
+def to_batch(messages: object, taken: Container[str], max_chars: int) -> list[Message]:
+    """What `Session.add` was given, as a list of messages, each capped to `max_chars` (a tool result's one
+    text by `offload_new`, in one go with its cut), no id in `taken` given again (as `to_messages`);
+    `MessageError` for anything else."""
+    if isinstance(messages, Message):
+        return [capped(messages, max_chars, cut_later=True)]  # what `convert` does to each of a list
+    batch = convert(messages, max_chars=max_chars, cut_later=True)
+    return [e.message for e in renumber(batch, taken)]
 
 
 def convert(items: Iterable[object] | object, *, max_chars: int | None = None, cut_later: bool = False) -> list[Entry]:

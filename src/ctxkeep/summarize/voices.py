@@ -28,7 +28,8 @@ from typing import Literal, TypeAlias
 
 from ctxkeep.messages import Message
 from ctxkeep.origin import Origin, origin, origins
-from ctxkeep.summarize.facts.collect import human_text, rules_in
+from ctxkeep.summarize.facts.collect import rules_in
+from ctxkeep.summarize.facts.human import human_text
 
 Voice: TypeAlias = Literal["ask", "command", "standing"]
 

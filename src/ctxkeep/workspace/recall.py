@@ -23,7 +23,7 @@ import orjson
 
 from ctxkeep.codec import message_from_dict
 from ctxkeep.messages import Block, ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
-from ctxkeep.offload import record_in
+from ctxkeep.originals import record_in
 from ctxkeep.oversize import CUT_KEY
 from ctxkeep.reasoning import THINKING_KEY
 from ctxkeep.store import OFFLOAD_KEY, ORIGINAL_NAME, STATE, TOOL_RESULT_DIR, Store

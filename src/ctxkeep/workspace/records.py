@@ -27,7 +27,7 @@ import orjson
 
 from ctxkeep.costs import Decision
 from ctxkeep.messages import Message
-from ctxkeep.offload import record_in
+from ctxkeep.originals import record_in
 from ctxkeep.settings import CacheSettings, CompactSettings
 from ctxkeep.step import Billed, Failure, Step
 
