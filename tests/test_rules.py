@@ -7,8 +7,9 @@ import pytest
 from ctxkeep.messages import Message
 from ctxkeep.settings import ModelSummarySettings
 from ctxkeep.summarize import ExtractiveSummarizer, ModelSummarizer, SummaryRequest
-from ctxkeep.summarize.facts.collect import SUPERSEDED, mark_superseded, rules_in, superseded_by
+from ctxkeep.summarize.facts.collect import rules_in
 from ctxkeep.summarize.facts.decisions import REJECTED
+from ctxkeep.summarize.facts.superseded import SUPERSEDED, mark_superseded, superseded_by
 from ctxkeep.summarize.sections.markdown import parse_sections
 from ctxkeep.summarize.testing import fixed_summary_model
 

@@ -23,8 +23,9 @@ from dataclasses import dataclass, replace
 from ctxkeep.messages import Message
 from ctxkeep.origin import HOST_SUMMARY_STARTS, origins, provider_summary
 from ctxkeep.settings import MIN_SUMMARY_CHARS
-from ctxkeep.summarize.facts.collect import rules_in, superseded_by
+from ctxkeep.summarize.facts.collect import rules_in
 from ctxkeep.summarize.facts.human import human_text
+from ctxkeep.summarize.facts.superseded import superseded_by
 from ctxkeep.summarize.request import SummaryRequest
 from ctxkeep.summarize.sections.markdown import RULES_TITLE, fence_state, headings, omitted_count, parse_sections
 from ctxkeep.summarize.voices import voices

@@ -17,17 +17,9 @@ from ctxkeep.summarize.extractive.draft import (
     strip_prefix,
     without_files,
 )
-from ctxkeep.summarize.facts.collect import (
-    RULE_CHARS,
-    SUPERSEDED,
-    Facts,
-    mark_superseded,
-    restates,
-    rules_in,
-    unique,
-    unique_keep_last,
-)
+from ctxkeep.summarize.facts.collect import RULE_CHARS, Facts, rules_in, unique, unique_keep_last
 from ctxkeep.summarize.facts.ledger import Jobs, merge_jobs, merge_todos, parse_job, parse_todo
+from ctxkeep.summarize.facts.superseded import SUPERSEDED, mark_superseded, restates
 from ctxkeep.summarize.request import Language
 from ctxkeep.summarize.sections.markdown import (
     CONTINUE_TITLE,

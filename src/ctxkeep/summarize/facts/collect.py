@@ -25,6 +25,11 @@ from ctxkeep.summarize.facts.identifiers import (
 )
 from ctxkeep.summarize.facts.ledger import Jobs, Todo, jobs_of, ledger_of
 from ctxkeep.summarize.facts.runs import TAG, ToolRun, fixes, is_resolved, mark_expected, todo_items, tool_run
+from ctxkeep.summarize.facts.sentences import CONSTRAINT as _CONSTRAINT
+from ctxkeep.summarize.facts.sentences import LIST_MARK as _LIST_MARK
+from ctxkeep.summarize.facts.sentences import is_constraint as _is_constraint
+from ctxkeep.summarize.facts.sentences import split_sentences as _sentences
+from ctxkeep.summarize.facts.superseded import mark_superseded
 from ctxkeep.summarize.sections.markdown import ITEM_CHARS, clip, is_placeholder
 
 # Caps the extractive summary's sections apply too (it imports them), so facts and sections agree.
@@ -57,19 +62,6 @@ _HANDLE_TOOL = re.compile(r"(?i)^(?:bash_?output|kill_?(?:bash|shell)|task_?outp
 # paths inside installed packages, named by tracebacks and build output
 _VENDORED = re.compile(r"(?:^|/)(?:site-packages|dist-packages|node_modules|\.venv|_build|\.tox)/")
 
-_CONSTRAINT = re.compile(
-    r"(?i)\b(?:must|mustn't|never|don't|do not|always|prefer|preferably|should|shouldn't|please use"
-    r"|make sure|ensure|avoid|not allowed|forbidden|required)\b"
-    # "only" and "no" as the start of a rule ("only touch X", "no new dependencies"), and "X, not Y"
-    r"|(?:^|[,;:(]\s*|\b(?:please|use|run|touch|change|edit|modify|read|write|commit)\s+)only\s+(?=[\w`])"
-    r"|(?:^|[;:(]\s*)no\s+(?=[\w`])"
-    r"|,\s*not\s+(?!sure|yet|really|quite|just|only|even|that|so|too|very)\w"
-    r"|\b(?:want|would like|would rather|important (?:not )?to)\b"
-    # "instead of" rules when it says what to do ("use ruff instead of flake8"), not in a bug report
-    r"|\b(?:use|prefer|choose|pick|go with|keep|call|write|run)\b[^.;\n]{0,80}\binstead of\b"
-    r"|必须|不要|不能|不得|禁止|务必|只(?!是)|仅|一定要|请(?:使用|用|勿|务必|保持|确保|不要|只|一定|别)|应该|尽量|避免|优先|别(?!的|人)"
-    r"|希望|想要|最好|重要的是|而不是|宁可"
-)
 # A question asks, it does not rule; a pasted log line is data.
 _QUESTION = re.compile(r"[?？]\s*$")
 _LOG_LINE = re.compile(
@@ -83,9 +75,6 @@ _PASTED = re.compile(r"(?:\\n.*){2}|\"\s*[}\]],|[{,]\s*\"\w+\"\s*:")
 # A rule that points back ("Never exceed it") takes the sentence before it when that one holds the value.
 _POINTS_BACK = re.compile(r"(?i)\b(?:it|this|that|these|those|them|the same)\b|这个|那个|它")
 _VALUE = re.compile(r"\d|`")
-SUPERSEDED = "(superseded by a later rule)"
-# a rule introducing what follows ("Body, always:") says nothing alone unless it has this many words
-_LEAD_IN_WORDS = 5
 # A lead-in that asks the agent to do what follows ("I want you to:", "Please do the following:"): the items or
 # the sentence after it are rules, whatever their own wording.
 _DIRECTIVE = re.compile(
@@ -113,8 +102,6 @@ _FINDING = re.compile(
 _MAX_FINDINGS = 3  # of each message
 _CONCLUSION_WORDS = 5  # a final answer's opening sentence with fewer words says nothing found ("Fixed.")
 _PLAN_HEADER = re.compile(r"(?i)next steps?|to ?do|remaining|下一步|待办|接下来|后续")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
-_LIST_MARK = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)]|#{1,6}|>)\s+")
 _ITEM_MARK = re.compile(r"^\s{0,3}(?:[-*+•]|\d{1,3}[.)])\s+(?:\[[ xX]\]\s+)?")
 
 
@@ -405,161 +392,6 @@ def _leads_in(candidate: str) -> bool:
 def _run_of_items(pieces: Sequence[tuple[str, bool]]) -> int:
     """How many of `pieces` from the first are list items."""
     return next((j for j, (_, is_item) in enumerate(pieces) if not is_item), len(pieces))
-
-
-def mark_superseded(rules: Sequence[str]) -> list[str]:
-    """`rules` (oldest first), each that a later one restates with another value marked `SUPERSEDED`.
-
-    Two rules are statements of one rule when their words (values left out) mostly agree and their
-    values (numbers, code spans, identifiers) differ: "Budget cap is $500" and then "Budget cap is
-    $800". The newest value wins; the older stays, marked, so the change is not lost.
-    """
-    keys = [_rule_key(r) for r in rules]
-    out = []
-    for j, rule in enumerate(rules):
-        words, values = keys[j]
-        later = any(
-            values
-            and other_values
-            and values != other_values
-            and _overlap(words, other_words) >= 0.6
-            and _replaces(values, other_values, rules[k])
-            for k, (other_words, other_values) in enumerate(keys[j + 1 :], j + 1)
-        )
-        out.append(f"{rule} {SUPERSEDED}" if later and not rule.endswith(SUPERSEDED) else rule)
-    return out
-
-
-def restates(older: str, newer: str) -> bool:
-    """True when `newer` states the rule `older` states with another value (see `mark_superseded`)."""
-    (words, values), (other_words, other_values) = _rule_key(older), _rule_key(newer)
-    return bool(
-        values
-        and other_values
-        and values != other_values
-        and _overlap(words, other_words) >= 0.6
-        and _replaces(values, other_values, newer)
-    )
-
-
-def superseded_by(texts: Sequence[str]) -> list[str | None]:
-    """For each of `texts` (the user's messages, oldest first), the first statement of a later one that changes a
-    value one of its statements names ("use port 8080", then "actually use 9090"), else None.
-
-    A statement is a sentence that names a value; a later one changes it when it reads as a change (`_corrects`:
-    it says so, or both are rules) and restates it with another value
-    (`restates`, with two words or more in common), or when all its words are the older one's and its new values
-    have the shape of an old one (digits for digits: a port for a port, a version for a version), as a short
-    correction does.
-    """
-    said = [[(_rule_key(s), s) for s in _sentences(t) if _rule_key(s)[1]] for t in texts]
-    out: list[str | None] = []
-    for j, statements in enumerate(said):
-        found = None
-        for (words, values), old in statements:
-            for later in said[j + 1 :]:
-                found = next(
-                    (s for key, s in later if _corrects(old, s, values, key[1]) and _changes(words, values, key)), None
-                )
-                if found is not None:
-                    break
-            if found is not None:
-                break
-        out.append(found)
-    return out
-
-
-def _corrects(older: str, newer: str, values: frozenset[str], new_values: frozenset[str]) -> bool:
-    """True when `newer` reads as a change of `older`: it says so ("actually", "instead", "now", "change it to"),
-    or both are rules that give a setting another amount (`_replaces`); a sequence ("report 9", "report 10") is
-    not."""
-    if _CORRECTION.search(newer):
-        return True
-    return _is_constraint(older) and _is_constraint(newer) and _replaces(values, new_values, newer)
-
-
-# An amount: a number with at most a currency sign before it and a unit or a percent after ("8080", "$500",
-# "3.11", "20%", "30s", "16GB"). A name with digits in it ("module_19.py", "v2-api") is not one.
-_AMOUNT = re.compile(r"[$€£¥]?\d[\d,.]*(?:%|[A-Za-z]{1,3})?")
-
-
-def _replaces(values: frozenset[str], new_values: frozenset[str], newer: str) -> bool:
-    """True when a rule with `new_values` replaces one with `values` rather than adding to it: the newer says it
-    changes something, or every value that differs is an amount. Two rules that name different things ("never
-    touch module_19.py", then "never touch module_20.py") both stand; a limit said again with another amount
-    ("budget cap is $500", then "$800") replaces the old one."""
-    if _CORRECTION.search(newer):
-        return True
-    differing = _outermost(values ^ new_values)
-    # A labelled value ("port 8080") is an amount when its value is.
-    return bool(differing) and all(_AMOUNT.fullmatch(v.split()[-1].rstrip(".,")) for v in differing if v.split())
-
-
-def _outermost(values: frozenset[str]) -> set[str]:
-    """`values` without those inside a longer one (the digits a name holds)."""
-    return {v for v in values if not any(v != w and v in w for w in values)}
-
-
-def _changes(words: frozenset[str], values: frozenset[str], newer: tuple[frozenset[str], frozenset[str]]) -> bool:
-    """True when the statement `newer` (its words and values) gives another value to the one of `words`, `values`."""
-    new_words, new_values = newer
-    if not new_values or new_values == values or new_values <= values:
-        return False
-    if len(words & new_words) >= 2 and _overlap(words, new_words) >= 0.6:
-        return True
-    shapes = {_shape(v) for v in values}
-    return bool(new_words) and new_words <= words and all(_shape(v) in shapes for v in new_values - values)
-
-
-def _shape(value: str) -> str:
-    """A value's shape: its digits as 9 and its letters as a ("8080" and "9090" alike, "3.11" not)."""
-    return re.sub(r"[A-Za-z]", "a", re.sub(r"\d", "9", value))
-
-
-def _rule_key(rule: str) -> tuple[frozenset[str], frozenset[str]]:
-    values = frozenset(i.text for i in find_identifiers(rule)) | frozenset(re.findall(r"\d[\d,.]*", rule))
-    bare = rule.removesuffix(SUPERSEDED)
-    for value in values:
-        bare = bare.replace(value, " ")
-    words = frozenset(w for w in re.findall(r"[a-z]{3,}|[\u4e00-\u9fff]", bare.lower()) if w not in _RULE_STOPWORDS)
-    return words, values
-
-
-def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
-    return len(a & b) / len(a | b) if a and b else 0.0
-
-
-# Words that say a statement changes an earlier one.
-_CORRECTION = re.compile(
-    r"(?i)\b(?:actually|instead|rather|now|change[ds]?|switch(?:ed)?|update[ds]?|correction|make it)\b"
-    r"|\bnot\b.{1,40}\bbut\b|^no\b|改为|改成|换成|其实|不是.{1,20}而是"
-)
-_RULE_STOPWORDS = frozenset({"the", "and", "for", "with", "than", "that", "this", "are", "is", "now", "actually"})
-
-
-def _is_constraint(candidate: str) -> bool:
-    """True when `candidate` states a rule itself; a short lead-in to what follows ("Body, always:") does not."""
-    if not _CONSTRAINT.search(candidate):
-        return False
-    return not (candidate.endswith((":", "：")) and len(candidate.split()) < _LEAD_IN_WORDS)
-
-
-def _sentences(text: str) -> list[str]:
-    """Sentences of prose in `text`: code blocks left out, list marks and emphasis taken off."""
-    out: list[str] = []
-    fenced = False
-    for line in text.replace("’", "'").splitlines():
-        if line.lstrip().startswith(("```", "~~~")):
-            fenced = not fenced
-            continue
-        if fenced or line.startswith("    ") or line.lstrip().startswith("|"):
-            continue
-        line = _LIST_MARK.sub("", line).replace("**", "").strip()
-        for part in _SENTENCE_END.split(line):
-            part = " ".join(part.split())
-            if len(part) >= 4:
-                out.append(part)
-    return out
 
 
 def _plans(text: str) -> list[str]:

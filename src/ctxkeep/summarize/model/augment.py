@@ -19,11 +19,12 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from ctxkeep.summarize.agents_md import agents_rules
-from ctxkeep.summarize.facts.collect import Facts, collect_facts, mark_superseded, unique, unique_keep_last
+from ctxkeep.summarize.facts.collect import Facts, collect_facts, unique, unique_keep_last
 from ctxkeep.summarize.facts.ledger import COMPLETED, merge_jobs, merge_todos, parse_job, parse_todo
 
 # the same failure items (tool, outcome, command, error line; 240 characters) and cap as the extractive summary
 from ctxkeep.summarize.facts.runs import MAX_FAILURES, failure_item
+from ctxkeep.summarize.facts.superseded import mark_superseded
 from ctxkeep.summarize.request import Language, SummaryRequest, resolve_language, source_of
 from ctxkeep.summarize.sections.fit import Drop, fit_sections
 from ctxkeep.summarize.sections.markdown import (
