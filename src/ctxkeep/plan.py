@@ -136,7 +136,11 @@ def plan(
         if id(m) in staying and m.id not in live.pinned
     )
     window_room = (settings.compact.max_input_length - least) * CHARS_PER_TOKEN - guide_chars
-    minimal = max(0, room) if room < MIN_SUMMARY_CHARS and window_room < MIN_SUMMARY_CHARS else None
+    # Never over a summary with lists to lose: the smallest one holds none, and the next summary is made from it.
+    # Then the summarizer writes in what room there is (its last resort keeps it from failing) and the step says
+    # it is over the window.
+    squeezed = room < MIN_SUMMARY_CHARS and window_room < MIN_SUMMARY_CHARS
+    minimal = max(0, room) if squeezed and not (previous and previous.strip()) else None
     if settings.summary_layout == "frozen" and minimal is None:
         # The earlier parts stay as sent; a new part gets a quarter of the cap (or what they leave of it).
         # When that is too little, they are consolidated: one summary of them all and of the new messages,

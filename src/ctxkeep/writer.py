@@ -221,8 +221,9 @@ def write(summarizer: Summarizer, plan: Plan) -> Written:
         # (`ctxkeep.plan`): there is nothing to ask, and a summary of them would say it twice.
         usage = Usage(summarizer=type(summarizer).__name__, calls=0, input_tokens=0, output_tokens=0)
         return Written(plan=plan, summary=PROVIDER_SUMMARIZED, usage=usage)
-    if plan.minimal is not None:
-        # No room for what a summarizer writes (`Plan.minimal`): the smallest summary, written here with no call.
+    if plan.minimal is not None and isinstance(summarizer, ExtractiveSummarizer):
+        # No room for what the default summarizer writes (`Plan.minimal`): the smallest summary, written here. A
+        # summarizer the user chose (a model) is still asked: it writes what it can in the room there is.
         usage = Usage(summarizer=MINIMAL, calls=0, input_tokens=0, output_tokens=0)
         return Written(plan=plan, summary=minimal_summary(plan.request, plan.minimal), usage=usage)
     began = time.perf_counter()
