@@ -12,19 +12,15 @@ import psycopg
 from ctxkeep.errors import StorageError
 
 from . import schema
-from .store import shown_url
+from .store import driver_errors, shown_url
 
 
 def migrate(url: str) -> tuple[int, int]:
     """Bring the database at `url` to this ctxkeep's schema (``ctxkeep store migrate URL``): the version before
     and after. Raises `StorageError` when it cannot connect or the database is newer than this ctxkeep."""
     shown = shown_url(url)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            before, after = schema.migrate(conn)
-    except psycopg.Error as exc:
-        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise StorageError(f"cannot migrate PostgreSQL at {shown}: {why}", path=shown) from None
+    with driver_errors("migrate", shown), psycopg.connect(url, autocommit=True) as conn:
+        before, after = schema.migrate(conn)
     if before > schema.VERSION:
         raise StorageError(
             f"{shown} holds ctxkeep's schema version {before}, newer than this ctxkeep's {schema.VERSION}: upgrade"
@@ -38,16 +34,12 @@ def workspaces(url: str, prefix: str) -> list[str]:
     """The names of the workspaces in the database at `url` that start with `prefix`, sorted (none before the
     schema is made). Raises `StorageError` when the database cannot be reached."""
     shown = shown_url(url)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            if schema.version(conn) == 0:
-                return []
-            rows = conn.execute(
-                'SELECT name FROM ctxkeep_workspace WHERE starts_with(name, %s) ORDER BY name COLLATE "C"', (prefix,)
-            ).fetchall()
-    except psycopg.Error as exc:
-        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise StorageError(f"cannot list the workspaces of PostgreSQL at {shown}: {why}", path=shown) from None
+    with driver_errors("list the workspaces of", shown), psycopg.connect(url, autocommit=True) as conn:
+        if schema.version(conn) == 0:
+            return []
+        rows = conn.execute(
+            'SELECT name FROM ctxkeep_workspace WHERE starts_with(name, %s) ORDER BY name COLLATE "C"', (prefix,)
+        ).fetchall()
     return [row[0] for row in rows]
 
 
@@ -55,12 +47,8 @@ def drop_workspace(url: str, name: str) -> None:
     """Remove the workspace `name` and everything it holds from the database at `url` (nothing when it is not
     there). Waits for no lock: the caller knows nobody uses it."""
     shown = shown_url(url)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("DELETE FROM ctxkeep_workspace WHERE name = %s", (name,))
-    except psycopg.Error as exc:
-        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise StorageError(f"cannot remove a workspace of PostgreSQL at {shown}: {why}", path=shown) from None
+    with driver_errors("remove a workspace of", shown), psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DELETE FROM ctxkeep_workspace WHERE name = %s", (name,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,17 +65,13 @@ def usage(url: str, prefix: str = "") -> list[Usage]:
     """The workspaces of the database at `url` whose name starts with `prefix`: their size, last change and
     records. Raises `StorageError` when the database cannot be reached."""
     shown = shown_url(url)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            if schema.version(conn) == 0:
-                return []
-            rows = conn.execute(_USAGE, (prefix,)).fetchall()
-            records: dict[str, list[bytes]] = {}
-            for name, data in conn.execute(_RECORDS, (prefix,)):
-                records.setdefault(name, []).append(bytes(data))
-    except psycopg.Error as exc:
-        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise StorageError(f"cannot list the workspaces of PostgreSQL at {shown}: {why}", path=shown) from None
+    with driver_errors("list the workspaces of", shown), psycopg.connect(url, autocommit=True) as conn:
+        if schema.version(conn) == 0:
+            return []
+        rows = conn.execute(_USAGE, (prefix,)).fetchall()
+        records: dict[str, list[bytes]] = {}
+        for name, data in conn.execute(_RECORDS, (prefix,)):
+            records.setdefault(name, []).append(bytes(data))
     return [Usage(name, int(size), float(used), b"".join(records.get(name, []))) for name, size, used in rows]
 
 

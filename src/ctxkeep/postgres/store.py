@@ -142,21 +142,8 @@ class PostgresStore:
 
     # --- connections and errors ---------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _errors(self, doing: str) -> Iterator[None]:
-        """A driver's or server's error as a `StorageError` with one line: what failed, why, what to check."""
-        try:
-            yield
-        except psycopg.Error as exc:
-            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            fix = "; check that the server is up and the URL" if isinstance(exc, psycopg.OperationalError) else ""
-            raise StorageError(f"cannot {doing} PostgreSQL at {self._shown}: {why}{fix}", path=self._shown) from None
-        except psycopg_pool.PoolTimeout as exc:
-            raise StorageError(
-                f"cannot {doing} PostgreSQL at {self._shown}: no connection within the timeout ({exc});"
-                " check that the server is up and the URL",
-                path=self._shown,
-            ) from None
+    def _errors(self, doing: str) -> contextlib.AbstractContextManager[None]:
+        return driver_errors(doing, self._shown)
 
     @contextlib.contextmanager
     def _conn(self, doing: str) -> Iterator[psycopg.Connection[Any]]:
@@ -435,6 +422,24 @@ class PostgresStore:
                 (self._id, prefix),
             ).fetchall()
         return [FileInfo(name, int(size), float(mtime)) for name, size, mtime in rows]
+
+
+@contextlib.contextmanager
+def driver_errors(doing: str, shown: str) -> Iterator[None]:
+    """A driver's or server's error as a `StorageError` with one line: what failed (`doing`, at the URL `shown`
+    without its password), why, what to check."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        fix = "; check that the server is up and the URL" if isinstance(exc, psycopg.OperationalError) else ""
+        raise StorageError(f"cannot {doing} PostgreSQL at {shown}: {why}{fix}", path=shown) from None
+    except psycopg_pool.PoolTimeout as exc:
+        raise StorageError(
+            f"cannot {doing} PostgreSQL at {shown}: no connection within the timeout ({exc});"
+            " check that the server is up and the URL",
+            path=shown,
+        ) from None
 
 
 def shown_url(url: str) -> str:
