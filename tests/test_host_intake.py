@@ -103,3 +103,14 @@ def test_a_misspelt_setting_fails_where_the_adapter_is_made(tmp_path: Path) -> N
     assert source.opened is None
     assert source.session().settings.offload.recent_n == 4
     source.close()
+
+
+def test_the_keywords_of_session_open_reach_it_through_an_adapter(tmp_path: Path) -> None:
+    # durability and store are Session.open's own keywords, not settings: an adapter given them must open
+    # the session with them, not refuse them as unknown settings.
+    source = core.SessionSource(tmp_path, {"window": 16_000, "durability": "batch", "background": False})
+    session = source.session()
+    assert session.store.durability.mode == "batch"
+    source.close()
+    with pytest.raises(ValueError, match="durability must be one of"):
+        core.SessionSource(tmp_path, {"durability": "sometimes"})

@@ -339,3 +339,5 @@ class Session:
 
 # The keywords `Session.open` passes to `Session` itself; any other is a setting (`EngineSettings.for_window`).
 SESSION_KEYWORDS = frozenset({"settings", "counter", "summarizer", "lock_timeout", "now"})
+# Every keyword `Session.open` takes that is not a setting: an adapter given these opens the session with them.
+OPEN_KEYWORDS = SESSION_KEYWORDS | {"window", "background", "durability", "store"}

@@ -25,8 +25,8 @@ from ctxkeep.host.sync import appended, new_entries
 from ctxkeep.live import Live, Tools
 from ctxkeep.memory.tools import MemoryTool, memory_tools
 from ctxkeep.messages import NO_RESULT_TEXT, Message, ToolResult
-from ctxkeep.session import SESSION_KEYWORDS, Session
-from ctxkeep.settings import DEFAULT_WINDOW, EngineSettings
+from ctxkeep.session import OPEN_KEYWORDS, Session
+from ctxkeep.settings import DEFAULT_WINDOW, DurabilitySettings, EngineSettings
 from ctxkeep.step import Step
 
 Workspace = str | Path | Session | AsyncSession
@@ -128,7 +128,9 @@ class SessionSource:
 def _check_settings(given: dict[str, Any]) -> None:
     """Raise the `TypeError` (or `ValueError`) `Session.open` would for these keywords, now: a misspelt or bad
     setting fails where the adapter is made, not at the framework's first model call, deep in its stack."""
-    overrides = {k: v for k, v in given.items() if k not in {*SESSION_KEYWORDS, "window", "background"}}
+    if "durability" in given:
+        DurabilitySettings.of(given["durability"])
+    overrides = {k: v for k, v in given.items() if k not in OPEN_KEYWORDS}
     if overrides and given.get("settings") is None:
         window = given.get("window")
         EngineSettings.for_window(window if isinstance(window, int) else DEFAULT_WINDOW, **overrides)
