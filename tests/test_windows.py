@@ -17,11 +17,11 @@ from ctxkeep.replay import split_system, turns
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings
 from ctxkeep.step import Step
-from ctxkeep.summarize import SummaryRequest
+from ctxkeep.summarize import ModelSummarizer, SummaryRequest, missing_sections
 from ctxkeep.summarize.minimal import minimal_summary
+from ctxkeep.summarize.testing import fixed_summary_model
 from ctxkeep.summarize.verbatim import LEFT_OUT_NOTES, words_left_out
 from ctxkeep.tokens import get_counter
-from ctxkeep.writer import MINIMAL
 
 NOW = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
 COUNTER = get_counter("o200k_base")
@@ -226,23 +226,49 @@ def test_a_room_below_the_summarizers_floor_still_compacts(window: int, share: f
     assert not [s.failure.reason for s in steps if s.failure is not None]
 
 
-def test_the_smallest_summary_keeps_the_users_words_and_the_archive_guide() -> None:
-    settings = EngineSettings.for_window(2_048)
-    system = _prompt(1_200)
-    # Each step's long answer, beside the system prompt, leaves a summary less than the summarizer's floor.
+def test_the_smallest_summary_is_sent_and_the_full_one_is_built_on() -> None:
+    # Each step's long answer, beside a system prompt of 1,400 tokens, leaves no room in the window for a summary
+    # of the summarizer's floor: the smallest one is sent (the user's words and the archive guide), while the
+    # summarizer's, with its lists, stays the one the next compaction builds on. With room again (the workspace
+    # opened with a larger window), the summary sent has the lists of the steps compacted while it was squeezed.
     answer = "The routing table maps each path to its handler, checked one entry at a time. " * 12
-    with Session(MemoryFolder(), settings=settings, counter=COUNTER) as session:
+    folder = MemoryFolder()
+    with Session(folder, settings=EngineSettings.for_window(2_048), counter=COUNTER) as session:
         steps = []
-        for i in range(8):
+        for i in range(6):
             session.add([*_agent_step(i, result_lines=5), Message.of("assistant", answer, id=f"e{i}")])
-            steps.append(session.prepare(system, now=NOW))
+            steps.append(session.prepare(_prompt(1_400), now=NOW))
+        body = session.live.summary_body or ""
     assert all(s.context.tokens <= 2_048 and s.failure is None for s in steps)
-    minimal = [s for s in steps if s.compaction is not None and s.compaction.usage is not None]
-    minimal = [s for s in minimal if s.compaction and s.compaction.usage and s.compaction.usage.summarizer == MINIMAL]
-    assert minimal, "no compaction needed the smallest summary"
-    summary = minimal[-1].context.summary or ""
-    assert "archive" in summary and LEFT_OUT_NOTES["en"] in summary
-    assert "step 0: find where handler 0 is defined" in summary  # the first ask, carried verbatim
+    squeezed = [s for s in steps if s.compaction is not None and s.compaction.smallest]
+    assert len(squeezed) >= 2, "no compaction needed the smallest summary"
+    sent = squeezed[-1].context.summary or ""
+    assert "archive" in sent and LEFT_OUT_NOTES["en"] in sent and "### Done" not in sent
+    assert "step 0: find where handler 0 is defined" in sent  # the first ask, carried verbatim
+    assert missing_sections(body) == [] and "handler 0 fixed in src/mod0/file0.py" in body
+    with Session(folder, settings=EngineSettings.for_window(32_000), counter=COUNTER) as session:
+        session.add([*_agent_step(6, result_lines=5), Message.of("assistant", answer, id="e6")])
+        step = session.compact(system="be brief", now=NOW)
+    summary = step.context.summary or ""
+    assert step.compaction is not None and not step.compaction.smallest and LEFT_OUT_NOTES["en"] not in summary
+    assert "handler 0 fixed in src/mod0/file0.py" in summary and "`grep -rn handler src/mod2`" in summary
+
+
+def test_a_model_summarizer_is_asked_when_only_the_smallest_summary_fits() -> None:
+    # The room left is below the summarizer's floor: the model still writes the summary the workspace keeps.
+    settings = EngineSettings.for_window(2_048)
+    answer = "The routing table maps each path to its handler, checked one entry at a time. " * 12
+    summarizer = ModelSummarizer(fixed_summary_model())
+    with Session(MemoryFolder(), settings=settings, counter=COUNTER, summarizer=summarizer) as session:
+        steps = []
+        for i in range(6):
+            session.add([*_agent_step(i, result_lines=5), Message.of("assistant", answer, id=f"e{i}")])
+            steps.append(session.prepare(_prompt(1_400), now=NOW))
+        body = session.live.summary_body or ""
+    squeezed = [s.compaction for s in steps if s.compaction is not None and s.compaction.smallest]
+    assert squeezed and all(c.usage is not None and c.usage.calls for c in squeezed)
+    assert all(s.context.tokens <= 2_048 and s.failure is None for s in steps)
+    assert missing_sections(body) == [] and LEFT_OUT_NOTES["en"] not in body
 
 
 def test_the_smallest_summary_fits_any_room_and_says_what_it_left_out() -> None:

@@ -38,12 +38,12 @@ from .pairing import pair_groups
 from .plan import PART_BREAK, Manual, Plan, Skip, plan
 from .providers import Model
 from .settings import CHARS_PER_TOKEN, EngineSettings
-from .step import Compaction, Failure, Usage, cached_tokens
+from .step import Compaction, Failure, cached_tokens
 from .step import Step as Step  # serve/ imports it from here
 from .store import Store
 from .summarize import ExtractiveSummarizer, Summarizer, resolve_language
 from .tokens import Counter, get_counter
-from .writer import SummaryWriter, WriteNow, writer_for
+from .writer import SummaryWriter, WriteNow, Written, writer_for
 
 log = logging.getLogger("ctxkeep")
 
@@ -158,7 +158,7 @@ def _prepare(live: Live, setup: Setup, *, system: str | None, now: datetime, man
     else:
         for hook in setup.hooks:
             hook.before_compaction(written.plan, live)
-        step = apply(live, written.plan, written.summary, setup=setup, started=started, usage=written.usage)
+        step = apply(live, written, setup=setup, started=started)
         step = _after_compaction(step, written.plan, setup)
     return _warn_over_window(step, settings.compact.max_input_length)
 
@@ -211,34 +211,33 @@ def compact(live: Live, setup: Setup, *, system: str | None, now: datetime, focu
     return prepare(live, setup, system=system, now=now, manual=Manual(focus=focus))
 
 
-def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float, usage: Usage | None = None) -> Step:
-    """Make a planned compaction real with its `summary`: archive, guide, rebuild, second cut, record.
+def apply(live: Live, written: Written, *, setup: Setup, started: float) -> Step:
+    """Make a planned compaction real with its written summary: archive, guide, rebuild, second cut, record.
 
-    `usage` is what the summarizer spent, for the record.
+    What is sent is `written.summary`, unless the context with it would be over the window even with every kept
+    result at its older cut: then it is `written.smallest`, when there is one. The summary the next compaction
+    builds on (`Live.summary_body`) is always `written.summary`.
 
     Raises `StorageError` when the archive cannot be written; the returned `Live` is then not made.
     """
     counter, settings = setup.counter, setup.settings
+    plan, summary, usage = written.plan, written.summary, written.usage
+    if not isinstance(summary, str):
+        raise ValueError("only a written summary is applied, not a failure")
     cut, now = plan.cut, plan.at
     # The prompt cache is lost here anyway: the kept results past `recent_n` get their older cut now
     # (before the archive is written, so a disk that refuses an original leaves nothing to undo).
     kept = offload_recent(rebuild(live, cut.pinned + cut.to_keep), settings.offload, setup.store, counter, age=True)
     # Archive first: the compacted messages are on disk before they leave the live context.
     archive = archive_mod.append(setup.store, live.archive, cut.to_compact, now.date())
-    text = archive_mod.with_guide(summary, archive, resolve_language(plan.request))
-    body = summary
+    language = resolve_language(plan.request)
+    text, body = archive_mod.with_guide(summary, archive, language), summary
     if plan.append and live.summary and live.summary_body:
         # "frozen" layout: the parts sent before are kept byte for byte, the new one (with its guide) follows
         # (the AGENTS.md rules that ended them come back after it).
         frozen = without_rules(live.summary)
         text, body = f"{frozen}{PART_BREAK}{text}", f"{live.summary_body}{PART_BREAK}{summary}"
-    after = replace(
-        kept,
-        summary=text,
-        summary_body=body,
-        summary_tokens=summary_tokens_of(text, counter),
-        archive=archive,
-    )
+    after = _summarized(replace(kept, archive=archive), text, body, counter)
     threshold = threshold_of(after, settings.compact)
     if after.tokens > threshold:
         # The kept tail is too big (a group of huge parallel results, say): age its results now rather than
@@ -248,6 +247,11 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
         except CtxkeepError:
             archive_mod.restore(setup.store, live.archive)  # nothing may stay appended past the committed size
             raise
+    smallest = written.smallest is not None and after.tokens > settings.compact.max_input_length
+    if smallest and written.smallest is not None:
+        # Over the window even so: the smallest summary is sent, the summarizer's stays the one built on.
+        text = archive_mod.with_guide(written.smallest, archive, language)
+        after = _summarized(after, text, body, counter)
     compaction = Compaction(
         at=now,
         reason=plan.reason,
@@ -264,6 +268,7 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
         archive_lines=archive_mod.lines_added(live.archive, archive, now.date()),
         usage=usage,
         background=plan.background,
+        smallest=smallest,
     )
     log.info("compacted %d -> %d tokens in %.2f s", plan.tokens, after.tokens, compaction.seconds)
     warnings: tuple[str, ...] = ()
@@ -284,6 +289,11 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
         archived=cut.to_compact,
         warnings=warnings,
     )
+
+
+def _summarized(live: Live, text: str, body: str, counter: Counter) -> Live:
+    """`live` sending the summary `text` (guide included), `body` the one the next compaction builds on."""
+    return replace(live, summary=text, summary_body=body, summary_tokens=summary_tokens_of(text, counter))
 
 
 def _after_compaction(step: Step, plan: Plan, setup: Setup) -> Step:

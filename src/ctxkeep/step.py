@@ -86,6 +86,9 @@ class Compaction:
     # The summary was written in the background before the threshold (`ctxkeep.writer.WriteAhead`): `seconds`
     # is then what this step waited, `usage.seconds` what the summarizer took.
     background: bool = False
+    # The room left only the smallest summary (`ctxkeep.plan.Plan.minimal`): it was sent, and `summary_chars` is its
+    # size; the summarizer's summary stays the one the next compaction builds on.
+    smallest: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

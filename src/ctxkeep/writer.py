@@ -45,10 +45,6 @@ PROVIDER_SUMMARIZED = (
 )
 
 
-# The summarizer a step record names when the room left only the smallest summary (`minimal_summary`).
-MINIMAL = "minimal"
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Written:
     """What the summarizer answered for `plan`: the summary to apply (or why there is none) and its cost.
@@ -60,6 +56,11 @@ class Written:
     plan: Plan
     summary: str | Failure
     usage: Usage
+    # When the room left is below a summarizer's floor (`Plan.minimal`), the smallest summary (`minimal_summary`):
+    # what is sent instead of `summary` if the context with `summary` would be over the window. `summary` stays the
+    # workspace's, the one the next compaction builds on, so the lists the smallest one leaves out are back as soon
+    # as there is room.
+    smallest: str | None = None
 
 
 class SummaryWriter(Protocol):
@@ -221,14 +222,15 @@ def write(summarizer: Summarizer, plan: Plan) -> Written:
         # (`ctxkeep.plan`): there is nothing to ask, and a summary of them would say it twice.
         usage = Usage(summarizer=type(summarizer).__name__, calls=0, input_tokens=0, output_tokens=0)
         return Written(plan=plan, summary=PROVIDER_SUMMARIZED, usage=usage)
-    if plan.minimal is not None and isinstance(summarizer, ExtractiveSummarizer):
-        # No room for what the default summarizer writes (`Plan.minimal`): the smallest summary, written here. A
-        # summarizer the user chose (a model) is still asked: it writes what it can in the room there is.
-        usage = Usage(summarizer=MINIMAL, calls=0, input_tokens=0, output_tokens=0)
-        return Written(plan=plan, summary=minimal_summary(plan.request, plan.minimal), usage=usage)
     began = time.perf_counter()
     summary = _summarize(summarizer, plan.request)
-    return Written(plan=plan, summary=summary, usage=usage_of(summarizer, seconds=time.perf_counter() - began))
+    usage = usage_of(summarizer, seconds=time.perf_counter() - began)
+    if plan.minimal is None or not isinstance(summary, str):
+        return Written(plan=plan, summary=summary, usage=usage)
+    # Maybe no room to send what the summarizer wrote (`Plan.minimal`): it is still asked, and its summary is the one
+    # the next compaction builds on; the smallest summary, written here from the same request, is sent in its place
+    # when the summarizer's would take the context over the window (`ctxkeep.engine.apply`).
+    return Written(plan=plan, summary=summary, usage=usage, smallest=minimal_summary(plan.request, plan.minimal))
 
 
 def extended(earlier: Plan, written: Written, plan: Plan) -> Plan | None:
@@ -370,7 +372,9 @@ def _frees_enough(ahead: Plan, live: Live, written: Written, settings: EngineSet
         return False
     compacted = {id(m) for m in ahead.cut.to_compact}
     freed = sum(n for m, n in zip(live.messages, live.counts, strict=True) if id(m) in compacted)
-    after = live.tokens - freed - live.summary_tokens + summary_tokens_of(written.summary, counter)
+    # The smallest summary is sent in the summarizer's place when that one would not fit the window (`apply`).
+    sent = min(summary_tokens_of(s, counter) for s in (written.summary, written.smallest) if s is not None)
+    after = live.tokens - freed - live.summary_tokens + sent
     return after <= threshold_of(live, settings.compact)
 
 
