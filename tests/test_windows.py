@@ -177,15 +177,15 @@ def test_small_windows_with_a_large_prompt_keep_compacting(window: int, fixed: i
 
 
 def test_what_cannot_fit_is_said_once_and_the_smallest_context_is_sent() -> None:
-    # The system prompt and the newest step alone are over the window: one warning a step says so, and the
-    # context sent is the smallest there is (everything older compacted, the summary the smallest one).
+    # The system prompt and the newest message group alone are over the window: one warning a step says so, and
+    # the context sent is the smallest there is (everything older compacted, no summary sent).
     settings = EngineSettings.for_window(4_096)
-    system = _prompt(4_080)
+    system = _prompt(4_100)
     with Session(MemoryFolder(), settings=settings, counter=COUNTER) as session:
         for i in range(6):
             session.add(_agent_step(i, result_lines=20))
             step = session.prepare(system, now=NOW)
-        assert step.context.tokens > 4_096
+        assert step.context.tokens > 4_096 and step.context.summary is None
         assert len(step.warnings) == 1 and OVER in step.warnings[0]
         assert session.live.messages == tuple(_agent_step(5, 20))[-len(session.live.messages) :]
         assert len(session.live.messages) <= 4

@@ -42,10 +42,13 @@ from .step import Compaction, Failure, cached_tokens
 from .step import Step as Step  # serve/ imports it from here
 from .store import Store
 from .summarize import ExtractiveSummarizer, Summarizer, resolve_language
+from .summarize.minimal import minimal_summary
 from .tokens import Counter, get_counter
 from .writer import SummaryWriter, WriteNow, Written, writer_for
 
 log = logging.getLogger("ctxkeep")
+
+_TRIES = 2  # sizes of the smallest summary `_fitted` tries before the guide alone
 
 
 class PassHooks(Protocol):
@@ -214,8 +217,8 @@ def compact(live: Live, setup: Setup, *, system: str | None, now: datetime, focu
 def apply(live: Live, written: Written, *, setup: Setup, started: float) -> Step:
     """Make a planned compaction real with its written summary: archive, guide, rebuild, second cut, record.
 
-    What is sent is `written.summary`, unless the context with it would be over the window even with every kept
-    result at its older cut: then it is `written.smallest`, when there is one. The summary the next compaction
+    What is sent is `written.summary`, unless the context with it is over the window even with every kept result at
+    its older cut: then the largest of the smaller forms that fits (`_fitted`). The summary the next compaction
     builds on (`Live.summary_body`) is always `written.summary`.
 
     Raises `StorageError` when the archive cannot be written; the returned `Live` is then not made.
@@ -247,11 +250,9 @@ def apply(live: Live, written: Written, *, setup: Setup, started: float) -> Step
         except CtxkeepError:
             archive_mod.restore(setup.store, live.archive)  # nothing may stay appended past the committed size
             raise
-    smallest = written.smallest is not None and after.tokens > settings.compact.max_input_length
-    if smallest and written.smallest is not None:
-        # Over the window even so: the smallest summary is sent, the summarizer's stays the one built on.
-        text = archive_mod.with_guide(written.smallest, archive, language)
-        after = _summarized(after, text, body, counter)
+    smallest = after.tokens > settings.compact.max_input_length and not plan.append
+    if smallest:
+        after = _fitted(after, plan, settings.compact.max_input_length, counter)
     compaction = Compaction(
         at=now,
         reason=plan.reason,
@@ -291,9 +292,36 @@ def apply(live: Live, written: Written, *, setup: Setup, started: float) -> Step
     )
 
 
-def _summarized(live: Live, text: str, body: str, counter: Counter) -> Live:
-    """`live` sending the summary `text` (guide included), `body` the one the next compaction builds on."""
+def _summarized(live: Live, text: str | None, body: str, counter: Counter) -> Live:
+    """`live` sending the summary `text` (guide included; None: no summary), `body` the one the next compaction
+    builds on."""
     return replace(live, summary=text, summary_body=body, summary_tokens=summary_tokens_of(text, counter))
+
+
+def _fitted(after: Live, plan: Plan, window: int, counter: Counter) -> Live:
+    """`after`, over the `window` with the summarizer's summary, sending the largest of its smaller forms that fits:
+
+        the smallest summary (`minimal_summary`: the user's words) in the room the plan left (`Plan.minimal`), or
+        in what the window leaves if less ─► the archive guide at its shortest ─► no summary at all
+
+    The last is what must be sent whatever the pass does (the system prompt, tools and the newest messages): when
+    even that is over the window, the step says so (`_warn_over_window`). The summary built on stays the same.
+    """
+    body, archive, language = after.summary_body or "", after.archive, resolve_language(plan.request)
+    guide = archive_mod.with_guide("", archive, language)
+    bare = after.tokens - after.summary_tokens
+    room = (window - bare) * CHARS_PER_TOKEN - len(guide) - 2
+    for _ in range(_TRIES):
+        if plan.minimal is not None:
+            room = min(room, plan.minimal)
+        text = archive_mod.with_guide(minimal_summary(plan.request, max(0, room)), archive, language)
+        fitted = _summarized(after, text, body, counter)
+        if fitted.tokens <= window:
+            return fitted
+        # Fewer characters a token than reckoned (Chinese, say): try again at the rate it did take.
+        room = len(text) * (window - bare) // max(1, fitted.summary_tokens) - len(guide) - 2
+    short = _summarized(after, archive_mod.short_guide(archive, language=language), body, counter)
+    return short if short.tokens <= window else _summarized(after, None, body, counter)
 
 
 def _after_compaction(step: Step, plan: Plan, setup: Setup) -> Step:
@@ -314,11 +342,12 @@ def _warn_over_window(step: Step, window: int) -> Step:
     tokens = step.context.tokens
     if tokens <= window:
         return step
-    fixed = step.live.fixed_tokens
+    live = step.live
+    summary = f", the summary ({live.summary_tokens})" if live.summary_tokens else ""
     warning = (
-        f"the context is {tokens} tokens, over the model's window ({window}): the system prompt and tools ({fixed}),"
-        " the summary and the newest messages that must stay do not fit, and this is the smallest context they"
-        " make; shorten the system prompt or tools, or raise max_input_length"
+        f"the context is {tokens} tokens, over the model's window ({window}): the system prompt and tools"
+        f" ({live.fixed_tokens}){summary} and the newest messages that must stay ({live.total}) do not fit, and this"
+        " is the smallest context they make; shorten the system prompt or tools, or raise max_input_length"
     )
     log.warning(warning)
     return replace(step, warnings=(*step.warnings, warning))

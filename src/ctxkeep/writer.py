@@ -32,7 +32,6 @@ from .split import Split
 from .step import Failure, Step, Usage
 from .store import Store
 from .summarize import ExtractiveSummarizer, Summarizer, SummaryRequest, why_rejected, with_originals
-from .summarize.minimal import minimal_summary
 from .summarize.verbatim import with_recalled
 from .tokens import Counter
 
@@ -56,11 +55,6 @@ class Written:
     plan: Plan
     summary: str | Failure
     usage: Usage
-    # When the room left is below a summarizer's floor (`Plan.minimal`), the smallest summary (`minimal_summary`):
-    # what is sent instead of `summary` if the context with `summary` would be over the window. `summary` stays the
-    # workspace's, the one the next compaction builds on, so the lists the smallest one leaves out are back as soon
-    # as there is room.
-    smallest: str | None = None
 
 
 class SummaryWriter(Protocol):
@@ -224,13 +218,9 @@ def write(summarizer: Summarizer, plan: Plan) -> Written:
         return Written(plan=plan, summary=PROVIDER_SUMMARIZED, usage=usage)
     began = time.perf_counter()
     summary = _summarize(summarizer, plan.request)
-    usage = usage_of(summarizer, seconds=time.perf_counter() - began)
-    if plan.minimal is None or not isinstance(summary, str):
-        return Written(plan=plan, summary=summary, usage=usage)
-    # Maybe no room to send what the summarizer wrote (`Plan.minimal`): it is still asked, and its summary is the one
-    # the next compaction builds on; the smallest summary, written here from the same request, is sent in its place
-    # when the summarizer's would take the context over the window (`ctxkeep.engine.apply`).
-    return Written(plan=plan, summary=summary, usage=usage, smallest=minimal_summary(plan.request, plan.minimal))
+    # Even with no room to send it (`Plan.minimal`), the summarizer is asked: its summary is the one the next
+    # compaction builds on, and `ctxkeep.engine.apply` sends a smaller one in its place when it must.
+    return Written(plan=plan, summary=summary, usage=usage_of(summarizer, seconds=time.perf_counter() - began))
 
 
 def extended(earlier: Plan, written: Written, plan: Plan) -> Plan | None:
@@ -372,9 +362,7 @@ def _frees_enough(ahead: Plan, live: Live, written: Written, settings: EngineSet
         return False
     compacted = {id(m) for m in ahead.cut.to_compact}
     freed = sum(n for m, n in zip(live.messages, live.counts, strict=True) if id(m) in compacted)
-    # The smallest summary is sent in the summarizer's place when that one would not fit the window (`apply`).
-    sent = min(summary_tokens_of(s, counter) for s in (written.summary, written.smallest) if s is not None)
-    after = live.tokens - freed - live.summary_tokens + sent
+    after = live.tokens - freed - live.summary_tokens + summary_tokens_of(written.summary, counter)
     return after <= threshold_of(live, settings.compact)
 
 
