@@ -244,6 +244,7 @@ def test_the_smallest_summary_is_sent_and_the_full_one_is_built_on() -> None:
     assert len(squeezed) >= 2, "no compaction needed the smallest summary"
     sent = squeezed[-1].context.summary or ""
     assert "archive" in sent and LEFT_OUT_NOTES["en"] in sent and "### Done" not in sent
+    assert squeezed[-1].compaction is not None and squeezed[-1].compaction.summary_chars == len(sent)
     assert "step 0: find where handler 0 is defined" in sent  # the first ask, carried verbatim
     assert missing_sections(body) == [] and "handler 0 fixed in src/mod0/file0.py" in body
     with Session(folder, settings=EngineSettings.for_window(32_000), counter=COUNTER) as session:
@@ -318,3 +319,20 @@ def test_a_thinking_block_too_big_for_the_window_in_the_current_loop(signature: 
     else:
         assert block.text == thought and step.context.tokens > 8_192
         assert sum(OVER in w for w in step.warnings) == 1
+
+
+def test_a_summary_that_no_longer_fits_is_sent_smaller_when_nothing_can_be_compacted() -> None:
+    # A system prompt that grew (tools added by the harness) leaves no room for the summary, and the newest message
+    # group is all that is live: nothing can be compacted, so the summary sent shrinks (the one built on stays).
+    answer = "The routing table maps each path to its handler, checked one entry at a time. " * 12
+    with Session(MemoryFolder(), settings=EngineSettings.for_window(2_048), counter=COUNTER) as session:
+        for i in range(4):
+            session.add([*_agent_step(i, result_lines=5), Message.of("assistant", answer, id=f"e{i}")])
+            session.prepare("be brief", now=NOW)
+        session.add([*_agent_step(4, result_lines=5), Message.of("assistant", answer, id="e4")])
+        session.compact(system="be brief", now=NOW)
+        body = session.live.summary_body
+        newest = session.live.total
+        step = session.prepare(_prompt(2_000 - newest), now=NOW)
+    assert step.compaction is None and step.context.tokens <= 2_048 and not [w for w in step.warnings if OVER in w]
+    assert step.live.summary_body == body and body and missing_sections(body) == []

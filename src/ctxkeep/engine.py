@@ -41,7 +41,7 @@ from .settings import CHARS_PER_TOKEN, EngineSettings
 from .step import Compaction, Failure, cached_tokens
 from .step import Step as Step  # serve/ imports it from here
 from .store import Store
-from .summarize import ExtractiveSummarizer, Summarizer, resolve_language
+from .summarize import ExtractiveSummarizer, Summarizer, SummaryRequest, resolve_language
 from .summarize.minimal import minimal_summary
 from .tokens import Counter, get_counter
 from .writer import SummaryWriter, WriteNow, Written, writer_for
@@ -197,7 +197,8 @@ def _spared(live: Live, setup: Setup) -> Live:
 def _aged_over(live: Live, setup: Setup) -> Live:
     """Over the threshold with no compaction applied, the results waiting for their older cut get it now; and
     over the window, every result gets it and a message too big for the window (a pasted log) keeps its head and
-    tail, rather than the request going over the window (the last resort a compaction's kept tail gets, `age_all`)."""
+    tail, rather than the request going over the window (the last resort a compaction's kept tail gets, `age_all`);
+    still over, the summary sent is its smaller form (`_fitted`)."""
     settings = setup.settings
     if live.waiting and live.tokens > settings.compact.compact_threshold:
         live = offload_recent(live, settings.offload, setup.store, setup.counter, age=True)
@@ -206,6 +207,10 @@ def _aged_over(live: Live, setup: Setup) -> Live:
         offload = replace(settings.offload, recent_n=0)
         live = offload_recent(live, offload, setup.store, setup.counter, age=True)
         live = cut_oversize(live, settings.offload, setup.store, setup.counter)
+    if live.tokens > settings.compact.max_input_length and live.summary:
+        # And the summary sent its smaller form (the one built on stays), as after a compaction.
+        request = SummaryRequest(messages=(), previous=live.summary_body, language=settings.language)
+        live = _fitted(live, request, settings.compact.max_input_length, setup.counter)
     return live
 
 
@@ -252,7 +257,7 @@ def apply(live: Live, written: Written, *, setup: Setup, started: float) -> Step
             raise
     smallest = after.tokens > settings.compact.max_input_length and not plan.append
     if smallest:
-        after = _fitted(after, plan, settings.compact.max_input_length, counter)
+        after = _fitted(after, plan.request, settings.compact.max_input_length, counter, plan.minimal)
     compaction = Compaction(
         at=now,
         reason=plan.reason,
@@ -263,7 +268,7 @@ def apply(live: Live, written: Written, *, setup: Setup, started: float) -> Step
         kept=len(cut.to_keep),
         pinned=len(cut.pinned),
         boundary_moved=cut.moved,
-        summary_chars=len(text),
+        summary_chars=len(after.summary or ""),
         archive_file=archive_mod.archive_name(now.date()),
         seconds=time.perf_counter() - started,
         archive_lines=archive_mod.lines_added(live.archive, archive, now.date()),
@@ -292,34 +297,34 @@ def apply(live: Live, written: Written, *, setup: Setup, started: float) -> Step
     )
 
 
-def _summarized(live: Live, text: str | None, body: str, counter: Counter) -> Live:
+def _summarized(live: Live, text: str | None, body: str | None, counter: Counter) -> Live:
     """`live` sending the summary `text` (guide included; None: no summary), `body` the one the next compaction
     builds on."""
     return replace(live, summary=text, summary_body=body, summary_tokens=summary_tokens_of(text, counter))
 
 
-def _fitted(after: Live, plan: Plan, window: int, counter: Counter) -> Live:
-    """`after`, over the `window` with the summarizer's summary, sending the largest of its smaller forms that fits:
+def _fitted(after: Live, request: SummaryRequest, window: int, counter: Counter, room: int | None = None) -> Live:
+    """`after`, over the `window` with its summary, sending the largest of the summary's smaller forms that fits:
 
-        the smallest summary (`minimal_summary`: the user's words) in the room the plan left (`Plan.minimal`), or
-        in what the window leaves if less ─► the archive guide at its shortest ─► no summary at all
+        the smallest summary of `request` (`minimal_summary`: the user's words) in `room` characters (the plan's,
+        `Plan.minimal`), or in what the window leaves if less ─► the archive guide at its shortest ─► no summary
 
     The last is what must be sent whatever the pass does (the system prompt, tools and the newest messages): when
     even that is over the window, the step says so (`_warn_over_window`). The summary built on stays the same.
     """
-    body, archive, language = after.summary_body or "", after.archive, resolve_language(plan.request)
+    body, archive, language = after.summary_body, after.archive, resolve_language(request)
     guide = archive_mod.with_guide("", archive, language)
     bare = after.tokens - after.summary_tokens
-    room = (window - bare) * CHARS_PER_TOKEN - len(guide) - 2
+    fits = (window - bare) * CHARS_PER_TOKEN - len(guide) - 2
     for _ in range(_TRIES):
-        if plan.minimal is not None:
-            room = min(room, plan.minimal)
-        text = archive_mod.with_guide(minimal_summary(plan.request, max(0, room)), archive, language)
+        text = archive_mod.with_guide(
+            minimal_summary(request, max(0, fits if room is None else min(fits, room))), archive, language
+        )
         fitted = _summarized(after, text, body, counter)
         if fitted.tokens <= window:
             return fitted
         # Fewer characters a token than reckoned (Chinese, say): try again at the rate it did take.
-        room = len(text) * (window - bare) // max(1, fitted.summary_tokens) - len(guide) - 2
+        fits = len(text) * (window - bare) // max(1, fitted.summary_tokens) - len(guide) - 2
     short = _summarized(after, archive_mod.short_guide(archive, language=language), body, counter)
     return short if short.tokens <= window else _summarized(after, None, body, counter)
 
