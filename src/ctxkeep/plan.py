@@ -55,8 +55,9 @@ class Plan:
     # covers only the messages compacted now.
     append: bool = False
     # The characters left for the summary when a summarizer's floor (`MIN_SUMMARY_CHARS`) would take the context
-    # over the window: the smallest summary in them (`ctxkeep.summarize.minimal`) is what is sent, while the
-    # summarizer's summary (of its floor) is kept for the next compaction to build on. None: the summary is sent.
+    # over the window: if the summarizer's summary does (`ctxkeep.engine.apply` measures it), the smallest summary
+    # (`ctxkeep.summarize.minimal`) in at most these is sent in its place, while the summarizer's is kept for the
+    # next compaction to build on. None: the room under the threshold is its floor at the least.
     minimal: int | None = None
 
 
@@ -138,7 +139,7 @@ def plan(
     )
     window_room = (settings.compact.max_input_length - least) * CHARS_PER_TOKEN - guide_chars
     # The summarizer still writes a summary of its floor, the one the next compaction builds on (so no list is lost
-    # for good); the smallest summary is what is sent (`ctxkeep.writer.write`).
+    # for good); when it does not fit the window, the smallest summary is what is sent (`ctxkeep.engine.apply`).
     minimal = max(0, room) if room < MIN_SUMMARY_CHARS and window_room < MIN_SUMMARY_CHARS else None
     if settings.summary_layout == "frozen":
         # The earlier parts stay as sent; a new part gets a quarter of the cap (or what they leave of it).

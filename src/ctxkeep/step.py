@@ -86,8 +86,8 @@ class Compaction:
     # The summary was written in the background before the threshold (`ctxkeep.writer.WriteAhead`): `seconds`
     # is then what this step waited, `usage.seconds` what the summarizer took.
     background: bool = False
-    # The room left only the smallest summary (`ctxkeep.plan.Plan.minimal`): it was sent, and `summary_chars` is its
-    # size; the summarizer's summary stays the one the next compaction builds on.
+    # The context with the summarizer's summary was over the window: a smaller form of it was sent
+    # (`ctxkeep.engine._fitted`), `summary_chars` is its size; the summarizer's stays the one built on.
     smallest: bool = False
 
 
