@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 from tests.conftest import ROOT
 
+from ctxkeep.archive import Archive, ArchiveFile, guide, short_guide
 from ctxkeep.context import system_tokens_of
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import load
@@ -336,3 +338,16 @@ def test_a_summary_that_no_longer_fits_is_sent_smaller_when_nothing_can_be_compa
         step = session.prepare(_prompt(2_000 - newest), now=NOW)
     assert step.compaction is None and step.context.tokens <= 2_048 and not [w for w in step.warnings if OVER in w]
     assert step.live.summary_body == body and body and missing_sections(body) == []
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_the_shortest_guide_says_where_the_archive_is_in_a_third_of_the_guide(language: str) -> None:
+    archive = Archive(
+        MappingProxyType(
+            {"dialog/2026-12-02.jsonl": ArchiveFile(9_000, 40), "dialog/2026-12-03.jsonl": ArchiveFile(900, 4)}
+        )
+    )
+    short = short_guide(archive, language=language)
+    assert "dialog/" in short and "44" in short
+    assert COUNTER.count_text(short) * 2 < COUNTER.count_text(guide(archive, language=language))
+    assert short_guide(Archive(), language=language) == ""
