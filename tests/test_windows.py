@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 from tests.conftest import ROOT
 
+from ctxkeep.archive import Archive, ArchiveFile, guide, short_guide
 from ctxkeep.context import system_tokens_of
 from ctxkeep.folder import MemoryFolder
 from ctxkeep.formats import load
@@ -17,11 +19,11 @@ from ctxkeep.replay import split_system, turns
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings
 from ctxkeep.step import Step
-from ctxkeep.summarize import SummaryRequest
+from ctxkeep.summarize import ModelSummarizer, SummaryRequest, missing_sections
 from ctxkeep.summarize.minimal import minimal_summary
+from ctxkeep.summarize.testing import fixed_summary_model
 from ctxkeep.summarize.verbatim import LEFT_OUT_NOTES, words_left_out
 from ctxkeep.tokens import get_counter
-from ctxkeep.writer import MINIMAL
 
 NOW = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
 COUNTER = get_counter("o200k_base")
@@ -177,15 +179,15 @@ def test_small_windows_with_a_large_prompt_keep_compacting(window: int, fixed: i
 
 
 def test_what_cannot_fit_is_said_once_and_the_smallest_context_is_sent() -> None:
-    # The system prompt and the newest step alone are over the window: one warning a step says so, and the
-    # context sent is the smallest there is (everything older compacted, the summary the smallest one).
+    # The system prompt and the newest message group alone are over the window: one warning a step says so, and
+    # the context sent is the smallest there is (everything older compacted, no summary sent).
     settings = EngineSettings.for_window(4_096)
-    system = _prompt(4_080)
+    system = _prompt(4_100)
     with Session(MemoryFolder(), settings=settings, counter=COUNTER) as session:
         for i in range(6):
             session.add(_agent_step(i, result_lines=20))
             step = session.prepare(system, now=NOW)
-        assert step.context.tokens > 4_096
+        assert step.context.tokens > 4_096 and step.context.summary is None
         assert len(step.warnings) == 1 and OVER in step.warnings[0]
         assert session.live.messages == tuple(_agent_step(5, 20))[-len(session.live.messages) :]
         assert len(session.live.messages) <= 4
@@ -226,23 +228,50 @@ def test_a_room_below_the_summarizers_floor_still_compacts(window: int, share: f
     assert not [s.failure.reason for s in steps if s.failure is not None]
 
 
-def test_the_smallest_summary_keeps_the_users_words_and_the_archive_guide() -> None:
-    settings = EngineSettings.for_window(2_048)
-    system = _prompt(1_200)
-    # Each step's long answer, beside the system prompt, leaves a summary less than the summarizer's floor.
+def test_the_smallest_summary_is_sent_and_the_full_one_is_built_on() -> None:
+    # Each step's long answer, beside a system prompt of 1,400 tokens, leaves no room in the window for a summary
+    # of the summarizer's floor: the smallest one is sent (the user's words and the archive guide), while the
+    # summarizer's, with its lists, stays the one the next compaction builds on. With room again (the workspace
+    # opened with a larger window), the summary sent has the lists of the steps compacted while it was squeezed.
     answer = "The routing table maps each path to its handler, checked one entry at a time. " * 12
-    with Session(MemoryFolder(), settings=settings, counter=COUNTER) as session:
+    folder = MemoryFolder()
+    with Session(folder, settings=EngineSettings.for_window(2_048), counter=COUNTER) as session:
         steps = []
-        for i in range(8):
+        for i in range(6):
             session.add([*_agent_step(i, result_lines=5), Message.of("assistant", answer, id=f"e{i}")])
-            steps.append(session.prepare(system, now=NOW))
+            steps.append(session.prepare(_prompt(1_400), now=NOW))
+        body = session.live.summary_body or ""
     assert all(s.context.tokens <= 2_048 and s.failure is None for s in steps)
-    minimal = [s for s in steps if s.compaction is not None and s.compaction.usage is not None]
-    minimal = [s for s in minimal if s.compaction and s.compaction.usage and s.compaction.usage.summarizer == MINIMAL]
-    assert minimal, "no compaction needed the smallest summary"
-    summary = minimal[-1].context.summary or ""
-    assert "archive" in summary and LEFT_OUT_NOTES["en"] in summary
-    assert "step 0: find where handler 0 is defined" in summary  # the first ask, carried verbatim
+    squeezed = [s for s in steps if s.compaction is not None and s.compaction.smallest]
+    assert len(squeezed) >= 2, "no compaction needed the smallest summary"
+    sent = squeezed[-1].context.summary or ""
+    assert "archive" in sent and LEFT_OUT_NOTES["en"] in sent and "### Done" not in sent
+    assert squeezed[-1].compaction is not None and squeezed[-1].compaction.summary_chars == len(sent)
+    assert "step 0: find where handler 0 is defined" in sent  # the first ask, carried verbatim
+    assert missing_sections(body) == [] and "handler 0 fixed in src/mod0/file0.py" in body
+    with Session(folder, settings=EngineSettings.for_window(32_000), counter=COUNTER) as session:
+        session.add([*_agent_step(6, result_lines=5), Message.of("assistant", answer, id="e6")])
+        step = session.compact(system="be brief", now=NOW)
+    summary = step.context.summary or ""
+    assert step.compaction is not None and not step.compaction.smallest and LEFT_OUT_NOTES["en"] not in summary
+    assert "handler 0 fixed in src/mod0/file0.py" in summary and "`grep -rn handler src/mod2`" in summary
+
+
+def test_a_model_summarizer_is_asked_when_only_the_smallest_summary_fits() -> None:
+    # The room left is below the summarizer's floor: the model still writes the summary the workspace keeps.
+    settings = EngineSettings.for_window(2_048)
+    answer = "The routing table maps each path to its handler, checked one entry at a time. " * 12
+    summarizer = ModelSummarizer(fixed_summary_model())
+    with Session(MemoryFolder(), settings=settings, counter=COUNTER, summarizer=summarizer) as session:
+        steps = []
+        for i in range(6):
+            session.add([*_agent_step(i, result_lines=5), Message.of("assistant", answer, id=f"e{i}")])
+            steps.append(session.prepare(_prompt(1_400), now=NOW))
+        body = session.live.summary_body or ""
+    squeezed = [s.compaction for s in steps if s.compaction is not None and s.compaction.smallest]
+    assert squeezed and all(c.usage is not None and c.usage.calls for c in squeezed)
+    assert all(s.context.tokens <= 2_048 and s.failure is None for s in steps)
+    assert missing_sections(body) == [] and LEFT_OUT_NOTES["en"] not in body
 
 
 def test_the_smallest_summary_fits_any_room_and_says_what_it_left_out() -> None:
@@ -292,3 +321,33 @@ def test_a_thinking_block_too_big_for_the_window_in_the_current_loop(signature: 
     else:
         assert block.text == thought and step.context.tokens > 8_192
         assert sum(OVER in w for w in step.warnings) == 1
+
+
+def test_a_summary_that_no_longer_fits_is_sent_smaller_when_nothing_can_be_compacted() -> None:
+    # A system prompt that grew (tools added by the harness) leaves no room for the summary, and the newest message
+    # group is all that is live: nothing can be compacted, so the summary sent shrinks (the one built on stays).
+    answer = "The routing table maps each path to its handler, checked one entry at a time. " * 12
+    with Session(MemoryFolder(), settings=EngineSettings.for_window(2_048), counter=COUNTER) as session:
+        for i in range(4):
+            session.add([*_agent_step(i, result_lines=5), Message.of("assistant", answer, id=f"e{i}")])
+            session.prepare("be brief", now=NOW)
+        session.add([*_agent_step(4, result_lines=5), Message.of("assistant", answer, id="e4")])
+        session.compact(system="be brief", now=NOW)
+        body = session.live.summary_body
+        newest = session.live.total
+        step = session.prepare(_prompt(2_000 - newest), now=NOW)
+    assert step.compaction is None and step.context.tokens <= 2_048 and not [w for w in step.warnings if OVER in w]
+    assert step.live.summary_body == body and body and missing_sections(body) == []
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_the_shortest_guide_says_where_the_archive_is_in_a_third_of_the_guide(language: str) -> None:
+    archive = Archive(
+        MappingProxyType(
+            {"dialog/2026-12-02.jsonl": ArchiveFile(9_000, 40), "dialog/2026-12-03.jsonl": ArchiveFile(900, 4)}
+        )
+    )
+    short = short_guide(archive, language=language)
+    assert "dialog/" in short and "44" in short
+    assert COUNTER.count_text(short) * 2 < COUNTER.count_text(guide(archive, language=language))
+    assert short_guide(Archive(), language=language) == ""

@@ -117,6 +117,15 @@ def guide(archive: Archive, *, language: str = "en") -> str:
     )
 
 
+def short_guide(archive: Archive, *, language: str = "en") -> str:
+    """The guide at its shortest, for a context with room for nothing more: where the archive is, and its size."""
+    if not archive.files:
+        return ""
+    if language == "zh":
+        return f"早期对话在 {DIALOG_DIR}/*.jsonl（{archive.lines} 行，每行一条 JSON 消息）。"
+    return f"Earlier conversation: {DIALOG_DIR}/*.jsonl ({archive.lines} lines, one JSON message each)."
+
+
 def with_guide(summary: str, archive: Archive, language: str) -> str:
     """`summary` opened by the archive guide in `language` ("zh", else English)."""
     lead = guide(archive, language="zh" if language == "zh" else "en")

@@ -38,14 +38,17 @@ from .pairing import pair_groups
 from .plan import PART_BREAK, Manual, Plan, Skip, plan
 from .providers import Model
 from .settings import CHARS_PER_TOKEN, EngineSettings
-from .step import Compaction, Failure, Usage, cached_tokens
+from .step import Compaction, Failure, cached_tokens
 from .step import Step as Step  # serve/ imports it from here
 from .store import Store
-from .summarize import ExtractiveSummarizer, Summarizer, resolve_language
+from .summarize import ExtractiveSummarizer, Summarizer, SummaryRequest, resolve_language
+from .summarize.minimal import minimal_summary
 from .tokens import Counter, get_counter
-from .writer import SummaryWriter, WriteNow, writer_for
+from .writer import SummaryWriter, WriteNow, Written, writer_for
 
 log = logging.getLogger("ctxkeep")
+
+_TRIES = 2  # sizes of the smallest summary `_fitted` tries before the guide alone
 
 
 class PassHooks(Protocol):
@@ -158,7 +161,7 @@ def _prepare(live: Live, setup: Setup, *, system: str | None, now: datetime, man
     else:
         for hook in setup.hooks:
             hook.before_compaction(written.plan, live)
-        step = apply(live, written.plan, written.summary, setup=setup, started=started, usage=written.usage)
+        step = apply(live, written, setup=setup, started=started)
         step = _after_compaction(step, written.plan, setup)
     return _warn_over_window(step, settings.compact.max_input_length)
 
@@ -194,7 +197,8 @@ def _spared(live: Live, setup: Setup) -> Live:
 def _aged_over(live: Live, setup: Setup) -> Live:
     """Over the threshold with no compaction applied, the results waiting for their older cut get it now; and
     over the window, every result gets it and a message too big for the window (a pasted log) keeps its head and
-    tail, rather than the request going over the window (the last resort a compaction's kept tail gets, `age_all`)."""
+    tail, rather than the request going over the window (the last resort a compaction's kept tail gets, `age_all`);
+    still over, the summary sent is its smaller form (`_fitted`)."""
     settings = setup.settings
     if live.waiting and live.tokens > settings.compact.compact_threshold:
         live = offload_recent(live, settings.offload, setup.store, setup.counter, age=True)
@@ -203,6 +207,10 @@ def _aged_over(live: Live, setup: Setup) -> Live:
         offload = replace(settings.offload, recent_n=0)
         live = offload_recent(live, offload, setup.store, setup.counter, age=True)
         live = cut_oversize(live, settings.offload, setup.store, setup.counter)
+    if live.tokens > settings.compact.max_input_length and live.summary:
+        # And the summary sent its smaller form (the one built on stays), as after a compaction.
+        request = SummaryRequest(messages=(), previous=live.summary_body, language=settings.language)
+        live = _fitted(live, request, settings.compact.max_input_length, setup.counter)
     return live
 
 
@@ -211,34 +219,33 @@ def compact(live: Live, setup: Setup, *, system: str | None, now: datetime, focu
     return prepare(live, setup, system=system, now=now, manual=Manual(focus=focus))
 
 
-def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float, usage: Usage | None = None) -> Step:
-    """Make a planned compaction real with its `summary`: archive, guide, rebuild, second cut, record.
+def apply(live: Live, written: Written, *, setup: Setup, started: float) -> Step:
+    """Make a planned compaction real with its written summary: archive, guide, rebuild, second cut, record.
 
-    `usage` is what the summarizer spent, for the record.
+    What is sent is `written.summary`, unless the context with it is over the window even with every kept result at
+    its older cut: then the largest of the smaller forms that fits (`_fitted`). The summary the next compaction
+    builds on (`Live.summary_body`) is always `written.summary`.
 
     Raises `StorageError` when the archive cannot be written; the returned `Live` is then not made.
     """
     counter, settings = setup.counter, setup.settings
+    plan, summary, usage = written.plan, written.summary, written.usage
+    if not isinstance(summary, str):
+        raise ValueError("only a written summary is applied, not a failure")
     cut, now = plan.cut, plan.at
     # The prompt cache is lost here anyway: the kept results past `recent_n` get their older cut now
     # (before the archive is written, so a disk that refuses an original leaves nothing to undo).
     kept = offload_recent(rebuild(live, cut.pinned + cut.to_keep), settings.offload, setup.store, counter, age=True)
     # Archive first: the compacted messages are on disk before they leave the live context.
     archive = archive_mod.append(setup.store, live.archive, cut.to_compact, now.date())
-    text = archive_mod.with_guide(summary, archive, resolve_language(plan.request))
-    body = summary
+    language = resolve_language(plan.request)
+    text, body = archive_mod.with_guide(summary, archive, language), summary
     if plan.append and live.summary and live.summary_body:
         # "frozen" layout: the parts sent before are kept byte for byte, the new one (with its guide) follows
         # (the AGENTS.md rules that ended them come back after it).
         frozen = without_rules(live.summary)
         text, body = f"{frozen}{PART_BREAK}{text}", f"{live.summary_body}{PART_BREAK}{summary}"
-    after = replace(
-        kept,
-        summary=text,
-        summary_body=body,
-        summary_tokens=summary_tokens_of(text, counter),
-        archive=archive,
-    )
+    after = _summarized(replace(kept, archive=archive), text, body, counter)
     threshold = threshold_of(after, settings.compact)
     if after.tokens > threshold:
         # The kept tail is too big (a group of huge parallel results, say): age its results now rather than
@@ -248,6 +255,9 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
         except CtxkeepError:
             archive_mod.restore(setup.store, live.archive)  # nothing may stay appended past the committed size
             raise
+    smallest = after.tokens > settings.compact.max_input_length and not plan.append
+    if smallest:
+        after = _fitted(after, plan.request, settings.compact.max_input_length, counter, plan.minimal)
     compaction = Compaction(
         at=now,
         reason=plan.reason,
@@ -258,12 +268,13 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
         kept=len(cut.to_keep),
         pinned=len(cut.pinned),
         boundary_moved=cut.moved,
-        summary_chars=len(text),
+        summary_chars=len(after.summary or ""),
         archive_file=archive_mod.archive_name(now.date()),
         seconds=time.perf_counter() - started,
         archive_lines=archive_mod.lines_added(live.archive, archive, now.date()),
         usage=usage,
         background=plan.background,
+        smallest=smallest,
     )
     log.info("compacted %d -> %d tokens in %.2f s", plan.tokens, after.tokens, compaction.seconds)
     warnings: tuple[str, ...] = ()
@@ -286,6 +297,38 @@ def apply(live: Live, plan: Plan, summary: str, *, setup: Setup, started: float,
     )
 
 
+def _summarized(live: Live, text: str | None, body: str | None, counter: Counter) -> Live:
+    """`live` sending the summary `text` (guide included; None: no summary), `body` the one the next compaction
+    builds on."""
+    return replace(live, summary=text, summary_body=body, summary_tokens=summary_tokens_of(text, counter))
+
+
+def _fitted(after: Live, request: SummaryRequest, window: int, counter: Counter, room: int | None = None) -> Live:
+    """`after`, over the `window` with its summary, sending the largest of the summary's smaller forms that fits:
+
+        the smallest summary of `request` (`minimal_summary`: the user's words) in `room` characters (the plan's,
+        `Plan.minimal`), or in what the window leaves if less ─► the archive guide at its shortest ─► no summary
+
+    The last is what must be sent whatever the pass does (the system prompt, tools and the newest messages): when
+    even that is over the window, the step says so (`_warn_over_window`). The summary built on stays the same.
+    """
+    body, archive, language = after.summary_body, after.archive, resolve_language(request)
+    guide = archive_mod.with_guide("", archive, language)
+    bare = after.tokens - after.summary_tokens
+    fits = (window - bare) * CHARS_PER_TOKEN - len(guide) - 2
+    for _ in range(_TRIES):
+        text = archive_mod.with_guide(
+            minimal_summary(request, max(0, fits if room is None else min(fits, room))), archive, language
+        )
+        fitted = _summarized(after, text, body, counter)
+        if fitted.tokens <= window:
+            return fitted
+        # Fewer characters a token than reckoned (Chinese, say): try again at the rate it did take.
+        fits = len(text) * (window - bare) // max(1, fitted.summary_tokens) - len(guide) - 2
+    short = _summarized(after, archive_mod.short_guide(archive, language=language), body, counter)
+    return short if short.tokens <= window else _summarized(after, None, body, counter)
+
+
 def _after_compaction(step: Step, plan: Plan, setup: Setup) -> Step:
     """`step` with the context the hooks make of it. The summary they send (the workspace's AGENTS.md rules at
     its end, say) stays the live summary until the next compaction: dropping what they added a step later
@@ -304,11 +347,12 @@ def _warn_over_window(step: Step, window: int) -> Step:
     tokens = step.context.tokens
     if tokens <= window:
         return step
-    fixed = step.live.fixed_tokens
+    live = step.live
+    summary = f", the summary ({live.summary_tokens})" if live.summary_tokens else ""
     warning = (
-        f"the context is {tokens} tokens, over the model's window ({window}): the system prompt and tools ({fixed}),"
-        " the summary and the newest messages that must stay do not fit, and this is the smallest context they"
-        " make; shorten the system prompt or tools, or raise max_input_length"
+        f"the context is {tokens} tokens, over the model's window ({window}): the system prompt and tools"
+        f" ({live.fixed_tokens}){summary} and the newest messages that must stay ({live.total}) do not fit, and this"
+        " is the smallest context they make; shorten the system prompt or tools, or raise max_input_length"
     )
     log.warning(warning)
     return replace(step, warnings=(*step.warnings, warning))

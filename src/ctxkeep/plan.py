@@ -21,8 +21,9 @@ from . import archive as archive_mod
 from .budget import SUMMARY_FLOOR_TOKENS, check_pins, threshold_of
 from .live import Live
 from .messages import Message
+from .offload import arguments_excess, is_output
 from .origin import provider_summary
-from .settings import CHARS_PER_TOKEN, EngineSettings
+from .settings import CHARS_PER_TOKEN, EngineSettings, OffloadSettings
 from .split import Split, split
 from .summarize import MIN_SUMMARY_CHARS, SummaryRequest
 
@@ -54,8 +55,9 @@ class Plan:
     # covers only the messages compacted now.
     append: bool = False
     # The characters left for the summary when a summarizer's floor (`MIN_SUMMARY_CHARS`) would take the context
-    # over the window: the compaction writes the smallest summary in them (`ctxkeep.summarize.minimal`) instead of
-    # asking the summarizer for more than fits. None: the summarizer writes it.
+    # over the window: if the summarizer's summary does (`ctxkeep.engine.apply` measures it), the smallest summary
+    # (`ctxkeep.summarize.minimal`) in at most these is sent in its place, while the summarizer's is kept for the
+    # next compaction to build on. None: the room under the threshold is its floor at the least.
     minimal: int | None = None
 
 
@@ -131,22 +133,20 @@ def plan(
     # (with the kept results at their older cut, which `apply` gives them past the threshold); past that, the
     # smallest summary fits what is left rather than the compaction failing, or the context going over the window.
     least = kept - sum(
-        _agable(m, n, settings)
+        n - _least(m, n, settings.offload)
         for m, n in zip(live.messages, live.counts, strict=True)
         if id(m) in staying and m.id not in live.pinned
     )
     window_room = (settings.compact.max_input_length - least) * CHARS_PER_TOKEN - guide_chars
-    # Never over a summary with lists to lose: the smallest one holds none, and the next summary is made from it.
-    # Then the summarizer writes in what room there is (its last resort keeps it from failing) and the step says
-    # it is over the window.
-    squeezed = room < MIN_SUMMARY_CHARS and window_room < MIN_SUMMARY_CHARS
-    minimal = max(0, room) if squeezed and not (previous and previous.strip()) else None
-    if settings.summary_layout == "frozen" and minimal is None:
+    # The summarizer still writes a summary of its floor, the one the next compaction builds on (so no list is lost
+    # for good); when it does not fit the window, the smallest summary is what is sent (`ctxkeep.engine.apply`).
+    minimal = max(0, room) if room < MIN_SUMMARY_CHARS and window_room < MIN_SUMMARY_CHARS else None
+    if settings.summary_layout == "frozen":
         # The earlier parts stay as sent; a new part gets a quarter of the cap (or what they leave of it).
-        # When that is too little, they are consolidated: one summary of them all and of the new messages,
-        # in half the cap, so that parts can follow it again.
+        # When that is too little, or the smallest summary replaces them all, they are consolidated: one summary
+        # of them all and of the new messages, in half the cap, so that parts can follow it again.
         left = room - len(live.summary or "") - len(PART_BREAK)
-        if live.summary and previous and left >= MIN_SUMMARY_CHARS:
+        if minimal is None and live.summary and previous and left >= MIN_SUMMARY_CHARS:
             previous, room, append = None, min(left, room // _PART_DIVISOR), True
         else:
             previous = previous.replace(PART_BREAK, "\n\n") if previous else previous
@@ -167,13 +167,35 @@ def plan(
     )
 
 
-def _agable(message: Message, tokens: int, settings: EngineSettings) -> int:
-    """The tokens of a kept `message` that a compaction's last resort frees (`ctxkeep.live.age_all`, applied when the
-    kept tail passes the threshold): a tool result is cut to `old_max_bytes` (reckoned at 3 bytes a token, the low
-    end, with its note); 0 for anything else."""
-    if message.tool_result is None:
+def _least(message: Message, tokens: int, settings: OffloadSettings) -> int:
+    """About the tokens of a kept `message` once a compaction's last resort cut it (`ctxkeep.aging.age_all`, applied
+    when the kept tail passes the threshold): a result or command output, and a call's arguments, to
+    `old_max_bytes`; any other text over `recent_max_bytes` to its head and tail. Reckoned by the share of its bytes
+    that stays, and at 3 bytes a token at the least (the low end), with the cut's note."""
+    result = message.tool_result
+    if result is not None or is_output(message):
+        text = result.text if result is not None else message.text
+        freed, limit = _over(text, settings.old_max_bytes), settings.old_max_bytes
+    elif message.role in ("user", "assistant"):
+        freed, limit = _over(message.text, settings.recent_max_bytes), settings.recent_max_bytes
+        if message.role == "assistant" and (args := arguments_excess(message, settings.old_max_bytes)):
+            freed, limit = freed + args, min(limit, settings.old_max_bytes)
+    else:
+        return tokens
+    if not freed:
+        return tokens
+    whole = len(message.text.encode("utf-8", "surrogatepass")) + sum(len(c.arguments) for c in message.tool_calls)
+    if result is not None:
+        whole += len(result.text.encode("utf-8", "surrogatepass"))
+    share = -(-tokens * max(0, whole - freed) // max(whole, freed))
+    return min(tokens, max(share, limit // CHARS_PER_TOKEN) + _CUT_NOTE_TOKENS)
+
+
+def _over(text: str, limit: int) -> int:
+    """The bytes of `text` past `limit` (0: none)."""
+    if len(text) * 4 <= limit:  # a character takes at most 4 bytes
         return 0
-    return max(0, tokens - settings.offload.old_max_bytes // CHARS_PER_TOKEN - _CUT_NOTE_TOKENS)
+    return max(0, len(text.encode("utf-8", "surrogatepass")) - limit)
 
 
 def _provider_summarized(messages: Sequence[Message]) -> frozenset[str]:

@@ -86,6 +86,9 @@ class Compaction:
     # The summary was written in the background before the threshold (`ctxkeep.writer.WriteAhead`): `seconds`
     # is then what this step waited, `usage.seconds` what the summarizer took.
     background: bool = False
+    # The context with the summarizer's summary was over the window: a smaller form of it was sent
+    # (`ctxkeep.engine._fitted`), `summary_chars` is its size; the summarizer's stays the one built on.
+    smallest: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -32,7 +32,6 @@ from .split import Split
 from .step import Failure, Step, Usage
 from .store import Store
 from .summarize import ExtractiveSummarizer, Summarizer, SummaryRequest, why_rejected, with_originals
-from .summarize.minimal import minimal_summary
 from .summarize.verbatim import with_recalled
 from .tokens import Counter
 
@@ -43,10 +42,6 @@ PROVIDER_SUMMARIZED = (
     "The archived messages came before the provider's own compaction in the conversation below; its summary"
     " covers them."
 )
-
-
-# The summarizer a step record names when the room left only the smallest summary (`minimal_summary`).
-MINIMAL = "minimal"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -221,13 +216,10 @@ def write(summarizer: Summarizer, plan: Plan) -> Written:
         # (`ctxkeep.plan`): there is nothing to ask, and a summary of them would say it twice.
         usage = Usage(summarizer=type(summarizer).__name__, calls=0, input_tokens=0, output_tokens=0)
         return Written(plan=plan, summary=PROVIDER_SUMMARIZED, usage=usage)
-    if plan.minimal is not None and isinstance(summarizer, ExtractiveSummarizer):
-        # No room for what the default summarizer writes (`Plan.minimal`): the smallest summary, written here. A
-        # summarizer the user chose (a model) is still asked: it writes what it can in the room there is.
-        usage = Usage(summarizer=MINIMAL, calls=0, input_tokens=0, output_tokens=0)
-        return Written(plan=plan, summary=minimal_summary(plan.request, plan.minimal), usage=usage)
     began = time.perf_counter()
     summary = _summarize(summarizer, plan.request)
+    # Even with no room to send it (`Plan.minimal`), the summarizer is asked: its summary is the one the next
+    # compaction builds on, and `ctxkeep.engine.apply` sends a smaller one in its place when it must.
     return Written(plan=plan, summary=summary, usage=usage_of(summarizer, seconds=time.perf_counter() - began))
 
 

@@ -1,14 +1,15 @@
-"""The smallest summary: what a compaction writes when the room left is below what a summarizer needs.
+"""The smallest summary: what a compaction sends when the room left is below what a summarizer needs.
 
-    room >= MIN_SUMMARY_CHARS ─► the summarizer (its six sections and the verbatim parts)
-    room <  MIN_SUMMARY_CHARS ─► minimal_summary: a note, the user's first and newest words, the rules if they fit
+    room >= MIN_SUMMARY_CHARS ─► the summarizer's summary is sent (its six sections and the verbatim parts)
+    room <  MIN_SUMMARY_CHARS ─► it is kept; sent, if it would take the context over the window:
+                                 minimal_summary, a note, the user's first and newest words, the rules if they fit
 
 A big system prompt and tool schemas (60% of a 2,048-token window, say) and the newest messages may leave a
-compaction a few hundred characters for its summary. Asking a summarizer for less than its sections' floor
-fails, and a compaction that fails sends everything: the context would go over the window. Rather, the
-compaction writes this summary, which fits any room (down to its one-line note): the archive guide that opens
-every summary points to the whole conversation, and the next compaction with more room reads the user's
-words back from the archive (`ctxkeep.summarize.verbatim.with_recalled`, which the note triggers).
+compaction a few hundred characters for its summary. The summarizer still writes its summary (of its floor):
+that one is the workspace's, the one the next compaction builds on (`Live.summary_body`). When the context
+with it would be over the window, this summary is sent in its place (`ctxkeep.engine.apply`); it fits any room
+(down to its one-line note), the archive guide that opens every summary points to the whole conversation,
+and the next compaction with more room sends the summary built on the full one again.
 """
 
 from __future__ import annotations
