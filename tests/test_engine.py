@@ -311,3 +311,23 @@ def test_the_hooks_of_the_pass_get_the_plan_applied_and_nothing_when_the_summary
     # What the hook added is sent, and stays the live summary until the next compaction.
     assert step.context.summary is not None and step.context.summary.endswith("noted")
     assert step.live.summary == step.context.summary
+
+
+class Swelling(Noting):
+    """A hook whose addition (a long AGENTS.md, say) is bigger than the room the compaction made."""
+
+    def after_compaction(self, plan: plan_mod.Plan, context: Context) -> Context:
+        self.after.append(plan.reason)
+        extra = "\n\n" + "rule " * 40_000
+        return replace(context, summary=f"{context.summary}{extra}", tokens=context.tokens + COUNTER.count_text(extra))
+
+
+def test_what_a_hook_adds_never_takes_a_context_that_fit_over_the_window(caplog: pytest.LogCaptureFixture) -> None:
+    live = add(Live(), [m for i in range(12) for m in turn(i)], COUNTER)
+    hooks = Swelling()
+    setup = engine.Setup(settings=SMALL, counter=COUNTER, summarizer=Recording(), store=MemoryFolder(), hooks=(hooks,))
+    step = engine.prepare(live, setup, system="be brief", now=NOW)
+    assert hooks.after == ["threshold"]
+    assert step.context.tokens <= SMALL.compact.max_input_length
+    assert "rule rule" not in (step.context.summary or "") and step.live.summary == step.context.summary
+    assert "over the model's window" in caplog.text

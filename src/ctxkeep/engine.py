@@ -336,6 +336,17 @@ def _after_compaction(step: Step, plan: Plan, setup: Setup) -> Step:
     context = step.context
     for hook in setup.hooks:
         context = hook.after_compaction(plan, context)
+    window = setup.settings.compact.max_input_length
+    if context.tokens > window >= step.context.tokens:
+        # What a hook adds is worth less than the room the compaction made: never the reason a context that fit
+        # goes over the window (the AGENTS.md rules stay in their file, and return at a roomier compaction).
+        log.warning(
+            "what runs after the compaction would bring the context to %d tokens, over the model's window (%d):"
+            " it is sent without that (the AGENTS.md rules stay in their file)",
+            context.tokens,
+            window,
+        )
+        return step
     if context.summary != step.context.summary and context.summary is not None:
         tokens = summary_tokens_of(context.summary, setup.counter)
         step = replace(step, live=replace(step.live, summary=context.summary, summary_tokens=tokens))
