@@ -7,6 +7,8 @@ import errno
 import logging
 import os
 import stat
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .errors import StorageError
@@ -74,6 +76,29 @@ def datasync(fd: int) -> None:
         os.fdatasync(fd)
     else:  # macOS
         os.fsync(fd)
+
+
+# Syncs in flight at once in `sync_together`. Measured (bench/README.md, "one durable commit"): 23 new files
+# and 2 folders on ext4 took 16-90 ms synced one after the other, 3.5-4 ms with 4 threads (8, 16 and 32 were
+# no faster), and threads cost least to start on tmpfs, where a sync is free.
+SYNC_THREADS = 4
+
+
+def sync_together(syncs: Sequence[Callable[[], None]]) -> None:
+    """Run the syncs `syncs` make at once, on a few threads, and return when all are done.
+
+    Syncs that wait together for the disk share its journal commits and cache flushes: a compaction's files
+    become durable in about the time of one, where one after the other each paid its own. The first
+    failure (in the order given) is raised once all have finished, so no sync is still running after.
+    """
+    if len(syncs) <= 1:
+        for sync in syncs:
+            sync()
+        return
+    with ThreadPoolExecutor(min(SYNC_THREADS, len(syncs)), thread_name_prefix="ctxkeep-sync") as pool:
+        done = [pool.submit(sync) for sync in syncs]
+    for future in done:
+        future.result()
 
 
 def write_all(fd: int, data: bytes) -> None:

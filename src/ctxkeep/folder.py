@@ -5,10 +5,11 @@ durable as its `DurabilitySettings` say (``"step"``, the default: before each re
 file atomically (temporary file, fsync, rename, fsync of the directory) and `append` fdatasyncs, or cuts a
 refused append back to where it started. A compaction is one durable commit: the offloaded originals saved
 since the last one and the archive appended to are written without a sync, and `start_live` makes them
-durable together with the next generation's live log (one fdatasync per file, one fsync per folder),
-before the state commit; until then the live log still holds the originals' full texts and the state
-does not name the archive's new bytes. The copy of the summary for people (summary.md) is replaced without
-a sync: the next open rewrites it when a power loss lost it. While its lock is held it keeps the live log
+durable together with the next generation's live log (one fdatasync per file, one fsync per folder, all
+at once on a few threads, so they share the disk's journal commits), before the state commit; until then
+the live log still holds the originals' full texts and the state does not name the archive's new bytes.
+The copy of the summary for people (summary.md) is replaced without a sync: the next open rewrites it
+when a power loss lost it. While its lock is held it keeps the live log
 it last appended to open, so a step's append is one write and one fdatasync (``"batch"``: a thread's
 fdatasync for the steps of a window; ``"off"``: none), closed when the file is replaced, cut or removed,
 and when the lock is released. Its files are private (0600, folders 0700) and nothing inside it is reached
@@ -23,12 +24,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import logging
 import os
 import re
 import stat
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from . import disk, fileops
@@ -146,8 +148,8 @@ class LocalFolder(FileStore):
             self.write(name, data)
 
     def sync_pending(self) -> None:
-        """Make the files written without a sync since the last call durable (file data, then their folders,
-        each once)."""
+        """Make the files written without a sync since the last call durable: each file's data and each changed
+        folder once, all at once (`fileops.sync_together`), and returns when every one is."""
         names, changed = sorted(self._unsynced), set(self._unsynced_folders)
         if not self._syncs:
             names, changed = [], set()
@@ -155,29 +157,43 @@ class LocalFolder(FileStore):
         for name in names:
             folder, _, base = name.rpartition("/")
             by_folder.setdefault(folder, []).append(base)
-        for folder in sorted(changed | set(by_folder)):
-            where = self.root / folder
-            with self._tree.folder(folder.split("/") if folder else [], create=False) as d:
+        with contextlib.ExitStack() as held:  # the folders stay open until their files' syncs are done
+            syncs = []
+            for folder in sorted(changed | set(by_folder)):
+                d = held.enter_context(self._tree.folder(folder.split("/") if folder else [], create=False))
                 if d is None:
                     continue
-                for base in by_folder.get(folder, []):
-                    path = where / base
-                    fd = self._tree.open_file(d, base, path, os.O_RDONLY, "sync")
-                    if fd is None:
-                        continue  # removed since (retention, a cut archive): nothing to make durable
-                    try:
-                        fileops.datasync(fd)
-                    except OSError as exc:
-                        raise fileops.storage_error(exc, "sync", path) from exc
-                    finally:
-                        os.close(fd)
+                where = self.root / folder
+                syncs += [self._file_sync(d, base, where / base) for base in by_folder.get(folder, [])]
                 if folder in changed:  # a name made or replaced in it
-                    try:
-                        os.fsync(d)
-                    except OSError as exc:
-                        raise fileops.storage_error(exc, "sync", where) from exc
+                    syncs.append(functools.partial(self._folder_sync, d, where))
+            fileops.sync_together(syncs)
         self._unsynced.clear()
         self._unsynced_folders.clear()
+
+    def _file_sync(self, folder: int, base: str, path: Path) -> Callable[[], None]:
+        """The sync of a file written without one: opened, fdatasynced and closed by the thread that runs it, so
+        a commit of thousands of originals holds a few descriptors at a time."""
+
+        def sync() -> None:
+            fd = self._tree.open_file(folder, base, path, os.O_RDONLY, "sync")
+            if fd is None:
+                return  # removed since (retention, a cut archive): nothing to make durable
+            try:
+                fileops.datasync(fd)
+            except OSError as exc:
+                raise fileops.storage_error(exc, "sync", path) from exc
+            finally:
+                os.close(fd)
+
+        return sync
+
+    @staticmethod
+    def _folder_sync(folder: int, path: Path) -> None:
+        try:
+            os.fsync(folder)
+        except OSError as exc:
+            raise fileops.storage_error(exc, "sync", path) from exc
 
     def append(self, name: str, data: bytes) -> int:
         return self._append(name, data, durable=True)
