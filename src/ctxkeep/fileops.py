@@ -108,7 +108,7 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def still_at(fd: int, path: Path) -> bool:
+def still_at(fd: int, path: str | Path) -> bool:
     """True when `path` is still the file `fd` has open (not removed, nor replaced by another)."""
     try:
         st = os.stat(path, follow_symlinks=False)

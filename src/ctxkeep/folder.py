@@ -67,6 +67,7 @@ class LocalFolder(FileStore):
         self._tree = ConfinedFolder(Path(root))  # every open below the root: no link followed
         self.root = self._tree.root
         self._root_text = str(self.root)
+        self._lock_path = os.path.join(self._root_text, ".lock")  # looked at before every write: a string, once
         self.durability = DurabilitySettings.of(durability)
         self._syncs = self.durability.mode != "off"
         # Written but not yet synced, made durable together by the next `start_live` (the compaction's
@@ -201,10 +202,10 @@ class LocalFolder(FileStore):
     def _append(self, name: str, data: bytes, *, durable: bool) -> int:
         """`append`; without `durable` the file (and its folder, when it is made) waits for `sync_pending`."""
         *folders, base = self._tree.parts(name)
-        path = self.root / name
         self._in_place()
         if self._held and folders == [LIVE_DIR]:
             return self._append_log(name, data)
+        path = self.root / name
         self._close_log(name)
         with self._tree.folder(folders, create=True) as d:
             assert d is not None
@@ -234,8 +235,8 @@ class LocalFolder(FileStore):
 
     def _append_log(self, name: str, data: bytes) -> int:
         """`append` to a live log through the descriptor kept open while the lock is held (opened when needed)."""
-        path = self.root / name
         if self._log is None or self._log[0] != name:
+            path = self.root / name
             self._close_log()
             *folders, base = self._tree.parts(name)
             with self._tree.folder(folders, create=True) as d:
@@ -260,6 +261,7 @@ class LocalFolder(FileStore):
                     self._group = GroupCommit(self.durability.window)
                 self._group.written(fd)
         except OSError as exc:
+            path = self.root / name  # (built only here: a step's append names no path)
             fileops.cut_back(fd, start, path)  # as in `append`: the file still ends with its last complete line
             self._close_log()  # reopened (and its size read again) by the next append
             raise fileops.storage_error(exc, "append to", path) from exc
@@ -280,7 +282,7 @@ class LocalFolder(FileStore):
         """Refuse to write once the workspace held was moved or deleted: a write would go to the folder
         elsewhere, to deleted files, or to a new folder made at the path without the lock, where another
         process could get in. Its lock file still at its path, the same file, says the folder is."""
-        if self._lock_fd is None or fileops.still_at(self._lock_fd, self.root / ".lock"):
+        if self._lock_fd is None or fileops.still_at(self._lock_fd, self._lock_path):
             return
         self._close_log()
         raise StorageError(
