@@ -18,6 +18,7 @@ import orjson
 import pytest
 from tests.builders import shell_turn
 
+from ctxkeep import fileops
 from ctxkeep.errors import StorageError
 from ctxkeep.folder import LocalFolder
 from ctxkeep.messages import Message
@@ -241,6 +242,31 @@ def test_a_compaction_is_one_durable_commit(tmp_path: Path, monkeypatch: pytest.
     assert len(synced) == len(saved) + 7, synced
     # The commit's files and folders are synced at once (they share the disk's journal commits), not one by one.
     assert log.most_in_flight > 1
+
+
+def test_syncs_that_cost_nothing_run_one_by_one_and_slow_ones_at_once() -> None:
+    ran: list[str] = []
+    fileops.sync_together([lambda: ran.append(threading.current_thread().name)] * 5)
+    assert ran == [threading.current_thread().name] * 5, "no thread started for syncs that cost nothing"
+
+    lock, in_flight, most = threading.Lock(), [0], [0]
+
+    def slow(fail: bool = False) -> None:
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        time.sleep(0.02)
+        with lock:
+            in_flight[0] -= 1
+            ran.append("slow")
+        if fail:
+            raise OSError(errno.EIO, "Input/output error")
+
+    ran.clear()
+    with pytest.raises(OSError, match="Input/output"):
+        fileops.sync_together([slow, slow, lambda: slow(fail=True), slow, slow])
+    assert ran == ["slow"] * 5, "the failure is raised once every sync has finished"
+    assert most[0] > 1
 
 
 @pytest.mark.parametrize("durability", ["step", "batch", "off"])
