@@ -8,7 +8,9 @@ Run: .venv/bin/python bench/bench_disk.py [--sizes 400,1000,2000,50000] [--windo
    a new workspace on disk (every commit fsynced), turn by turn: `add` of the turn's messages, then
    `prepare`, the way an agent runs. Printed: median and p95 ms per step (add + prepare), by
    history length, over steps without a compaction, the CPU time of the same steps, the time the
-   disk took for the step's fdatasync, and the fsyncs per step. Beside them the floor: right after each
+   disk took for the step's fdatasync, and the fsyncs per step; then the steps with a compaction (wall,
+   CPU, fsyncs each, and the wall time of the commit: the next live log written and everything the
+   compaction wrote made durable, in `start_live`). Beside them the floor: right after each
    step, the bytes that step appended to its live log are appended to a file of their own in the same
    folder and fdatasynced (what no durable step can go below), and the step's median over the floor's.
    `--durability` runs the session at `step` (the default), `batch` or `off`. With `--window 0` no
@@ -97,21 +99,44 @@ def _settings(window: int) -> EngineSettings:
 
 
 Row: TypeAlias = tuple[int, float, float, float, float]
+Compaction: TypeAlias = tuple[float, float, int, float]
 
 
-def run(n: int, window: int, folder: Path, durability: str) -> tuple[list[Row], int, int, int]:
+class CommitClock:
+    """The wall time of a store's `start_live` calls: a compaction's commit, where the next live log is written
+    and everything the compaction wrote without a sync (originals, archive) is made durable with it."""
+
+    def __init__(self, store: object) -> None:
+        self.seconds = 0.0
+        real = store.start_live  # type: ignore[attr-defined]
+
+        def timed(generation: int, data: bytes) -> None:
+            t = time.perf_counter()
+            try:
+                real(generation, data)
+            finally:
+                self.seconds += time.perf_counter() - t
+
+        store.start_live = timed  # type: ignore[attr-defined]
+
+
+def run(n: int, window: int, folder: Path, durability: str) -> tuple[list[Row], list[Compaction], int, int]:
     """Per-step (history length, wall seconds, CPU seconds, seconds in fsync, the floor's seconds) for steps
-    without compaction; steps, compactions, fsyncs. The CPU time leaves out waiting for the disk and for
-    other processes (a loaded machine); the fsync time is what the disk took to make the step durable."""
+    without compaction; per step with one (wall seconds, CPU seconds, fsyncs); steps, fsyncs. The CPU time
+    leaves out waiting for the disk and for other processes (a loaded machine); the fsync time is what the
+    disk took to make the step durable."""
     times: list[Row] = []
-    steps = compactions = fsyncs = 0
+    compacted: list[Compaction] = []
+    steps = fsyncs = 0
     added = 0
     with (
         Session.open(folder, settings=_settings(window), counter=COUNTER, durability=durability) as session,
         Floor(folder.parent / f"floor-{folder.name}.bin") as floor,
     ):
+        commit = CommitClock(session.store)
         for batch in session_turns(n):
             before = live_size(folder)
+            committed = commit.seconds
             with SyncClock() as fs:
                 t, c = time.perf_counter(), time.process_time()
                 session.add(batch)
@@ -123,8 +148,8 @@ def run(n: int, window: int, folder: Path, durability: str) -> tuple[list[Row], 
             if step.compaction is None:
                 times.append((added, elapsed, cpu, fs.seconds, floor.append(live_size(folder) - before)))
             else:
-                compactions += 1
-        return times, steps, compactions, fsyncs
+                compacted.append((elapsed, cpu, fs.count, commit.seconds - committed))
+        return times, compacted, steps, fsyncs
 
 
 def _bucket(n: int) -> int:
@@ -149,7 +174,7 @@ def steps(sizes: list[int], window: int, tmp: Path, durability: str) -> None:
         f" {'fsync med':>9} {'floor med':>9} {'ratio':>6}"
     )
     for n in sizes:
-        times, total, compactions, fsyncs = run(n, window, tmp / f"s{n}", durability)
+        times, compacted, total, fsyncs = run(n, window, tmp / f"s{n}", durability)
         by: dict[int, list[tuple[float, ...]]] = {}
         for added, *seconds in times:
             by.setdefault(_bucket(added), []).append(tuple(s * 1000 for s in seconds))
@@ -158,8 +183,17 @@ def steps(sizes: list[int], window: int, tmp: Path, durability: str) -> None:
         every = [tuple(s * 1000 for s in seconds) for _, *seconds in times]
         print(
             f"{n:>8,} {'all':>10} {len(every):>6,} {_figures(every)}"
-            f"   ({total:,} steps, {compactions} compactions, {fsyncs / total:.2f} fsyncs per step)"
+            f"   ({total:,} steps, {len(compacted)} compactions, {fsyncs / total:.2f} fsyncs per step)"
         )
+        if compacted:
+            walls, cpus, counts, commits = zip(*compacted, strict=True)
+            print(
+                f"{n:>8,} {'compaction':>10} {len(compacted):>6,} {statistics.median(walls) * 1000:>8.3f}"
+                f" {_p95(list(walls)) * 1000:>8.3f} {statistics.median(cpus) * 1000:>8.3f}"
+                f" {_p95(list(cpus)) * 1000:>8.3f}   (steps with a compaction: {statistics.median(counts):.0f} fsyncs;"
+                f" the commit, new live log written and everything made durable: median"
+                f" {statistics.median(commits) * 1000:.2f} ms, p95 {_p95(list(commits)) * 1000:.2f} ms)"
+            )
 
 
 def _figures(rows: list[tuple[float, ...]]) -> str:

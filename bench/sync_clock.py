@@ -8,6 +8,7 @@ Python, so its files go through the same calls).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,11 +16,13 @@ from typing import Any
 
 
 class SyncClock:
-    """Counts os.fsync and os.fdatasync calls while active, and the time spent in them."""
+    """Counts os.fsync and os.fdatasync calls while active, and the time spent in them (summed over calls:
+    syncs run at once on several threads add up to more than the wall time they took)."""
 
     def __init__(self) -> None:
         self.count = 0
         self.seconds = 0.0
+        self._lock = threading.Lock()  # syncs may come from several threads at once
         self._saved = (os.fsync, getattr(os, "fdatasync", None))
 
     def __enter__(self) -> SyncClock:
@@ -29,8 +32,9 @@ class SyncClock:
                 try:
                     fn(fd)
                 finally:
-                    self.count += 1
-                    self.seconds += time.perf_counter() - t
+                    with self._lock:
+                        self.count += 1
+                        self.seconds += time.perf_counter() - t
 
             return call
 

@@ -18,6 +18,7 @@ import orjson
 import pytest
 from tests.builders import shell_turn
 
+from ctxkeep import fileops
 from ctxkeep.errors import StorageError
 from ctxkeep.folder import LocalFolder
 from ctxkeep.messages import Message
@@ -172,11 +173,15 @@ def test_an_original_a_power_loss_cut_short_is_rewritten_from_the_live_log(tmp_p
 
 
 class SyncLog:
-    """Notes, in order, each fsync and fdatasync (with the path of what it synced) and each rename."""
+    """Notes, in order, each fsync and fdatasync (with the path of what it synced) and each rename; and the most
+    syncs in flight at once, each held `hold` seconds (a slow disk) so that syncs run together overlap."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, root: Path, hold: float = 0.0) -> None:
         self.root = root
         self.events: list[tuple[str, str]] = []
+        self.hold = hold
+        self.in_flight = self.most_in_flight = 0
+        self._count = threading.Lock()
         for name in ("fsync", "fdatasync"):
             real = getattr(os, name, None)
             if real is not None:
@@ -193,7 +198,15 @@ class SyncLog:
         def call(fd: int) -> None:
             path = Path(os.readlink(f"/proc/self/fd/{fd}"))
             self.events.append(("sync", str(path.relative_to(self.root)) if path != self.root else "."))
-            real(fd)
+            with self._count:
+                self.in_flight += 1
+                self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            try:
+                time.sleep(self.hold)
+                real(fd)
+            finally:
+                with self._count:
+                    self.in_flight -= 1
 
         return call
 
@@ -213,7 +226,7 @@ def test_a_compaction_is_one_durable_commit(tmp_path: Path, monkeypatch: pytest.
             s.add(turn(i))
             s.prepare("sys")
         saved = {f.name for f in s.store.originals()} - kept  # type: ignore[attr-defined]
-        log = SyncLog(monkeypatch, tmp_path)
+        log = SyncLog(monkeypatch, tmp_path, hold=0.02)
         s.compact(now=NOW)
     synced = log.synced()
     commit = log.events.index(("rename", "state.json"))
@@ -227,6 +240,33 @@ def test_a_compaction_is_one_durable_commit(tmp_path: Path, monkeypatch: pytest.
     # Beyond the originals: the archive, the new log and its folder, tool_result/, state.json's new bytes and
     # the root, the records.
     assert len(synced) == len(saved) + 7, synced
+    # The commit's files and folders are synced at once (they share the disk's journal commits), not one by one.
+    assert log.most_in_flight > 1
+
+
+def test_syncs_that_cost_nothing_run_one_by_one_and_slow_ones_at_once() -> None:
+    ran: list[str] = []
+    fileops.sync_together([lambda: ran.append(threading.current_thread().name)] * 5)
+    assert ran == [threading.current_thread().name] * 5, "no thread started for syncs that cost nothing"
+
+    lock, in_flight, most = threading.Lock(), [0], [0]
+
+    def slow(fail: bool = False) -> None:
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        time.sleep(0.02)
+        with lock:
+            in_flight[0] -= 1
+            ran.append("slow")
+        if fail:
+            raise OSError(errno.EIO, "Input/output error")
+
+    ran.clear()
+    with pytest.raises(OSError, match="Input/output"):
+        fileops.sync_together([slow, slow, lambda: slow(fail=True), slow, slow])
+    assert ran == ["slow"] * 5, "the failure is raised once every sync has finished"
+    assert most[0] > 1
 
 
 @pytest.mark.parametrize("durability", ["step", "batch", "off"])

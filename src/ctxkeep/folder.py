@@ -5,10 +5,11 @@ durable as its `DurabilitySettings` say (``"step"``, the default: before each re
 file atomically (temporary file, fsync, rename, fsync of the directory) and `append` fdatasyncs, or cuts a
 refused append back to where it started. A compaction is one durable commit: the offloaded originals saved
 since the last one and the archive appended to are written without a sync, and `start_live` makes them
-durable together with the next generation's live log (one fdatasync per file, one fsync per folder),
-before the state commit; until then the live log still holds the originals' full texts and the state
-does not name the archive's new bytes. The copy of the summary for people (summary.md) is replaced without
-a sync: the next open rewrites it when a power loss lost it. While its lock is held it keeps the live log
+durable together with the next generation's live log (one fdatasync per file, one fsync per folder, all
+at once on a few threads, so they share the disk's journal commits), before the state commit; until then
+the live log still holds the originals' full texts and the state does not name the archive's new bytes.
+The copy of the summary for people (summary.md) is replaced without a sync: the next open rewrites it
+when a power loss lost it. While its lock is held it keeps the live log
 it last appended to open, so a step's append is one write and one fdatasync (``"batch"``: a thread's
 fdatasync for the steps of a window; ``"off"``: none), closed when the file is replaced, cut or removed,
 and when the lock is released. Its files are private (0600, folders 0700) and nothing inside it is reached
@@ -23,12 +24,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import logging
 import os
 import re
 import stat
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from . import disk, fileops
@@ -65,6 +67,7 @@ class LocalFolder(FileStore):
         self._tree = ConfinedFolder(Path(root))  # every open below the root: no link followed
         self.root = self._tree.root
         self._root_text = str(self.root)
+        self._lock_path = os.path.join(self._root_text, ".lock")  # looked at before every write: a string, once
         self.durability = DurabilitySettings.of(durability)
         self._syncs = self.durability.mode != "off"
         # Written but not yet synced, made durable together by the next `start_live` (the compaction's
@@ -146,8 +149,8 @@ class LocalFolder(FileStore):
             self.write(name, data)
 
     def sync_pending(self) -> None:
-        """Make the files written without a sync since the last call durable (file data, then their folders,
-        each once)."""
+        """Make the files written without a sync since the last call durable: each file's data and each changed
+        folder once, all at once (`fileops.sync_together`), and returns when every one is."""
         names, changed = sorted(self._unsynced), set(self._unsynced_folders)
         if not self._syncs:
             names, changed = [], set()
@@ -155,29 +158,43 @@ class LocalFolder(FileStore):
         for name in names:
             folder, _, base = name.rpartition("/")
             by_folder.setdefault(folder, []).append(base)
-        for folder in sorted(changed | set(by_folder)):
-            where = self.root / folder
-            with self._tree.folder(folder.split("/") if folder else [], create=False) as d:
+        with contextlib.ExitStack() as held:  # the folders stay open until their files' syncs are done
+            syncs = []
+            for folder in sorted(changed | set(by_folder)):
+                d = held.enter_context(self._tree.folder(folder.split("/") if folder else [], create=False))
                 if d is None:
                     continue
-                for base in by_folder.get(folder, []):
-                    path = where / base
-                    fd = self._tree.open_file(d, base, path, os.O_RDONLY, "sync")
-                    if fd is None:
-                        continue  # removed since (retention, a cut archive): nothing to make durable
-                    try:
-                        fileops.datasync(fd)
-                    except OSError as exc:
-                        raise fileops.storage_error(exc, "sync", path) from exc
-                    finally:
-                        os.close(fd)
+                where = self.root / folder
+                syncs += [self._file_sync(d, base, where / base) for base in by_folder.get(folder, [])]
                 if folder in changed:  # a name made or replaced in it
-                    try:
-                        os.fsync(d)
-                    except OSError as exc:
-                        raise fileops.storage_error(exc, "sync", where) from exc
+                    syncs.append(functools.partial(self._folder_sync, d, where))
+            fileops.sync_together(syncs)
         self._unsynced.clear()
         self._unsynced_folders.clear()
+
+    def _file_sync(self, folder: int, base: str, path: Path) -> Callable[[], None]:
+        """The sync of a file written without one: opened, fdatasynced and closed by the thread that runs it, so
+        a commit of thousands of originals holds a few descriptors at a time."""
+
+        def sync() -> None:
+            fd = self._tree.open_file(folder, base, path, os.O_RDONLY, "sync")
+            if fd is None:
+                return  # removed since (retention, a cut archive): nothing to make durable
+            try:
+                fileops.datasync(fd)
+            except OSError as exc:
+                raise fileops.storage_error(exc, "sync", path) from exc
+            finally:
+                os.close(fd)
+
+        return sync
+
+    @staticmethod
+    def _folder_sync(folder: int, path: Path) -> None:
+        try:
+            os.fsync(folder)
+        except OSError as exc:
+            raise fileops.storage_error(exc, "sync", path) from exc
 
     def append(self, name: str, data: bytes) -> int:
         return self._append(name, data, durable=True)
@@ -185,10 +202,10 @@ class LocalFolder(FileStore):
     def _append(self, name: str, data: bytes, *, durable: bool) -> int:
         """`append`; without `durable` the file (and its folder, when it is made) waits for `sync_pending`."""
         *folders, base = self._tree.parts(name)
-        path = self.root / name
         self._in_place()
         if self._held and folders == [LIVE_DIR]:
             return self._append_log(name, data)
+        path = self.root / name
         self._close_log(name)
         with self._tree.folder(folders, create=True) as d:
             assert d is not None
@@ -218,8 +235,8 @@ class LocalFolder(FileStore):
 
     def _append_log(self, name: str, data: bytes) -> int:
         """`append` to a live log through the descriptor kept open while the lock is held (opened when needed)."""
-        path = self.root / name
         if self._log is None or self._log[0] != name:
+            path = self.root / name
             self._close_log()
             *folders, base = self._tree.parts(name)
             with self._tree.folder(folders, create=True) as d:
@@ -244,6 +261,7 @@ class LocalFolder(FileStore):
                     self._group = GroupCommit(self.durability.window)
                 self._group.written(fd)
         except OSError as exc:
+            path = self.root / name  # (built only here: a step's append names no path)
             fileops.cut_back(fd, start, path)  # as in `append`: the file still ends with its last complete line
             self._close_log()  # reopened (and its size read again) by the next append
             raise fileops.storage_error(exc, "append to", path) from exc
@@ -264,7 +282,7 @@ class LocalFolder(FileStore):
         """Refuse to write once the workspace held was moved or deleted: a write would go to the folder
         elsewhere, to deleted files, or to a new folder made at the path without the lock, where another
         process could get in. Its lock file still at its path, the same file, says the folder is."""
-        if self._lock_fd is None or fileops.still_at(self._lock_fd, self.root / ".lock"):
+        if self._lock_fd is None or fileops.still_at(self._lock_fd, self._lock_path):
             return
         self._close_log()
         raise StorageError(

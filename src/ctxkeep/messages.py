@@ -286,6 +286,8 @@ class Message:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # The field names of each message and block class, read once: `fields()` builds them again on every call.
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+# Values that hold no text: left as they are without a look inside.
+_ATOMS = frozenset({type(None), bool, int, float, datetime})
 _V = TypeVar("_V")
 
 
@@ -308,23 +310,30 @@ def value_without_surrogates(value: _V) -> _V:
 
 
 def _clean(value: Any) -> Any:
-    if isinstance(value, str):
+    kind = type(value)
+    if kind is str or isinstance(value, str):
         # An ASCII string (most tool output) holds no surrogate: CPython knows that without reading it.
         if value.isascii() or _SURROGATE.search(value) is None:
             return value
         return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    if isinstance(value, Message | TextBlock | ThinkingBlock | ToolCall | ToolResult | ImageBlock):
+    if kind in _ATOMS:  # (checked by type first: every add scans every field of every message)
+        return value
+    names = _FIELD_NAMES.get(kind)
+    if names is None and isinstance(value, Message | TextBlock | ThinkingBlock | ToolCall | ToolResult | ImageBlock):
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in fields(value))
+    if names is not None:
         changed = {}
-        names = _FIELD_NAMES.get(type(value))
-        if names is None:
-            names = _FIELD_NAMES[type(value)] = tuple(f.name for f in fields(value))
         for name in names:
             old = getattr(value, name)
+            if type(old) is str and old.isascii():
+                continue
             new = _clean(old)
             if new is not old:
                 changed[name] = new
         return replace(value, **changed) if changed else value
     if isinstance(value, Mapping):
+        if not value:
+            return value
         items = [(_clean(k), _clean(v)) for k, v in value.items()]
         if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items(), strict=True)):
             return value
