@@ -1,20 +1,26 @@
 """Results age (get their "old" cut) only where a prompt cache loses little: at once when little was sent after
 them, else a batch at a time and at every compaction, so the context otherwise only grows at its end; small
-results are never rewritten; over the threshold a compaction runs rather than an aging, unless asked."""
+results are never rewritten; over the threshold a compaction runs rather than an aging, unless asked or aging buys
+room more cheaply."""
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from tests.builders import shell_turn
 
+from ctxkeep.budget import kept_tokens
 from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.messages import Message, ToolCall, ToolResult
 from ctxkeep.offload import record_of
 from ctxkeep.session import Session
 from ctxkeep.settings import CompactSettings, EngineSettings, OffloadSettings
+from ctxkeep.summarize import ModelSummarizer
+from ctxkeep.summarize.testing import fixed_summary_model
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 # Results of 3,000 bytes: under the recent cut, over the old one by 2,400 bytes each.
@@ -141,6 +147,41 @@ def test_when_no_compaction_can_run_over_the_threshold_the_waiting_results_age()
         # ...so the waiting results got their old cut instead: the context is back under the threshold.
         assert session.live.waiting == 0
         assert step.context.tokens <= tight.compact.compact_threshold
+
+
+def test_a_model_summarizers_call_is_counted_so_over_the_threshold_aging_spares_it() -> None:
+    # 8 KB results of hex lines at a 16,000-token window: the fifth step passes the threshold with two results
+    # waiting. Aging them re-sends the tail for little room; the extractive summarizer's compaction costs only its
+    # rewrite of the summary and kept tail, and wins. A model summarizer's call also reads what it compacts and
+    # writes the summary (output, `ctxkeep.costs.OUTPUT_PRICE`): then aging's room is the cheaper.
+    settings = EngineSettings.for_window(16_000, age_batch_bytes=1_000_000)
+
+    def kinds(**summarizer: object) -> list[str]:
+        seen = []
+        with Session(MemoryFolder(), settings=settings, **summarizer) as session:  # type: ignore[arg-type]
+            for i in range(5):
+                body = "\n".join(hashlib.sha256(f"{i}:{k}".encode()).hexdigest() for k in range(123))
+                session.add(shell_turn(i, ask=f"step {i}", output=body, note="run"))
+                step = session.prepare("sys", now=NOW)
+                assert step.context.tokens <= settings.compact.compact_threshold
+                seen.append("compaction" if step.compaction else step.live.aging.kind if step.live.aging else "-")
+        return seen
+
+    assert kinds() == ["-", "-", "-", "wait", "compaction"]
+    assert kinds(summarizer=ModelSummarizer(fixed_summary_model())) == ["-", "-", "-", "wait", "all"]
+
+
+def test_what_a_compaction_keeps_is_the_newest_group_when_it_passes_the_reserve() -> None:
+    session = Session(MemoryFolder(), settings=ROOMY)
+    with session:
+        for i in range(3):
+            session.add(turn(i))
+        live = session.live
+        group = sum(live.counts[-2:])  # the newest call and its result
+        assert kept_tokens(live, reserve=10) == group
+        assert kept_tokens(live, reserve=live.total) == live.total
+        pinned = replace(live, pinned=frozenset({"r0"}))
+        assert kept_tokens(pinned, reserve=10) == group + live.counts[2]
 
 
 def test_a_result_ages_at_once_when_little_was_sent_after_it_and_its_cut_frees_more() -> None:

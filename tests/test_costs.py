@@ -15,7 +15,7 @@ from tests.builders import shell_turn
 
 from ctxkeep.cli import main
 from ctxkeep.context import Context
-from ctxkeep.costs import pays, saving
+from ctxkeep.costs import compaction_cost, pays, rewrite_cost, room_cost, saving
 from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.messages import Message
 from ctxkeep.session import Session
@@ -54,6 +54,17 @@ def test_a_rewrite_pays_when_what_it_frees_over_the_horizon_passes_the_write_pre
     # A cache that is gone anyway: nothing is re-sent for the rewrite, the freed tokens are saved in full.
     assert saving(1_000, 50_000, ANTHROPIC, lost=True) == pytest.approx(1_000 * (1.25 + 0.9))
     assert not pays(0, 0, NONE)  # a rewrite that frees nothing is never made
+
+
+def test_a_compaction_costs_its_rewrite_and_with_a_model_summarizer_its_call() -> None:
+    # 4,000 tokens of summary and kept tail written anew: 4,000 x (1.25 - 0.1) beyond reading them.
+    assert rewrite_cost(4_000, ANTHROPIC) == pytest.approx(4_600)
+    assert compaction_cost(4_000, ANTHROPIC) == pytest.approx(4_600)
+    # A model summarizer reads 7,000 tokens and writes a 1,000-token summary, output at 5x input.
+    assert compaction_cost(4_000, ANTHROPIC, read=7_000, written=1_000) == pytest.approx(4_600 + 7_000 + 5 * 1_000)
+    assert compaction_cost(4_000, NONE) == 0  # no cache: nothing is dearer for being re-sent
+    assert room_cost(4_600, 2_300) == pytest.approx(2)
+    assert room_cost(4_600, 0) == float("inf")  # a rewrite that leaves no room under the threshold is no use
 
 
 def test_cheap_prices_cut_each_result_as_it_ages_and_dear_ones_wait() -> None:

@@ -46,6 +46,22 @@ def test_every_size_shrinks_with_the_window(window: int) -> None:
     assert settings.offload.old_max_bytes <= settings.offload.recent_max_bytes
 
 
+@pytest.mark.parametrize("window", [4_096, 8_192, 16_000, 32_000])
+def test_at_a_small_window_five_steps_of_recent_results_fit_between_compactions(window: int) -> None:
+    # Every step's results pass the recent cut at a small window: what a compaction leaves under the threshold
+    # (the summary cap and the kept tail, counted at 3 characters a token) holds 5 of them.
+    settings = EngineSettings.for_window(window)
+    room = settings.compact.compact_threshold * 3 - settings.summary_max_chars - settings.compact.reserve * 3
+    assert 5 * settings.offload.recent_max_bytes <= room < 6 * settings.offload.recent_max_bytes + 5
+
+
+def test_where_five_big_steps_fit_the_recent_cut_follows_the_summary_alone() -> None:
+    # From about 54,000 tokens the room holds 5 steps of 16,000-byte results: the cut is a fifth of what the
+    # threshold leaves beside the summary cap (at most 50,000 bytes), as it was.
+    for window, recent in ((64_000, (44_800 * 3 - 16_000) // 5), (128_000, 50_000), (200_000, 50_000)):
+        assert EngineSettings.for_window(window).offload.recent_max_bytes == recent
+
+
 @pytest.mark.parametrize("window", [4_096, 8_192])
 def test_a_small_window_keeps_compacting(window: int) -> None:
     # With the seed's absolute sizes the summary alone passed the threshold at these windows and

@@ -1,5 +1,6 @@
-"""The compaction budget of a live context: the threshold it is held to (`threshold_of`), and its pins
-(`pin`, `unpin`) with the one rule for how many tokens they may take (`check_pins`)."""
+"""The compaction budget of a live context: the threshold it is held to (`threshold_of`), what a compaction would
+keep of it (`kept_tokens`), and its pins (`pin`, `unpin`) with the one rule for how many tokens they may take
+(`check_pins`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from .errors import MessageError, PinnedOverBudgetError
 from .live import Live
 from .pairing import pair_groups
 from .settings import CHARS_PER_TOKEN, GUIDE_CHARS, MIN_SUMMARY_CHARS, CompactSettings
+from .split import split
 
 # --- the threshold this context is held to ------------------------------------------------
 
@@ -31,6 +33,16 @@ def threshold_of(live: Live, compact: CompactSettings) -> int:
     # (counted at 3 characters a token, the low end) passes it, that is the window's size, not the prompt's.
     needed = live.fixed_tokens + min(SUMMARY_FLOOR_TOKENS + compact.reserve, threshold // 2)
     return max(threshold, min(needed, compact.max_input_length - compact.reserve))
+
+
+def kept_tokens(live: Live, reserve: int) -> int:
+    """The live tokens a compaction now would keep: the tail `ctxkeep.split.split` keeps within `reserve` (the newest
+    group whole, whatever it costs) and the pinned messages. At a small window the newest group passes the reserve,
+    and what a compaction costs and leaves free follows it, not the reserve."""
+    messages, counts = live.messages, live.counts
+    cut = split(messages, counts, reserve=reserve, pinned=live.pinned).cut
+    pinned = sum(counts[i] for i in range(cut) if messages[i].id in live.pinned) if live.pinned else 0
+    return live.total - sum(counts[:cut]) + pinned
 
 
 # --- pins -------------------------------------------------------------------------------

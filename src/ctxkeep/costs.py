@@ -24,6 +24,10 @@ from typing import Literal, TypeAlias
 
 from .settings import CacheSettings
 
+# What a model's output token costs, in uncached input tokens: Anthropic and OpenAI bill output at 4 to 8 times
+# input (December 2026). A model summarizer's summary is output, and is most of what its call costs.
+OUTPUT_PRICE = 5.0
+
 # What a step did with the results (and calls) waiting for their older cut:
 #   cut    the cheap ones now: the cut pays for itself (`pays`)
 #   batch  all of them: together they passed `OffloadSettings.age_batch_bytes`
@@ -68,13 +72,26 @@ def decided(kind: Kind, freed: int, resent: int, cache: CacheSettings) -> Decisi
     )
 
 
-def room_cost(resent: int, room: int, cache: CacheSettings, *, read: int = 0) -> float:
-    """What a rewrite that re-sends `resent` tokens (and has a model `read` that many, as a compaction's summary
-    does) costs per token of `room` it leaves under the threshold: the measure aging and compaction are compared
-    by over the threshold (the cheaper room wins; no room, no use)."""
+def rewrite_cost(resent: int, cache: CacheSettings) -> float:
+    """What re-sending `resent` tokens a cache held costs beyond reading them, in tokens at the uncached input
+    price: what cutting the waiting results costs."""
+    return resent * (cache.write - cache.read)
+
+
+def compaction_cost(kept: int, cache: CacheSettings, *, read: int = 0, written: int = 0) -> float:
+    """What a compaction costs, in tokens at the uncached input price: the `kept` tokens it sends after the system
+    prompt (the new summary and the kept tail), which the provider writes to its cache again, and, with a model
+    summarizer, its call: the `read` tokens it reads (uncached) and the `written` tokens of the summary (output, at
+    `OUTPUT_PRICE`)."""
+    return rewrite_cost(kept, cache) + read + written * OUTPUT_PRICE
+
+
+def room_cost(cost: float, room: int) -> float:
+    """What a rewrite costing `cost` pays per token of `room` it leaves under the threshold: the measure aging
+    and compaction are compared by over the threshold (the cheaper room wins; no room, no use)."""
     if room <= 0:
         return float("inf")
-    return (resent * (cache.write - cache.read) + read) / room
+    return cost / room
 
 
 def billed(sent: Sequence[int], cached: Sequence[int], cache: CacheSettings) -> float:

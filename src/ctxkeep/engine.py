@@ -26,10 +26,10 @@ from typing import Protocol
 
 from . import archive as archive_mod
 from .aging import age_all, aged_tokens, cut_oversize, offload_recent
-from .budget import threshold_of
+from .budget import kept_tokens, threshold_of
 from .context import Context, summary_tokens_of, system_tokens_of
 from .context import of as context_of
-from .costs import room_cost
+from .costs import compaction_cost, rewrite_cost, room_cost
 from .errors import CtxkeepError
 from .live import Live, rebuild
 from .memory.hooks import MemoryHooks
@@ -171,9 +171,9 @@ def _spared(live: Live, setup: Setup) -> Live:
     under the threshold and buys that room more cheaply (`ctxkeep.costs.room_cost`); always with
     `age_over_threshold`.
 
-    Aging re-sends the prompt from the first waiting result on; a compaction re-sends the summary and kept tail,
-    and asks a model summarizer to read what it compacts. What aging frees is estimated (`aged_tokens`), so
-    nothing is cut in vain.
+    Aging re-sends the prompt from the first waiting result on; a compaction re-sends the new summary and the kept
+    tail (the newest group whole), and a model summarizer's call reads what it compacts and writes the summary
+    (`ctxkeep.costs.compaction_cost`). What aging frees is estimated (`aged_tokens`), so nothing is cut in vain.
     """
     settings = setup.settings
     threshold = threshold_of(live, settings.compact)
@@ -186,10 +186,14 @@ def _spared(live: Live, setup: Setup) -> Live:
         first = live.tool_positions[0]
         before = live.fixed_tokens + live.summary_tokens + sum(live.counts[p] for p in range(first))
         summary = live.summary_tokens or settings.summary_max_chars // CHARS_PER_TOKEN
-        kept = live.fixed_tokens + summary + settings.compact.reserve
-        read = live.tokens - kept if getattr(setup.summarizer, "model", None) is not None else 0
+        kept = summary + kept_tokens(live, settings.compact.reserve)  # after the system prompt and tools
+        model = getattr(setup.summarizer, "model", None) is not None
         cache = settings.offload.cache
-        if room_cost(aged - before, threshold - aged, cache) > room_cost(kept, threshold - kept, cache, read=read):
+        compacting = compaction_cost(
+            kept, cache, read=live.tokens - live.fixed_tokens - kept if model else 0, written=summary if model else 0
+        )
+        aging = rewrite_cost(aged - before, cache)
+        if room_cost(aging, threshold - aged) > room_cost(compacting, threshold - live.fixed_tokens - kept):
             return live
     return offload_recent(live, settings.offload, setup.store, setup.counter, age=True)
 

@@ -39,8 +39,16 @@ _RECENT_SHARE = 0.25
 _OLD_SHARE = 0.02
 # Recent results are cut so that this many more than `recent_n` fit beside the summary under the threshold
 # (measured in bench/bench_adapters.py --engine: at a 16,000-token window, one compaction every 2.9 requests with
-# a quarter of the threshold each, every 5 or more with this). At 128,000 the 50,000-byte cap binds first.
+# a quarter of the threshold each, every 4.3 with this). At 128,000 the 50,000-byte cap binds first.
 _STEPS_AHEAD = 2
+# A step seldom adds more than this many bytes of results: 2% of the results of the real agent sessions in
+# ../shared/data/transcripts pass it (a long file read, a build log). A window whose threshold holds
+# `_STEPS_BETWEEN` steps of them beside what a compaction leaves (the summary cap and the kept tail) cuts its
+# recent results by the rule above; a smaller one cuts them to a `_STEPS_BETWEEN`th of that room, so that even
+# steps whose results all pass the cut leave that many requests between compactions (a 16,000-token window
+# with 30 KB outputs compacted every 4.3 requests by the rule above, every 6 with this).
+_BIG_STEP_BYTES = 16_000
+_STEPS_BETWEEN = 5
 # Results past `recent_n` age (get the older cut) together once that would free half the threshold.
 _AGE_SHARE = 0.5
 # A result past `recent_n` ages at once when at most a thirtieth of the threshold was sent from it on
@@ -307,6 +315,11 @@ class EngineSettings:
         # and `_STEPS_AHEAD` more, or every step or two of a small window would compact.
         steps = OffloadSettings().recent_n + _STEPS_AHEAD
         recent = min(int(room * _RECENT_SHARE), (room - summary_max_chars) // steps)
+        # At a small window a step's results pass any cut this leaves: each step then adds a whole recent result,
+        # and the room a compaction leaves is shared by the steps that should fit before the next one.
+        left = room - summary_max_chars - compact.reserve * CHARS_PER_TOKEN
+        if left < _STEPS_BETWEEN * _BIG_STEP_BYTES:
+            recent = min(recent, left // _STEPS_BETWEEN)
         derived = OffloadSettings(
             recent_max_bytes=max(_MIN_OLD_BYTES, min(50_000, recent)),
             old_max_bytes=max(_MIN_OLD_BYTES, min(3_000, int(room * _OLD_SHARE))),
