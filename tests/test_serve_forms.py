@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from ctxkeep import Message, Session
@@ -56,6 +57,7 @@ def test_the_outgoing_body_is_the_steps_context_and_reuses_what_stayed(tmp_path:
             session.sync(turn.history)
             step = session.prepare(turn.system)
             out = chat.outgoing(body, turn, step, forms)
-            assert out == {**body, "messages": [system, *step.to_openai(system=False)]}
+            # Each message's JSON is sent as it was serialized once (an `orjson.Fragment`).
+            assert orjson.loads(orjson.dumps(out)) == {**body, "messages": [system, *step.to_openai(system=False)]}
             sent.append(out["messages"])
     assert len(sent[2]) == 5 and all(sent[2][i] is sent[1][i] for i in range(3))
