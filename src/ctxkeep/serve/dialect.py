@@ -6,6 +6,7 @@ implement it; the request handler in `ctxkeep.serve.app` is written once against
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -75,6 +76,7 @@ class WireForms:
 
     def __init__(self) -> None:
         self._forms: dict[int, tuple[Message, Callable[[Message], Any], Any]] = {}
+        self._groups: dict[tuple[int, ...], tuple[tuple[Message, ...], Callable[[Sequence[Message]], Any], Any]] = {}
 
     def of(self, messages: Iterable[Message], convert: Callable[[Message], Any]) -> list[Any]:
         """`convert` of each message, reused from the last call for the messages it had; the others are
@@ -87,6 +89,20 @@ class WireForms:
             forms[id(message)] = kept
             out.append(kept[2])
         self._forms = forms
+        return out
+
+    def of_groups(self, groups: Iterable[Sequence[Message]], convert: Callable[[Sequence[Message]], Any]) -> list[Any]:
+        """`of` for an API whose wire message is made of several messages (Anthropic's: tool results joined):
+        `convert` of each group, reused while the group holds the same messages."""
+        old, forms, out = self._groups, {}, []
+        for group in groups:
+            key = tuple(map(id, group))
+            kept = old.get(key)
+            if kept is None or kept[1] is not convert or not all(map(operator.is_, kept[0], group)):
+                kept = (tuple(group), convert, convert(group))
+            forms[key] = kept
+            out.append(kept[2])
+        self._groups = forms
         return out
 
 
