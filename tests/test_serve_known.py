@@ -157,3 +157,22 @@ def test_conversations_that_begin_alike_are_each_known(monkeypatch: pytest.Monke
     other = {"role": "system", "content": "You are terse. " * 19 + "You are kind."}
     known.parse(_raw([other, {"role": "user", "content": "task 9"}]), None)
     assert len(whole) == 1  # begins alike, then differs within the first message: parsed whole
+
+
+def test_a_client_whose_bytes_always_change_stops_paying_for_the_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    known = KnownBodies(limit=64)
+    searched: list[bytes] = []
+    real = known_mod.located
+    monkeypatch.setattr(known_mod, "located", lambda raw, body: searched.append(raw) or real(raw, body))
+    history = [{"role": "user", "content": "ask"}]
+    for i in range(40):  # a request id first: no two bodies begin alike
+        history.append({"role": "assistant", "content": f"answer {i}"})
+        known.parse(json.dumps({"request_id": i, "messages": history}).encode(), None)
+    assert len(searched) < 24  # 16, then one in eight
+    whole: list[bytes] = []
+    monkeypatch.setattr(known_mod, "request_json", lambda raw: whole.append(raw) or (orjson.loads(raw), False))
+    for i in range(10):  # a client that sends the same bytes again: known within eight requests, then for good
+        history.append({"role": "user", "content": f"more {i}"})
+        raw = json.dumps({"messages": history, "model": "m"}).encode()
+        assert known.parse(raw, "s")[0] == orjson.loads(raw)
+    assert len(whole) <= 8 and whole[-1] != raw
