@@ -12,7 +12,9 @@ request over a kept-alive `http.client` connection: the least any proxy adds), t
 2. throughput with 8 concurrent conversations (threads, one each, ~20,000-token histories, every body
    made before the clock starts): through the proxy, the plain pass-through, and straight. Target: 1,000
    requests/s through the proxy;
-3. memory per session: the proxy's resident memory after the sessions of (2) and of (1), per session.
+3. memory per session: the proxy's resident memory after the sessions of (2) and of (1), per session;
+4. beside (1) and (2), the CPU each process spent a request (what the machine's load changes least), the
+   proxy's split between its event loop (HTTP, parsing, the wire forms) and its other threads (the steps).
 
     .venv/bin/python bench/bench_serve.py [--requests 40] [--tokens 100000] [--sessions 8] [--dir PATH]
                                           [--turns 40] [--durability step|batch|off]
