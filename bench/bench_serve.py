@@ -12,7 +12,9 @@ request over a kept-alive `http.client` connection: the least any proxy adds), t
 2. throughput with 8 concurrent conversations (threads, one each, ~20,000-token histories, every body
    made before the clock starts): through the proxy, the plain pass-through, and straight. Target: 1,000
    requests/s through the proxy;
-3. memory per session: the proxy's resident memory after the sessions of (2) and of (1), per session.
+3. memory per session: the proxy's resident memory after the sessions of (2) and of (1), per session;
+4. beside (1) and (2), the CPU each process spent a request (what the machine's load changes least), the
+   proxy's split between its event loop (HTTP, parsing, the wire forms) and its other threads (the steps).
 
     .venv/bin/python bench/bench_serve.py [--requests 40] [--tokens 100000] [--sessions 8] [--dir PATH]
                                           [--turns 40] [--durability step|batch|off]
@@ -26,6 +28,7 @@ changes every figure: compare each with the pass-through of the same run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import http.client
 import json
@@ -176,10 +179,35 @@ def post(
     return took
 
 
-def cpu_seconds(pid: int) -> float:
-    """The process's CPU time so far (user and system): what a request costs it, whatever else runs."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """The process's CPU time so far (user and system), or one of its threads' (`thread`, an id as the kernel
+    knows it): what a request costs it, whatever else runs on the machine."""
+    stat = f"/proc/{pid}/task/{thread}/stat" if thread is not None else f"/proc/{pid}/stat"
+    fields = Path(stat).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Spent:
+    """CPU seconds a process spent over a stretch: all of it, and its main thread's (the proxy's event loop:
+    HTTP, parsing, the wire forms; the rest is the workspaces' threads, each request's step)."""
+
+    pid: int
+    whole: float = 0.0
+    main: float = 0.0
+
+    def __enter__(self) -> Spent:
+        self.whole, self.main = -cpu_seconds(self.pid), -cpu_seconds(self.pid, self.pid)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.whole += cpu_seconds(self.pid)
+        self.main += cpu_seconds(self.pid, self.pid)
+
+    def per(self, requests: int) -> str:
+        """Milliseconds a request, the event loop's and the other threads' beside."""
+        whole, main = 1000 * self.whole / requests, 1000 * self.main / requests
+        return f"{whole:.2f} ms a request (event loop {main:.2f}, other threads {whole - main:.2f})"
 
 
 @dataclass
@@ -189,7 +217,7 @@ class Paired:
     added: list[float] = field(default_factory=list)  # seconds, the proxy's time minus the direct time
     passed: list[float] = field(default_factory=list)  # seconds, the plain pass-through's minus the direct
     new: list[int] = field(default_factory=list)  # bytes of each request's new messages
-    cpu: tuple[float, float] = (0.0, 0.0)  # CPU seconds per request: the proxy's process, the pass-through's
+    spent: tuple[Spent, ...] = ()  # the CPU of the proxy's process and of the pass-through's over the run
 
 
 def latency(
@@ -204,19 +232,18 @@ def latency(
     post(client, plain, body)  # its connection to the upstream opened
     out = Paired()
     added, passed, new = out.added, out.passed, out.new
-    before = [cpu_seconds(pid) for pid in pids]
-    for i in range(requests):
-        grown = grow(messages, 10_000 + i, "latency")
-        new.append(len(json.dumps(grown[len(messages) :]).encode()))
-        messages = grown
-        body = json.dumps({"model": "fast", "messages": messages, "tools": [TOOL]}).encode()
-        via = post(client, proxy, body, "latency")
-        direct = post(client, upstream, body)
-        plainly = post(client, plain, body)
-        added.append(via - direct)
-        passed.append(plainly - direct)
-    proxy_cpu, plain_cpu = ((cpu_seconds(pid) - b) / requests for pid, b in zip(pids, before, strict=True))
-    out.cpu = (proxy_cpu, plain_cpu)
+    out.spent = (Spent(pids[0]), Spent(pids[1]))
+    with out.spent[0], out.spent[1]:
+        for i in range(requests):
+            grown = grow(messages, 10_000 + i, "latency")
+            new.append(len(json.dumps(grown[len(messages) :]).encode()))
+            messages = grown
+            body = json.dumps({"model": "fast", "messages": messages, "tools": [TOOL]}).encode()
+            via = post(client, proxy, body, "latency")
+            direct = post(client, upstream, body)
+            plainly = post(client, plain, body)
+            added.append(via - direct)
+            passed.append(plainly - direct)
     return out
 
 
@@ -263,8 +290,9 @@ def conversations(sessions: int, tokens: int, requests: int, tag: str) -> list[l
     return out
 
 
-def throughput(url: str, bodies: list[list[bytes]], tag: str) -> float:
-    """Requests per second over one thread per conversation, its first request (a whole sync) not timed."""
+def throughput(url: str, bodies: list[list[bytes]], tag: str, spent: Spent | None = None) -> float:
+    """Requests per second over one thread per conversation, its first request (a whole sync) not timed;
+    `spent` counts the CPU of the serving process over the timed requests."""
     ready = threading.Barrier(len(bodies) + 1)
 
     def run(k: int) -> None:
@@ -278,10 +306,12 @@ def throughput(url: str, bodies: list[list[bytes]], tag: str) -> float:
     for t in threads:
         t.start()
     ready.wait()
-    started = time.perf_counter()
-    for t in threads:
-        t.join()
-    return sum(len(b) - 1 for b in bodies) / (time.perf_counter() - started)
+    with spent or contextlib.nullcontext():
+        started = time.perf_counter()
+        for t in threads:
+            t.join()
+        took = time.perf_counter() - started
+    return sum(len(b) - 1 for b in bodies) / took
 
 
 def main() -> None:
@@ -339,10 +369,8 @@ def main() -> None:
                 f"added latency per request, {args.tokens:,}-token history, {len(added)} requests outside compaction"
                 " (each over the same body sent straight to the upstream):"
             )
-            print(f"  ctxkeep serve:       {figures(added)}; its process's CPU {1000 * paired.cpu[0]:.2f} ms a request")
-            print(
-                f"  plain pass-through:  {figures(passed)}; its process's CPU {1000 * paired.cpu[1]:.2f} ms a request"
-            )
+            print(f"  ctxkeep serve:       {figures(added)}; CPU {paired.spent[0].per(args.requests)}")
+            print(f"  plain pass-through:  {figures(passed)}; CPU {paired.spent[1].per(args.requests)}")
             print(f"  the durable write:   {figures(written)} (a turn's bytes appended, fdatasync)")
             print(
                 f"  ctxkeep's own, over the plain pass-through: median"
@@ -353,12 +381,16 @@ def main() -> None:
             print(f"  the proxy's HTTP hop alone (the same body on a path it passes on unchanged): {figures(relayed)}")
             after_one = rss_kib(proxy_process.pid)
             bodies = conversations(args.sessions, 20_000, args.turns, "t")
-            rates = [throughput(url, bodies, "t") for url in (proxy, plain, upstream)]
+            spent = (Spent(proxy_process.pid), Spent(plain_process.pid))
+            targets = zip((proxy, plain, upstream), (*spent, None), strict=True)
+            rates = [throughput(url, bodies, "t", counted) for url, counted in targets]
             print(
                 f"throughput, {args.sessions} conversations at once, 20,000-token histories, {args.turns} turns each:"
                 f" ctxkeep serve {rates[0]:,.0f} requests/s (target 1,000), plain pass-through {rates[1]:,.0f},"
                 f" straight to the upstream {rates[2]:,.0f}; ctxkeep / plain = {rates[0] / rates[1]:.2f}"
             )
+            timed = args.sessions * args.turns
+            print(f"  CPU: ctxkeep serve {spent[0].per(timed)}; plain pass-through {spent[1].per(timed)}")
             after_all = rss_kib(proxy_process.pid)
             one = (after_one - idle) / 1024
             each = (after_all - after_one) / 1024 / args.sessions

@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from ctxkeep import Message, Session
 from ctxkeep.serve.chat import ChatCompletions
 from ctxkeep.serve.dialect import WireForms
+from ctxkeep.serve.messages_api import AnthropicMessages, alternate
 
 pytestmark = pytest.mark.extra("serve")
 
@@ -56,6 +58,33 @@ def test_the_outgoing_body_is_the_steps_context_and_reuses_what_stayed(tmp_path:
             session.sync(turn.history)
             step = session.prepare(turn.system)
             out = chat.outgoing(body, turn, step, forms)
-            assert out == {**body, "messages": [system, *step.to_openai(system=False)]}
+            # Each message's JSON is sent as it was serialized once (an `orjson.Fragment`).
+            assert orjson.loads(orjson.dumps(out)) == {**body, "messages": [system, *step.to_openai(system=False)]}
             sent.append(out["messages"])
     assert len(sent[2]) == 5 and all(sent[2][i] is sent[1][i] for i in range(3))
+
+
+def test_the_anthropic_body_is_the_steps_context_with_each_group_converted_once(tmp_path: Path) -> None:
+    use = {"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.py\nb.py"}
+    turns: list[list[dict[str, Any]]] = [
+        [{"role": "user", "content": "list the files"}],
+        [{"role": "assistant", "content": [{"type": "text", "text": "Listing."}, use]}],
+        # The result and the next ask in one user message: one group of two ctxkeep messages.
+        [{"role": "user", "content": [result, {"type": "text", "text": "and?"}]}],
+        [{"role": "assistant", "content": "Two files."}, {"role": "user", "content": "thanks"}],
+    ]
+    messages, forms, history = AnthropicMessages(), WireForms(), []
+    sent = []
+    with Session.open(tmp_path, window=100_000) as session:
+        for new in turns:
+            history += new
+            body = {"model": "m", "max_tokens": 100, "system": "Be terse.", "messages": history}
+            turn = messages.parse(body)
+            session.sync(turn.history)
+            step = session.prepare(turn.system)
+            out = messages.outgoing(body, turn, step, forms)
+            expected = {**body, "messages": alternate([dict(m) for m in step.to_anthropic()[1]])}
+            assert orjson.loads(orjson.dumps(out)) == expected
+            sent.append(out["messages"])
+    assert len(sent[3]) == 5 and all(sent[3][i] is sent[2][i] for i in range(3))  # serialized once, sent again

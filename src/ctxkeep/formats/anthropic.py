@@ -191,12 +191,20 @@ def to_anthropic(messages: Sequence[Message]) -> tuple[System, list[dict[str, An
         system = system_msgs[0].text or None
     elif system_msgs:
         system = [_block_out(b) for m in system_msgs for b in m.content if _sendable(b)] or None
-    out: list[dict[str, Any]] = []
-    for group in _groups([m for m in messages if m.role != "system"]):
-        message = _group_out(group)
-        if message["content"]:
-            out.append(message)
+    out = [message for group in groups(messages) if (message := group_message(group)) is not None]
     return system, out
+
+
+def groups(messages: Sequence[Message]) -> list[list[Message]]:
+    """The messages but the system ones, grouped as `to_anthropic` sends them: one Anthropic message a group
+    (`group_message`), which depends on the group's messages alone (a host converts only the new groups)."""
+    return _groups([m for m in messages if m.role != "system"])
+
+
+def group_message(group: Sequence[Message]) -> dict[str, Any] | None:
+    """A group of `groups` as one Anthropic message; None when nothing in it can be sent."""
+    message = _group_out(list(group))
+    return message if message["content"] else None
 
 
 def _sendable(block: Block) -> bool:

@@ -2,9 +2,10 @@
 
 The client keeps sending its whole history to the proxy's base URL; the upstream model sees the compacted
 context. Design and choices: docs/serve.md. Modules: `settings` (what it runs with), `app` (the ASGI
-application and the request's path), `access` (a log line per request), `sessions` (a workspace per
-conversation, one request at a time in each), `forward` (the upstream), `http11` (the HTTP/1.1 client
-under it), `chat` and `messages_api` (the two wire formats), `sse` (events read back)."""
+application and the request's path), `known` (a body read by its new messages alone), `access` (a log line
+per request), `sessions` (a workspace per conversation, one request at a time in each), `forward` (the
+upstream), `http11` (the HTTP/1.1 client under it), `chat` and `messages_api` (the two wire formats), `sse`
+(events read back)."""
 
 from __future__ import annotations
 

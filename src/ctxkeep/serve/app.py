@@ -9,9 +9,7 @@ client ──► POST /v1/chat/completions | /v1/messages
 from __future__ import annotations
 
 import hmac
-import json
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -28,7 +26,6 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ctxkeep.errors import CtxkeepError, WorkspaceLockedError
-from ctxkeep.messages import value_without_surrogates
 from ctxkeep.step import Step
 from ctxkeep.summarize import Summarizer
 
@@ -36,6 +33,7 @@ from .access import Exchange
 from .chat import ChatCompletions
 from .dialect import BadRequest, Dialect, Reassembler, Reply
 from .forward import Upstream, UpstreamTimeout, UpstreamUnreachable, returned, under_base
+from .known import KnownBodies
 from .messages_api import AnthropicMessages
 from .sessions import HEADER, Lease, Sessions
 from .settings import ServeSettings
@@ -97,6 +95,8 @@ class Proxy:
         self._sessions = sessions
         self._upstream = upstream
         self._surrogates_noted: set[str] = set()  # conversations whose lone surrogates were noted
+        # Per route: each conversation's last body, so a request is parsed by its new messages alone.
+        self._known = {route: KnownBodies(settings.max_open) for route in ("/chat/completions", "/messages")}
 
     async def close(self) -> None:
         """Close the workspaces and the upstream's connections."""
@@ -159,7 +159,8 @@ class Proxy:
         if (refused := self._refuse_unauthorized(request, dialect)) is not None:
             return refused
         try:
-            body, replaced = _request_json(await _body(request, self._settings.max_body))
+            raw = await _body(request, self._settings.max_body)
+            body, replaced = self._known[path].parse(raw, request.headers.get(HEADER))
             if not isinstance(body, dict):
                 raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
             turn = dialect.parse(body)
@@ -402,38 +403,6 @@ async def _body(request: Request, limit: int) -> bytes:
             raise _TooLarge(limit)
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-# A \uD800-\uDFFF escape: only a body holding one is worth a second, slower parse.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-
-
-def _request_json(raw: bytes) -> tuple[object, bool]:
-    """The request's JSON, and whether lone UTF-16 surrogates in it were replaced by U+FFFD.
-
-    orjson refuses a lone surrogate escape (``"\\ud800"``), which Node's JSON.stringify writes; refusing
-    it would refuse the conversation on every later turn, since the client sends the message again. Such
-    a body is read by the standard library instead, and cleaned as `Message.of` cleans its text.
-    """
-    try:
-        return orjson.loads(raw), False
-    except orjson.JSONDecodeError as exc:
-        if _SURROGATE_ESCAPE.search(raw) is None:
-            raise
-        first = exc
-    try:
-        value = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
-    except (UnicodeDecodeError, ValueError):
-        raise first from None  # not the surrogates: the error as orjson saw it
-    clean = value_without_surrogates(value)
-    if clean is value:
-        raise first  # parsed by the standard library only: orjson's refusal stands
-    return clean, True
-
-
-def _refuse_constant(name: str) -> object:
-    # NaN and Infinity are no JSON; the standard library would accept them where orjson does not.
-    raise ValueError(f"{name} is not JSON")
 
 
 def _too_large(dialect: Dialect, exc: _TooLarge) -> Response:

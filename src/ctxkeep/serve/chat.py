@@ -37,10 +37,11 @@ class ChatCompletions:
 
     def outgoing(self, body: dict[str, Any], turn: Turn, step: Step, forms: WireForms) -> dict[str, Any]:
         """The client's system messages exactly as sent, then the summary and the recent messages
-        (`Step.to_openai` without the system prompt, each message converted once while it stays)."""
+        (`Step.to_openai` without the system prompt, each message converted and serialized once while it
+        stays: its JSON is an `orjson.Fragment`, copied as it is into every body that sends it)."""
         # Without the system prompt, which would only be made into a message (its id hashed) to be dropped.
         context = replace(step.context, system=None).as_messages()
-        return {**body, "messages": [*turn.prefix, *forms.of(context, _openai)]}
+        return {**body, "messages": [*turn.prefix, *forms.of(context, _wire)]}
 
     def reply(self, answer: Any) -> Reply | None:
         """The first choice's message, without the fields a request does not carry back."""
@@ -141,8 +142,8 @@ class ChunkReassembler:
         return Reply(_sendable(message), self._prompt_tokens, self._output_tokens, cached_tokens=self._cached_tokens)
 
 
-def _openai(message: Message) -> dict[str, Any]:
-    return to_openai([message])[0]
+def _wire(message: Message) -> orjson.Fragment:
+    return orjson.Fragment(orjson.dumps(to_openai([message])[0]))
 
 
 def _sendable(message: dict[str, Any]) -> dict[str, Any]:

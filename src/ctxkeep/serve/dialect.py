@@ -6,6 +6,7 @@ implement it; the request handler in `ctxkeep.serve.app` is written once against
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -75,18 +76,49 @@ class WireForms:
 
     def __init__(self) -> None:
         self._forms: dict[int, tuple[Message, Callable[[Message], Any], Any]] = {}
+        self._groups: dict[tuple[int, ...], tuple[tuple[Message, ...], Callable[[Sequence[Message]], Any], Any]] = {}
+        # The last call's messages and forms, in order: a context that only grew is matched by identity in C.
+        self._last: tuple[list[Message], list[Any], Callable[[Message], Any] | None] = ([], [], None)
 
     def of(self, messages: Iterable[Message], convert: Callable[[Message], Any]) -> list[Any]:
         """`convert` of each message, reused from the last call for the messages it had; the others are
         forgotten, so what is kept is one context's worth."""
-        old, forms, out = self._forms, {}, []
+        messages = list(messages)
+        last, last_out, last_convert = self._last
+        if last_convert is convert and len(messages) >= len(last) and all(map(operator.is_, last, messages)):
+            # The last context and messages after it (a step outside compaction and aging): only those converted.
+            out = [*last_out, *self._converted(messages[len(last) :], convert, self._forms)]
+        else:
+            old, self._forms = self._forms, {}
+            out = self._converted(messages, convert, old)
+        self._last = (messages, out, convert)
+        return out
+
+    def _converted(
+        self, messages: list[Message], convert: Callable[[Message], Any], old: dict[int, tuple[Message, Any, Any]]
+    ) -> list[Any]:
+        """The forms of `messages`, reused from `old` where it has them, kept in `self._forms`."""
+        forms, out = self._forms, []
         for message in messages:
             kept = old.get(id(message))
             if kept is None or kept[0] is not message or kept[1] is not convert:
                 kept = (message, convert, convert(message))
             forms[id(message)] = kept
             out.append(kept[2])
-        self._forms = forms
+        return out
+
+    def of_groups(self, groups: Iterable[Sequence[Message]], convert: Callable[[Sequence[Message]], Any]) -> list[Any]:
+        """`of` for an API whose wire message is made of several messages (Anthropic's: tool results joined):
+        `convert` of each group, reused while the group holds the same messages."""
+        old, forms, out = self._groups, {}, []
+        for group in groups:
+            key = tuple(map(id, group))
+            kept = old.get(key)
+            if kept is None or kept[1] is not convert or not all(map(operator.is_, kept[0], group)):
+                kept = (tuple(group), convert, convert(group))
+            forms[key] = kept
+            out.append(kept[2])
+        self._groups = forms
         return out
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
+from ctxkeep.formats.anthropic import group_message, groups
+from ctxkeep.messages import Message
 from ctxkeep.step import Step
 
 from .dialect import (
@@ -39,10 +43,13 @@ class AnthropicMessages:
         return Turn(system=text or None, history=messages, tools=check_tools(body), stream=check_stream(body))
 
     def outgoing(self, body: dict[str, Any], turn: Turn, step: Step, forms: WireForms) -> dict[str, Any]:
-        """The client's ``system`` as sent; the summary and the recent messages, roles alternating. (A
-        message's Anthropic form depends on its neighbours, which it is merged with: `forms` is not used.)"""
-        _, messages = step.to_anthropic()
-        return {**body, "messages": alternate([dict(m) for m in messages])}
+        """The client's ``system`` as sent; the summary and the recent messages, roles alternating. Each Anthropic
+        message (a group of ctxkeep's: tool results joined, `groups`) is converted and serialized once while it
+        stays; only a run of one role, joined here, is serialized again."""
+        # Without the system prompt, which would only be made into a message (its id hashed) to be dropped.
+        context = replace(step.context, system=None).as_messages()
+        wire = [w for w in forms.of_groups(groups(context), _wire) if w is not None]
+        return {**body, "messages": _alternated(wire)}
 
     def reply(self, answer: Any) -> Reply | None:
         """The answer's content blocks as the assistant message a client sends back."""
@@ -79,6 +86,23 @@ def alternate(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out[-1] = {**out[-1], "content": _blocks(out[-1]["content"]) + _blocks(msg["content"])}
         else:
             out.append(msg)
+    return out
+
+
+def _wire(group: Sequence[Message]) -> tuple[dict[str, Any], orjson.Fragment] | None:
+    message = group_message(group)
+    return None if message is None else (message, orjson.Fragment(orjson.dumps(message)))
+
+
+def _alternated(wire: list[tuple[dict[str, Any], orjson.Fragment]]) -> list[Any]:
+    """`alternate` over messages kept with their JSON: a message alone in its role's run goes as its JSON."""
+    out: list[Any] = []
+    start = 0
+    for end in range(1, len(wire) + 1):
+        if end < len(wire) and wire[end][0]["role"] == wire[start][0]["role"]:
+            continue
+        out += [wire[start][1]] if end - start == 1 else alternate([m for m, _ in wire[start:end]])
+        start = end
     return out
 
 
