@@ -233,7 +233,7 @@ def test_a_database_of_schema_2_gets_its_vectors_from_migrate(vector_url: str, m
             assert search(index, "how long until cached data goes stale", k=1, mode="vector")[0].meaning
         with psycopg.connect(url, autocommit=True) as conn:
             indexes = [
-                r[0] for r in conn.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'ctxkeep_index_chunk'")
+                r[0] for r in conn.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'ctxkeep_index_vector'")
             ]
         assert any("hnsw" in i and "vector_cosine_ops" in i for i in indexes)
     finally:

@@ -2,8 +2,10 @@
 
     ctxkeep_index_file    each indexed file (MEMORY.md, day logs, archive): size, time, sha256 of its bytes
     ctxkeep_index_chunk   its chunks (`chunks.py`): line range, text, their words in a tsvector (GIN), and how
-                          often each occurs (jsonb), for BM25; where the server has pgvector, their vector
-                          and the model that made it (HNSW, cosine)
+                          often each occurs (jsonb), for BM25
+    ctxkeep_index_total   how many chunks and words each workspace's index holds (kept by triggers)
+    ctxkeep_index_vector  where the server has pgvector: each chunk's vector and the model that made it (HNSW,
+                          cosine)
 
 The words are those of the SQLite index: `terms.index_terms` (Chinese cut into pairs), stemmed by SQLite's own
 ``porter unicode61`` tokenizer (`terms.stems`), stored verbatim as lexemes (no text search configuration
@@ -68,17 +70,13 @@ class PostgresIndex:
         self._stems: dict[str, list[str]] = {}
         self.embed_dialog = embed_dialog
         with store.connection("read the memory index in") as conn:
-            # The vector column's dimension (its type modifier), or None when the database keeps no vectors.
-            row = conn.execute(
-                "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'ctxkeep_index_chunk'::regclass"
-                " AND attname = 'embedding' AND NOT attisdropped"
-            ).fetchone()
-        self._columns = row is not None
-        self.vectors = embedder is not None and self._columns and embedder.dim == VECTOR_DIM
+            row = conn.execute("SELECT to_regclass('ctxkeep_index_vector') IS NOT NULL").fetchone()
+        self._kept = bool(row[0])  # the database keeps vectors
+        self.vectors = embedder is not None and self._kept and embedder.dim == VECTOR_DIM
         self.embedder = embedder if self.vectors else None
         self._model = f"{embedder.name}/{embedder.dim}" if embedder is not None else ""
         if embedder is not None and not self.vectors:
-            _say_full_text_only(store, embedder if self._columns else None)
+            _say_full_text_only(store, embedder if self._kept else None)
 
     def __enter__(self) -> PostgresIndex:
         return self
@@ -144,14 +142,16 @@ class PostgresIndex:
         ]
         with conn.cursor() as cursor:
             cursor.executemany(_INSERT, [(workspace, *row) for row in rows])
-        if old and self._columns:
+        if old and self._kept:
             conn.execute(
-                "UPDATE ctxkeep_index_chunk n SET model = o.model, embedding = o.embedding FROM ctxkeep_index_chunk o"
-                " WHERE o.id = ANY(%s) AND o.embedding IS NOT NULL AND n.workspace = %s AND n.path = %s"
-                " AND NOT n.id = ANY(%s) AND n.text = o.text",
+                "INSERT INTO ctxkeep_index_vector (id, workspace, source, model, embedding)"
+                " SELECT DISTINCT ON (n.id) n.id, n.workspace, n.source, v.model, v.embedding"
+                " FROM ctxkeep_index_chunk n JOIN ctxkeep_index_chunk o ON o.id = ANY(%s) AND o.text = n.text"
+                " JOIN ctxkeep_index_vector v ON v.id = o.id"
+                " WHERE n.workspace = %s AND n.path = %s AND NOT n.id = ANY(%s)",
                 (old, workspace, path, old),
             )
-        conn.execute("DELETE FROM ctxkeep_index_chunk WHERE id = ANY(%s)", (old,))
+        conn.execute("DELETE FROM ctxkeep_index_chunk WHERE id = ANY(%s)", (old,))  # their vectors with them
 
     def _embed_missing(self) -> int:
         """Give the chunks lacking a vector of this index's model one; how many texts the embedder turned."""
@@ -159,10 +159,10 @@ class PostgresIndex:
             return 0
         with self._db.connection("read the memory index in") as conn:
             rows = conn.execute(
-                "SELECT id, text FROM ctxkeep_index_chunk WHERE workspace = %s"
-                " AND (embedding IS NULL OR model IS DISTINCT FROM %s)"
-                + ("" if self.embed_dialog else " AND source <> 'dialog'")
-                + " ORDER BY id",
+                "SELECT c.id, c.text FROM ctxkeep_index_chunk c LEFT JOIN ctxkeep_index_vector v ON v.id = c.id"
+                " WHERE c.workspace = %s AND (v.id IS NULL OR v.model <> %s)"
+                + ("" if self.embed_dialog else " AND c.source <> 'dialog'")
+                + " ORDER BY c.id",
                 (self._db.workspace_id, self._model),
             ).fetchall()
         embedded = 0
@@ -172,9 +172,12 @@ class PostgresIndex:
             vectors = dict(zip(texts, self.embedder.embed(texts), strict=True))
             embedded += len(texts)
             with self._db.connection("update the memory index in") as conn:
+                # Joined to the chunks: one another process re-indexed meanwhile is gone, and so is its vector.
                 conn.execute(
-                    "UPDATE ctxkeep_index_chunk c SET model = %s, embedding = v.e::vector"
-                    " FROM unnest(%s::bigint[], %s::text[]) AS v(id, e) WHERE c.id = v.id",
+                    "INSERT INTO ctxkeep_index_vector (id, workspace, source, model, embedding)"
+                    " SELECT c.id, c.workspace, c.source, %s, v.e::vector"
+                    " FROM unnest(%s::bigint[], %s::text[]) AS v(id, e) JOIN ctxkeep_index_chunk c ON c.id = v.id"
+                    " ON CONFLICT (id) DO UPDATE SET model = excluded.model, embedding = excluded.embedding",
                     (self._model, [i for i, _ in part], [_vector(vectors[text]) for _, text in part]),
                 )
         return embedded
@@ -194,13 +197,12 @@ class PostgresIndex:
 
     def stats(self) -> dict[str, int]:
         """How many files, chunks and vectors (of any model) the index holds."""
-        vectors = "count(embedding)" if self._columns else "0"
+        vectors = "(SELECT count(*) FROM ctxkeep_index_vector WHERE workspace = %(w)s)" if self._kept else "0"
         with self._db.connection("read the memory index in") as conn:
             files, chunks, held = conn.execute(
-                "SELECT (SELECT count(*) FROM ctxkeep_index_file WHERE workspace = %s), count(*), "
-                + vectors
-                + " FROM ctxkeep_index_chunk WHERE workspace = %s",
-                (self._db.workspace_id, self._db.workspace_id),
+                "SELECT (SELECT count(*) FROM ctxkeep_index_file WHERE workspace = %(w)s),"
+                " (SELECT count(*) FROM ctxkeep_index_chunk WHERE workspace = %(w)s), " + vectors,
+                {"w": self._db.workspace_id},
             ).fetchone()
         return {"files": int(files), "chunks": int(chunks), "vectors": int(held)}
 
@@ -226,10 +228,10 @@ class PostgresIndex:
             ctes.append("f AS (SELECT NULL::bigint AS id, NULL::float8 AS score WHERE false)")
         shown = _vector(vector) if vector is not None and near else None
         if shown is not None:
-            # The HNSW index scans on (hnsw.iterative_scan, set per connection) until enough chunks of this
-            # workspace and source are found: it holds every workspace's chunks.
+            # The HNSW index scans on (hnsw.iterative_scan, set per connection) until enough vectors of this
+            # workspace, model and source are found: it holds every workspace's.
             ctes.append(
-                "n AS MATERIALIZED (SELECT id, embedding <=> %s::vector AS d FROM ctxkeep_index_chunk"
+                "n AS MATERIALIZED (SELECT id, embedding <=> %s::vector AS d FROM ctxkeep_index_vector"
                 " WHERE workspace = %s AND model = %s"
                 + (" AND source = %s" if source else "")
                 + " ORDER BY embedding <=> %s::vector LIMIT %s)"
@@ -238,11 +240,8 @@ class PostgresIndex:
         else:
             ctes.append("n AS (SELECT NULL::bigint AS id, NULL::float8 AS d WHERE false)")
         columns = ["c.id", "f.score", "n.d"]
-        if shown is not None:
-            columns.append("CASE WHEN c.model = %s THEN c.embedding <=> %s::vector END")
-            args += [self._model, shown]
-        else:
-            columns.append("NULL::float8")
+        columns.append("v.embedding <=> %s::vector" if shown is not None else "NULL::float8")
+        args += [shown] if shown is not None else []
         columns += ["c.path", "c.start_line", "c.end_line", "c.text", "c.source"]
         for term in asked:
             columns.append("c.terms @@ %s::tsquery")
@@ -261,7 +260,9 @@ class PostgresIndex:
             + ", x AS (SELECT id FROM f UNION SELECT id FROM n) SELECT "
             + ", ".join(columns)
             + " FROM x JOIN ctxkeep_index_chunk c ON c.id = x.id LEFT JOIN f ON f.id = c.id LEFT JOIN n ON n.id = c.id"
+            + (" LEFT JOIN ctxkeep_index_vector v ON v.id = c.id AND v.model = %s" if shown is not None else "")
         )
+        args += [self._model] if shown is not None else []
         with self._db.connection("search the memory index in") as conn:
             found = conn.execute(sql, args).fetchall()
         fts = sorted((r for r in found if r[1] is not None), key=lambda r: (-r[1], r[0]))
@@ -279,8 +280,9 @@ class PostgresIndex:
         """The CTE ``f`` (id, score): at most `limit` chunks holding any of `terms`, best first by FTS5's BM25."""
         workspace = self._db.workspace_id
         matches = [self._tsquery(t) for t in terms]
-        # The index's size, each word's IDF over the whole index (every source, as FTS5 counts it), then FTS5's sum
-        # term by term in the same order of operations (fts5_aux.c), so equal scores tie as they do there.
+        # The index's size (kept by triggers: `schema`), each word's IDF over the whole index (every source, as
+        # FTS5 counts it), then FTS5's sum term by term in the same order of operations (fts5_aux.c), so equal
+        # scores tie as they do there.
         hits = ", ".join("count(*) FILTER (WHERE terms @@ %s::tsquery)" for _ in terms)
         logs = [f"ln((0.5::float8 + s.n - h.h[{i}]) / (0.5::float8 + h.h[{i}]))" for i in range(1, len(terms) + 1)]
         idf = [f"(CASE WHEN {x} > 0.0::float8 THEN {x} ELSE 1e-6::float8 END)" for x in logs]
@@ -297,8 +299,8 @@ class PostgresIndex:
         anything = " | ".join(f"({m})" for m in matches)
         sql = (
             # MATERIALIZED: once each; a planner without statistics yet (a new index) re-ran them per row.
-            "s AS MATERIALIZED (SELECT count(*)::float8 AS n, coalesce(sum(length), 0)::float8 AS tokens"
-            " FROM ctxkeep_index_chunk WHERE workspace = %s),"
+            "s AS MATERIALIZED (SELECT coalesce(max(chunks), 0)::float8 AS n, coalesce(max(tokens), 0)::float8"
+            " AS tokens FROM ctxkeep_index_total WHERE workspace = %s),"
             f" h AS MATERIALIZED (SELECT ARRAY[{hits}]::float8[] AS h FROM ctxkeep_index_chunk WHERE workspace = %s"
             " AND terms @@ %s::tsquery),"
             f" f AS MATERIALIZED (SELECT c.id, {score} AS score FROM ctxkeep_index_chunk c, s, h"
