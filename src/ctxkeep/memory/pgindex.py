@@ -264,7 +264,7 @@ class PostgresIndex:
         )
         args += [self._model] if shown is not None else []
         with self._db.connection("search the memory index in") as conn:
-            found = conn.execute(sql, args).fetchall()
+            found = conn.execute(sql, args, prepare=False).fetchall()
         fts = sorted((r for r in found if r[1] is not None), key=lambda r: (-r[1], r[0]))
         nearest = sorted((r for r in found if r[2] is not None), key=lambda r: (r[2], r[0]))
         return Candidates(

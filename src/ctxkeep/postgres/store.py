@@ -471,7 +471,7 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.execute(
         "SELECT set_config('jit', 'off', false), CASE WHEN current_setting('synchronous_commit') IN ('off', 'local')"
         " THEN set_config('synchronous_commit', 'on', false) END,"
-        " set_config('hnsw.iterative_scan', 'strict_order', false), set_config('hnsw.ef_search', '100', false)"
+        " set_config('hnsw.iterative_scan', 'strict_order', false)"
     )
 
 
