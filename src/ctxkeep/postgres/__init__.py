@@ -20,8 +20,9 @@ def is_url(name: object) -> bool:
 
 
 def open_store(url: str, workspace: str) -> PostgresStore:
-    """The workspace called `workspace` in the database at `url` (made when new); close it when done. Raises
+    """The workspace called `workspace` in the database at `url` (made when new), on the process's connection
+    pool for `url` (`Session.open`: a proxy opens a workspace per request); close it when done. Raises
     `StorageError` when the database cannot be reached, and `ModuleNotFoundError` without the postgres extra."""
     from .store import PostgresStore
 
-    return PostgresStore(url, workspace)
+    return PostgresStore(url, workspace, shared=True)

@@ -5,7 +5,11 @@ crash leaves past it (an archive append, a live line, a next generation) is cut 
 write is one transaction, committed with ``synchronous_commit`` on before it returns: durable as the
 folder's fdatasync, and whole or absent (a transaction leaves no torn line, unlike a killed write).
 
-The workspace lock is a session-level advisory lock held on a connection of its own for as long as a
+Connections come from a pool: the store's own, or with ``shared=True`` (`Session.open`'s, and so the proxy's,
+which opens a workspace per request) the process's one pool for that URL (`shared_pool`), so a session opened
+again reuses the connections of the last instead of starting a server process each.
+
+The workspace lock is a session-level advisory lock held on a connection of the pool for as long as a
 session is open: a second holder waits up to the lock timeout (``lock_timeout``), then gets
 `WorkspaceLockedError`; a process that dies drops its connection and with it the lock. While it is held,
 every read and write goes through that connection, so a process whose connection was lost (and so its
@@ -15,6 +19,7 @@ the driver and the server become a `StorageError` with a one-line message.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import math
@@ -35,6 +40,14 @@ from . import schema
 
 log = logging.getLogger("ctxkeep")
 
+# The process's pools, one per URL (`shared_pool`), and the URLs whose schema version a store has checked.
+_shared: dict[str, psycopg_pool.ConnectionPool[Any]] = {}
+_checked: set[str] = set()
+_shared_guard = threading.Lock()
+# Connections of a shared pool: as many sessions at once as a proxy serves (each holds one while open, a memory
+# block takes another), well under a server's max_connections (100 by default) for a few processes.
+SHARED_POOL_SIZE = 24
+
 # A workspace's name in the database: printable, short enough to read in a log line; parts may be joined by
 # "/" (the proxy names a conversation's branch ``<conversation>/<branch>``, as its folders are).
 _WORKSPACE = re.compile(r"[^\x00-\x1f\x7f\\/]+(?:/[^\x00-\x1f\x7f\\/]+)*")
@@ -50,11 +63,20 @@ class PostgresStore:
     """
 
     def __init__(
-        self, url: str, workspace: str, *, create: bool = True, pool_size: int = 4, connect_timeout: float = 10.0
+        self,
+        url: str,
+        workspace: str,
+        *,
+        create: bool = True,
+        pool_size: int = 4,
+        connect_timeout: float = 10.0,
+        shared: bool = False,
     ) -> None:
         """`url`: a libpq URL (``postgresql://user@host/db``; a password in it is never shown); `workspace`:
         the workspace's name in that database (printable, at most 200 characters; ``a/b`` groups names).
-        Without `create`, a workspace the database does not hold is a `StorageError` (for commands that read)."""
+        Without `create`, a workspace the database does not hold is a `StorageError` (for commands that read).
+        With `shared`, the connections are the process's pool for `url` (`shared_pool`; `pool_size` unused),
+        which `close` leaves open."""
         if (
             not isinstance(workspace, str)
             or len(workspace) > 200
@@ -73,26 +95,15 @@ class PostgresStore:
         self._connect_timeout = connect_timeout
         self._held: psycopg.Connection[Any] | None = None  # the lock's connection while a session holds it
         self._held_guard = threading.Lock()  # one statement at a time on it (a summary thread reads too)
-        # None kept open while idle (a session's reads and writes go through its lock's connection), one thread to
-        # open them: a proxy opens a store per request.
-        self._pool = psycopg_pool.ConnectionPool(
-            url,
-            min_size=0,
-            max_size=pool_size,
-            num_workers=1,
-            kwargs={"autocommit": True},
-            configure=_configure,
-            reset=_reset,
-            open=False,
-            timeout=connect_timeout,
-            name="ctxkeep",
-        )
+        self._shared = shared
+        self._pool = shared_pool(url, connect_timeout) if shared else _new_pool(url, pool_size, connect_timeout)
         try:
-            with self._errors("connect to"):
-                self._pool.open(wait=True, timeout=connect_timeout)
+            if not shared:
+                with self._errors("connect to"):
+                    self._pool.open(wait=True, timeout=connect_timeout)
             self._id = self._open_workspace(create)
         except BaseException:
-            self._pool.close()
+            self.close()
             raise
 
     def __enter__(self) -> PostgresStore:
@@ -105,11 +116,19 @@ class PostgresStore:
         return f"PostgresStore({self._shown!r}, workspace={self.workspace!r})"
 
     def close(self) -> None:
-        """Close the connection pool (a lock still held keeps its own connection until its block ends)."""
-        self._pool.close()
+        """Close the store's own connection pool (a shared one stays for the next store; a lock still held keeps
+        its connection until its block ends)."""
+        if not self._shared:
+            self._pool.close()
 
     def _open_workspace(self, create: bool) -> int:
         with self._errors("open the workspace in"), self._pool.connection() as conn:
+            if self._shared and create and self.url in _checked:
+                # The schema was found current for this URL: the workspace in one round trip (a proxy's request).
+                row = conn.execute(_MAKE_WORKSPACE, (self.workspace, self.workspace)).fetchone()
+                row = row or conn.execute(_MAKE_WORKSPACE, (self.workspace, self.workspace)).fetchone()
+                if row is not None:
+                    return int(row[0])
             found = schema.version(conn)
             if found == 0 and create:
                 schema.migrate(conn)
@@ -124,6 +143,8 @@ class PostgresStore:
                     f"{self._shown} holds ctxkeep's schema version {found}, newer than this ctxkeep's"
                     f" {schema.VERSION}: upgrade ctxkeep"
                 )
+            if found == schema.VERSION:
+                _checked.add(self.url)
             if found and create:
                 conn.execute(
                     "INSERT INTO ctxkeep_workspace (name) VALUES (%s) ON CONFLICT (name) DO NOTHING", (self.workspace,)
@@ -170,10 +191,9 @@ class PostgresStore:
                 path=self._shown,
             )
         with self._errors("lock the workspace in"):
-            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, round(self._connect_timeout)))
+            conn = self._pool.getconn()
         try:
             with self._errors("lock the workspace in"):
-                _configure(conn)
                 if not _advisory_lock(conn, schema.SESSION_LOCK, self._id, timeout):
                     raise WorkspaceLockedError(
                         f"the workspace {self.workspace!r} in {self._shown} is in use by another process; wait for"
@@ -186,7 +206,9 @@ class PostgresStore:
             finally:
                 self._held = None
         finally:
-            conn.close()  # the lock goes with the connection
+            # The pool's reset releases the lock (`_reset`), or it closes a connection that fails it, and the lock
+            # goes with the connection.
+            self._pool.putconn(conn)
 
     def memory_lock(self) -> contextlib.AbstractContextManager[None]:
         return self._memory_lock()
@@ -422,6 +444,55 @@ class PostgresStore:
                 (self._id, prefix),
             ).fetchall()
         return [FileInfo(name, int(size), float(mtime)) for name, size, mtime in rows]
+
+
+def _new_pool(url: str, size: int, connect_timeout: float, *, check: bool = False) -> psycopg_pool.ConnectionPool[Any]:
+    # None kept open while idle (a session's reads and writes go through its lock's connection), one thread to
+    # open them.
+    return psycopg_pool.ConnectionPool(
+        url,
+        min_size=0,
+        max_size=size,
+        num_workers=1,
+        kwargs={"autocommit": True},
+        configure=_configure,
+        reset=_reset,
+        check=psycopg_pool.ConnectionPool.check_connection if check else None,
+        open=False,
+        timeout=connect_timeout,
+        name="ctxkeep",
+    )
+
+
+def shared_pool(url: str, connect_timeout: float = 10.0) -> psycopg_pool.ConnectionPool[Any]:
+    """The process's pool of connections to `url`, opened at the first call and kept until the process ends
+    (an idle connection closes after ten minutes). Each connection is checked as it is taken: one the server
+    dropped meanwhile (a restart, a failover) is replaced, not handed out."""
+    with _shared_guard:
+        pool = _shared.get(url)
+        if pool is None or pool.closed:
+            pool = _new_pool(url, SHARED_POOL_SIZE, connect_timeout, check=True)
+            with driver_errors("connect to", shown_url(url)):
+                pool.open(wait=False)
+            _shared[url] = pool
+            if len(_shared) == 1:
+                atexit.register(_close_shared)
+        return pool
+
+
+def _close_shared() -> None:
+    with _shared_guard:
+        for pool in _shared.values():
+            pool.close(timeout=1.0)
+        _shared.clear()
+
+
+# A workspace made when new and its id, in one statement; no row when another transaction made it meanwhile
+# (this statement's snapshot does not see it: the caller asks again).
+_MAKE_WORKSPACE = (
+    "WITH made AS (INSERT INTO ctxkeep_workspace (name) VALUES (%s) ON CONFLICT (name) DO NOTHING RETURNING id)"
+    " SELECT id FROM made UNION ALL SELECT id FROM ctxkeep_workspace WHERE name = %s"
+)
 
 
 @contextlib.contextmanager
