@@ -29,6 +29,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ctxkeep.postgres.schema import INDEX_LOCK, VECTOR_DIM
@@ -37,7 +38,6 @@ from ctxkeep.store import IndexDatabase, Store
 from .chunks import Chunk
 from .embed import Embedder
 from .index import Update, file_chunks, indexed_files, read_indexed, source_of
-from .search import Candidates
 from .terms import content_terms, index_terms, is_cjk, query_terms, stems
 
 log = logging.getLogger("ctxkeep")
@@ -54,6 +54,19 @@ _INSERT = (
     "INSERT INTO ctxkeep_index_chunk (workspace, path, source, start_line, end_line, text, length, terms, counts)"
     " VALUES (%s, %s, %s, %s, %s, %s, %s, array_to_tsvector(%s::text[]), %s::jsonb)"
 )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Candidates:
+    """What the index answers a search with (`search.DatabaseIndex`), in one statement: the candidates of each
+    half, what `search` ranks them by, and their chunks."""
+
+    fts: list[int]  # the full-text candidates, best first (BM25 as FTS5's, ties by id)
+    nearest: dict[int, float]  # the chunks nearest the query's vector, nearest first: their cosine distance
+    distance: dict[int, float]  # every candidate's cosine distance to the query (those with a vector)
+    held: dict[str, set[int]]  # for each word asked (`terms.content_terms`), the candidates that hold it
+    anywhere: dict[str, bool]  # for each Chinese word asked, whether any chunk of the source holds it
+    rows: dict[int, tuple[str, int, int, str, str]]  # each candidate's path, first and last line, text, source
 
 
 class PostgresIndex:

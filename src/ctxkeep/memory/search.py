@@ -29,7 +29,7 @@ from .index import SOURCES, MemoryIndex
 from .terms import content_terms, index_terms, is_cjk, match_query, match_term, query_terms
 
 if TYPE_CHECKING:
-    from .pgindex import PostgresIndex
+    from .pgindex import Candidates, PostgresIndex
 
 Mode = Literal["hybrid", "fts", "vector"]
 MODES: tuple[Mode, ...] = ("hybrid", "fts", "vector")
@@ -95,19 +95,6 @@ class Hit:
             "lines": [{"line": x.number, "text": x.text, "match": x.match} for x in self.lines],
             "text": self.text,
         }
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Candidates:
-    """What an index kept in a database (PostgreSQL's, `ctxkeep.memory.pgindex`) answers a search with, in one
-    statement: the candidates of each half, what `search` ranks them by, and their chunks."""
-
-    fts: list[int]  # the full-text candidates, best first (BM25 as FTS5's, ties by id)
-    nearest: dict[int, float]  # the chunks nearest the query's vector, nearest first: their cosine distance
-    distance: dict[int, float]  # every candidate's cosine distance to the query (those with a vector)
-    held: dict[str, set[int]]  # for each word asked (`terms.content_terms`), the candidates that hold it
-    anywhere: dict[str, bool]  # for each Chinese word asked, whether any chunk of the source holds it
-    rows: dict[int, tuple[str, int, int, str, str]]  # each candidate's path, first and last line, text, source
 
 
 class DatabaseIndex(Protocol):
