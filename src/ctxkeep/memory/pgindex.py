@@ -48,6 +48,9 @@ _B = 0.75
 # A tsvector keeps lexemes of under 2 KB.
 _MAX_LEXEME_BYTES = 2046
 _said_full_text_only = False
+# The workspaces (`Store.where`) and models whose every chunk this process has seen given a vector: later
+# updates look only at the files they re-index.
+_filled: set[tuple[str, str]] = set()
 # Vectors computed and written this many chunks at a time.
 _EMBED_BATCH = 256
 _INSERT = (
@@ -142,7 +145,8 @@ class PostgresIndex:
             with self._db.connection("update the memory index in") as conn, conn.transaction():
                 conn.execute("DELETE FROM ctxkeep_index_chunk WHERE workspace = %s AND path = %s", (workspace, name))
                 conn.execute("DELETE FROM ctxkeep_index_file WHERE workspace = %s AND path = %s", (workspace, name))
-        return Update(files=len(changed), removed=len(gone), chunks=chunks, embedded=self._embed_missing())
+        embedded = self._embed_missing([info.name for info in changed] if self._filled() else None)
+        return Update(files=len(changed), removed=len(gone), chunks=chunks, embedded=embedded)
 
     def _replace(self, conn: Any, path: str, rows: list[tuple[Any, ...]]) -> None:
         """The chunks of file `path` replaced by `rows`; a new chunk whose text an old one held takes its vector."""
@@ -166,17 +170,23 @@ class PostgresIndex:
             )
         conn.execute("DELETE FROM ctxkeep_index_chunk WHERE id = ANY(%s)", (old,))  # their vectors with them
 
-    def _embed_missing(self) -> int:
-        """Give the chunks lacking a vector of this index's model one; how many texts the embedder turned."""
-        if not self.vectors or self.embedder is None:
+    def _filled(self) -> bool:
+        """Whether this process has given every chunk of the workspace a vector of this model already."""
+        return (self.store.where(""), self._model) in _filled
+
+    def _embed_missing(self, paths: list[str] | None = None) -> int:
+        """Give the chunks lacking a vector of this index's model one (of the files `paths` only: the whole index
+        is looked over once per process and model, ~20 ms at 10,000 chunks); how many texts the embedder turned."""
+        if not self.vectors or self.embedder is None or paths == []:
             return 0
         with self._db.connection("read the memory index in") as conn:
             rows = conn.execute(
                 "SELECT c.id, c.text FROM ctxkeep_index_chunk c LEFT JOIN ctxkeep_index_vector v ON v.id = c.id"
                 " WHERE c.workspace = %s AND (v.id IS NULL OR v.model <> %s)"
                 + ("" if self.embed_dialog else " AND c.source <> 'dialog'")
+                + ("" if paths is None else " AND c.path = ANY(%s)")
                 + " ORDER BY c.id",
-                (self._db.workspace_id, self._model),
+                (self._db.workspace_id, self._model, *([] if paths is None else [paths])),
             ).fetchall()
         embedded = 0
         for at in range(0, len(rows), _EMBED_BATCH):
@@ -193,6 +203,8 @@ class PostgresIndex:
                     " ON CONFLICT (id) DO UPDATE SET model = excluded.model, embedding = excluded.embedding",
                     (self._model, [i for i, _ in part], [_vector(vectors[text]) for _, text in part]),
                 )
+        if paths is None:
+            _filled.add((self.store.where(""), self._model))
         return embedded
 
     def rebuild(self) -> Update:
