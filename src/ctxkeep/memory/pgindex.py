@@ -231,7 +231,7 @@ class PostgresIndex:
             ).fetchone()
         return {"files": int(files), "chunks": int(chunks), "vectors": int(held)}
 
-    # --- what search asks (search.FullTextIndex) ------------------------------------
+    # --- what search asks (search.DatabaseIndex) ------------------------------------
 
     def candidates(self, query: str, source: str | None, limit: int, vector: list[float] | None) -> Candidates:
         """At most `limit` chunks of each half: those holding any word of `query` best first by FTS5's BM25 (ties

@@ -1,5 +1,6 @@
-"""A workspace on PostgreSQL: `PostgresStore` (in `ctxkeep.postgres.store`), its versioned schema, and what acts
-on the whole database (`ctxkeep.postgres.database`: migrate, list, measure and drop workspaces).
+"""A workspace on PostgreSQL: `PostgresStore` (in `ctxkeep.postgres.store`), its versioned schema, its connection
+pools (`ctxkeep.postgres.pool`: one per URL for the process), and what acts on the whole database
+(`ctxkeep.postgres.database`: migrate, list, measure and drop workspaces).
 
 Naming a store by URL (``postgresql://…``) is all a caller does; this package imports psycopg only when such
 a store is opened, so ``import ctxkeep`` needs no database driver (the ``postgres`` extra installs it).

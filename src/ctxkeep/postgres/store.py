@@ -6,7 +6,7 @@ write is one transaction, committed with ``synchronous_commit`` on before it ret
 folder's fdatasync, and whole or absent (a transaction leaves no torn line, unlike a killed write).
 
 Connections come from a pool: the store's own, or with ``shared=True`` (`Session.open`'s, and so the proxy's,
-which opens a workspace per request) the process's one pool for that URL (`shared_pool`), so a session opened
+which opens a workspace per request) the process's one pool for that URL (`pool.shared_pool`), so a session opened
 again reuses the connections of the last instead of starting a server process each.
 
 The workspace lock is a session-level advisory lock held on a connection of the pool for as long as a
@@ -19,7 +19,6 @@ the driver and the server become a `StorageError` with a one-line message.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import math
@@ -37,16 +36,12 @@ from ctxkeep.errors import StorageError, WorkspaceLockedError
 from ctxkeep.store import FAILED_DIR, MEMORY_DIR, MEMORY_FILE, ORIGINAL_NAME, TOOL_RESULT_DIR, FileInfo
 
 from . import schema
+from .pool import new_pool, shared_pool
 
 log = logging.getLogger("ctxkeep")
 
-# The process's pools, one per URL (`shared_pool`), and the URLs whose schema version a store has checked.
-_shared: dict[str, psycopg_pool.ConnectionPool[Any]] = {}
+# The URLs whose schema version a store found current (`PostgresStore(shared=True)` checks it once).
 _checked: set[str] = set()
-_shared_guard = threading.Lock()
-# Connections of a shared pool: as many sessions at once as a proxy serves (each holds one while open, a memory
-# block takes another), well under a server's max_connections (100 by default) for a few processes.
-SHARED_POOL_SIZE = 24
 
 # A workspace's name in the database: printable, short enough to read in a log line; parts may be joined by
 # "/" (the proxy names a conversation's branch ``<conversation>/<branch>``, as its folders are).
@@ -75,7 +70,7 @@ class PostgresStore:
         """`url`: a libpq URL (``postgresql://user@host/db``; a password in it is never shown); `workspace`:
         the workspace's name in that database (printable, at most 200 characters; ``a/b`` groups names).
         Without `create`, a workspace the database does not hold is a `StorageError` (for commands that read).
-        With `shared`, the connections are the process's pool for `url` (`shared_pool`; `pool_size` unused),
+        With `shared`, the connections are the process's pool for `url` (`pool.shared_pool`; `pool_size` unused),
         which `close` leaves open."""
         if (
             not isinstance(workspace, str)
@@ -96,7 +91,7 @@ class PostgresStore:
         self._held: psycopg.Connection[Any] | None = None  # the lock's connection while a session holds it
         self._held_guard = threading.Lock()  # one statement at a time on it (a summary thread reads too)
         self._shared = shared
-        self._pool = shared_pool(url, connect_timeout) if shared else _new_pool(url, pool_size, connect_timeout)
+        self._pool = shared_pool(url, connect_timeout) if shared else new_pool(url, pool_size, connect_timeout)
         try:
             if not shared:
                 with self._errors("connect to"):
@@ -206,7 +201,7 @@ class PostgresStore:
             finally:
                 self._held = None
         finally:
-            # The pool's reset releases the lock (`_reset`), or it closes a connection that fails it, and the lock
+            # The pool's reset releases the lock (`pool.reset`), or it closes a connection that fails it, and the lock
             # goes with the connection.
             self._pool.putconn(conn)
 
@@ -446,47 +441,6 @@ class PostgresStore:
         return [FileInfo(name, int(size), float(mtime)) for name, size, mtime in rows]
 
 
-def _new_pool(url: str, size: int, connect_timeout: float, *, check: bool = False) -> psycopg_pool.ConnectionPool[Any]:
-    # None kept open while idle (a session's reads and writes go through its lock's connection), one thread to
-    # open them.
-    return psycopg_pool.ConnectionPool(
-        url,
-        min_size=0,
-        max_size=size,
-        num_workers=1,
-        kwargs={"autocommit": True},
-        configure=_configure,
-        reset=_reset,
-        check=psycopg_pool.ConnectionPool.check_connection if check else None,
-        open=False,
-        timeout=connect_timeout,
-        name="ctxkeep",
-    )
-
-
-def shared_pool(url: str, connect_timeout: float = 10.0) -> psycopg_pool.ConnectionPool[Any]:
-    """The process's pool of connections to `url`, opened at the first call and kept until the process ends
-    (an idle connection closes after ten minutes). Each connection is checked as it is taken: one the server
-    dropped meanwhile (a restart, a failover) is replaced, not handed out."""
-    with _shared_guard:
-        pool = _shared.get(url)
-        if pool is None or pool.closed:
-            pool = _new_pool(url, SHARED_POOL_SIZE, connect_timeout, check=True)
-            with driver_errors("connect to", shown_url(url)):
-                pool.open(wait=False)
-            _shared[url] = pool
-            if len(_shared) == 1:
-                atexit.register(_close_shared)
-        return pool
-
-
-def _close_shared() -> None:
-    with _shared_guard:
-        for pool in _shared.values():
-            pool.close(timeout=1.0)
-        _shared.clear()
-
-
 # A workspace made when new and its id, in one statement; no row when another transaction made it meanwhile
 # (this statement's snapshot does not see it: the caller asks again).
 _MAKE_WORKSPACE = (
@@ -530,25 +484,6 @@ def shown_url(url: str) -> str:
     if host.startswith("/"):  # a unix socket's folder
         return f"postgresql://{user}/{db}?host={host}{port.replace(':', '&port=')}"
     return f"postgresql://{user}{host}{port}/{db}"
-
-
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    # Durable at commit, whatever the server's default: a step acknowledged is a step on the server's disk.
-    # A stronger setting (a standby's too: remote_write, remote_apply) given for the role or in the URL stays.
-    # No JIT either: ctxkeep's statements are small, and compiling one costs more than running it (memory search's
-    # BM25 over 10,000 chunks crosses jit_above_cost: a median of 28 ms with JIT, 15 ms without, on a busy machine).
-    # Memory search's nearest chunks (pgvector's HNSW, which holds every workspace's): scan on until enough of the
-    # workspace's are found, in order of distance (a placeholder setting where the server has no pgvector).
-    conn.execute(
-        "SELECT set_config('jit', 'off', false), CASE WHEN current_setting('synchronous_commit') IN ('off', 'local')"
-        " THEN set_config('synchronous_commit', 'on', false) END,"
-        " set_config('hnsw.iterative_scan', 'strict_order', false)"
-    )
-
-
-def _reset(conn: psycopg.Connection[Any]) -> None:
-    # A connection back in the pool holds no lock: a memory block whose unlock failed leaves none behind.
-    conn.execute("SELECT pg_advisory_unlock_all()")
 
 
 def _advisory_lock(conn: psycopg.Connection[Any], space: int, key: int, timeout: float) -> bool:
