@@ -225,7 +225,17 @@ def test_a_database_of_schema_2_gets_its_vectors_from_migrate(vector_url: str, m
             conn.execute(schema.MIGRATIONS[1])
             conn.execute("CREATE TABLE ctxkeep_schema (version integer NOT NULL)")
             conn.execute("INSERT INTO ctxkeep_schema VALUES (2)")
+            (kept,) = conn.execute("INSERT INTO ctxkeep_workspace (name) VALUES ('kept') RETURNING id").fetchone()
+            for length in (3, 4):
+                conn.execute(
+                    "INSERT INTO ctxkeep_index_chunk (workspace, path, source, start_line, end_line, text, length,"
+                    " terms, counts) VALUES (%s, 'MEMORY.md', 'memory', 1, 1, 'a b c', %s, 'a b c', '{}')",
+                    (kept, length),
+                )
         assert migrate(url) == (2, schema.VERSION) == (2, 3)
+        with psycopg.connect(url, autocommit=True) as conn:
+            totals = conn.execute("SELECT chunks, tokens FROM ctxkeep_index_total WHERE workspace = %s", (kept,))
+            assert totals.fetchone() == (2, 7)  # the chunks indexed before, counted by the migration
         with PostgresStore(url, "upgraded") as upgraded, open_index(upgraded, embedder=minilm) as index:
             assert index.vectors
             append_daily(upgraded, "the cache expires after ten minutes", at=datetime(2026, 3, 1, tzinfo=UTC))
