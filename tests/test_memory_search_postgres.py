@@ -230,3 +230,34 @@ def test_two_processes_updating_at_once_index_each_file_once(postgres_url: str) 
         for thread in threads:
             thread.join()
         assert [index.stats()["chunks"] for index in indexes] == [want, want]
+
+
+def test_the_totals_bm25_reads_follow_every_change(postgres_url: str) -> None:
+    from ctxkeep.postgres.database import drop_workspace
+
+    name = f"search/{uuid.uuid4().hex}"
+
+    def totals(store: PostgresStore) -> tuple[object, ...]:
+        with store.connection("read") as conn:
+            kept = conn.execute(
+                "SELECT chunks, tokens FROM ctxkeep_index_total WHERE workspace = %s", (store.workspace_id,)
+            ).fetchone()
+            counted = conn.execute(
+                "SELECT count(*), sum(length) FROM ctxkeep_index_chunk WHERE workspace = %s", (store.workspace_id,)
+            ).fetchone()
+        return (kept, counted)
+
+    with PostgresStore(postgres_url, name) as store, open_index(store) as index:
+        _fill(store, 5)
+        index.update()
+        kept, counted = totals(store)
+        assert kept == counted and counted[0] > 10
+        store.write_memory("MEMORY.md", b"# Notes\n- only this now\n")
+        index.update()
+        kept, counted = totals(store)
+        assert kept == counted
+        workspace = store.workspace_id
+    drop_workspace(postgres_url, name)
+    with PostgresStore(postgres_url, "search/other") as other, other.connection("read") as conn:
+        left = conn.execute("SELECT count(*) FROM ctxkeep_index_total WHERE workspace = %s", (workspace,)).fetchone()
+    assert left == (0,)

@@ -118,6 +118,35 @@ def test_session_open_names_a_workspace_in_a_database(postgres_url: str) -> None
         Session.open(name, store="./folder")
 
 
+def test_sessions_opened_again_reuse_the_process_pool_and_leave_no_lock(postgres_url: str) -> None:
+    from ctxkeep import Message, Session
+
+    def backend(session: Session) -> int:
+        store = session.store
+        assert isinstance(store, PostgresStore)
+        with store.connection("read") as conn:  # the lock's, while the session is open
+            return int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+
+    name = f"pooled-{uuid.uuid4().hex}"
+    with Session.open(name, store=postgres_url) as session:  # the process's pool has a connection from here on
+        session.add(Message.of("user", "hello"))
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        before = {r[0] for r in admin.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'")}
+        pids = []
+        for i in range(3):
+            with Session.open(name, store=postgres_url) as session:
+                session.add(Message.of("user", f"turn {i}"))
+                pids.append(backend(session))
+            with PostgresStore(postgres_url, name) as other, other.lock(0):
+                pass  # the closed session's lock went back with its connection: free at once
+        assert set(pids) <= before  # server processes already there, not one started for each session
+        # The server drops the pooled connections (a restart, a failover): the next session gets new ones.
+        for pid in set(pids):
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with Session.open(name, store=postgres_url) as session:
+        assert [m.text for m in session.messages][-1] == "turn 2" and backend(session) not in pids
+
+
 def test_async_session_open_takes_the_store_too(postgres_url: str) -> None:
     import asyncio
 

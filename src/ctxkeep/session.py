@@ -108,7 +108,7 @@ class Session:
         ``"off"`` or `DurabilitySettings`) says what a power loss may take (a kill takes nothing in any).
 
         `store`, a PostgreSQL URL (``postgresql://user@host/db``, the ``postgres`` extra), keeps the workspace
-        in that database instead, `path` being its name there; the session closes the connections it opened.
+        in that database instead, `path` being its name there, on the process's connection pool for that URL.
         PostgreSQL commits each write with ``synchronous_commit`` on, whatever `durability` says.
         """
         overrides = {k: kw.pop(k) for k in list(kw) if k not in SESSION_KEYWORDS}

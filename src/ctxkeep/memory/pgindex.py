@@ -3,6 +3,9 @@
     ctxkeep_index_file    each indexed file (MEMORY.md, day logs, archive): size, time, sha256 of its bytes
     ctxkeep_index_chunk   its chunks (`chunks.py`): line range, text, their words in a tsvector (GIN), and how
                           often each occurs (jsonb), for BM25
+    ctxkeep_index_total   how many chunks and words each workspace's index holds (kept by triggers)
+    ctxkeep_index_vector  where the server has pgvector: each chunk's vector and the model that made it (HNSW,
+                          cosine)
 
 The words are those of the SQLite index: `terms.index_terms` (Chinese cut into pairs), stemmed by SQLite's own
 ``porter unicode61`` tokenizer (`terms.stems`), stored verbatim as lexemes (no text search configuration
@@ -11,8 +14,12 @@ So the candidates, their order (FTS5's BM25, computed from the same counts) and 
 the SQLite index's, and `ctxkeep.memory.search` ranks them by its one rule.
 
 `update` re-reads a file only when its size or time changed and re-indexes it only when its content hash did,
-each file in one transaction under an advisory lock, so two processes updating at once do it once.
-Vectors (pgvector) are not kept here: search on PostgreSQL is full text only, said once in a log line.
+each file in one transaction under an advisory lock, so two processes updating at once do it once. A re-indexed
+file keeps the vectors of the chunks whose text it still holds; then the chunks lacking a vector of this index's
+model get one (the model changed, or a process without an embedder indexed them), outside any transaction.
+A search is one statement (`candidates`): each half's candidates, the words asked that each holds, their
+distances and their chunks. Without the `vector` extension (or for an embedder of other than
+`schema.VECTOR_DIM` floats) search is full text only, said once in a log line.
 """
 
 from __future__ import annotations
@@ -22,14 +29,16 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from ctxkeep.postgres.schema import INDEX_LOCK
+from ctxkeep.postgres.schema import INDEX_LOCK, VECTOR_DIM
 from ctxkeep.store import IndexDatabase, Store
 
 from .chunks import Chunk
 from .embed import Embedder
 from .index import Update, file_chunks, indexed_files, read_indexed, source_of
-from .terms import index_terms, is_cjk, query_terms, stems
+from .terms import content_terms, index_terms, is_cjk, query_terms, stems
 
 log = logging.getLogger("ctxkeep")
 
@@ -39,28 +48,51 @@ _B = 0.75
 # A tsvector keeps lexemes of under 2 KB.
 _MAX_LEXEME_BYTES = 2046
 _said_full_text_only = False
+# The workspaces (`Store.where`) and models whose every chunk this process has seen given a vector: later
+# updates look only at the files they re-index.
+_filled: set[tuple[str, str]] = set()
+# Vectors computed and written this many chunks at a time.
+_EMBED_BATCH = 256
 _INSERT = (
     "INSERT INTO ctxkeep_index_chunk (workspace, path, source, start_line, end_line, text, length, terms, counts)"
     " VALUES (%s, %s, %s, %s, %s, %s, %s, array_to_tsvector(%s::text[]), %s::jsonb)"
 )
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Candidates:
+    """What the index answers a search with (`search.DatabaseIndex`), in one statement: the candidates of each
+    half, what `search` ranks them by, and their chunks."""
+
+    fts: list[int]  # the full-text candidates, best first (BM25 as FTS5's, ties by id)
+    nearest: dict[int, float]  # the chunks nearest the query's vector, nearest first: their cosine distance
+    distance: dict[int, float]  # every candidate's cosine distance to the query (those with a vector)
+    held: dict[str, set[int]]  # for each word asked (`terms.content_terms`), the candidates that hold it
+    anywhere: dict[str, bool]  # for each Chinese word asked, whether any chunk of the source holds it
+    rows: dict[int, tuple[str, int, int, str, str]]  # each candidate's path, first and last line, text, source
+
+
 class PostgresIndex:
-    """The search index of a PostgreSQL workspace's memory files and archive (a `search.FullTextIndex`)."""
+    """The search index of a PostgreSQL workspace's memory files and archive (a `search.DatabaseIndex`)."""
 
-    vectors = False
-
-    def __init__(self, store: Store, *, embedder: Embedder | None = None) -> None:
-        """The index of `store`, which must keep it (`IndexDatabase`); an `embedder` is noted, not used: vectors
-        on PostgreSQL are not kept (the module docstring)."""
+    def __init__(self, store: Store, *, embedder: Embedder | None = None, embed_dialog: bool = False) -> None:
+        """The index of `store`, which must keep it (`IndexDatabase`). With an `embedder` of `VECTOR_DIM` floats on
+        a database with pgvector, chunks carry its vectors (the archive's only with `embed_dialog`, as
+        `MemoryIndex`); else search is full text only, said once."""
         if not isinstance(store, IndexDatabase):
             raise TypeError(f"{type(store).__name__} keeps no database for the index; use MemoryIndex")
         self.store = store
         self._db: IndexDatabase = store
         self._stems: dict[str, list[str]] = {}
-        self.embedder = None
-        if embedder is not None:
-            _say_full_text_only(store)
+        self.embed_dialog = embed_dialog
+        with store.connection("read the memory index in") as conn:
+            row = conn.execute("SELECT to_regclass('ctxkeep_index_vector') IS NOT NULL").fetchone()
+        self._kept = bool(row[0])  # the database keeps vectors
+        self.vectors = embedder is not None and self._kept and embedder.dim == VECTOR_DIM
+        self.embedder = embedder if self.vectors else None
+        self._model = f"{embedder.name}/{embedder.dim}" if embedder is not None else ""
+        if embedder is not None and not self.vectors:
+            _say_full_text_only(store, embedder if self._kept else None)
 
     def __enter__(self) -> PostgresIndex:
         return self
@@ -102,11 +134,7 @@ class PostgresIndex:
                 if now is None or now[0] != sha:  # else touched, not changed (or another process indexed it)
                     pieces = pieces if pieces is not None else file_chunks(info.name, data)
                     rows = rows or _rows(pieces)
-                    conn.execute(
-                        "DELETE FROM ctxkeep_index_chunk WHERE workspace = %s AND path = %s", (workspace, info.name)
-                    )
-                    with conn.cursor() as cursor:
-                        cursor.executemany(_INSERT, [(workspace, *row) for row in rows])
+                    self._replace(conn, info.name, rows)
                     chunks += len(rows)
                 conn.execute(
                     "INSERT INTO ctxkeep_index_file VALUES (%s, %s, %s, %s, %s) ON CONFLICT (workspace, path)"
@@ -117,7 +145,67 @@ class PostgresIndex:
             with self._db.connection("update the memory index in") as conn, conn.transaction():
                 conn.execute("DELETE FROM ctxkeep_index_chunk WHERE workspace = %s AND path = %s", (workspace, name))
                 conn.execute("DELETE FROM ctxkeep_index_file WHERE workspace = %s AND path = %s", (workspace, name))
-        return Update(files=len(changed), removed=len(gone), chunks=chunks, embedded=0)
+        embedded = self._embed_missing([info.name for info in changed] if self._filled() else None)
+        return Update(files=len(changed), removed=len(gone), chunks=chunks, embedded=embedded)
+
+    def _replace(self, conn: Any, path: str, rows: list[tuple[Any, ...]]) -> None:
+        """The chunks of file `path` replaced by `rows`; a new chunk whose text an old one held takes its vector."""
+        workspace = self._db.workspace_id
+        old = [
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM ctxkeep_index_chunk WHERE workspace = %s AND path = %s", (workspace, path)
+            ).fetchall()
+        ]
+        with conn.cursor() as cursor:
+            cursor.executemany(_INSERT, [(workspace, *row) for row in rows])
+        if old and self._kept:
+            conn.execute(
+                "INSERT INTO ctxkeep_index_vector (id, workspace, source, model, embedding)"
+                " SELECT DISTINCT ON (n.id) n.id, n.workspace, n.source, v.model, v.embedding"
+                " FROM ctxkeep_index_chunk n JOIN ctxkeep_index_chunk o ON o.id = ANY(%s) AND o.text = n.text"
+                " JOIN ctxkeep_index_vector v ON v.id = o.id"
+                " WHERE n.workspace = %s AND n.path = %s AND NOT n.id = ANY(%s)",
+                (old, workspace, path, old),
+            )
+        conn.execute("DELETE FROM ctxkeep_index_chunk WHERE id = ANY(%s)", (old,))  # their vectors with them
+
+    def _filled(self) -> bool:
+        """Whether this process has given every chunk of the workspace a vector of this model already."""
+        return (self.store.where(""), self._model) in _filled
+
+    def _embed_missing(self, paths: list[str] | None = None) -> int:
+        """Give the chunks lacking a vector of this index's model one (of the files `paths` only: the whole index
+        is looked over once per process and model, ~20 ms at 10,000 chunks); how many texts the embedder turned."""
+        if not self.vectors or self.embedder is None or paths == []:
+            return 0
+        with self._db.connection("read the memory index in") as conn:
+            rows = conn.execute(
+                "SELECT c.id, c.text FROM ctxkeep_index_chunk c LEFT JOIN ctxkeep_index_vector v ON v.id = c.id"
+                " WHERE c.workspace = %s AND (v.id IS NULL OR v.model <> %s)"
+                + ("" if self.embed_dialog else " AND c.source <> 'dialog'")
+                + ("" if paths is None else " AND c.path = ANY(%s)")
+                + " ORDER BY c.id",
+                (self._db.workspace_id, self._model, *([] if paths is None else [paths])),
+            ).fetchall()
+        embedded = 0
+        for at in range(0, len(rows), _EMBED_BATCH):
+            part = rows[at : at + _EMBED_BATCH]
+            texts = list(dict.fromkeys(text for _, text in part))
+            vectors = dict(zip(texts, self.embedder.embed(texts), strict=True))
+            embedded += len(texts)
+            with self._db.connection("update the memory index in") as conn:
+                # Joined to the chunks: one another process re-indexed meanwhile is gone, and so is its vector.
+                conn.execute(
+                    "INSERT INTO ctxkeep_index_vector (id, workspace, source, model, embedding)"
+                    " SELECT c.id, c.workspace, c.source, %s, v.e::vector"
+                    " FROM unnest(%s::bigint[], %s::text[]) AS v(id, e) JOIN ctxkeep_index_chunk c ON c.id = v.id"
+                    " ON CONFLICT (id) DO UPDATE SET model = excluded.model, embedding = excluded.embedding",
+                    (self._model, [i for i, _ in part], [_vector(vectors[text]) for _, text in part]),
+                )
+        if paths is None:
+            _filled.add((self.store.where(""), self._model))
+        return embedded
 
     def rebuild(self) -> Update:
         """Forget every file and index them all again."""
@@ -127,106 +215,126 @@ class PostgresIndex:
         return self.update()
 
     def add_chunks(self, chunks: Sequence[Chunk]) -> int:
-        """Index chunks that no file holds (benchmarks, tests); how many vectors were computed (none here)."""
+        """Index chunks that no file holds (benchmarks, tests); how many vectors were computed."""
         with self._db.connection("update the memory index in") as conn, conn.transaction(), conn.cursor() as cursor:
             cursor.executemany(_INSERT, [(self._db.workspace_id, *row) for row in _rows(chunks)])
-        return 0
+        return self._embed_missing()
 
     def stats(self) -> dict[str, int]:
-        """How many files, chunks and vectors (none) the index holds."""
+        """How many files, chunks and vectors (of any model) the index holds."""
+        vectors = "(SELECT count(*) FROM ctxkeep_index_vector WHERE workspace = %(w)s)" if self._kept else "0"
         with self._db.connection("read the memory index in") as conn:
-            files = conn.execute(
-                "SELECT count(*) FROM ctxkeep_index_file WHERE workspace = %s", (self._db.workspace_id,)
-            ).fetchone()[0]
-            chunks = conn.execute(
-                "SELECT count(*) FROM ctxkeep_index_chunk WHERE workspace = %s", (self._db.workspace_id,)
-            ).fetchone()[0]
-        return {"files": int(files), "chunks": int(chunks), "vectors": 0}
+            files, chunks, held = conn.execute(
+                "SELECT (SELECT count(*) FROM ctxkeep_index_file WHERE workspace = %(w)s),"
+                " (SELECT count(*) FROM ctxkeep_index_chunk WHERE workspace = %(w)s), " + vectors,
+                {"w": self._db.workspace_id},
+            ).fetchone()
+        return {"files": int(files), "chunks": int(chunks), "vectors": int(held)}
 
-    # --- what search asks (search.FullTextIndex) ------------------------------------
+    # --- what search asks (search.DatabaseIndex) ------------------------------------
 
-    def full_text(self, query: str, source: str | None, limit: int) -> list[int]:
-        """At most `limit` chunks holding any word of `query`, best first by FTS5's BM25, ties by id."""
+    def candidates(self, query: str, source: str | None, limit: int, vector: list[float] | None) -> Candidates:
+        """At most `limit` chunks of each half: those holding any word of `query` best first by FTS5's BM25 (ties
+        by id), and with `vector` those nearest it; with the words asked each holds, their distances and their
+        chunks. One statement: each round trip costs a loaded server more than the work."""
         terms = [t for t in query_terms(query) if self._lexemes(t)]
-        if not terms:
-            return []
+        asked = [t for t in content_terms(query_terms(query)) if self._lexemes(t)] if terms else []
+        near = vector is not None and self.vectors
+        if not terms and not near:
+            return Candidates(fts=[], nearest={}, distance={}, held={}, anywhere={}, rows={})
+        workspace = self._db.workspace_id
+        ctes: list[str] = []
+        args: list[object] = []
+        if terms:
+            sql, more = self._full_text(terms, source, limit)
+            ctes.append(sql)
+            args += more
+        else:
+            ctes.append("f AS (SELECT NULL::bigint AS id, NULL::float8 AS score WHERE false)")
+        shown = _vector(vector) if vector is not None and near else None
+        if shown is not None:
+            # The HNSW index scans on (hnsw.iterative_scan, set per connection) until enough vectors of this
+            # workspace, model and source are found: it holds every workspace's.
+            ctes.append(
+                "n AS MATERIALIZED (SELECT id, embedding <=> %s::vector AS d FROM ctxkeep_index_vector"
+                " WHERE workspace = %s AND model = %s"
+                + (" AND source = %s" if source else "")
+                + " ORDER BY embedding <=> %s::vector LIMIT %s)"
+            )
+            args += [shown, workspace, self._model, *([source] if source else []), shown, limit]
+        else:
+            ctes.append("n AS (SELECT NULL::bigint AS id, NULL::float8 AS d WHERE false)")
+        columns = ["c.id", "f.score", "n.d"]
+        columns.append("v.embedding <=> %s::vector" if shown is not None else "NULL::float8")
+        args += [shown] if shown is not None else []
+        columns += ["c.path", "c.start_line", "c.end_line", "c.text", "c.source"]
+        for term in asked:
+            columns.append("c.terms @@ %s::tsquery")
+            args.append(self._tsquery(term))
+        cjk = [t for t in asked if is_cjk(t)]
+        for term in cjk:
+            columns.append(
+                "EXISTS (SELECT 1 FROM ctxkeep_index_chunk WHERE workspace = %s AND terms @@ %s::tsquery"
+                + (" AND source = %s" if source else "")
+                + ")"
+            )
+            args += [workspace, self._tsquery(term), *([source] if source else [])]
+        sql = (
+            "WITH "
+            + ", ".join(ctes)
+            + ", x AS (SELECT id FROM f UNION SELECT id FROM n) SELECT "
+            + ", ".join(columns)
+            + " FROM x JOIN ctxkeep_index_chunk c ON c.id = x.id LEFT JOIN f ON f.id = c.id LEFT JOIN n ON n.id = c.id"
+            + (" LEFT JOIN ctxkeep_index_vector v ON v.id = c.id AND v.model = %s" if shown is not None else "")
+        )
+        args += [self._model] if shown is not None else []
+        with self._db.connection("search the memory index in") as conn:
+            found = conn.execute(sql, args, prepare=False).fetchall()
+        fts = sorted((r for r in found if r[1] is not None), key=lambda r: (-r[1], r[0]))
+        nearest = sorted((r for r in found if r[2] is not None), key=lambda r: (r[2], r[0]))
+        return Candidates(
+            fts=[r[0] for r in fts],
+            nearest={r[0]: float(r[2]) for r in nearest},
+            distance={r[0]: float(r[3]) for r in found if r[3] is not None},
+            held={t: {r[0] for r in found if r[9 + i]} for i, t in enumerate(asked)},
+            anywhere={t: bool(found[0][9 + len(asked) + i]) for i, t in enumerate(cjk)} if found else {},
+            rows={r[0]: (r[4], r[5], r[6], r[7], r[8]) for r in found},
+        )
+
+    def _full_text(self, terms: list[str], source: str | None, limit: int) -> tuple[str, list[object]]:
+        """The CTE ``f`` (id, score): at most `limit` chunks holding any of `terms`, best first by FTS5's BM25."""
         workspace = self._db.workspace_id
         matches = [self._tsquery(t) for t in terms]
-        # One statement (each round trip costs a loaded server more than the work): the index's size, each word's
-        # IDF over the whole index (every source, as FTS5 counts it), then FTS5's sum term by term in the same
-        # order of operations (fts5_aux.c), so equal scores tie as they do there.
+        # The index's size (kept by triggers: `schema`), each word's IDF over the whole index (every source, as
+        # FTS5 counts it), then FTS5's sum term by term in the same order of operations (fts5_aux.c), so equal
+        # scores tie as they do there.
         hits = ", ".join("count(*) FILTER (WHERE terms @@ %s::tsquery)" for _ in terms)
         logs = [f"ln((0.5::float8 + s.n - h.h[{i}]) / (0.5::float8 + h.h[{i}]))" for i in range(1, len(terms) + 1)]
         idf = [f"(CASE WHEN {x} > 0.0::float8 THEN {x} ELSE 1e-6::float8 END)" for x in logs]
-        parts, args = [], []
+        parts: list[str] = []
+        score_args: list[object] = []
         for term, weight in zip(terms, idf, strict=True):
             count, count_args = self._count_sql(term)
             parts.append(
                 f"{weight} * ({count} * %s::float8) / ({count} + %s::float8 * (1.0::float8 - %s::float8"
                 " + %s::float8 * c.length / (s.tokens / s.n)))"
             )
-            args += [*count_args, _K1 + 1.0, *count_args, _K1, _B, _B]
+            score_args += [*count_args, _K1 + 1.0, *count_args, _K1, _B, _B]
+        score = f"0.0::float8 + {' + '.join(parts)}"
+        anything = " | ".join(f"({m})" for m in matches)
         sql = (
             # MATERIALIZED: once each; a planner without statistics yet (a new index) re-ran them per row.
-            "WITH s AS MATERIALIZED (SELECT count(*)::float8 AS n, coalesce(sum(length), 0)::float8 AS tokens"
-            " FROM ctxkeep_index_chunk WHERE workspace = %s),"
+            "s AS MATERIALIZED (SELECT coalesce(max(chunks), 0)::float8 AS n, coalesce(max(tokens), 0)::float8"
+            " AS tokens FROM ctxkeep_index_total WHERE workspace = %s),"
             f" h AS MATERIALIZED (SELECT ARRAY[{hits}]::float8[] AS h FROM ctxkeep_index_chunk WHERE workspace = %s"
-            " AND terms @@ %s::tsquery)"
-            " SELECT c.id FROM ctxkeep_index_chunk c, s, h WHERE c.workspace = %s AND c.terms @@ %s::tsquery"
+            " AND terms @@ %s::tsquery),"
+            f" f AS MATERIALIZED (SELECT c.id, {score} AS score FROM ctxkeep_index_chunk c, s, h"
+            " WHERE c.workspace = %s AND c.terms @@ %s::tsquery"
             + (" AND c.source = %s" if source else "")
-            + f" ORDER BY 0.0::float8 + {' + '.join(parts)} DESC, c.id LIMIT %s"
+            + " ORDER BY 2 DESC, c.id LIMIT %s)"
         )
-        anything = " | ".join(f"({m})" for m in matches)
-        with self._db.connection("search the memory index in") as conn:
-            found = conn.execute(
-                sql,
-                (
-                    workspace,
-                    *matches,
-                    workspace,
-                    anything,
-                    workspace,
-                    anything,
-                    *([source] if source else []),
-                    *args,
-                    limit,
-                ),
-            ).fetchall()
-        return [row[0] for row in found]
-
-    def holding(self, term: str, candidates: Sequence[int]) -> set[int]:
-        """Those of `candidates` that hold the word `term`."""
-        if not self._lexemes(term) or not candidates:
-            return set()
-        with self._db.connection("search the memory index in") as conn:
-            rows = conn.execute(
-                "SELECT id FROM ctxkeep_index_chunk WHERE workspace = %s AND id = ANY(%s) AND terms @@ %s::tsquery",
-                (self._db.workspace_id, list(candidates), self._tsquery(term)),
-            ).fetchall()
-        return {row[0] for row in rows}
-
-    def anywhere(self, term: str, source: str | None) -> bool:
-        """Whether any chunk of `source` holds the word `term`."""
-        if not self._lexemes(term):
-            return False
-        with self._db.connection("search the memory index in") as conn:
-            row = conn.execute(
-                "SELECT 1 FROM ctxkeep_index_chunk WHERE workspace = %s AND terms @@ %s::tsquery"
-                + (" AND source = %s" if source else "")
-                + " LIMIT 1",
-                (self._db.workspace_id, self._tsquery(term), *([source] if source else [])),
-            ).fetchone()
-        return row is not None
-
-    def chunks(self, ids: Sequence[int]) -> dict[int, tuple[str, int, int, str, str]]:
-        """Each chunk's path, first and last line, text and source."""
-        with self._db.connection("search the memory index in") as conn:
-            rows = conn.execute(
-                "SELECT id, path, start_line, end_line, text, source FROM ctxkeep_index_chunk"
-                " WHERE workspace = %s AND id = ANY(%s)",
-                (self._db.workspace_id, list(ids)),
-            ).fetchall()
-        return {row[0]: (row[1], row[2], row[3], row[4], row[5]) for row in rows}
+        args: list[object] = [workspace, *matches, workspace, anything, *score_args, workspace, anything]
+        return sql, [*args, *([source] if source else []), limit]
 
     def line_counts(self, lines: list[str], terms: list[str]) -> list[int]:
         """How many of `terms` each line holds, its words stemmed as the chunks' are."""
@@ -265,6 +373,11 @@ class PostgresIndex:
         return min((words.get(w, 0) for w in self._lexemes(term)), default=0)
 
 
+def _vector(vector: Sequence[float]) -> str:
+    """A vector as pgvector reads it (text: no driver adapter needed): each float as Python writes it, exact."""
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
 def _prefix(term: str) -> bool:
     return len(term) == 1 and is_cjk(term)
 
@@ -295,13 +408,21 @@ def _rows(pieces: Sequence[Chunk]) -> list[tuple[str, str, int, int, str, int, l
     return out
 
 
-def _say_full_text_only(store: IndexDatabase) -> None:
-    """Say once per process that memory search on PostgreSQL uses full text only, and why."""
+def _say_full_text_only(store: IndexDatabase, embedder: Embedder | None) -> None:
+    """Say once per process that memory search on PostgreSQL uses full text only, and why (`embedder`: the
+    database keeps vectors, of another size than this embedder's)."""
     global _said_full_text_only
     if _said_full_text_only:
         return
     _said_full_text_only = True
-    with store.connection("read the extensions of") as conn:
-        row = conn.execute("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'").fetchone()
-    why = "vectors in PostgreSQL are not kept yet" if row[0] else "the server has no `vector` extension (pgvector)"
+    if embedder is not None:
+        why = f"the database keeps vectors of {VECTOR_DIM} floats, {embedder.name} makes {embedder.dim}"
+    else:
+        with store.connection("read the extensions of") as conn:
+            row = conn.execute("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'").fetchone()
+        why = (
+            "the database has no vector column yet: run `ctxkeep store migrate URL` as a superuser"
+            if row[0]
+            else "the server has no `vector` extension (pgvector)"
+        )
     log.warning("memory search on PostgreSQL uses full text only: %s", why)

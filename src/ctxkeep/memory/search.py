@@ -1,4 +1,5 @@
 """Memory search: full text (FTS5) and vectors (cosine, sqlite-vec), each result scored 0-100 and shown by its lines.
+On PostgreSQL the index is the database's (`ctxkeep.memory.pgindex`: tsvector and pgvector), ranked by the same rule.
 
     candidates   the chunks full text ranks best (BM25) and the chunks nearest the query's vector
     words        of the query's words ("the", "how" and other common words aside), the share the chunk holds,
@@ -17,7 +18,7 @@ the chunk's whole text stays in `Hit.text`.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -28,7 +29,7 @@ from .index import SOURCES, MemoryIndex
 from .terms import content_terms, index_terms, is_cjk, match_query, match_term, query_terms
 
 if TYPE_CHECKING:
-    from .pgindex import PostgresIndex
+    from .pgindex import Candidates, PostgresIndex
 
 Mode = Literal["hybrid", "fts", "vector"]
 MODES: tuple[Mode, ...] = ("hybrid", "fts", "vector")
@@ -96,24 +97,23 @@ class Hit:
         }
 
 
-class FullTextIndex(Protocol):
-    """An index kept outside SQLite (PostgreSQL's, `ctxkeep.memory.pgindex`): it gives the candidates and the
-    chunks, `search` ranks them by the same rule as the SQLite index's. Words are `terms.query_terms`'."""
+class DatabaseIndex(Protocol):
+    """An index kept outside SQLite (PostgreSQL's): it gives the candidates and what ranks them in one round
+    trip, and `search` ranks them by the same rule as the SQLite index's."""
 
-    def full_text(self, query: str, source: str | None, limit: int) -> list[int]:
-        """At most `limit` chunks holding any word of `query`, best first (BM25 as FTS5's, ties by id)."""
+    @property
+    def vectors(self) -> bool:
+        """Whether its chunks carry vectors of its embedder's model (and so the meaning half looks)."""
         ...
 
-    def holding(self, term: str, candidates: Sequence[int]) -> set[int]:
-        """Those of `candidates` that hold the word `term`."""
+    @property
+    def embedder(self) -> Embedder | None:
+        """What turns the query into its vector."""
         ...
 
-    def anywhere(self, term: str, source: str | None) -> bool:
-        """Whether any chunk of `source` holds the word `term`."""
-        ...
-
-    def chunks(self, ids: Sequence[int]) -> dict[int, tuple[str, int, int, str, str]]:
-        """Each chunk's path, first and last line, text and source."""
+    def candidates(self, query: str, source: str | None, limit: int, vector: list[float] | None) -> Candidates:
+        """At most `limit` candidates of each half (none of full text with no `query`, none of vectors with no
+        `vector`) and what `search` needs of them, in one statement."""
         ...
 
     def line_counts(self, lines: list[str], terms: list[str]) -> list[int]:
@@ -132,7 +132,7 @@ def open_index(store: Store, *, embedder: Embedder | None = None) -> MemoryIndex
 
 
 def search(
-    index: MemoryIndex | FullTextIndex,
+    index: MemoryIndex | DatabaseIndex,
     query: str,
     *,
     k: int = 5,
@@ -150,22 +150,56 @@ def search(
         raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
     if isinstance(min_relevance, bool) or not isinstance(min_relevance, int | float) or not 0 <= min_relevance <= 100:
         raise ValueError(f"min_relevance must be a number from 0 to 100; got {min_relevance!r}")
-    # Vectors live in the SQLite index only (sqlite-vec); another index gives full-text candidates.
-    sqlite = index if isinstance(index, MemoryIndex) else None
-    text = _Sqlite(index) if isinstance(index, MemoryIndex) else index
+    if not isinstance(index, MemoryIndex):
+        return _search_database(index, query, k=k, source=source, mode=mode, min_relevance=min_relevance)
     wanted = k * _CANDIDATES
+    text = _Sqlite(index)
     fts = text.full_text(query, source, wanted) if mode != "vector" else []
-    vectors = sqlite if sqlite is not None and sqlite.vectors and mode != "fts" and query.strip() else None
+    vectors = index if index.vectors and mode != "fts" and query.strip() else None
     vector = array("f", _embed(vectors, query)).tobytes() if vectors is not None else None
     nearest = _nearest(vectors, vector, source, wanted) if vectors is not None and vector is not None else {}
     candidates = list(dict.fromkeys([*fts, *nearest]))
-    words = _words(text, query, source, candidates) if mode != "vector" else {}
+    words = _words(text.holding, text.anywhere, query, source, candidates) if mode != "vector" else {}
     meaning = _meanings(vectors, vector, candidates, nearest) if vectors is not None and vector is not None else {}
-    fts_rank = {c: r for r, c in enumerate(fts, 1)}
-    vector_rank = {c: r for r, c in enumerate(nearest, 1)}
+    ranked = _ranked(candidates, (fts, nearest), (words if mode != "vector" else None, meaning), min_relevance)
+    rows = text.chunks([chunk for _, chunk, _, _ in ranked[:k]])
+    return _hits(text.line_counts, rows, ranked[:k], (fts, nearest), query)
+
+
+def _search_database(
+    index: DatabaseIndex, query: str, *, k: int, source: str | None, mode: Mode, min_relevance: float
+) -> list[Hit]:
+    """`search` on an index kept in a database: its candidates and what ranks them in one round trip."""
+    wanted = k * _CANDIDATES
+    looks = index.vectors and index.embedder is not None and mode != "fts" and bool(query.strip())
+    vector = index.embedder.embed([query])[0] if looks and index.embedder is not None else None
+    found = index.candidates(query if mode != "vector" else "", source, wanted, vector)
+    candidates = list(dict.fromkeys([*found.fts, *found.nearest]))
+    words = {}
+    if mode != "vector":
+        held, anywhere = found.held, found.anywhere
+        words = _words(lambda t, _: held.get(t, set()), lambda t, _: anywhere.get(t, False), query, source, candidates)
+    meaning = {c: meaning_of(1.0 - d) for c, d in found.distance.items()} if vector is not None else {}
+    ranked = _ranked(
+        candidates, (found.fts, found.nearest), (words if mode != "vector" else None, meaning), min_relevance
+    )
+    return _hits(index.line_counts, found.rows, ranked[:k], (found.fts, found.nearest), query)
+
+
+def _ranked(
+    candidates: list[int],
+    ranks: tuple[Sequence[int], dict[int, float]],
+    halves: tuple[dict[int, float] | None, dict[int, float]],
+    min_relevance: float,
+) -> list[tuple[float, int, float | None, float | None]]:
+    """The candidates with their relevance and halves, best first, none under `min_relevance` (`words` None:
+    the words half did not look)."""
+    words, meaning = halves
+    fts_rank = {c: r for r, c in enumerate(ranks[0], 1)}
+    vector_rank = {c: r for r, c in enumerate(ranks[1], 1)}
     scored = []
     for chunk in candidates:
-        w = words.get(chunk, 0.0) if mode != "vector" else None
+        w = words.get(chunk, 0.0) if words is not None else None
         m = meaning.get(chunk)
         relevance = 100 * (1 - (1 - (w or 0.0)) * (1 - (m or 0.0)))
         if relevance >= max(min_relevance, 1e-9):  # a chunk neither half finds anything in is never an answer
@@ -174,16 +208,27 @@ def search(
     # (reciprocal rank fusion: `1 / (60 + rank)` from each list a chunk is in).
     fused = {c: sum(1 / (RRF_K + r[c]) for r in (fts_rank, vector_rank) if c in r) for c in candidates}
     scored.sort(key=lambda s: (-round(s[0], 6), -fused[s[1]], s[1]))
-    rows = text.chunks([chunk for _, chunk, _, _ in scored[:k]])
+    return scored
+
+
+def _hits(
+    line_counts: Callable[[list[str], list[str]], list[int]],
+    rows: dict[int, tuple[str, int, int, str, str]],
+    ranked: list[tuple[float, int, float | None, float | None]],
+    ranks: tuple[Sequence[int], dict[int, float]],
+    query: str,
+) -> list[Hit]:
+    fts_rank = {c: r for r, c in enumerate(ranks[0], 1)}
+    vector_rank = {c: r for r, c in enumerate(ranks[1], 1)}
     hits = [
         _hit(rows[chunk], relevance, (w, m), (fts_rank.get(chunk), vector_rank.get(chunk)))
-        for relevance, chunk, w, m in scored[:k]
+        for relevance, chunk, w, m in ranked
     ]
-    return _with_lines(text, hits, content_terms(query_terms(query)))
+    return _with_lines(line_counts, hits, content_terms(query_terms(query)))
 
 
 class _Sqlite:
-    """The SQLite index (FTS5) as a `FullTextIndex`."""
+    """The SQLite index's full text (FTS5): candidates, the words they hold, their chunks."""
 
     def __init__(self, index: MemoryIndex) -> None:
         self.db = index.db
@@ -232,16 +277,23 @@ def _nearest(index: MemoryIndex, vector: bytes, source: str | None, limit: int) 
     return {row[0]: row[1] for row in index.db.execute(sql + " ORDER BY distance", args)}
 
 
-def _words(text: FullTextIndex, query: str, source: str | None, candidates: Sequence[int]) -> dict[int, float]:
-    """Of the query's words, the share each candidate holds (common English words aside)."""
+def _words(
+    holding: Callable[[str, Sequence[int]], set[int]],
+    anywhere: Callable[[str, str | None], bool],
+    query: str,
+    source: str | None,
+    candidates: Sequence[int],
+) -> dict[int, float]:
+    """Of the query's words, the share each candidate holds (common English words aside): `holding` says which
+    candidates hold a word, `anywhere` whether any chunk of `source` does."""
     terms = content_terms(query_terms(query))
     if not terms or not candidates:
         return {}
     held: dict[int, int] = {}
     counted = 0
     for term in terms:
-        found = text.holding(term, candidates)
-        if not found and is_cjk(term) and not text.anywhere(term, source):
+        found = holding(term, candidates)
+        if not found and is_cjk(term) and not anywhere(term, source):
             # A pair of characters no chunk holds spans two words ("周四的会议" -> "四的"): not a word asked for.
             continue
         counted += 1
@@ -289,12 +341,14 @@ def _hit(
     )
 
 
-def _with_lines(text: FullTextIndex, hits: list[Hit], terms: list[str]) -> list[Hit]:
+def _with_lines(
+    line_counts: Callable[[list[str], list[str]], list[int]], hits: list[Hit], terms: list[str]
+) -> list[Hit]:
     """The hits with the lines to show: those holding the most query words, with `CONTEXT` lines around."""
     if not hits:
         return hits
     texts = [hit.text.splitlines() or [""] for hit in hits]
-    counts = text.line_counts([line for lines in texts for line in lines], terms)
+    counts = line_counts([line for lines in texts for line in lines], terms)
     out, at = [], 0
     for hit, lines in zip(hits, texts, strict=True):
         held = counts[at : at + len(lines)]

@@ -1,5 +1,6 @@
-"""A workspace on PostgreSQL: `PostgresStore` (in `ctxkeep.postgres.store`), its versioned schema, and what acts
-on the whole database (`ctxkeep.postgres.database`: migrate, list, measure and drop workspaces).
+"""A workspace on PostgreSQL: `PostgresStore` (in `ctxkeep.postgres.store`), its versioned schema, its connection
+pools (`ctxkeep.postgres.pool`: one per URL for the process), and what acts on the whole database
+(`ctxkeep.postgres.database`: migrate, list, measure and drop workspaces).
 
 Naming a store by URL (``postgresql://…``) is all a caller does; this package imports psycopg only when such
 a store is opened, so ``import ctxkeep`` needs no database driver (the ``postgres`` extra installs it).
@@ -20,8 +21,9 @@ def is_url(name: object) -> bool:
 
 
 def open_store(url: str, workspace: str) -> PostgresStore:
-    """The workspace called `workspace` in the database at `url` (made when new); close it when done. Raises
+    """The workspace called `workspace` in the database at `url` (made when new), on the process's connection
+    pool for `url` (`Session.open`: a proxy opens a workspace per request); close it when done. Raises
     `StorageError` when the database cannot be reached, and `ModuleNotFoundError` without the postgres extra."""
     from .store import PostgresStore
 
-    return PostgresStore(url, workspace)
+    return PostgresStore(url, workspace, shared=True)

@@ -20,6 +20,40 @@ SESSION_LOCK = 0x636B7001
 MEMORY_LOCK = 0x636B7002
 INDEX_LOCK = 0x636B7003
 
+# The dimension of the vectors the database keeps: the default embedder's (MiniLM's); another's searches full text.
+VECTOR_DIM = 384
+# The chunks' vectors, by the model that made them, under HNSW for cosine distance, in a table of their own (a
+# chunk's row stays as narrow as without them: full text reads it); only where the server has pgvector (Debian's
+# packages have none). Idempotent, and applied again by `migrate` on a current database: one migrated before the
+# extension was installed gets its vectors from the next ``ctxkeep store migrate``. Creating the extension takes
+# a superuser (pgvector is no trusted extension): without one, an administrator runs ``CREATE EXTENSION vector``
+# once, and search keeps to full text until then.
+VECTORS = f"""
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector') THEN
+        BEGIN
+            CREATE EXTENSION IF NOT EXISTS vector;
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE NOTICE 'ctxkeep: CREATE EXTENSION vector takes a superuser; memory search keeps to full text';
+        END;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector') THEN
+        CREATE TABLE IF NOT EXISTS ctxkeep_index_vector (
+            id bigint PRIMARY KEY REFERENCES ctxkeep_index_chunk ON DELETE CASCADE,
+            workspace integer NOT NULL,
+            source text NOT NULL,
+            model text NOT NULL,
+            embedding vector({VECTOR_DIM}) NOT NULL
+        );
+        -- in the row, neither compressed nor out of line: a search reads the distance of up to a hundred
+        ALTER TABLE ctxkeep_index_vector ALTER COLUMN embedding SET STORAGE PLAIN;
+        CREATE INDEX IF NOT EXISTS ctxkeep_index_vector_embedding ON ctxkeep_index_vector
+            USING hnsw (embedding vector_cosine_ops);
+    END IF;
+END $$;
+"""
+
 # One script per version, applied in order; never edit one that has shipped: add the next.
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -100,6 +134,41 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX ctxkeep_index_chunk_path ON ctxkeep_index_chunk (workspace, path);
     CREATE INDEX ctxkeep_index_chunk_terms ON ctxkeep_index_chunk USING gin (terms);
     """,
+    # 3: each workspace's count of chunks and of their words, kept by triggers in the transaction that changes
+    # them (BM25 reads both at every search: counting them there scanned the whole index); the GIN index without
+    # its pending list (a search scanned it whole until a vacuum); and the chunks' vectors, when the server has
+    # the `vector` extension.
+    """
+    CREATE TABLE ctxkeep_index_total (
+        workspace integer PRIMARY KEY,
+        chunks bigint NOT NULL,
+        tokens bigint NOT NULL
+    );
+    INSERT INTO ctxkeep_index_total
+        SELECT workspace, count(*), sum(length) FROM ctxkeep_index_chunk GROUP BY workspace;
+    CREATE FUNCTION ctxkeep_index_added() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO ctxkeep_index_total AS t
+            SELECT workspace, count(*), sum(length) FROM added GROUP BY workspace
+            ON CONFLICT (workspace)
+            DO UPDATE SET chunks = t.chunks + excluded.chunks, tokens = t.tokens + excluded.tokens;
+        RETURN NULL;
+    END $$;
+    CREATE FUNCTION ctxkeep_index_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE ctxkeep_index_total t SET chunks = t.chunks - r.chunks, tokens = t.tokens - r.tokens
+            FROM (SELECT workspace, count(*) AS chunks, sum(length) AS tokens FROM removed GROUP BY workspace) r
+            WHERE t.workspace = r.workspace;
+        DELETE FROM ctxkeep_index_total WHERE chunks = 0;  -- and so a removed workspace's
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER ctxkeep_index_added AFTER INSERT ON ctxkeep_index_chunk
+        REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION ctxkeep_index_added();
+    CREATE TRIGGER ctxkeep_index_removed AFTER DELETE ON ctxkeep_index_chunk
+        REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION ctxkeep_index_removed();
+    ALTER INDEX ctxkeep_index_chunk_terms SET (fastupdate = off);
+    """
+    + VECTORS,
 )
 VERSION = len(MIGRATIONS)
 
@@ -114,16 +183,19 @@ def version(conn: Any) -> int:
 
 
 def migrate(conn: Any) -> tuple[int, int]:
-    """Bring the database to `VERSION` in one transaction; the version before and after. A database newer than
-    this ctxkeep is left as it is (the caller says to upgrade)."""
+    """Bring the database to `VERSION` in one transaction; the version before and after. A database at `VERSION`
+    gets its vectors when pgvector has been installed since; one newer than this ctxkeep is left as it is (the
+    caller says to upgrade)."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (MIGRATE_LOCK,))
         conn.execute("CREATE TABLE IF NOT EXISTS ctxkeep_schema (version integer NOT NULL)")
         before = version(conn)
-        if before >= VERSION:
+        if before > VERSION:
             return before, before
         for script in MIGRATIONS[before:]:
             conn.execute(script)
+        if before == VERSION:
+            conn.execute(VECTORS)
         conn.execute("DELETE FROM ctxkeep_schema")
         conn.execute("INSERT INTO ctxkeep_schema (version) VALUES (%s)", (VERSION,))
     return before, VERSION

@@ -5,7 +5,11 @@ crash leaves past it (an archive append, a live line, a next generation) is cut 
 write is one transaction, committed with ``synchronous_commit`` on before it returns: durable as the
 folder's fdatasync, and whole or absent (a transaction leaves no torn line, unlike a killed write).
 
-The workspace lock is a session-level advisory lock held on a connection of its own for as long as a
+Connections come from a pool: the store's own, or with ``shared=True`` (`Session.open`'s, and so the proxy's,
+which opens a workspace per request) the process's one pool for that URL (`pool.shared_pool`), so a session opened
+again reuses the connections of the last instead of starting a server process each.
+
+The workspace lock is a session-level advisory lock held on a connection of the pool for as long as a
 session is open: a second holder waits up to the lock timeout (``lock_timeout``), then gets
 `WorkspaceLockedError`; a process that dies drops its connection and with it the lock. While it is held,
 every read and write goes through that connection, so a process whose connection was lost (and so its
@@ -32,8 +36,12 @@ from ctxkeep.errors import StorageError, WorkspaceLockedError
 from ctxkeep.store import FAILED_DIR, MEMORY_DIR, MEMORY_FILE, ORIGINAL_NAME, TOOL_RESULT_DIR, FileInfo
 
 from . import schema
+from .pool import new_pool, shared_pool
 
 log = logging.getLogger("ctxkeep")
+
+# The URLs whose schema version a store found current (`PostgresStore(shared=True)` checks it once).
+_checked: set[str] = set()
 
 # A workspace's name in the database: printable, short enough to read in a log line; parts may be joined by
 # "/" (the proxy names a conversation's branch ``<conversation>/<branch>``, as its folders are).
@@ -50,11 +58,20 @@ class PostgresStore:
     """
 
     def __init__(
-        self, url: str, workspace: str, *, create: bool = True, pool_size: int = 4, connect_timeout: float = 10.0
+        self,
+        url: str,
+        workspace: str,
+        *,
+        create: bool = True,
+        pool_size: int = 4,
+        connect_timeout: float = 10.0,
+        shared: bool = False,
     ) -> None:
         """`url`: a libpq URL (``postgresql://user@host/db``; a password in it is never shown); `workspace`:
         the workspace's name in that database (printable, at most 200 characters; ``a/b`` groups names).
-        Without `create`, a workspace the database does not hold is a `StorageError` (for commands that read)."""
+        Without `create`, a workspace the database does not hold is a `StorageError` (for commands that read).
+        With `shared`, the connections are the process's pool for `url` (`pool.shared_pool`; `pool_size` unused),
+        which `close` leaves open."""
         if (
             not isinstance(workspace, str)
             or len(workspace) > 200
@@ -73,26 +90,15 @@ class PostgresStore:
         self._connect_timeout = connect_timeout
         self._held: psycopg.Connection[Any] | None = None  # the lock's connection while a session holds it
         self._held_guard = threading.Lock()  # one statement at a time on it (a summary thread reads too)
-        # None kept open while idle (a session's reads and writes go through its lock's connection), one thread to
-        # open them: a proxy opens a store per request.
-        self._pool = psycopg_pool.ConnectionPool(
-            url,
-            min_size=0,
-            max_size=pool_size,
-            num_workers=1,
-            kwargs={"autocommit": True},
-            configure=_configure,
-            reset=_reset,
-            open=False,
-            timeout=connect_timeout,
-            name="ctxkeep",
-        )
+        self._shared = shared
+        self._pool = shared_pool(url, connect_timeout) if shared else new_pool(url, pool_size, connect_timeout)
         try:
-            with self._errors("connect to"):
-                self._pool.open(wait=True, timeout=connect_timeout)
+            if not shared:
+                with self._errors("connect to"):
+                    self._pool.open(wait=True, timeout=connect_timeout)
             self._id = self._open_workspace(create)
         except BaseException:
-            self._pool.close()
+            self.close()
             raise
 
     def __enter__(self) -> PostgresStore:
@@ -105,11 +111,19 @@ class PostgresStore:
         return f"PostgresStore({self._shown!r}, workspace={self.workspace!r})"
 
     def close(self) -> None:
-        """Close the connection pool (a lock still held keeps its own connection until its block ends)."""
-        self._pool.close()
+        """Close the store's own connection pool (a shared one stays for the next store; a lock still held keeps
+        its connection until its block ends)."""
+        if not self._shared:
+            self._pool.close()
 
     def _open_workspace(self, create: bool) -> int:
         with self._errors("open the workspace in"), self._pool.connection() as conn:
+            if self._shared and create and self.url in _checked:
+                # The schema was found current for this URL: the workspace in one round trip (a proxy's request).
+                row = conn.execute(_MAKE_WORKSPACE, (self.workspace, self.workspace)).fetchone()
+                row = row or conn.execute(_MAKE_WORKSPACE, (self.workspace, self.workspace)).fetchone()
+                if row is not None:
+                    return int(row[0])
             found = schema.version(conn)
             if found == 0 and create:
                 schema.migrate(conn)
@@ -124,6 +138,8 @@ class PostgresStore:
                     f"{self._shown} holds ctxkeep's schema version {found}, newer than this ctxkeep's"
                     f" {schema.VERSION}: upgrade ctxkeep"
                 )
+            if found == schema.VERSION:
+                _checked.add(self.url)
             if found and create:
                 conn.execute(
                     "INSERT INTO ctxkeep_workspace (name) VALUES (%s) ON CONFLICT (name) DO NOTHING", (self.workspace,)
@@ -170,10 +186,9 @@ class PostgresStore:
                 path=self._shown,
             )
         with self._errors("lock the workspace in"):
-            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, round(self._connect_timeout)))
+            conn = self._pool.getconn()
         try:
             with self._errors("lock the workspace in"):
-                _configure(conn)
                 if not _advisory_lock(conn, schema.SESSION_LOCK, self._id, timeout):
                     raise WorkspaceLockedError(
                         f"the workspace {self.workspace!r} in {self._shown} is in use by another process; wait for"
@@ -186,7 +201,9 @@ class PostgresStore:
             finally:
                 self._held = None
         finally:
-            conn.close()  # the lock goes with the connection
+            # The pool's reset releases the lock (`pool.reset`), or it closes a connection that fails it, and the lock
+            # goes with the connection.
+            self._pool.putconn(conn)
 
     def memory_lock(self) -> contextlib.AbstractContextManager[None]:
         return self._memory_lock()
@@ -424,6 +441,14 @@ class PostgresStore:
         return [FileInfo(name, int(size), float(mtime)) for name, size, mtime in rows]
 
 
+# A workspace made when new and its id, in one statement; no row when another transaction made it meanwhile
+# (this statement's snapshot does not see it: the caller asks again).
+_MAKE_WORKSPACE = (
+    "WITH made AS (INSERT INTO ctxkeep_workspace (name) VALUES (%s) ON CONFLICT (name) DO NOTHING RETURNING id)"
+    " SELECT id FROM made UNION ALL SELECT id FROM ctxkeep_workspace WHERE name = %s"
+)
+
+
 @contextlib.contextmanager
 def driver_errors(doing: str, shown: str) -> Iterator[None]:
     """A driver's or server's error as a `StorageError` with one line: what failed (`doing`, at the URL `shown`
@@ -461,22 +486,6 @@ def shown_url(url: str) -> str:
     return f"postgresql://{user}{host}{port}/{db}"
 
 
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    # Durable at commit, whatever the server's default: a step acknowledged is a step on the server's disk.
-    # A stronger setting (a standby's too: remote_write, remote_apply) given for the role or in the URL stays.
-    # No JIT either: ctxkeep's statements are small, and compiling one costs more than running it (memory search's
-    # BM25 over 10,000 chunks crosses jit_above_cost: a median of 28 ms with JIT, 15 ms without, on a busy machine).
-    conn.execute(
-        "SELECT set_config('jit', 'off', false), CASE WHEN current_setting('synchronous_commit') IN ('off', 'local')"
-        " THEN set_config('synchronous_commit', 'on', false) END"
-    )
-
-
-def _reset(conn: psycopg.Connection[Any]) -> None:
-    # A connection back in the pool holds no lock: a memory block whose unlock failed leaves none behind.
-    conn.execute("SELECT pg_advisory_unlock_all()")
-
-
 def _advisory_lock(conn: psycopg.Connection[Any], space: int, key: int, timeout: float) -> bool:
     """Take the session-level advisory lock (`space`, `key`) on `conn`, waiting up to `timeout` seconds
     (``inf``: as long as it takes); False when another connection still holds it then."""
@@ -484,13 +493,16 @@ def _advisory_lock(conn: psycopg.Connection[Any], space: int, key: int, timeout:
         row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (space, key)).fetchone()
         return bool(row and row[0])
     wait = "0" if math.isinf(timeout) else f"{max(1, round(timeout * 1000))}ms"  # 0: no limit
-    conn.execute("SELECT set_config('lock_timeout', %s, false)", (wait,))
+    # One round trip: the timeout set, the lock, the timeout unset, in the order PostgreSQL evaluates a select
+    # list. A lock not had in time fails the statement, and its transaction's setting goes with it.
     try:
-        conn.execute("SELECT pg_advisory_lock(%s, %s)", (space, key))
+        conn.execute(
+            "SELECT set_config('lock_timeout', %s, false), pg_advisory_lock(%s, %s),"
+            " set_config('lock_timeout', '0', false)",
+            (wait, space, key),
+        )
     except psycopg.errors.LockNotAvailable:
         return False
-    finally:
-        conn.execute("SELECT set_config('lock_timeout', '0', false)")
     return True
 
 
