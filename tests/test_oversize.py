@@ -10,8 +10,10 @@ from ctxkeep.folder import MemoryFolder
 from ctxkeep.messages import Message, ThinkingBlock, ToolCall, ToolResult
 from ctxkeep.oversize import ARGUMENTS_CUT_KEY, cut_arguments
 from ctxkeep.reasoning import THINKING_KEY
+from ctxkeep.retention import referenced_files
 from ctxkeep.session import Session
 from ctxkeep.settings import EngineSettings
+from ctxkeep.store import OFFLOAD_KEY
 from ctxkeep.tokens import get_counter
 
 NOW = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
@@ -114,3 +116,16 @@ def test_over_the_window_a_long_todo_list_in_the_newest_call_is_cut() -> None:
     assert step.context.tokens <= 4_096 and not step.warnings
     call = next(m for m in step.context.messages if m.id == "a").tool_calls[0]
     assert call.id == "c" and call.name == "todo_write" and "module 599" in json.loads(call.arguments)["todos"]
+
+
+def test_arguments_the_old_cut_spared_point_at_its_saved_original_and_stay_kept() -> None:
+    # The old cut saved the whole arguments and cut nothing of a list of small values; the oversize cut then points
+    # at that same file, and retention keeps the file the call's record names.
+    todos = [{"content": f"check module {k}", "status": "pending"} for k in range(300)]
+    arguments = json.dumps({"todos": todos})
+    call = ToolCall(id="c", name="todo_write", arguments=arguments, extra={OFFLOAD_KEY: {"file": "tool_result/x.txt"}})
+    cut = cut_arguments(Message(role="assistant", content=(call,), id="a"), 1_000, MemoryFolder())
+    assert cut is not None
+    after = cut.tool_calls[0]
+    assert after.extra[ARGUMENTS_CUT_KEY]["file"] == "tool_result/x.txt" and OFFLOAD_KEY in after.extra
+    assert "tool_result/x.txt" in referenced_files([cut])

@@ -12,11 +12,12 @@ require, with the call's id and tool name as they were (`cut_arguments`).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from .messages import Message, TextBlock, ThinkingBlock, ToolCall, make_id
-from .store import TOOL_RESULT_DIR, Store
+from .store import OFFLOAD_KEY, TOOL_RESULT_DIR, Store
 
 # Where a message cut so notes the file holding its full text.
 CUT_KEY = "ctxkeep_cut"
@@ -97,17 +98,29 @@ def cut_arguments(message: Message, limit: int, store: Store) -> Message | None:
         data = call.arguments.encode("utf-8", "surrogatepass")
         if len(data) <= limit:
             continue
-        file = f"{TOOL_RESULT_DIR}/{make_id(message.id, call.id, 'arguments-cut')}.txt"
+        # Arguments cut before (the old cut, which spares small values) have their whole text saved already: the
+        # note points there, so the file this cut names always holds the arguments as the model wrote them.
+        saved = _saved_file(call)
+        file = saved or f"{TOOL_RESULT_DIR}/{make_id(message.id, call.id, 'arguments-cut')}.txt"
         text = _cut_json(call.arguments, limit, store.where(file))
         if len(text.encode("utf-8", "surrogatepass")) >= len(data):
             continue  # nothing freed (arguments that are all keys): left as they are
-        store.save_original(file, data)
-        cut[call.id] = replace(
-            call, arguments=text, extra={**call.extra, ARGUMENTS_CUT_KEY: {"file": file, "bytes": len(data)}}
-        )
+        if saved is None:
+            store.save_original(file, data)
+        record = {"file": file, "bytes": len(data)}  # the bytes of the arguments this cut took
+        cut[call.id] = replace(call, arguments=text, extra={**call.extra, ARGUMENTS_CUT_KEY: record})
     if not cut:
         return None
     return replace(message, content=tuple(cut.get(b.id, b) if isinstance(b, ToolCall) else b for b in message.content))
+
+
+def _saved_file(call: ToolCall) -> str | None:
+    """The file an earlier cut of the call's arguments saved them whole in; None when none did."""
+    for key in (ARGUMENTS_CUT_KEY, OFFLOAD_KEY):
+        record = call.extra.get(key)
+        if isinstance(record, Mapping) and isinstance(record.get("file"), str):
+            return str(record["file"])
+    return None
 
 
 def _cut_json(arguments: str, limit: int, where: str) -> str:
