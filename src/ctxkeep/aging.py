@@ -18,8 +18,8 @@ from .costs import Decision, Kind, decided, pays
 from .live import Live
 from .messages import Message
 from .offload import arguments_excess, offload
-from .oversize import cut_oversized
-from .reasoning import loop_start, without_thinking
+from .oversize import cut_arguments, cut_oversized
+from .reasoning import last_answer, loop_start, without_thinking
 from .seq import Seq
 from .settings import OffloadSettings
 from .store import Store
@@ -321,15 +321,25 @@ def age_all(live: Live, settings: OffloadSettings, store: Store, counter: Counte
 
 
 def cut_oversize(live: Live, settings: OffloadSettings, store: Store, counter: Counter) -> Live:
-    """`live` with every user or assistant message whose text is over `settings.recent_max_bytes` cut to its head
-    and tail, the whole saved (`ctxkeep.oversize`); the positions cut join `offloaded`. Pinned ones stay."""
-    cut = {
-        at: new
-        for at, message in enumerate(live.messages)
-        if message.role in ("user", "assistant")
-        and message.id not in live.pinned
-        and (new := cut_oversized(message, settings.recent_max_bytes, store)) is not None
-    }
+    """`live` with every user or assistant message whose text, or call's arguments, are over
+    `settings.recent_max_bytes` cut to their head and tail, the whole saved (`ctxkeep.oversize`), and every
+    assistant message before the newest without its thinking (`ctxkeep.reasoning`: the newest one's stays
+    whole, as a provider requires); the positions cut join `offloaded`. Pinned ones stay.
+
+    The last resort over the window: the newest group's messages have had no cut of their own (a whole file
+    in a write's arguments, a long reasoning in the loop), and the request would be refused whole.
+    """
+    limit, messages = settings.recent_max_bytes, live.messages
+    earlier = without_thinking(messages[: last_answer(messages)], store)
+    cut: dict[int, Message] = {}
+    for at, message in enumerate(messages):
+        if message.role not in ("user", "assistant") or message.id in live.pinned:
+            continue
+        message = earlier.get(at, message)
+        text = cut_oversized(message, limit, store) or message
+        new = (cut_arguments(text, limit, store) if text.tool_calls else None) or text
+        if new is not messages[at]:
+            cut[at] = new
     if not cut:
         return live
     fresh = dict(zip(cut, counter.count_each(list(cut.values())), strict=True))

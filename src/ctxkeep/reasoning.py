@@ -3,7 +3,13 @@
 A model's reasoning helps the step it was written for. Once the user (or a command the user ran) has
 spoken since, it is history: Anthropic ignores it there anyway, the chat format leaves it out, and it
 may take more tokens than the answer. Inside the current tool loop, a thinking block stays with its
-tool calls (Anthropic refuses a tool loop whose signed thinking blocks are missing).
+tool calls: the model goes on from it.
+
+Over the window, the request would be refused whole; then the thinking of every assistant message but the
+newest goes too, in the loop as well (`ctxkeep.aging.cut_oversize`). Anthropic checks only the newest
+assistant message's thinking ("thinking blocks in the latest assistant message cannot be modified") and
+lets a request omit those of earlier turns, so the newest keeps its blocks whole, and a signed block is
+only ever dropped whole, never changed.
 
 Dropping a block rewrites a message, which costs a prompt cache everything after it, so blocks are
 dropped only where that costs nothing more: in messages the cache never held (new since the previous
@@ -32,6 +38,14 @@ def loop_start(messages: Sequence[Message], floor: int = 0) -> int:
         if messages[at].role == "user":
             return at
     return floor
+
+
+def last_answer(messages: Sequence[Message]) -> int:
+    """The position of the newest assistant message, whose thinking a provider needs unchanged; 0 when none."""
+    for at in range(len(messages) - 1, -1, -1):
+        if messages[at].role == "assistant":
+            return at
+    return 0
 
 
 def thinking_file(message_id: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from .messages import Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
 from .originals import is_original
+from .oversize import ARGUMENTS_CUT_KEY
 from .reasoning import THINKING_KEY
 from .store import OFFLOAD_KEY, TOOL_RESULT_DIR, Store
 
@@ -43,7 +44,8 @@ def referenced_files(messages: Iterable[Message]) -> set[str]:
             elif isinstance(block, TextBlock | ThinkingBlock):
                 texts.append(block.text)
             elif isinstance(block, ToolCall):
-                noted.append(_noted_file(block.extra, OFFLOAD_KEY))  # a cut call's arguments keep their record
+                # a cut call's arguments keep their records (the old cut's, and an oversize cut's)
+                noted += [_noted_file(block.extra, OFFLOAD_KEY), _noted_file(block.extra, ARGUMENTS_CUT_KEY)]
                 texts.append(block.arguments)
         names.update(n for n in noted if n is not None)
         for text in texts:

@@ -24,7 +24,7 @@ import orjson
 from ctxkeep.codec import message_from_dict
 from ctxkeep.messages import Block, ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall, ToolResult
 from ctxkeep.originals import record_in
-from ctxkeep.oversize import CUT_KEY
+from ctxkeep.oversize import ARGUMENTS_CUT_KEY, CUT_KEY
 from ctxkeep.reasoning import THINKING_KEY
 from ctxkeep.store import OFFLOAD_KEY, ORIGINAL_NAME, STATE, TOOL_RESULT_DIR, Store
 
@@ -182,7 +182,8 @@ def _output_restored(message: Message, text_of: Callable[[object], str | None]) 
 
 
 def _call_restored(call: ToolCall, text_of: Callable[[object], str | None]) -> ToolCall:
-    full = text_of(call.extra.get(OFFLOAD_KEY))
+    # An oversize cut's file holds the arguments whole, whether it came before the old cut or after it.
+    full = text_of(call.extra.get(ARGUMENTS_CUT_KEY, call.extra.get(OFFLOAD_KEY)))
     return call if full is None else replace(call, arguments=full)
 
 
