@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import random
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, date, datetime
@@ -26,7 +28,7 @@ from ctxkeep.memory.pgindex import PostgresIndex
 from ctxkeep.memory.search import Hit, open_index, search
 from ctxkeep.messages import Message
 from ctxkeep.postgres import schema
-from ctxkeep.postgres.database import migrate
+from ctxkeep.postgres.database import has_vectors, migrate
 from ctxkeep.postgres.store import PostgresStore
 from ctxkeep.store import Store
 
@@ -249,3 +251,12 @@ def test_a_database_of_schema_2_gets_its_vectors_from_migrate(vector_url: str, m
     finally:
         with psycopg.connect(vector_url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def test_migrate_says_the_database_serves_vector_search(vector_url: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "ctxkeep.cli", "store", "migrate", vector_url], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "memory search: full text and vectors (pgvector)"
+    assert has_vectors(vector_url)

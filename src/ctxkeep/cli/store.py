@@ -49,11 +49,16 @@ def run(args: argparse.Namespace) -> int:
     if not is_url(args.url):
         print(f"ctxkeep: error: {args.url!r} is no PostgreSQL URL; write postgresql://…", file=sys.stderr)
         return 2
-    from ctxkeep.postgres.database import migrate, workspaces
+    from ctxkeep.postgres.database import has_vectors, migrate, workspaces
 
     if args.action == "migrate":
         before, after = migrate(args.url)
         print(f"schema version {before} -> {after}" if after != before else f"schema version {after}: up to date")
+        # A re-run adds the vectors once pgvector is installed: say which search the database now serves.
+        if has_vectors(args.url):
+            print("memory search: full text and vectors (pgvector)")
+        else:
+            print("memory search: full text only (no `vector` extension; install pgvector and migrate again)")
     elif args.action == "ls":
         for name in workspaces(args.url, args.prefix):
             print(name)

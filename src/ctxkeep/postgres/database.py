@@ -30,6 +30,15 @@ def migrate(url: str) -> tuple[int, int]:
     return before, after
 
 
+def has_vectors(url: str) -> bool:
+    """Whether the database at `url` keeps the memory chunks' vectors (pgvector was there at the last migration):
+    without them memory search on it is full text alone."""
+    shown = shown_url(url)
+    with driver_errors("read the schema of", shown), psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT to_regclass('ctxkeep_index_vector') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
 def workspaces(url: str, prefix: str) -> list[str]:
     """The names of the workspaces in the database at `url` that start with `prefix`, sorted (none before the
     schema is made). Raises `StorageError` when the database cannot be reached."""
