@@ -27,18 +27,23 @@ def excess(call: ToolCall, limit: int) -> int:
     return max(0, len(text.encode("utf-8", "surrogatepass")) - limit)
 
 
+def as_object(arguments: str) -> dict[str, Any]:
+    """`arguments` (JSON text) as the object they hold; anything else (a model's broken JSON, a list) as
+    ``{"arguments": <their text>}``, as `ToolCall.input_object` reads them."""
+    try:
+        value: Any = json.loads(arguments)
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's json follows
+        return {"arguments": arguments}
+    return value if isinstance(value, dict) else {"arguments": arguments}
+
+
 def cut(arguments: str, limit: int, location: str) -> str:
     """`arguments` (JSON text) with its big string values cut to heads and notes, so the whole fits about `limit` bytes.
 
     Arguments that are not a JSON object (a model's broken JSON) become ``{"arguments": <head and note>}``,
     as `ToolCall.input_object` reads them.
     """
-    try:
-        value: Any = json.loads(arguments)
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's json follows
-        value = None
-    if not isinstance(value, dict):
-        value = {"arguments": arguments}
+    value = as_object(arguments)
     sizes = [_size(s) for s in _strings(value)]
     big = sorted((n for n in sizes if n > _SMALL), reverse=True)
     if not big:

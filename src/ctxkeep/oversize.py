@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from .arguments import as_object
 from .messages import Message, TextBlock, ThinkingBlock, ToolCall, make_id
 from .store import OFFLOAD_KEY, TOOL_RESULT_DIR, Store
 
@@ -129,12 +130,7 @@ def _cut_json(arguments: str, limit: int, where: str) -> str:
     Arguments that are not a JSON object (a model's broken JSON) become ``{"arguments": <their text>}``, as
     `ToolCall.input_object` reads them, and are cut there.
     """
-    try:
-        value: Any = json.loads(arguments)
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's json follows
-        value = None
-    if not isinstance(value, dict):
-        value = {"arguments": arguments}
+    value: Any = as_object(arguments)
     for _ in range(_ROUNDS):
         excess = _json_size(value) - limit
         if excess <= 0:
