@@ -331,12 +331,17 @@ def _clean(value: Any) -> Any:
         changed = {}
         for name in names:
             old = getattr(value, name)
-            if type(old) is str and old.isascii():
-                continue
+            if type(old) in _ATOMS or old is _EMPTY or (type(old) is str and old.isascii()):
+                continue  # (no call for what holds no text: most fields of most messages)
             new = _clean(old)
             if new is not old:
                 changed[name] = new
         return replace(value, **changed) if changed else value
+    if isinstance(value, list | tuple):  # (before `Mapping`, whose check is the slower: a message's content)
+        parts = [_clean(v) for v in value]
+        if all(p is v for p, v in zip(parts, value, strict=True)):
+            return value
+        return tuple(parts) if isinstance(value, tuple) else parts
     if isinstance(value, Mapping):
         if not value:
             return value
@@ -344,9 +349,4 @@ def _clean(value: Any) -> Any:
         if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items(), strict=True)):
             return value
         return dict(items)
-    if isinstance(value, list | tuple):
-        parts = [_clean(v) for v in value]
-        if all(p is v for p, v in zip(parts, value, strict=True)):
-            return value
-        return tuple(parts) if isinstance(value, tuple) else parts
     return value
