@@ -28,7 +28,7 @@ from ctxkeep.errors import MessageError, ProviderError, WorkspaceError
 from ctxkeep.folder import LocalFolder, MemoryFolder
 from ctxkeep.formats import load
 from ctxkeep.formats.source import Source
-from ctxkeep.live import Live, add
+from ctxkeep.live import Live, add, check
 from ctxkeep.messages import Message, ToolCall, ToolResult, make_id
 from ctxkeep.offload import original_file
 from ctxkeep.providers.failures import redact
@@ -408,6 +408,26 @@ def test_checks_stay_right_for_an_older_live_value() -> None:
         add(newer, [Message.of("user", "x", id="u1")], COUNTER)
     with pytest.raises(MessageError, match="'u1'"):
         add(branch, [Message.of("user", "x", id="u1")], COUNTER)
+
+
+def test_what_check_found_is_used_only_for_its_own_value_and_batch() -> None:
+    # `Session` checks a batch before offloading it and hands the pairing to `add`: given for another value, or
+    # with a batch that pairs otherwise, it is ignored and the batch checked again.
+    base = add(Live(), turn(0), COUNTER)
+    call = Message(role="assistant", content=(ToolCall(id="k1", name="bash"),), id="a-k1")
+    result = Message(role="tool", content=(ToolResult(call_id="k1", content="out"),), id="r-k1")
+    checked = check(base, [call, result])
+    cut = replace(result, content=(ToolResult(call_id="k1", content="[cut]"),))
+    assert checked.holds(base, [call, cut])  # an offloaded output pairs as before
+    assert [m.id for m in add(base, [call, cut], COUNTER, checked=checked).messages][-2:] == ["a-k1", "r-k1"]
+    orphan = replace(result, content=(ToolResult(call_id="k2", content="out"),))
+    assert not checked.holds(base, [call, orphan])
+    with pytest.raises(MessageError, match="'k2'"):
+        add(base, [call, orphan], COUNTER, checked=checked)
+    newer = add(base, [call, result], COUNTER)
+    assert not checked.holds(newer, [call, result])
+    with pytest.raises(MessageError, match="already live"):
+        add(newer, [call, result], COUNTER, checked=checked)
 
 
 # ── 16. credentials in a base URL ────────────────────────────────────────────────────────────────

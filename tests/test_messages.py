@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import json
 import re
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -72,6 +74,18 @@ def test_message_rejects_misplaced_blocks() -> None:
 
 def test_make_id_is_stable() -> None:
     assert make_id("a", 1) == make_id("a", 1) != make_id("a", 2)
+
+
+@given(st.lists(st.text(st.characters(exclude_categories=())) | st.integers(), min_size=1, max_size=4))
+def test_make_id_is_the_uuid5_of_its_parts(parts: list[object]) -> None:
+    # Ids saved in workspaces stay what they were: uuid5 in the package's namespace, lone surrogates allowed.
+    texts = [str(p) for p in parts]
+    if any("\x1f" in t or "\x1e" in t for t in texts):
+        texts = ["\x1e", *(t.replace("\x1e", "\x1e0").replace("\x1f", "\x1e1") for t in texts)]
+    namespace = uuid.UUID("5b0f6f2e-7f43-4c55-9a59-6b0c1f1d2a10").bytes
+    digest = hashlib.sha1(namespace + "\x1f".join(texts).encode("utf-8", "surrogatepass")).digest()
+    assert make_id(*parts) == str(uuid.UUID(bytes=digest[:16], version=5))
+    assert make_id("ctxkeep-input", "user\x1f\x1ftext:ok", 0) == "3f8d2d3f-8e45-5ee0-96a7-11fd6ff738c8"
 
 
 def test_native_dict_round_trip() -> None:

@@ -68,9 +68,8 @@ def offload_recent(
     if live.tool_positions:
         after, rewritten, decision = _offload_waiting(live, settings, store, forced=forced)
     else:
-        after = replace(live, checked=length) if live.checked != length else live
-    if now is not None:
-        after = replace(after, passed_at=now)
+        after = live
+    passed_at = after.passed_at if now is None else now  # set with the rest below, in one copy of the value
     if cold and decision is None:  # nothing waited, but the step's record says the cache was gone
         decision = Decision(kind="cold", freed=0, resent=0, saving=0.0)
     # Reasoning before the current tool loop is dropped where that costs a prompt cache nothing more: in the
@@ -84,7 +83,7 @@ def offload_recent(
             if message.id not in live.pinned:
                 rewritten[first + i] = message
     if not rewritten:
-        return replace(after, aging=decision)
+        return replace(after, aging=decision, checked=length, passed_at=passed_at)
     positions = sorted(rewritten)
     fresh = counter.count_each([rewritten[p] for p in positions])
     counts = dict(zip(positions, fresh, strict=True))
@@ -94,6 +93,8 @@ def offload_recent(
     return replace(
         after,
         aging=decision,
+        checked=length,
+        passed_at=passed_at,
         # Only the blocks holding a rewritten message are copied (`Seq.replaced`), not the history.
         messages=Seq.of(live.messages).replaced(rewritten),
         counts=Seq.of(live.counts).replaced(counts),

@@ -59,7 +59,8 @@ def renumber(entries: Sequence[Entry], taken: Container[str]) -> list[Entry]:
             while (mid := _id(e.key, occurrence)) in taken or mid in used:
                 occurrence += 1
             used.add(mid)
-            e = replace(e, message=_with_id(e.message, mid), occurrence=occurrence)
+            if mid != e.message.id or occurrence != e.occurrence:  # (most entries keep theirs: no copy)
+                e = replace(e, message=_with_id(e.message, mid), occurrence=occurrence)
         if e.replaced:
             log.warning(
                 "message %s (item %d): lone UTF-16 surrogates replaced with U+FFFD; the message is kept",

@@ -135,10 +135,8 @@ def prepare(
 def _prepare(live: Live, setup: Setup, *, system: str | None, now: datetime, manual: Manual | None) -> Step:
     started = time.perf_counter()
     counter, settings = setup.counter, setup.settings
-    if live.offloaded:
-        live = replace(live, offloaded=())
-    if live.aging is not None:
-        live = replace(live, aging=None)
+    if live.offloaded or live.aging is not None:  # the last step's record, not this one's
+        live = replace(live, offloaded=(), aging=None)
     live = offload_recent(live, settings.offload, setup.store, counter, now=now)
     if system != live.system:
         live = replace(live, system=system, system_tokens=system_tokens_of(system, counter))

@@ -120,11 +120,19 @@ class Live:
         return self.system_tokens + self.tools_tokens
 
 
-def add(live: Live, messages: Sequence[Message], counter: Counter, *, counts: Sequence[int] | None = None) -> Live:
+def add(
+    live: Live,
+    messages: Sequence[Message],
+    counter: Counter,
+    *,
+    counts: Sequence[int] | None = None,
+    checked: Checked | None = None,
+) -> Live:
     """`live` with `messages` appended, counted once (or given their saved `counts`). Raises `MessageError`
     (and changes nothing) when a message's id is live or archived already (or repeated in the batch), a
     call's id is live already, or a result answers no waiting call (its call is not live, or was answered
-    already).
+    already). `checked`, what `check` found for this `live` and these messages (or their offloaded form),
+    spares walking them again; for any other value or batch it is ignored.
 
     A result must follow its call (it may come in the same batch); anything else would be sent to
     the provider as an orphan and refused. Text a tokenizer cannot read because it holds lone UTF-16
@@ -133,7 +141,10 @@ def add(live: Live, messages: Sequence[Message], counter: Counter, *, counts: Se
     """
     if not messages:
         return live
-    ids, walk = _checked(live, messages)
+    if checked is not None and checked.holds(live, messages):
+        ids, walk = _ids_of(live), checked.walk
+    else:
+        ids, walk = _checked(live, messages)
     start = len(live.messages)
     if counts is not None:
         if len(counts) != len(messages):
@@ -175,11 +186,38 @@ def message_ids(live: Live) -> Mapping[str, int]:
     return _ids_of(live).messages
 
 
-def check(live: Live, messages: Sequence[Message]) -> None:
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A batch `check` took for a `Live`, with its pairing, which `add` then need not work out again."""
+
+    live: Live
+    messages: tuple[Message, ...]
+    walk: Walk
+
+    def holds(self, live: Live, messages: Sequence[Message]) -> bool:
+        """Whether this is what `check` found for `live` and `messages`: the same value, and a batch that pairs as
+        the one checked (the same messages, or with outputs offloaded: ids, roles, calls and results kept)."""
+        return (
+            live is self.live
+            and len(messages) == len(self.messages)
+            and all(a is b or _pairs_alike(a, b) for a, b in zip(self.messages, messages, strict=True))
+        )
+
+
+def _pairs_alike(a: Message, b: Message) -> bool:
+    calls = [(c.id, c.name) for c in a.tool_calls] == [(c.id, c.name) for c in b.tool_calls]
+    ra, rb = a.tool_result, b.tool_result
+    results = (ra.call_id if ra else None) == (rb.call_id if rb else None)
+    return a.id == b.id and a.role == b.role and calls and results
+
+
+def check(live: Live, messages: Sequence[Message]) -> Checked:
     """Raise the `MessageError` `add` would raise for `messages`, without counting them: a host cuts a big
-    output before it is counted and held, and must know first that the batch will be taken."""
-    if messages:
-        _checked(live, messages)
+    output before it is counted and held, and must know first that the batch will be taken. What it found
+    goes to `add` (`checked`), which then does not walk the batch again."""
+    messages = tuple(messages)
+    _, walk = _checked(live, messages)
+    return Checked(live, messages, walk)
 
 
 def _checked(live: Live, messages: Sequence[Message]) -> tuple[Ids, Walk]:

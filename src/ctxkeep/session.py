@@ -255,14 +255,14 @@ class Session:
     def _append(self, batch: list[Message]) -> None:
         if not batch:
             return
-        live_mod.check(self._live, batch)  # a batch refused writes nothing, not even a saved original
+        checked = live_mod.check(self._live, batch)  # a batch refused writes nothing, not even a saved original
         # A big output is cut before it is counted or held: its original goes to its file once, and the
         # live log (and memory) hold the cut form and the pointer.
         batch = offload_new(batch, self.settings.offload, self.store, tool_names=self._live.result_tools)
         # One line per call: a crash mid-append leaves a torn last line, which reopening drops, so a
         # batch (a call and its results, say) is live entirely or not at all. Encoded first, so what
         # is kept in memory is exactly what the line holds.
-        live = live_mod.add(self._live, batch, self.counter)  # validates and counts
+        live = live_mod.add(self._live, batch, self.counter, checked=checked)  # counts
         try:
             line = livelog.batch_line(batch, live.counts[-len(batch) :])
         except orjson.JSONEncodeError:

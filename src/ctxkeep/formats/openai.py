@@ -58,10 +58,20 @@ def from_openai(messages: Sequence[Mapping[str, Any]], *, conversation_id: str =
     out: list[Message] = []
     for i, raw in enumerate(messages, start):
         try:
-            out.append(storable(_message(raw, make_id(NAME, conversation_id, i)), f"message {i}"))
-        except RECORD_ERRORS as exc:
-            raise ValueError(f"message {i}: {describe(exc)}") from exc
+            out.append(storable(message_from_openai(raw, make_id(NAME, conversation_id, i)), f"message {i}"))
+        except ValueError as exc:
+            raise ValueError(f"message {i}: {exc}") from exc
     return out
+
+
+def message_from_openai(raw: Mapping[str, Any], msg_id: str) -> Message:
+    """One OpenAI chat message dict as a `Message` with id `msg_id`, its text as given: for a caller that replaced
+    lone surrogates in `raw` already (`ctxkeep.host.inputs`), where `from_openai` would scan it again. Raises
+    ValueError naming what is wrong."""
+    try:
+        return _message(raw, msg_id)
+    except RECORD_ERRORS as exc:
+        raise ValueError(describe(exc)) from exc
 
 
 def _message(raw: Mapping[str, Any], msg_id: str) -> Message:

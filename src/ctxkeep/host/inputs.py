@@ -23,7 +23,7 @@ from ctxkeep.content_ids import Entry, key_of, number, renumber
 from ctxkeep.errors import MessageError
 from ctxkeep.formats import anthropic as anthropic_format
 from ctxkeep.formats.anthropic import from_anthropic
-from ctxkeep.formats.openai import from_openai
+from ctxkeep.formats.openai import message_from_openai
 from ctxkeep.messages import (
     Block,
     ImageBlock,
@@ -137,7 +137,8 @@ def _entries(items: list[object], cap: Callable[[Message], Message], start: int 
                 run.append((i, raw))
                 continue
             flush()
-            out.extend(replace(e, replaced=i in replaced) for e in _CONVERTERS[kind](i, raw, cap))
+            entries = _CONVERTERS[kind](i, raw, cap)
+            out.extend([replace(e, replaced=True) for e in entries] if i in replaced else entries)
         except MessageError:
             raise
         except RecursionError:
@@ -209,8 +210,13 @@ def _kind(raw: Mapping[str, Any]) -> str:
 def _openai(i: int, raw: Mapping[str, Any], cap: Callable[[Message], Message]) -> list[Entry]:
     if "content" not in raw and not raw.get("tool_calls"):
         raise ValueError(f"a {raw['role']} message needs 'content' (text or a list of parts)")
-    msg = _one_or_error(from_openai, i, raw, cap)
-    return [Entry(i, m, _key(m, raw.get("id"))) for m in msg]
+    try:
+        # `raw` holds no lone surrogate any more (`_entries`), and the id derives from the key (`number`): the
+        # message is built alone, not through `from_openai`, which would scan it again and hash a position id.
+        msg = cap(message_from_openai(raw, _UNNUMBERED))
+    except ValueError as exc:
+        raise MessageError(f"item {i}: {exc}", index=i) from exc
+    return [Entry(i, msg, _key(msg, raw.get("id")))]
 
 
 def _anthropic(i: int, raw: Mapping[str, Any], cap: Callable[[Message], Message]) -> list[Entry]:
@@ -358,3 +364,5 @@ _CONVERTERS: dict[str, Callable[[int, Mapping[str, Any], Callable[[Message], Mes
 
 
 _key = key_of
+# The id a chat message has until `number` gives it the one its key derives (what `from_openai` gave one alone).
+_UNNUMBERED = make_id("openai", "", 0)
