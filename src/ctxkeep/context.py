@@ -82,6 +82,19 @@ def summary_tokens_of(summary: str | None, counter: Counter) -> int:
     return counter.count_message(_summary_message(summary)) if summary else 0
 
 
+def _first_unanswered(live: Live) -> int:
+    """Where the repair of `live` starts: its first message holding a call with no result. The live context
+    refuses reused ids and pairs each result with the turn just before it, so what comes earlier is sent as
+    it is (a host that prepares between a call and its result paid a walk of the whole history: 39 ms at
+    100k tokens). 0 when the recorded place does not hold the call (the whole history, as before)."""
+    places = [(at, call) for call, (at, _) in live.pairs.open.items()]
+    places += [(at, call) for call, at in live.pairs.abandoned.items()]
+    at, call = min(places)
+    if 0 <= at < len(live.messages) and any(c.id == call for c in live.messages[at].tool_calls):
+        return at
+    return 0
+
+
 def of(live: Live, counter: Counter) -> Context:
     """The context to send for `live`: an aborted tool call gets an explicit error result, so no provider refuses it."""
     messages, tokens = live.messages, live.tokens
@@ -89,8 +102,9 @@ def of(live: Live, counter: Counter) -> Context:
         # A call that never got its result (an aborted tool) would make the provider refuse the request:
         # the model sees an explicit "[no result recorded]" error result instead. The live state keeps the
         # call open, so a result that arrives later still pairs with it.
-        repaired, _ = repair(messages)
-        live_ids = {id(m) for m in messages}
+        start = _first_unanswered(live)
+        repaired, _ = repair(messages[start:])
+        live_ids = {id(m) for m in messages[start:]}
         tokens += sum(counter.count_each([m for m in repaired if id(m) not in live_ids]))
-        messages = tuple(repaired)
+        messages = (*messages[:start], *repaired)
     return Context(system=live.system, summary=live.summary, messages=messages, tokens=tokens)
