@@ -3,6 +3,7 @@ many workspaces. The `Store` contract itself is tests/test_store_contract.py (ev
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import uuid
@@ -150,6 +151,32 @@ def test_sessions_opened_again_reuse_the_process_pool_and_leave_no_lock(postgres
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
     with Session.open(name, store=postgres_url) as session:
         assert [m.text for m in session.messages][-1] == "turn 2" and backend(session) not in pids
+
+
+def test_more_open_sessions_than_the_pool_holds_each_get_a_connection(postgres_url: str) -> None:
+    # A proxy holds a session for a whole request (a stream included): past the pool's size a session opens a
+    # connection of its own, and the statements it runs meanwhile (a memory block) never wait on held sessions.
+    from ctxkeep.postgres import open_store
+    from ctxkeep.postgres.pool import SHARED_POOL_SIZE
+
+    prefix = f"many-{uuid.uuid4().hex}"
+    with contextlib.ExitStack() as holding:
+        stores = [holding.enter_context(open_store(postgres_url, f"{prefix}/{i}")) for i in range(SHARED_POOL_SIZE + 2)]
+        for store in stores:
+            holding.enter_context(store.lock(5.0))
+        for store in stores:
+            with store.memory_lock():
+                store.write_memory("MEMORY.md", b"- noted")
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            held = admin.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = %s",
+                (schema.SESSION_LOCK,),
+            ).fetchone()
+            assert held is not None and held[0] >= len(stores)
+    with contextlib.ExitStack() as again:  # every lock went with its block: each workspace is free at once
+        for i in range(SHARED_POOL_SIZE + 2):
+            store = again.enter_context(open_store(postgres_url, f"{prefix}/{i}"))
+            again.enter_context(store.lock(0))
 
 
 def test_async_session_open_takes_the_store_too(postgres_url: str) -> None:

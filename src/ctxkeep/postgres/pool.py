@@ -6,18 +6,24 @@ the last instead of starting a server process each; and how every connection is 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import threading
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Literal
 
 import psycopg
 import psycopg_pool
 
-# The process's pools, one per URL (`shared_pool`).
-_shared: dict[str, psycopg_pool.ConnectionPool[Any]] = {}
+# The process's pools, one per URL and use (`shared_pool`).
+_shared: dict[tuple[str, str], psycopg_pool.ConnectionPool[Any]] = {}
 _shared_guard = threading.Lock()
-# Connections of a shared pool: as many sessions at once as a proxy serves (each holds one while open, a memory
-# block takes another), well under a server's max_connections (100 by default) for a few processes.
+# Connections of a shared pool, well under a server's max_connections (100 by default) for a few processes. A
+# session holds its connection for as long as it is open (a proxy: the whole request, a stream included), so the
+# sessions' connections are a pool of their own: they never drain the pool of the short statements (a memory
+# block, opening a workspace) that a held session itself waits on.
 SHARED_POOL_SIZE = 24
+# How long a session waits for a pooled connection before it opens one of its own (every pooled one is held).
+_SESSION_WAIT = 0.2
 
 
 def new_pool(url: str, size: int, connect_timeout: float, *, check: bool = False) -> psycopg_pool.ConnectionPool[Any]:
@@ -40,19 +46,41 @@ def new_pool(url: str, size: int, connect_timeout: float, *, check: bool = False
     )
 
 
-def shared_pool(url: str, connect_timeout: float = 10.0) -> psycopg_pool.ConnectionPool[Any]:
-    """The process's pool of connections to `url`, opened at the first call and kept until the process ends
-    (an idle connection closes after ten minutes). Each connection is checked as it is taken: one the server
+def shared_pool(
+    url: str, connect_timeout: float = 10.0, use: Literal["statements", "sessions"] = "statements"
+) -> psycopg_pool.ConnectionPool[Any]:
+    """The process's pool of connections to `url` for `use`, opened at the first call and kept until the process
+    ends (an idle connection closes after ten minutes). Each connection is checked as it is taken: one the server
     dropped meanwhile (a restart, a failover) is replaced, not handed out."""
     with _shared_guard:
-        pool = _shared.get(url)
+        pool = _shared.get((url, use))
         if pool is None or pool.closed:
             pool = new_pool(url, SHARED_POOL_SIZE, connect_timeout, check=True)
             pool.open(wait=False)  # connections are made as they are asked for
-            _shared[url] = pool
+            _shared[(url, use)] = pool
             if len(_shared) == 1:
                 atexit.register(_close_shared)
         return pool
+
+
+@contextlib.contextmanager
+def session_connection(url: str, connect_timeout: float) -> Iterator[psycopg.Connection[Any]]:
+    """A connection for a session to hold while it is open: one of the process's session pool for `url`, or,
+    when every pooled one is held, one of its own, closed at the end (never a wait for another session to end).
+    Either way its advisory locks are gone when the block ends (`reset`, or the closed connection)."""
+    pool = shared_pool(url, connect_timeout, "sessions")
+    try:
+        conn = pool.getconn(timeout=_SESSION_WAIT)
+    except psycopg_pool.PoolTimeout:
+        own = psycopg.connect(url, autocommit=True, connect_timeout=max(1, round(connect_timeout)))
+        with own:
+            configure(own)
+            yield own
+        return
+    try:
+        yield conn
+    finally:
+        pool.putconn(conn)
 
 
 def _close_shared() -> None:

@@ -36,7 +36,7 @@ from ctxkeep.errors import StorageError, WorkspaceLockedError
 from ctxkeep.store import FAILED_DIR, MEMORY_DIR, MEMORY_FILE, ORIGINAL_NAME, TOOL_RESULT_DIR, FileInfo
 
 from . import schema
-from .pool import new_pool, shared_pool
+from .pool import new_pool, session_connection, shared_pool
 
 log = logging.getLogger("ctxkeep")
 
@@ -185,10 +185,11 @@ class PostgresStore:
                 f"this PostgresStore already holds workspace {self.workspace!r}; open another store object",
                 path=self._shown,
             )
-        with self._errors("lock the workspace in"):
-            conn = self._pool.getconn()
-        try:
+        with contextlib.ExitStack() as holding:
+            # Back to its pool at the end, whose reset releases the lock (`pool.reset`; a connection failing it is
+            # closed), or closed: the lock goes with the connection.
             with self._errors("lock the workspace in"):
+                conn = holding.enter_context(self._session_connection())
                 if not _advisory_lock(conn, schema.SESSION_LOCK, self._id, timeout):
                     raise WorkspaceLockedError(
                         f"the workspace {self.workspace!r} in {self._shown} is in use by another process; wait for"
@@ -200,10 +201,16 @@ class PostgresStore:
                 yield
             finally:
                 self._held = None
-        finally:
-            # The pool's reset releases the lock (`pool.reset`), or it closes a connection that fails it, and the lock
-            # goes with the connection.
-            self._pool.putconn(conn)
+                # Released now: the pool resets a returned connection on its worker thread, a moment later, and
+                # the next request of this conversation (here or in another process) would wait for that.
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("SELECT pg_advisory_unlock(%s, %s)", (schema.SESSION_LOCK, self._id))
+
+    def _session_connection(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
+        """The connection a session holds: from the process's session pool (`shared`), else the store's own."""
+        if self._shared:
+            return session_connection(self.url, self._connect_timeout)
+        return self._pool.connection()
 
     def memory_lock(self) -> contextlib.AbstractContextManager[None]:
         return self._memory_lock()
