@@ -131,6 +131,16 @@ def test_messages_named_twice_is_never_read_by_parts() -> None:
     assert known.parse(sneaky, "s")[0] == orjson.loads(sneaky)  # the fields after them name it again
 
 
+def test_a_body_naming_a_field_twice_is_never_reused() -> None:
+    message = b'{"role":"user","content":"' + b"x" * 200 + b'"}'
+    first = b'{"model":"a","messages":[' + message + b'],"model":"b"}'
+    assert located(first, orjson.loads(first)) is None  # its head would say "b" where a later body says "a"
+    known = KnownBodies(limit=4)
+    known.parse(first, "s")
+    grown = b'{"model":"a","messages":[' + message + b',{"role":"assistant","content":"hi"}],"stream":true}'
+    assert known.parse(grown, "s")[0] == orjson.loads(grown)
+
+
 def test_a_lone_surrogate_in_the_new_messages_is_replaced_as_in_a_whole_parse() -> None:
     known = KnownBodies(limit=4)
     known.parse(b'{"messages":[{"role":"user","content":"a"}]}', "s")

@@ -201,7 +201,7 @@ def _rest(raw: bytes, close: int) -> dict[str, Any] | None:
 
 def located(raw: bytes, body: dict[str, Any]) -> Known | None:
     """`raw` (which parsed to `body`) with where its ``messages`` lie; None when its top-level object has no
-    ``messages`` array of objects, or has it twice."""
+    ``messages`` array of objects, or has any name twice."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         return None
@@ -209,6 +209,7 @@ def located(raw: bytes, body: dict[str, Any]) -> Known | None:
     if raw[pos : pos + 1] != b"{":
         return None
     found: tuple[tuple[int, ...], int] | None = None
+    names: set[str | None] = set()
     pos += 1
     while True:
         pos = _SPACE.match(raw, pos).end()  # type: ignore[union-attr]
@@ -218,6 +219,10 @@ def located(raw: bytes, body: dict[str, Any]) -> Known | None:
         if name_end is None:
             return None
         name = raw[pos:name_end]
+        if _name(name) in names:
+            # A name given twice parses to its last value: a later body reusing this one's fields would not.
+            return None
+        names.add(_name(name))
         pos = _SPACE.match(raw, name_end).end()  # type: ignore[union-attr]
         if raw[pos : pos + 1] != b":":
             return None
