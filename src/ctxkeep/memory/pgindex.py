@@ -253,8 +253,9 @@ class PostgresIndex:
             ctes.append("f AS (SELECT NULL::bigint AS id, NULL::float8 AS score WHERE false)")
         shown = _vector(vector) if vector is not None and near else None
         if shown is not None:
-            # The HNSW index scans on (hnsw.iterative_scan, set per connection) until enough vectors of this
-            # workspace, model and source are found: it holds every workspace's.
+            # The HNSW index holds every workspace's vectors: it scans on (hnsw.iterative_scan, set per connection)
+            # until enough of this workspace, model and source are found, or hnsw.max_scan_tuples were read; for a
+            # workspace holding few of them the planner takes the exact path (the (workspace, model) index).
             ctes.append(
                 "n AS MATERIALIZED (SELECT id, embedding <=> %s::vector AS d FROM ctxkeep_index_vector"
                 " WHERE workspace = %s AND model = %s"

@@ -50,6 +50,9 @@ BEGIN
         ALTER TABLE ctxkeep_index_vector ALTER COLUMN embedding SET STORAGE PLAIN;
         CREATE INDEX IF NOT EXISTS ctxkeep_index_vector_embedding ON ctxkeep_index_vector
             USING hnsw (embedding vector_cosine_ops);
+        -- the exact path for a workspace holding few of the vectors: HNSW's iterative scan of every workspace's
+        -- stops at hnsw.max_scan_tuples (20,000 by default) and would come back short
+        CREATE INDEX IF NOT EXISTS ctxkeep_index_vector_workspace ON ctxkeep_index_vector (workspace, model);
     END IF;
 END $$;
 """
