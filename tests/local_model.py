@@ -28,9 +28,10 @@ from ctxkeep import (
 
 CONTEXT = LLAMA_CONTEXT  # the session server's window, and the summarizer's
 WINDOW = 8_000  # the agent's: small enough that a few tasks compact more than once
-# Two compactions or more, each one call: a few minutes at most on 2 idle cores (recent results are cut to
-# leave room for several steps, so 4 tasks compacted only once).
-TASKS = 6
+# Two compactions or more, each one call. At this window a compaction comes once in 6 or more requests, and
+# the cost model puts it off further for a model summarizer (its call costs too): 6 tasks compacted none, 12
+# once, 20 twice or more in every adapter; 24 leaves a margin for a summary the model makes longer or shorter.
+TASKS = 24
 SECONDS = 1_800  # per call: 10-20 s on 2 idle cores, minutes on a busy machine; this only stops a hung server
 SUMMARIES = ModelSummarySettings(
     window=CONTEXT, max_tokens=384, retries=0, audit=False, reply_format="json", result_chars=400
