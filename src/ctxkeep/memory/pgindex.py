@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ctxkeep.postgres.schema import INDEX_LOCK, VECTOR_DIM
+from ctxkeep.postgres.schema import INDEX_LOCK, VECTOR_DIM, has_vectors
 from ctxkeep.store import IndexDatabase, Store
 
 from .chunks import Chunk
@@ -86,8 +86,7 @@ class PostgresIndex:
         self._stems: dict[str, list[str]] = {}
         self.embed_dialog = embed_dialog
         with store.connection("read the memory index in") as conn:
-            row = conn.execute("SELECT to_regclass('ctxkeep_index_vector') IS NOT NULL").fetchone()
-        self._kept = bool(row[0])  # the database keeps vectors
+            self._kept = has_vectors(conn)  # the database keeps vectors
         self.vectors = embedder is not None and self._kept and embedder.dim == VECTOR_DIM
         self.embedder = embedder if self.vectors else None
         self._model = f"{embedder.name}/{embedder.dim}" if embedder is not None else ""

@@ -35,8 +35,7 @@ def has_vectors(url: str) -> bool:
     without them memory search on it is full text alone."""
     shown = shown_url(url)
     with driver_errors("read the schema of", shown), psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT to_regclass('ctxkeep_index_vector') IS NOT NULL").fetchone()
-    return bool(row and row[0])
+        return schema.has_vectors(conn)
 
 
 def workspaces(url: str, prefix: str) -> list[str]:

@@ -176,6 +176,13 @@ MIGRATIONS: tuple[str, ...] = (
 VERSION = len(MIGRATIONS)
 
 
+def has_vectors(conn: Any) -> bool:
+    """Whether the database `conn` is connected to keeps memory chunks' vectors (pgvector was there at the last
+    migration, `VECTORS`): without them its memory search is full text alone."""
+    row = conn.execute("SELECT to_regclass('ctxkeep_index_vector') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
 def version(conn: Any) -> int:
     """The schema version of the database `conn` is connected to: 0 when ctxkeep has no tables there."""
     found = conn.execute("SELECT to_regclass('ctxkeep_schema') IS NOT NULL").fetchone()
