@@ -18,7 +18,7 @@ import contextlib
 import hashlib
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -193,10 +193,8 @@ class MemoryIndex:
 
     def update(self) -> Update:
         """Bring the index up to date with the files: new and changed ones re-indexed, removed ones dropped."""
-        present = {f.name: f for f in self.files()}
         known = {row[0]: (row[1], row[2]) for row in self._db.execute("SELECT path, size, mtime FROM files")}
-        changed = [f for f in present.values() if known.get(f.name) != (f.size, f.mtime)]
-        gone = [name for name in known if name not in present]
+        changed, gone = changes(self.files(), known)
         chunks = embedded = 0
         for group in _groups(changed):
             loaded: list[tuple[FileInfo, bytes, str, list[Chunk] | None]] = []
@@ -354,6 +352,14 @@ def indexed_files(store: Store) -> list[FileInfo]:
     """The files of `store` that memory search covers: MEMORY.md, the day logs, the archive."""
     listed = [*store.memory_files(), *store.archive_files()]
     return [f for f in listed if source_of(f.name) is not None]
+
+
+def changes(present: Sequence[FileInfo], known: Mapping[str, tuple[int, float]]) -> tuple[list[FileInfo], list[str]]:
+    """Of the indexed files `present`, those whose size or time differ from what the index `known` (name ->
+    size, time) says, and the names it knows that are no longer there."""
+    names = {f.name for f in present}
+    changed = [f for f in present if known.get(f.name) != (f.size, f.mtime)]
+    return changed, [name for name in known if name not in names]
 
 
 def read_indexed(store: Store, info: FileInfo) -> bytes | None:

@@ -37,7 +37,7 @@ from ctxkeep.store import IndexDatabase, Store
 
 from .chunks import Chunk
 from .embed import Embedder
-from .index import Update, file_chunks, indexed_files, read_indexed, source_of
+from .index import Update, changes, file_chunks, indexed_files, read_indexed, source_of
 from .terms import content_terms, index_terms, is_cjk, query_terms, stems
 
 log = logging.getLogger("ctxkeep")
@@ -112,9 +112,7 @@ class PostgresIndex:
                 "SELECT path, size, mtime, sha FROM ctxkeep_index_file WHERE workspace = %s", (workspace,)
             ).fetchall()
         known = {path: (size, mtime, sha) for path, size, mtime, sha in rows}
-        present = {f.name: f for f in indexed_files(self.store)}
-        changed = [f for f in present.values() if known.get(f.name, (None, None))[:2] != (f.size, f.mtime)]
-        gone = [name for name in known if name not in present]
+        changed, gone = changes(indexed_files(self.store), {path: was[:2] for path, was in known.items()})
         chunks = 0
         for info in changed:
             data = read_indexed(self.store, info)
