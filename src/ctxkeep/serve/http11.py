@@ -22,7 +22,7 @@ import asyncio
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import httptools
 import httpx
@@ -54,8 +54,9 @@ class _Connection(asyncio.Protocol):
     # --- asyncio.Protocol ---
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # Not an isinstance check: uvloop's transports (uvicorn runs on uvloop when it is installed) are not
+        # subclasses of asyncio.Transport, though they do all it does.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         try:
