@@ -6,9 +6,11 @@ implement it; the request handler in `ctxkeep.serve.app` is written once against
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Protocol
 
 from ctxkeep.messages import Message
@@ -162,10 +164,15 @@ def check_messages(body: dict[str, Any], roles: frozenset[str]) -> list[Any]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty array of message objects", param="messages")
+    # Checked in C first (`map` over the list): a history of a thousand messages in a few microseconds, where
+    # the loop below takes a tenth of a millisecond; the loop only finds and names what is wrong.
+    with contextlib.suppress(TypeError):  # an unhashable role: named by the loop
+        if set(map(type, messages)) == {dict} and roles.issuperset(map(dict.get, messages, repeat("role"))):
+            return messages
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict):
             raise BadRequest(f"messages[{i}] must be an object, got {type(msg).__name__}", param=f"messages[{i}]")
-        if msg.get("role") not in roles:
+        if not isinstance(msg.get("role"), str) or msg["role"] not in roles:
             legacy = " (send a function's result as a 'tool' message)" if msg.get("role") == "function" else ""
             raise BadRequest(
                 f"messages[{i}].role must be one of {', '.join(sorted(roles))}; got {msg.get('role')!r}{legacy}",
