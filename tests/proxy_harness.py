@@ -33,10 +33,12 @@ def running_proxy(
     window: int = 16_000,
     summarizer: Callable[[], Summarizer | None] = lambda: None,
     loop: str = "auto",
+    root_path: str = "",
     **settings: object,
 ) -> Iterator[str]:
     """The proxy forwarding to `upstream`, for the duration; yields its base URL (``http://127.0.0.1:N``).
-    `loop` is uvicorn's: ``auto`` (uvloop when it is installed, as `ctxkeep serve` runs), ``asyncio`` or ``uvloop``."""
+    `loop` is uvicorn's: ``auto`` (uvloop when it is installed, as `ctxkeep serve` runs), ``asyncio`` or ``uvloop``;
+    `root_path` uvicorn's too (a reverse proxy's prefix, put before each request's path)."""
     app = create_app(
         ServeSettings(upstream=upstream, root=root, window=window, **settings),  # type: ignore[arg-type]
         summarizer=summarizer,
@@ -45,7 +47,9 @@ def running_proxy(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", loop=loop))
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", loop=loop, root_path=root_path)
+    )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + START_SECONDS
