@@ -199,8 +199,10 @@ class Proxy:
             response.exchange = exchange
             await response(scope, receive, send)
             return
-        exchange.done(response.status_code)
-        await response(scope, receive, send)
+        try:
+            await response(scope, receive, send)
+        finally:
+            exchange.done(response.status_code)  # once the answer is out: its line costs the client no time
         await self._sessions.tidy()
 
     async def passthrough(self, request: Request) -> Response:
