@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, Protocol
 
+from ctxkeep.context import Context
 from ctxkeep.messages import Message
 from ctxkeep.step import Step
 
@@ -81,6 +82,20 @@ class WireForms:
         self._groups: dict[tuple[int, ...], tuple[tuple[Message, ...], Callable[[Sequence[Message]], Any], Any]] = {}
         # The last call's messages and forms, in order: a context that only grew is matched by identity in C.
         self._last: tuple[list[Message], list[Any], Callable[[Message], Any] | None] = ([], [], None)
+        # `of_folded`'s last call: its messages, its output, its fold, and where (a message, an output) a call with
+        # messages added after them takes the fold up again.
+        self._folded: tuple[list[Message], list[Any], Fold | None, int, int] = ([], [], None, 0, 0)
+        self._summary: tuple[str, list[Message]] | None = None  # the summary, and the message it is sent as
+
+    def context(self, context: Context) -> list[Message]:
+        """The context's messages but its system prompt: the summary as the message `Context.as_messages` makes,
+        made once while the summary stays (a new message on each request would match no form of the last)."""
+        if context.summary is None:
+            return list(context.messages)
+        if self._summary is None or self._summary[0] != context.summary:
+            lead = Context(system=None, summary=context.summary, messages=(), tokens=0).as_messages()
+            self._summary = (context.summary, lead)
+        return [*self._summary[1], *context.messages]
 
     def of(self, messages: Iterable[Message], convert: Callable[[Message], Any]) -> list[Any]:
         """`convert` of each message, reused from the last call for the messages it had; the others are
@@ -109,10 +124,14 @@ class WireForms:
             out.append(kept[2])
         return out
 
-    def of_groups(self, groups: Iterable[Sequence[Message]], convert: Callable[[Sequence[Message]], Any]) -> list[Any]:
+    def of_groups(
+        self, groups: Iterable[Sequence[Message]], convert: Callable[[Sequence[Message]], Any], *, adding: bool = False
+    ) -> list[Any]:
         """`of` for an API whose wire message is made of several messages (Anthropic's: tool results joined):
-        `convert` of each group, reused while the group holds the same messages."""
-        old, forms, out = self._groups, {}, []
+        `convert` of each group, reused while the group holds the same messages. `adding`: the groups are only
+        the context's last ones (`of_folded`'s), kept beside the others, not instead of them."""
+        old, out = self._groups, []
+        forms = old if adding else {}
         for group in groups:
             key = tuple(map(id, group))
             kept = old.get(key)
@@ -122,6 +141,27 @@ class WireForms:
             out.append(kept[2])
         self._groups = forms
         return out
+
+    def of_folded(self, messages: list[Message], fold: Fold) -> list[Any]:
+        """`fold`'s output for `messages`, for a conversion that reads them in order and whose output before some
+        point no later message changes (Anthropic's: groups, then runs of one role joined; a new message can
+        only join the last run). `fold(forms, messages, adding)` returns its output and that point: the first
+        message and the first output it may redo. A context that only grew since the last call (matched by
+        identity, in C) is folded from that point on, not from its first message."""
+        last, out, last_fold, at, at_out = self._folded
+        if last_fold is fold and len(messages) >= len(last) and all(map(operator.is_, last, messages)):
+            tail, tail_at, tail_out = fold(self, messages[at:], True)
+            result = [*out[:at_out], *tail]
+            self._folded = (messages, result, fold, at + tail_at, at_out + tail_out)
+        else:
+            result, at, at_out = fold(self, messages, False)
+            self._folded = (messages, result, fold, at, at_out)
+        return result
+
+
+# A conversion `WireForms.of_folded` takes up where it left off: (forms, messages, adding) -> output, and the
+# first message and output that messages added after these may change.
+Fold = Callable[[WireForms, list[Message], bool], tuple[list[Any], int, int]]
 
 
 class Dialect(Protocol):
