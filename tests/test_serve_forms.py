@@ -11,7 +11,8 @@ import pytest
 
 from ctxkeep import Message, Session
 from ctxkeep.serve.chat import ChatCompletions
-from ctxkeep.serve.dialect import WireForms
+from ctxkeep.serve.dialect import BadRequest, WireForms
+from ctxkeep.serve.known import KnownBodies
 from ctxkeep.serve.messages_api import AnthropicMessages, alternate
 
 pytestmark = pytest.mark.extra("serve")
@@ -138,3 +139,24 @@ def test_a_body_made_from_the_last_one_is_the_body_made_whole(tmp_path: Path, ro
     assert compactions >= 2
     same = [b is a for (s, a), (t, b) in pairwise(heads) if s is not None and s == t]
     assert same and all(same)  # the summary's message went out as it was serialized the first time
+
+
+def test_a_role_the_route_does_not_take_is_refused_in_every_body_that_holds_it(tmp_path: Path) -> None:
+    """Messages taken in an earlier request go unchecked in a later one (`KnownBodies.accepted`); a refused
+    message never counts as taken, in its own body or in the longer ones after it."""
+    chat, known = ChatCompletions(), KnownBodies(limit=4)
+    history: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+    for turn in range(3):
+        body, _ = known.parse(orjson.dumps({"model": "m", "messages": history}), "s")
+        assert isinstance(body, dict)
+        chat.parse(body, checked=known.accepted(body))
+        known.accept(body)
+        history += [{"role": "assistant", "content": f"a{turn}"}, {"role": "user", "content": f"q{turn}"}]
+    history += [{"role": "function", "content": "legacy"}]
+    for _ in range(2):
+        body, _ = known.parse(orjson.dumps({"model": "m", "messages": history}), "s")
+        assert isinstance(body, dict)
+        assert known.accepted(body) == 5  # the last body taken; the refused one adds none
+        with pytest.raises(BadRequest, match=r"messages\[7\]\.role"):
+            chat.parse(body, checked=known.accepted(body))
+        history += [{"role": "user", "content": "again"}]

@@ -254,10 +254,12 @@ class Proxy:
         header = incoming.header(_HEADER)
         try:
             raw = await _body(incoming, self._settings.max_body)
-            body, replaced = self._known[path].parse(raw, header)
+            known = self._known[path]
+            body, replaced = known.parse(raw, header)
             if not isinstance(body, dict):
                 raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
-            turn = dialect.parse(body)
+            turn = dialect.parse(body, checked=known.accepted(body))
+            known.accept(body)
             exchange.stream = turn.stream
             key = self._sessions.key(header, path, turn)
         except _TooLarge as exc:

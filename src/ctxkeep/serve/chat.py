@@ -22,9 +22,9 @@ _SYSTEM_ROLES = ("system", "developer")
 class ChatCompletions:
     """The `Dialect` of OpenAI's chat completions API (and every server compatible with it)."""
 
-    def parse(self, body: dict[str, Any]) -> Turn:
+    def parse(self, body: dict[str, Any], *, checked: int = 0) -> Turn:
         """The leading system and developer messages are the system prompt; the rest is the history."""
-        messages = check_messages(body, ROLES)
+        messages = check_messages(body, ROLES, checked=checked)
         tools = check_tools(body)
         stream = check_stream(body)
         lead = 0

@@ -167,8 +167,9 @@ Fold = Callable[[WireForms, list[Message], bool], tuple[list[Any], int, int]]
 class Dialect(Protocol):
     """One API's request and answer shapes."""
 
-    def parse(self, body: dict[str, Any]) -> Turn:
-        """The request's conversation; `BadRequest` when the body is not one."""
+    def parse(self, body: dict[str, Any], *, checked: int = 0) -> Turn:
+        """The request's conversation; `BadRequest` when the body is not one. The first `checked` messages
+        were taken in an earlier request, as they are (`KnownBodies.accepted`): they need no check again."""
 
     def outgoing(self, body: dict[str, Any], turn: Turn, step: Step, forms: WireForms) -> dict[str, Any]:
         """The body to send upstream: every field as the client sent it, the messages compacted; `forms` holds
@@ -199,17 +200,19 @@ def text_of(content: Any) -> str:
     return ""
 
 
-def check_messages(body: dict[str, Any], roles: frozenset[str]) -> list[Any]:
-    """`body["messages"]`, checked to be a non-empty list of objects whose role is one of `roles`."""
+def check_messages(body: dict[str, Any], roles: frozenset[str], *, checked: int = 0) -> list[Any]:
+    """`body["messages"]`, checked to be a non-empty list of objects whose role is one of `roles`; its first
+    `checked` ones are known to be (a long history's earlier messages, taken in an earlier request)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty array of message objects", param="messages")
+    rest = messages[checked:] if checked > 0 else messages
     # Checked in C first (`map` over the list): a history of a thousand messages in a few microseconds, where
     # the loop below takes a tenth of a millisecond; the loop only finds and names what is wrong.
     with contextlib.suppress(TypeError):  # an unhashable role: named by the loop
-        if set(map(type, messages)) == {dict} and roles.issuperset(map(dict.get, messages, repeat("role"))):
+        if set(map(type, rest)) <= {dict} and roles.issuperset(map(dict.get, rest, repeat("role"))):
             return messages
-    for i, msg in enumerate(messages):
+    for i, msg in enumerate(rest, len(messages) - len(rest)):
         if not isinstance(msg, dict):
             raise BadRequest(f"messages[{i}] must be an object, got {type(msg).__name__}", param=f"messages[{i}]")
         if not isinstance(msg.get("role"), str) or msg["role"] not in roles:

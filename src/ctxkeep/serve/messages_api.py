@@ -30,9 +30,9 @@ ROLES = frozenset({"user", "assistant"})
 class AnthropicMessages:
     """The `Dialect` of Anthropic's messages API."""
 
-    def parse(self, body: dict[str, Any]) -> Turn:
+    def parse(self, body: dict[str, Any], *, checked: int = 0) -> Turn:
         """The top-level ``system`` is the system prompt; ``messages`` the history."""
-        messages = check_messages(body, ROLES)
+        messages = check_messages(body, ROLES, checked=checked)
         system = body.get("system")
         if system is not None and not (
             isinstance(system, str) or (isinstance(system, list) and all(isinstance(b, dict) for b in system))
