@@ -129,7 +129,8 @@ class WireForms:
     ) -> list[Any]:
         """`of` for an API whose wire message is made of several messages (Anthropic's: tool results joined):
         `convert` of each group, reused while the group holds the same messages. `adding`: the groups are only
-        the context's last ones (`of_folded`'s), kept beside the others, not instead of them."""
+        the context's last ones (`of_folded`'s), kept beside the others, not instead of them (a group the last
+        run outgrew stays until the next whole call, at the context's next change before its end)."""
         old, out = self._groups, []
         forms = old if adding else {}
         for group in groups:
