@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from anthropic import Anthropic, AsyncAnthropic
 from openai import AsyncOpenAI, OpenAI
-from tests.proxy_harness import running_proxy
+from tests.proxy_harness import LOOPS, running_proxy
 from tests.validating_anthropic import ValidatingAnthropicServer
 from tests.validating_server import SEARCH_TOOL, ValidatingServer, held_ids, task, tool_output
 
@@ -166,10 +166,10 @@ def run_openai(tmp_path: Path, tasks: int, *, stream: bool, **settings: object) 
     held_once(workspace_of(tmp_path / "root", agent.sessions), agent.history[1:])
 
 
-def run_anthropic(tmp_path: Path, tasks: int, *, stream: bool) -> None:
+def run_anthropic(tmp_path: Path, tasks: int, *, stream: bool, loop: str = "auto") -> None:
     with (
         ValidatingAnthropicServer(window=WINDOW) as api,
-        running_proxy(api.base_url + "/v1", tmp_path / "root") as url,
+        running_proxy(api.base_url + "/v1", tmp_path / "root", loop=loop) as url,
         Anthropic(base_url=url, api_key="sk-ant-local", max_retries=0) as client,
     ):
         agent = AnthropicAgent(client, stream=stream)
@@ -185,8 +185,9 @@ def test_openai_sdk_through_the_proxy_compacts_and_keeps_every_message(tmp_path:
     run_openai(tmp_path, 6, stream=False)
 
 
-def test_openai_sdk_streaming_through_the_proxy(tmp_path: Path) -> None:
-    run_openai(tmp_path, 6, stream=True)
+@pytest.mark.parametrize("loop", LOOPS)
+def test_openai_sdk_streaming_through_the_proxy(tmp_path: Path, loop: str) -> None:
+    run_openai(tmp_path, 6, stream=True, loop=loop)
 
 
 def test_the_proxy_writes_summaries_in_the_background(tmp_path: Path) -> None:
@@ -201,8 +202,9 @@ def test_anthropic_sdk_through_the_proxy_compacts_and_keeps_every_message(tmp_pa
     run_anthropic(tmp_path, 6, stream=False)
 
 
-def test_anthropic_sdk_streaming_through_the_proxy(tmp_path: Path) -> None:
-    run_anthropic(tmp_path, 6, stream=True)
+@pytest.mark.parametrize("loop", LOOPS)
+def test_anthropic_sdk_streaming_through_the_proxy(tmp_path: Path, loop: str) -> None:
+    run_anthropic(tmp_path, 6, stream=True, loop=loop)
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""The proxy's HTTP/1.1 client for the upstream (`Http11Transport`), against a real server on 127.0.0.1."""
+"""The proxy's HTTP/1.1 client for the upstream (`Http11Transport`), against a real server on 127.0.0.1, on
+asyncio's own event loop and on uvloop (which `ctxkeep serve` runs on where it is installed)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,38 @@ from typing import Any, ClassVar
 
 import httpx
 import pytest
+from tests.proxy_harness import LOOPS
 
 from ctxkeep.serve.http11 import Http11Transport
 
 pytestmark = pytest.mark.extra("serve")
 
 TIMEOUT = {"connect": 5.0, "read": 5.0, "write": 5.0, "pool": 5.0}
+Runs = Callable[[Callable[[Http11Transport], Awaitable[Any]]], Any]
+
+
+@pytest.fixture(params=LOOPS)
+def run(request: pytest.FixtureRequest) -> Runs:
+    """Runs a call on a fresh transport on the event loop the test is parametrized with."""
+    if request.param == "uvloop":
+        import uvloop
+
+        factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    else:
+        factory = asyncio.new_event_loop
+
+    def running(call: Callable[[Http11Transport], Awaitable[Any]]) -> Any:
+        async def main() -> Any:
+            transport = Http11Transport()
+            try:
+                return await call(transport)
+            finally:
+                await transport.aclose()
+
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(main())
+
+    return running
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -76,17 +103,6 @@ def server() -> Iterator[str]:
         httpd.server_close()
 
 
-def run(call: Callable[[Http11Transport], Awaitable[Any]]) -> Any:
-    async def main() -> Any:
-        transport = Http11Transport()
-        try:
-            return await call(transport)
-        finally:
-            await transport.aclose()
-
-    return asyncio.run(main())
-
-
 async def post(transport: Http11Transport, url: str, body: bytes = b"", read: float = 5.0) -> httpx.Response:
     request = httpx.Request("POST", url, content=body, extensions={"timeout": {**TIMEOUT, "read": read}})
     answer = await transport.handle_async_request(request)
@@ -97,7 +113,7 @@ async def post(transport: Http11Transport, url: str, body: bytes = b"", read: fl
     return answer
 
 
-def test_sized_answers_come_back_over_one_kept_alive_connection() -> None:
+def test_sized_answers_come_back_over_one_kept_alive_connection(run: Runs) -> None:
     with server() as url:
 
         async def two(transport: Http11Transport) -> list[bytes]:
@@ -107,7 +123,7 @@ def test_sized_answers_come_back_over_one_kept_alive_connection() -> None:
         assert len(Handler.connections) == 1
 
 
-def test_chunked_and_close_delimited_answers_are_read_whole() -> None:
+def test_chunked_and_close_delimited_answers_are_read_whole(run: Runs) -> None:
     with server() as url:
 
         async def both(transport: Http11Transport) -> list[bytes]:
@@ -117,17 +133,17 @@ def test_chunked_and_close_delimited_answers_are_read_whole() -> None:
         assert len(Handler.connections) == 2  # the closed one was not reused
 
 
-def test_an_answer_cut_before_its_length_is_a_read_error() -> None:
+def test_an_answer_cut_before_its_length_is_a_read_error(run: Runs) -> None:
     with server() as url, pytest.raises(httpx.ReadError):
         run(lambda transport: post(transport, url + "/cut"))
 
 
-def test_an_upstream_silent_past_the_read_timeout_is_a_read_timeout() -> None:
+def test_an_upstream_silent_past_the_read_timeout_is_a_read_timeout(run: Runs) -> None:
     with server() as url, pytest.raises(httpx.ReadTimeout):
         run(lambda transport: post(transport, url + "/slow", read=0.2))
 
 
-def test_nothing_listening_is_a_connect_error() -> None:
+def test_nothing_listening_is_a_connect_error(run: Runs) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -186,3 +186,18 @@ def test_a_client_whose_bytes_always_change_stops_paying_for_the_search(monkeypa
         raw = json.dumps({"messages": history, "model": "m"}).encode()
         assert known.parse(raw, "s")[0] == orjson.loads(raw)
     assert len(whole) <= 8 and whole[-1] != raw
+
+
+def test_only_messages_the_route_took_go_unchecked_in_a_later_body() -> None:
+    history = [{"role": "user", "content": f"ask {i}"} for i in range(4)]
+    known = KnownBodies(limit=4)
+    body, _ = known.parse(_raw(history), "s")
+    assert known.accepted(body) == 0  # new: every message is checked
+    known.accept(body)
+    grown, _ = known.parse(_raw([*history, {"role": "assistant", "content": "done"}]), "s")
+    assert known.accepted(grown) == 4  # the four it took; the new one is checked
+    # A body the route refused (a role it does not take) is never taken: what extends it is checked whole.
+    known.parse(_raw([{"role": "robot", "content": "x"}, *history]), "r")  # refused: not `accept`ed
+    again, _ = known.parse(_raw([{"role": "robot", "content": "x"}, *history, *history]), "r")
+    assert known.accepted(again) == 0
+    assert known.accepted(body) == 0  # not the last body parsed: nothing is claimed for it

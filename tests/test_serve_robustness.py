@@ -647,6 +647,36 @@ def test_a_body_over_the_limit_gets_413_in_the_apis_shape(tmp_path: Path, path: 
     assert [p.name for p in tmp_path.iterdir()] == [small.headers["x-ctxkeep-session"].split("/")[0]]
 
 
+def test_a_client_gone_before_its_body_ends_is_a_log_line_not_a_failure(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="ctxkeep")
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=60) as sock:
+            sock.sendall(head + b"Content-Length: 100000\r\n\r\n" + b'{"model": "m", "messages": [')
+        deadline = time.monotonic() + 60
+        while not any("went away" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        after = post(url, {"model": "m", "messages": history(0)})
+    lines = [r.getMessage() for r in caplog.records]
+    assert "POST /v1/chat/completions - (the client went away before the end of its request)" in lines
+    assert [r for r in caplog.records if r.levelname == "ERROR"] == []
+    assert after.status_code == 200
+    assert len(up.calls) == 1  # only the whole request went upstream
+
+
+def test_a_conversation_under_a_root_path_is_still_one(tmp_path: Path) -> None:
+    """Behind a reverse proxy's prefix (uvicorn's root path) the conversation routes are found by Starlette."""
+    with ScriptedUpstream() as up, running_proxy(up.base_url, tmp_path, root_path="/prefix") as url:
+        answers = [post(url, {"model": "m", "messages": history(n)}, **{"x-ctxkeep-session": "s"}) for n in (0, 1)]
+    assert [a.status_code for a in answers] == [200, 200]
+    assert [a.headers["x-ctxkeep-session"] for a in answers] == ["s/0", "s/0"]
+    # the two asks, the reply between them, and the last reply (added when the proxy closed)
+    assert len(workspace_ids(tmp_path, "s/0")) == 4
+
+
 def cut_mid_event(handler: Handler) -> None:
     """One whole event, then half of the next, then the connection is cut."""
     die_mid_stream_after(handler, b'data: {"id": "c", "object": "chat.completion.chunk", "choi')

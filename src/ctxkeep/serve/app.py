@@ -1,9 +1,14 @@
-"""The proxy as an ASGI application (Starlette): routes, the request's path through ctxkeep, and its errors.
+"""The proxy as an ASGI application: routes, the request's path through ctxkeep, and its errors.
 
-client ──► POST /v1/chat/completions | /v1/messages
+client ──► POST /v1/chat/completions | /v1/messages                       plain ASGI (`Proxy.converse`)
              parse ─► conversation's turn (lock) ─► sync + prepare ─► upstream ─► relay ─► record reply
-           GET /v1/models and every other /v1 path: passed through unchanged (never above the upstream's /v1)
-           GET /healthz
+           GET /v1/models and every other /v1 path: passed through unchanged   ┐ Starlette (and the
+             (never above the upstream's /v1)                                  │ lifespan, the 404s)
+           GET /healthz                                                        ┘
+
+A conversation's request is read from its ASGI scope and answered with one response start and its body:
+no framework request object, middleware or router runs on it (with them and the parsing trimmed, the
+event loop's CPU a request at 100,000 tokens went from 1.0 to 0.75 ms; docs/serve.md, Numbers).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from urllib.parse import quote
 
 import anyio
@@ -23,7 +29,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ctxkeep.errors import CtxkeepError, WorkspaceLockedError
 from ctxkeep.step import Step
@@ -42,6 +48,8 @@ from .sse import Event, EventReader
 log = logging.getLogger("ctxkeep")
 
 TOKEN_HEADER = "x-ctxkeep-token"
+_HEADER = HEADER.encode()
+_TOKEN_HEADER = TOKEN_HEADER.encode()
 _CHAT = ChatCompletions()
 _MESSAGES = AnthropicMessages()
 
@@ -51,9 +59,9 @@ def create_app(
     *,
     summarizer: Callable[[], Summarizer | None] = lambda: None,
     transport: httpx.AsyncBaseTransport | None = None,
-) -> Starlette:
-    """The proxy for `settings`. `summarizer` makes each workspace's summarizer (None: the extractive one);
-    `transport` replaces the network under the upstream client (for tests)."""
+) -> ASGIApp:
+    """The proxy for `settings`, an ASGI application. `summarizer` makes each workspace's summarizer (None:
+    the extractive one); `transport` replaces the network under the upstream client (for tests)."""
     if settings.store is None:
         settings.root.mkdir(mode=0o700, parents=True, exist_ok=True)
     proxy = Proxy(settings, Sessions(settings, summarizer), Upstream(settings, transport))
@@ -65,19 +73,82 @@ def create_app(
         finally:
             await proxy.close()
 
+    conversations = {
+        "/v1/chat/completions": _Conversation(proxy, _CHAT, "/chat/completions"),
+        "/v1/messages": _Conversation(proxy, _MESSAGES, "/messages"),
+    }
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
-        Route("/v1/chat/completions", proxy.chat, methods=["POST"]),
-        Route("/v1/messages", proxy.messages, methods=["POST"]),
+        # Routed by Starlette too, for what the front leaves to it (a scope with a root path).
+        *(Route(path, route, methods=["POST"]) for path, route in conversations.items()),
         Route("/v1/{rest:path}", proxy.passthrough, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: internal_error})
+    rest = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: internal_error})
+    return _Front(conversations, rest)
+
+
+class _Front:
+    """The application: a conversation's ``POST`` straight to its route, everything else to Starlette."""
+
+    def __init__(self, conversations: dict[str, _Conversation], rest: Starlette) -> None:
+        self._conversations = conversations
+        self._rest = rest
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+            route = self._conversations.get(scope["path"])
+            if route is not None:
+                await route(scope, receive, send)
+                return
+        await self._rest(scope, receive, send)
+
+
+class _Conversation:
+    """``POST /v1/chat/completions`` or ``/v1/messages`` as a plain ASGI application (`Proxy.converse`)."""
+
+    def __init__(self, proxy: Proxy, dialect: Dialect, path: str) -> None:
+        self._proxy = proxy
+        self._dialect = dialect
+        self._path = path  # the part after /v1, which the upstream gets
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._proxy.converse(scope, receive, send, self._dialect, self._path)
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """What the handlers read of a request, straight from its ASGI scope."""
+
+    method: str
+    path: str  # decoded, as the log line shows it
+    raw_path: bytes | None  # as sent, still percent-encoded, when the server says
+    query: str  # the query string, without its '?'
+    headers: list[tuple[bytes, bytes]]  # as the server gives them, names in lower case (ASGI's rule)
+    receive: Receive
+
+    @classmethod
+    def of(cls, scope: Scope, receive: Receive) -> Incoming:
+        """The request of an HTTP `scope`."""
+        query: bytes = scope.get("query_string", b"")
+        return cls(scope["method"], scope["path"], scope.get("raw_path"), query.decode(), scope["headers"], receive)
+
+    def header(self, name: bytes) -> str | None:
+        """The first value of the header `name` (lower case), decoded as HTTP's are (latin-1); None without one."""
+        for key, value in self.headers:
+            if key == name:
+                return value.decode("latin-1")
+        return None
 
 
 async def internal_error(request: Request, exc: Exception) -> Response:
-    """What no handler expected (a bug): a 500 in the route's error shape, which the SDKs read, not plain text."""
-    log.error("%s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+    """What no handler expected (a bug) on a route Starlette answers: a 500 in the route's error shape."""
     dialect = _MESSAGES if request.url.path == "/v1/messages" else _CHAT
+    return _internal_error(Incoming.of(request.scope, request.receive), dialect, exc)
+
+
+def _internal_error(incoming: Incoming, dialect: Dialect, exc: Exception) -> Response:
+    """A 500 in `dialect`'s error shape, which the SDKs read, not plain text; the error logged."""
+    log.error("%s %s failed: %s: %s", incoming.method, incoming.path, type(exc).__name__, exc)
     message = f"ctxkeep serve failed on this request ({type(exc).__name__}); its log says more"
     return JSONResponse(dialect.error("api_error", message), status_code=500)
 
@@ -105,22 +176,44 @@ class Proxy:
         finally:
             await self._upstream.aclose()
 
-    async def chat(self, request: Request) -> Response:
-        """``POST /v1/chat/completions`` (OpenAI)."""
-        return await self._watched(request, lambda ex: self._converse(request, _CHAT, "/chat/completions", ex))
-
-    async def messages(self, request: Request) -> Response:
-        """``POST /v1/messages`` (Anthropic)."""
-        return await self._watched(request, lambda ex: self._converse(request, _MESSAGES, "/messages", ex))
+    async def converse(self, scope: Scope, receive: Receive, send: Send, dialect: Dialect, path: str) -> None:
+        """A conversation's request, as an ASGI application (``POST /v1/chat/completions`` in `dialect`
+        OpenAI's, ``/v1/messages`` Anthropic's; `path` the part after ``/v1``), and its log line: now, or when
+        its stream ends. Idle workspaces past the limit are closed once the answer is sent (`Sessions.tidy`)."""
+        incoming = Incoming.of(scope, receive)
+        exchange = Exchange(method=incoming.method, path=incoming.path, started=time.monotonic())
+        try:
+            response = await self._converse(incoming, dialect, path, exchange)
+        except ClientDisconnect:
+            exchange.error = "the client went away before the end of its request"
+            exchange.done()
+            return
+        except Exception as exc:
+            # What no handler expected (a bug): a 500 in the route's error shape, then raised for the server's
+            # log, as Starlette's error middleware does for the other routes.
+            exchange.error = type(exc).__name__
+            exchange.done(500)
+            await _internal_error(incoming, dialect, exc)(scope, receive, send)
+            raise
+        if isinstance(response, _Relay):
+            response.exchange = exchange
+            await response(scope, receive, send)
+            return
+        try:
+            await response(scope, receive, send)
+        finally:
+            exchange.done(response.status_code)  # once the answer is out: its line costs the client no time
+        await self._sessions.tidy()
 
     async def passthrough(self, request: Request) -> Response:
         """Any other ``/v1`` request (``GET /v1/models``, ...), forwarded and answered unchanged."""
-        return await self._watched(request, lambda exchange: self._pass(request, exchange))
+        incoming = Incoming.of(request.scope, request.receive)
+        return await self._watched(incoming, lambda exchange: self._pass(incoming, exchange))
 
-    async def _watched(self, request: Request, handle: Callable[[Exchange], Awaitable[Response]]) -> Response:
+    async def _watched(self, incoming: Incoming, handle: Callable[[Exchange], Awaitable[Response]]) -> Response:
         """`handle`'s response, and the request's log line: now, or when its stream ends. Idle workspaces
         past the limit are closed after the answer is sent (`Sessions.tidy`), so no answer waits for them."""
-        exchange = Exchange(method=request.method, path=request.url.path, started=time.monotonic())
+        exchange = Exchange(method=incoming.method, path=incoming.path, started=time.monotonic())
         try:
             response = await handle(exchange)
         except Exception as exc:
@@ -135,37 +228,40 @@ class Proxy:
                 response.background = BackgroundTask(self._sessions.tidy)
         return response
 
-    async def _pass(self, request: Request, exchange: Exchange) -> Response:
-        if (refused := self._refuse_unauthorized(request, _CHAT)) is not None:
+    async def _pass(self, incoming: Incoming, exchange: Exchange) -> Response:
+        if (refused := self._refuse_unauthorized(incoming, _CHAT)) is not None:
             return refused
-        raw = request.scope.get("raw_path")
-        path = under_base(raw.decode("latin-1") if isinstance(raw, bytes) else quote(request.url.path))
+        raw = incoming.raw_path
+        path = under_base(raw.decode("latin-1") if isinstance(raw, bytes) else quote(incoming.path))
         if path is None:
             return _bad_request(_CHAT, "the path leaves the API's /v1 (a '..' or an encoded '/'); ask for a /v1 path")
-        if request.url.query:
-            path += "?" + request.url.query
+        if incoming.query:
+            path += "?" + incoming.query
         try:
-            body = await _body(request, self._settings.max_body)
+            body = await _body(incoming, self._settings.max_body)
         except _TooLarge as exc:
             return _too_large(_CHAT, exc)
         exchange.forwarded()
         try:
-            answer = await self._upstream.open(request.method, path, request.headers.items(), body)
+            answer = await self._upstream.open(incoming.method, path, incoming.headers, body)
         except (UpstreamTimeout, UpstreamUnreachable) as exc:
             return _upstream_failure(_CHAT, exc)
         return _Relay(_relay(answer, None), answer, status_code=answer.status_code, headers=returned(answer.headers))
 
-    async def _converse(self, request: Request, dialect: Dialect, path: str, exchange: Exchange) -> Response:
-        if (refused := self._refuse_unauthorized(request, dialect)) is not None:
+    async def _converse(self, incoming: Incoming, dialect: Dialect, path: str, exchange: Exchange) -> Response:
+        if (refused := self._refuse_unauthorized(incoming, dialect)) is not None:
             return refused
+        header = incoming.header(_HEADER)
         try:
-            raw = await _body(request, self._settings.max_body)
-            body, replaced = self._known[path].parse(raw, request.headers.get(HEADER))
+            raw = await _body(incoming, self._settings.max_body)
+            known = self._known[path]
+            body, replaced = known.parse(raw, header)
             if not isinstance(body, dict):
                 raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
-            turn = dialect.parse(body)
+            turn = dialect.parse(body, checked=known.accepted(body))
+            known.accept(body)
             exchange.stream = turn.stream
-            key = self._sessions.key(request.headers.get(HEADER), path, turn)
+            key = self._sessions.key(header, path, turn)
         except _TooLarge as exc:
             return _too_large(dialect, exc)
         except orjson.JSONDecodeError as exc:
@@ -201,10 +297,10 @@ class Proxy:
             for warning in step.warnings:
                 log.warning("conversation %s: %s", key, warning)
             outgoing = orjson.dumps(dialect.outgoing(body, turn, step, lease.forms))
-            target = f"{path}?{request.url.query}" if request.url.query else path  # e.g. ?beta=true
+            target = f"{path}?{incoming.query}" if incoming.query else path  # e.g. ?beta=true
             exchange.forwarded()
             try:
-                answer = await self._upstream.open("POST", target, request.headers.items(), outgoing)
+                answer = await self._upstream.open("POST", target, incoming.headers, outgoing)
             except (UpstreamTimeout, UpstreamUnreachable) as exc:
                 return _upstream_failure(dialect, exc)
             headers = returned(answer.headers) | _ctxkeep_headers(lease, step)
@@ -232,11 +328,11 @@ class Proxy:
             if not handed_over:
                 await lease.release()
 
-    def _refuse_unauthorized(self, request: Request, dialect: Dialect) -> Response | None:
+    def _refuse_unauthorized(self, incoming: Incoming, dialect: Dialect) -> Response | None:
         token = self._settings.auth_token
         if token is None:
             return None
-        sent = request.headers.get(TOKEN_HEADER, "")
+        sent = incoming.header(_TOKEN_HEADER) or ""
         if hmac.compare_digest(sent.encode(), token.encode()):
             return None
         message = f"this ctxkeep proxy needs its token in the {TOKEN_HEADER} header"
@@ -390,19 +486,25 @@ class _TooLarge(Exception):
         self.limit = limit
 
 
-async def _body(request: Request, limit: int) -> bytes:
-    """The request's body, read up to `limit` bytes: past it `_TooLarge`, before more is held in memory."""
-    declared = request.headers.get("content-length", "")
+async def _body(incoming: Incoming, limit: int) -> bytes:
+    """The request's body, read up to `limit` bytes: past it `_TooLarge`, before more is held in memory;
+    `ClientDisconnect` when the client goes away first."""
+    declared = incoming.header(b"content-length") or ""
     if declared.isdigit() and int(declared) > limit:
         raise _TooLarge(limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        message = await incoming.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk: bytes = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise _TooLarge(limit)
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 def _too_large(dialect: Dialect, exc: _TooLarge) -> Response:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -23,9 +22,9 @@ _SYSTEM_ROLES = ("system", "developer")
 class ChatCompletions:
     """The `Dialect` of OpenAI's chat completions API (and every server compatible with it)."""
 
-    def parse(self, body: dict[str, Any]) -> Turn:
+    def parse(self, body: dict[str, Any], *, checked: int = 0) -> Turn:
         """The leading system and developer messages are the system prompt; the rest is the history."""
-        messages = check_messages(body, ROLES)
+        messages = check_messages(body, ROLES, checked=checked)
         tools = check_tools(body)
         stream = check_stream(body)
         lead = 0
@@ -39,9 +38,7 @@ class ChatCompletions:
         """The client's system messages exactly as sent, then the summary and the recent messages
         (`Step.to_openai` without the system prompt, each message converted and serialized once while it
         stays: its JSON is an `orjson.Fragment`, copied as it is into every body that sends it)."""
-        # Without the system prompt, which would only be made into a message (its id hashed) to be dropped.
-        context = replace(step.context, system=None).as_messages()
-        return {**body, "messages": [*turn.prefix, *forms.of(context, _wire)]}
+        return {**body, "messages": [*turn.prefix, *forms.of(forms.context(step.context), _wire)]}
 
     def reply(self, answer: Any) -> Reply | None:
         """The first choice's message, without the fields a request does not carry back."""

@@ -6,11 +6,14 @@ implement it; the request handler in `ctxkeep.serve.app` is written once against
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Protocol
 
+from ctxkeep.context import Context
 from ctxkeep.messages import Message
 from ctxkeep.step import Step
 
@@ -79,6 +82,20 @@ class WireForms:
         self._groups: dict[tuple[int, ...], tuple[tuple[Message, ...], Callable[[Sequence[Message]], Any], Any]] = {}
         # The last call's messages and forms, in order: a context that only grew is matched by identity in C.
         self._last: tuple[list[Message], list[Any], Callable[[Message], Any] | None] = ([], [], None)
+        # `of_folded`'s last call: its messages, its output, its fold, and where (a message, an output) a call with
+        # messages added after them takes the fold up again.
+        self._folded: tuple[list[Message], list[Any], Fold | None, int, int] = ([], [], None, 0, 0)
+        self._summary: tuple[str, list[Message]] | None = None  # the summary, and the message it is sent as
+
+    def context(self, context: Context) -> list[Message]:
+        """The context's messages but its system prompt: the summary as the message `Context.as_messages` makes,
+        made once while the summary stays (a new message on each request would match no form of the last)."""
+        if context.summary is None:
+            return list(context.messages)
+        if self._summary is None or self._summary[0] != context.summary:
+            lead = Context(system=None, summary=context.summary, messages=(), tokens=0).as_messages()
+            self._summary = (context.summary, lead)
+        return [*self._summary[1], *context.messages]
 
     def of(self, messages: Iterable[Message], convert: Callable[[Message], Any]) -> list[Any]:
         """`convert` of each message, reused from the last call for the messages it had; the others are
@@ -107,10 +124,15 @@ class WireForms:
             out.append(kept[2])
         return out
 
-    def of_groups(self, groups: Iterable[Sequence[Message]], convert: Callable[[Sequence[Message]], Any]) -> list[Any]:
+    def of_groups(
+        self, groups: Iterable[Sequence[Message]], convert: Callable[[Sequence[Message]], Any], *, adding: bool = False
+    ) -> list[Any]:
         """`of` for an API whose wire message is made of several messages (Anthropic's: tool results joined):
-        `convert` of each group, reused while the group holds the same messages."""
-        old, forms, out = self._groups, {}, []
+        `convert` of each group, reused while the group holds the same messages. `adding`: the groups are only
+        the context's last ones (`of_folded`'s), kept beside the others, not instead of them (a group the last
+        run outgrew stays until the next whole call, at the context's next change before its end)."""
+        old, out = self._groups, []
+        forms = old if adding else {}
         for group in groups:
             key = tuple(map(id, group))
             kept = old.get(key)
@@ -121,12 +143,34 @@ class WireForms:
         self._groups = forms
         return out
 
+    def of_folded(self, messages: list[Message], fold: Fold) -> list[Any]:
+        """`fold`'s output for `messages`, for a conversion that reads them in order and whose output before some
+        point no later message changes (Anthropic's: groups, then runs of one role joined; a new message can
+        only join the last run). `fold(forms, messages, adding)` returns its output and that point: the first
+        message and the first output it may redo. A context that only grew since the last call (matched by
+        identity, in C) is folded from that point on, not from its first message."""
+        last, out, last_fold, at, at_out = self._folded
+        if last_fold is fold and len(messages) >= len(last) and all(map(operator.is_, last, messages)):
+            tail, tail_at, tail_out = fold(self, messages[at:], True)
+            result = [*out[:at_out], *tail]
+            self._folded = (messages, result, fold, at + tail_at, at_out + tail_out)
+        else:
+            result, at, at_out = fold(self, messages, False)
+            self._folded = (messages, result, fold, at, at_out)
+        return result
+
+
+# A conversion `WireForms.of_folded` takes up where it left off: (forms, messages, adding) -> output, and the
+# first message and output that messages added after these may change.
+Fold = Callable[[WireForms, list[Message], bool], tuple[list[Any], int, int]]
+
 
 class Dialect(Protocol):
     """One API's request and answer shapes."""
 
-    def parse(self, body: dict[str, Any]) -> Turn:
-        """The request's conversation; `BadRequest` when the body is not one."""
+    def parse(self, body: dict[str, Any], *, checked: int = 0) -> Turn:
+        """The request's conversation; `BadRequest` when the body is not one. The first `checked` messages
+        were taken in an earlier request, as they are (`KnownBodies.accepted`): they need no check again."""
 
     def outgoing(self, body: dict[str, Any], turn: Turn, step: Step, forms: WireForms) -> dict[str, Any]:
         """The body to send upstream: every field as the client sent it, the messages compacted; `forms` holds
@@ -157,15 +201,22 @@ def text_of(content: Any) -> str:
     return ""
 
 
-def check_messages(body: dict[str, Any], roles: frozenset[str]) -> list[Any]:
-    """`body["messages"]`, checked to be a non-empty list of objects whose role is one of `roles`."""
+def check_messages(body: dict[str, Any], roles: frozenset[str], *, checked: int = 0) -> list[Any]:
+    """`body["messages"]`, checked to be a non-empty list of objects whose role is one of `roles`; its first
+    `checked` ones are known to be (a long history's earlier messages, taken in an earlier request)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty array of message objects", param="messages")
-    for i, msg in enumerate(messages):
+    rest = messages[checked:] if checked > 0 else messages
+    # Checked in C first (`map` over the list): a history of a thousand messages in a few microseconds, where
+    # the loop below takes a tenth of a millisecond; the loop only finds and names what is wrong.
+    with contextlib.suppress(TypeError):  # an unhashable role: named by the loop
+        if set(map(type, rest)) <= {dict} and roles.issuperset(map(dict.get, rest, repeat("role"))):
+            return messages
+    for i, msg in enumerate(rest, len(messages) - len(rest)):
         if not isinstance(msg, dict):
             raise BadRequest(f"messages[{i}] must be an object, got {type(msg).__name__}", param=f"messages[{i}]")
-        if msg.get("role") not in roles:
+        if not isinstance(msg.get("role"), str) or msg["role"] not in roles:
             legacy = " (send a function's result as a 'tool' message)" if msg.get("role") == "function" else ""
             raise BadRequest(
                 f"messages[{i}].role must be one of {', '.join(sorted(roles))}; got {msg.get('role')!r}{legacy}",

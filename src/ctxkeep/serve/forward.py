@@ -14,21 +14,22 @@ import httpx
 from .http11 import Http11Transport
 from .settings import ServeSettings
 
-# Headers of one hop, recomputed by each side; and ctxkeep's own, which the upstream has no use for.
+# Headers of one hop, recomputed by each side; and ctxkeep's own, which the upstream has no use for. As bytes:
+# a request's headers are compared as the ASGI server gives them.
 _REQUEST_DROP = frozenset(
     {
-        "host",
-        "content-length",
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "te",
-        "upgrade",
-        "proxy-authorization",
-        "proxy-connection",
-        "accept-encoding",  # httpx asks for what it can decode, and the body is relayed decoded
-        "x-ctxkeep-session",
-        "x-ctxkeep-token",
+        b"host",
+        b"content-length",
+        b"connection",
+        b"keep-alive",
+        b"transfer-encoding",
+        b"te",
+        b"upgrade",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"accept-encoding",  # httpx asks for what it can decode, and the body is relayed decoded
+        b"x-ctxkeep-session",
+        b"x-ctxkeep-token",
     }
 )
 _RESPONSE_DROP = frozenset(
@@ -46,7 +47,9 @@ class UpstreamTimeout(Exception):
 
 # What httpx's client would add when the client did not send them. Only the encodings httpx decodes on
 # every install: the body is relayed decoded.
-_DEFAULT_HEADERS = (("accept", "*/*"), ("accept-encoding", "gzip, deflate"), ("user-agent", "ctxkeep-serve"))
+_DEFAULT_HEADERS = ((b"accept", b"*/*"), (b"accept-encoding", b"gzip, deflate"), (b"user-agent", b"ctxkeep-serve"))
+# The upstream URLs kept parsed (httpx parses a URL in 20 µs): the few paths clients use, not every query string.
+_URLS_KEPT = 64
 
 
 class Upstream:
@@ -60,18 +63,20 @@ class Upstream:
         # the upstream is the one named.
         self._transport = transport or Http11Transport(keep=64)
         self._timeout = httpx.Timeout(settings.timeout, connect=min(settings.timeout, 30.0)).as_dict()
+        self._urls: dict[str, httpx.URL] = {}
 
-    async def open(self, method: str, path: str, headers: Iterable[tuple[str, str]], body: bytes) -> httpx.Response:
-        """Send a request for `path` (the part after ``/v1``) and return the answer with its body not yet read.
+    async def open(self, method: str, path: str, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> httpx.Response:
+        """Send a request for `path` (the part after ``/v1``) with the client's `headers` (as the ASGI scope
+        holds them) and return the answer with its body not yet read.
 
         Raises `UpstreamUnreachable` or `UpstreamTimeout`; the caller must close the answer (`aclose`).
         """
         sent = forwarded(headers)
-        names = {k.lower() for k, _ in sent}
+        names = {k for k, _ in sent}
         sent += [(k, v) for k, v in _DEFAULT_HEADERS if k not in names]
         request = httpx.Request(
             method,
-            self._settings.upstream_url(path),
+            self._url(path),
             headers=sent,
             content=body or None,
             extensions={"timeout": self._timeout},
@@ -90,6 +95,14 @@ class Upstream:
     async def aclose(self) -> None:
         """Close the pooled connections."""
         await self._transport.aclose()
+
+    def _url(self, path: str) -> httpx.URL:
+        url = self._urls.get(path)
+        if url is None:
+            url = httpx.URL(self._settings.upstream_url(path))
+            if len(self._urls) < _URLS_KEPT:
+                self._urls[path] = url
+        return url
 
 
 def under_base(raw_path: str) -> str | None:
@@ -116,9 +129,9 @@ def under_base(raw_path: str) -> str | None:
     return "/" + "/".join(kept)
 
 
-def forwarded(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The client's headers that go upstream: all but one hop's and ctxkeep's own."""
-    return [(k, v) for k, v in headers if k.lower() not in _REQUEST_DROP]
+def forwarded(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The client's headers that go upstream, names in lower case: all but one hop's and ctxkeep's own."""
+    return [(k.lower(), v) for k, v in headers if k.lower() not in _REQUEST_DROP]
 
 
 def returned(headers: Mapping[str, str] | httpx.Headers) -> dict[str, str]:

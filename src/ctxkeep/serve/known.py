@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -79,6 +79,7 @@ class Known:
     messages: tuple[Any, ...]  # body["messages"], as parsed
     ends: tuple[int, ...]  # where each message ends in `raw` (just past its closing brace)
     close: int  # where the ``]`` that closes ``messages`` is in `raw`
+    accepted: int = 0  # the leading messages the route took as valid (`KnownBodies.accept`), in it or before
 
 
 class KnownBodies:
@@ -91,10 +92,12 @@ class KnownBodies:
         self._count = 0
         self._misses: dict[tuple[str | None, bytes], int] = {}  # requests in a row a header's body was not extended
         self._fruitless = 0  # bodies parsed whole in a row on the route (none extended a known one)
+        self._last: tuple[tuple[str | None, bytes], Known] | None = None  # the last body `parse` kept
 
     def parse(self, raw: bytes, header: str | None) -> tuple[object, bool]:
         """The body `raw` parses to (`request_json`'s), and whether surrogates were replaced; by its new
         messages alone when it extends a body this route received before for `header` (see the module)."""
+        self._last = None
         key = (header, raw[:_PROBE])
         alike = self._alike.get(key, ())
         for known in alike:
@@ -122,7 +125,22 @@ class KnownBodies:
             self._keep(key, found, replacing=None)
         return body, replaced
 
+    def accepted(self, body: object) -> int:
+        """How many leading messages of `body`, the last `parse`'s, are ones the route took before (`accept`):
+        the same values, parsed from the same bytes, which need no second check."""
+        return self._last[1].accepted if self._last is not None and self._last[1].body is body else 0
+
+    def accept(self, body: object) -> None:
+        """The route took `body`, the last `parse`'s, as valid: its messages need no check in a later body."""
+        if self._last is None or self._last[1].body is not body:
+            return
+        key, known = self._last
+        alike = self._alike.get(key)
+        if alike and alike[0] is known:
+            alike[0] = replace(known, accepted=len(known.messages))
+
     def _keep(self, key: tuple[str | None, bytes], known: Known, replacing: Known | None) -> None:
+        self._last = (key, known)
         alike = self._alike.pop(key, [])
         # One body per session header (its conversation's last); without one, the last few that begin alike.
         kept = [] if key[0] is not None else [k for k in alike if k is not replacing][: _ALIKE - 1]
@@ -177,7 +195,9 @@ def _from(known: Known, raw: bytes, k: int) -> Known | None:
         body = {**head, "messages": None, **rest}
     messages = (*known.messages[: k + 1], *new)
     body["messages"] = list(messages)
-    return Known(raw=raw, body=body, messages=messages, ends=(*known.ends[: k + 1], *ends), close=close)
+    ends_all = (*known.ends[: k + 1], *ends)
+    accepted = min(known.accepted, k + 1)
+    return Known(raw=raw, body=body, messages=messages, ends=ends_all, close=close, accepted=accepted)
 
 
 def _rest(raw: bytes, close: int) -> dict[str, Any] | None:

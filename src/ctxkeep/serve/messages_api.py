@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -31,9 +30,9 @@ ROLES = frozenset({"user", "assistant"})
 class AnthropicMessages:
     """The `Dialect` of Anthropic's messages API."""
 
-    def parse(self, body: dict[str, Any]) -> Turn:
+    def parse(self, body: dict[str, Any], *, checked: int = 0) -> Turn:
         """The top-level ``system`` is the system prompt; ``messages`` the history."""
-        messages = check_messages(body, ROLES)
+        messages = check_messages(body, ROLES, checked=checked)
         system = body.get("system")
         if system is not None and not (
             isinstance(system, str) or (isinstance(system, list) and all(isinstance(b, dict) for b in system))
@@ -46,10 +45,8 @@ class AnthropicMessages:
         """The client's ``system`` as sent; the summary and the recent messages, roles alternating. Each Anthropic
         message (a group of ctxkeep's: tool results joined, `groups`) is converted and serialized once while it
         stays; only a run of one role, joined here, is serialized again."""
-        # Without the system prompt, which would only be made into a message (its id hashed) to be dropped.
-        context = replace(step.context, system=None).as_messages()
-        wire = [w for w in forms.of_groups(groups(context), _wire) if w is not None]
-        return {**body, "messages": _alternated(wire)}
+        # Only the context's last run of one role and what follows it are grouped and joined again (`_fold`).
+        return {**body, "messages": forms.of_folded(forms.context(step.context), _fold)}
 
     def reply(self, answer: Any) -> Reply | None:
         """The answer's content blocks as the assistant message a client sends back."""
@@ -89,21 +86,37 @@ def alternate(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _fold(forms: WireForms, messages: list[Message], adding: bool) -> tuple[list[Any], int, int]:
+    """`messages` as the API's, roles alternating (a `Fold` of `WireForms.of_folded`), and where the last run of
+    one role begins: no later message joins a group or a run before it."""
+    grouped = groups(messages)
+    forms_of = forms.of_groups(grouped, _wire, adding=adding)
+    wire = [(group, form) for group, form in zip(grouped, forms_of, strict=True) if form is not None]
+    out, last = _alternated([form for _, form in wire])
+    if last is None:
+        return out, 0, 0  # nothing to send: folded whole again next time
+    first = wire[last][0][0]
+    # Looked for from the end, by identity: the last run is near it.
+    at = next(i for i in range(len(messages) - 1, -1, -1) if messages[i] is first)
+    return out, at, len(out) - 1
+
+
 def _wire(group: Sequence[Message]) -> tuple[dict[str, Any], orjson.Fragment] | None:
     message = group_message(group)
     return None if message is None else (message, orjson.Fragment(orjson.dumps(message)))
 
 
-def _alternated(wire: list[tuple[dict[str, Any], orjson.Fragment]]) -> list[Any]:
-    """`alternate` over messages kept with their JSON: a message alone in its role's run goes as its JSON."""
+def _alternated(wire: list[tuple[dict[str, Any], orjson.Fragment]]) -> tuple[list[Any], int | None]:
+    """`alternate` over messages kept with their JSON: a message alone in its role's run goes as its JSON, a run
+    as the one message it is joined into; and where the last run begins in `wire` (None when it is empty)."""
     out: list[Any] = []
-    start = 0
+    start, last = 0, None
     for end in range(1, len(wire) + 1):
         if end < len(wire) and wire[end][0]["role"] == wire[start][0]["role"]:
             continue
         out += [wire[start][1]] if end - start == 1 else alternate([m for m, _ in wire[start:end]])
-        start = end
-    return out
+        start, last = end, start
+    return out, last
 
 
 def _blocks(content: Any) -> list[Any]:
