@@ -931,7 +931,8 @@ def test_toktok_threads_are_one_for_small_batches_and_the_cores_read_once(monkey
     big = "word " * 20_000  # 100,000 characters
     assert tokenizer.count_texts(["a short one", "and another"]) == [3, 2]
     tokenizer.count_texts([big])  # one text is one thread's work, however long
-    tokenizer.count_texts([big, big, big])
+    tokenizer.count_texts([big, big, big])  # a step's big batch: a thread's start would cost more than it saves
+    tokenizer.count_texts([big] * 30)  # 3 million characters: a million or more for each thread
     # Never 0: toktok would find the cores itself, reading the cgroup files again on every call.
-    assert asked == [1, 1, min(encodings.cores(), 3)]
+    assert asked == [1, 1, 1, min(encodings.cores(), 3)]
     assert encodings.cores() >= 1 and encodings.cores.cache_info().hits >= 1

@@ -26,9 +26,12 @@ Backend: TypeAlias = Literal["toktok", "tiktoken"]
 ENCODINGS: tuple[str, ...] = ("o200k_base", "cl100k_base")
 ACCEPTED = "'o200k_base' (default), 'cl100k_base', or the path of a Hugging Face tokenizer.json"
 
-# Batches smaller than this many characters are counted on one thread: starting workers costs
-# more than it saves on short input (and a batch of one text is one thread's work whatever its size).
-_PARALLEL_MIN_CHARS = 64_000
+# Characters each of toktok's threads gets at least: a smaller batch is counted on one thread (and a batch of
+# one text is one thread's work whatever its size). A thread costs its start, and on a machine whose other cores
+# are busy it waits for one: a step's batch of 72,000 characters took 1.8 ms on 2 threads, 0.5 ms on one (2
+# cores, load 1); batches of 0.4-5 MB were still 10-70% slower on 2 threads there (bench/README.md, "What a
+# step costs"). From a million characters a thread has a few ms of work, which its start no longer outweighs.
+_CHARS_PER_THREAD = 1_000_000
 
 
 @functools.cache
@@ -77,7 +80,7 @@ class ToktokTokenizer:
         self._small_left = SMALL_BUDGET
 
     def count_texts(self, texts: Sequence[str]) -> list[int]:
-        """Token counts of `texts`; large batches run on every core."""
+        """Token counts of `texts`; batches of millions of characters run on several cores."""
         items = texts if isinstance(texts, list) else list(texts)
         chars = sum(map(len, items))
         if chars <= self._small_left:
@@ -88,7 +91,7 @@ class ToktokTokenizer:
                 self._small_left -= chars
                 return counted
         self._small_left = 0  # toktok's vocabulary is loaded from here on, and it is the faster
-        threads = min(cores(), len(items)) if chars >= _PARALLEL_MIN_CHARS else 1
+        threads = max(1, min(cores(), len(items), chars // _CHARS_PER_THREAD))
         counts: list[int] = self._count(items, self.name, threads=threads, with_special=False)
         return counts
 
