@@ -29,7 +29,7 @@ ACCEPTED = "'o200k_base' (default), 'cl100k_base', or the path of a Hugging Face
 # Characters each of toktok's threads gets at least: a smaller batch is counted on one thread (and a batch of
 # one text is one thread's work whatever its size). A thread costs its start, and on a machine whose other cores
 # are busy it waits for one: a step's batch of 72,000 characters took 1.8 ms on 2 threads, 0.5 ms on one (2
-# cores, load 1); batches of 0.4-5 MB were still 10-70% slower on 2 threads there (bench/README.md, "What a
+# cores, load 1); batches of 0.4-5 MB were still 10-70% slower on 2 threads there (docs/engine.md, "What a
 # step costs"). From a million characters a thread has a few ms of work, which its start no longer outweighs.
 _CHARS_PER_THREAD = 1_000_000
 
