@@ -915,7 +915,7 @@ def test_a_character_newer_than_unicodedata_hands_over_to_regex() -> None:
     assert split(text) == regex.compile(pattern).findall(text)
 
 
-def test_toktok_threads_are_one_for_small_batches_and_the_cores_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_toktok_counts_one_by_one_on_one_thread_and_reads_the_cores_once(monkeypatch: pytest.MonkeyPatch) -> None:
     from ctxkeep.tokens import encodings
 
     tokenizer = encodings.ToktokTokenizer("o200k_base")
@@ -931,7 +931,32 @@ def test_toktok_threads_are_one_for_small_batches_and_the_cores_read_once(monkey
     big = "word " * 20_000  # 100,000 characters
     assert tokenizer.count_texts(["a short one", "and another"]) == [3, 2]
     tokenizer.count_texts([big])  # one text is one thread's work, however long
-    tokenizer.count_texts([big, big, big])
+    tokenizer.count_texts([big, big, big])  # a step's big batch: a thread's start would cost more than it saves
+    # One thread counts one text at a time: a batch call costs ~28 us before it counts anything.
+    assert asked == []
+    tokenizer.count_texts([big] * 30)  # 3 million characters: a million or more for each thread
     # Never 0: toktok would find the cores itself, reading the cgroup files again on every call.
-    assert asked == [1, 1, min(encodings.cores(), 3)]
+    assert asked == ([min(encodings.cores(), 3)] if encodings.cores() > 1 else [])
     assert encodings.cores() >= 1 and encodings.cores.cache_info().hits >= 1
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_toktok_one_by_one_counts_what_its_batches_count(encoding: str) -> None:
+    import toktok
+
+    from ctxkeep.tokens import encodings
+
+    tokenizer = encodings.ToktokTokenizer(encoding)
+    tokenizer.count_texts(["w" * (encodings.SMALL_BUDGET + 1)])  # past the small budget: toktok from here on
+    texts = [
+        "",
+        "hello world",
+        "<|endoftext|> and <|endofprompt|>, <|fim_prefix|>: ordinary text, never control tokens",
+        "请检查这个模块的测试结果并修复失败的用例，然后总结一下。",
+        "  \n\n\t  trailing spaces   \r\n",
+        "emoji 🧠🧠 and accents: naïve café",
+        "def f(x):\n    return x ** 2  # 1234567890\n" * 300,
+    ]
+    assert tokenizer.count_texts(texts) == toktok.batch_count(texts, encoding, threads=1, with_special=False)
+    with pytest.raises(UnicodeError):  # a lone surrogate: what the counter replaces and counts again
+        tokenizer.count_texts(["a\ud800b"])

@@ -33,8 +33,8 @@ def over_bytes(text: str, limit: int) -> bool:
     n = len(text)
     if n * 4 <= limit:  # a character takes at most 4 bytes
         return False
-    if n > limit:  # and at least 1
-        return True
+    if n > limit or text.isascii():  # and at least 1 (an ASCII text, one each: CPython knows without reading it)
+        return n > limit
     return len(encode(text)) > limit
 
 

@@ -32,7 +32,7 @@ from .originals import original_name as original_name
 from .originals import record_in as record_in
 from .originals import record_of as record_of
 from .reasoning import THINKING_KEY, saved_thinking
-from .settings import OffloadSettings, PolicyKind
+from .settings import OffloadSettings, PolicyKind, ToolPolicy
 from .store import OFFLOAD_KEY as OFFLOAD_KEY
 from .store import TOOL_RESULT_DIR as TOOL_RESULT_DIR
 from .store import Store
@@ -163,6 +163,7 @@ def offload(
     *,
     tool_names: Mapping[str, str] | None = None,
     new: bool = False,
+    recent_n: int | None = None,
 ) -> list[Message]:
     """The messages with big tool results and command outputs (`is_output`) cut, their full texts saved in `store`.
 
@@ -174,14 +175,14 @@ def offload(
     among the results for `recent_n`. Every file is written before any message changes: when
     `store` raises `StorageError`, the error propagates and nothing is returned. File names derive
     from the message and call ids, so a retry rewrites the same files. `new` (`offload_new`): the messages
-    are coming in, and a result's one text over `max_message_chars` is saved and cut as capped.
+    are coming in, and a result's one text over `max_message_chars` is saved and cut as capped. `recent_n`, when
+    given, stands for the settings' (a step passes one of its own without making new settings each time).
     """
     if not isinstance(settings, OffloadSettings):
         raise TypeError(f"offload needs an OffloadSettings; got {type(settings).__name__}")
     names = _names(messages, tool_names)
     outputs = [i for i, m in enumerate(messages) if is_output(m)]
-    recent = set(outputs[max(0, len(outputs) - settings.recent_n) :])
-    policies: dict[str | None, PolicyKind] = {}
+    recent = set(outputs[max(0, len(outputs) - (settings.recent_n if recent_n is None else recent_n)) :])
 
     changed: dict[int, Message] = {}
     writes: dict[str, bytes | str | Capped] = {}
@@ -193,10 +194,8 @@ def offload(
         if new:
             out = replace(out, cap=settings.max_message_chars)
         name = names.get(out.call_id) if out.call_id else None
-        if name not in policies:
-            policies[name] = settings.policy_for(name)
         stage: Stage = "recent" if i in recent else "old"
-        plan = _plan(message, out, stage, policies[name], settings, store)
+        plan = _plan(message, out, stage, _policy_of(settings, name), settings, store)
         if plan is not None:
             changed[i], write = plan
             if write is not None:
@@ -236,12 +235,30 @@ def offload_new(
         if (out := _output(m)) is not None
     ):
         return list(messages)
-    done = offload(messages, replace(settings, recent_n=len(outputs)), store, tool_names=tool_names, new=True)
+    done = offload(messages, settings, store, tool_names=tool_names, new=True, recent_n=len(outputs))
     done = [within_cap(m, cap) if m is before else m for before, m in zip(messages, done, strict=True)]
     sync = getattr(store, "sync_originals", None)  # an optional method: a store in memory has nothing to sync
     if callable(sync) and any(a is not b for a, b in zip(messages, done, strict=True)):
         sync()
     return done
+
+
+# Each tool name's policy kind, by the policies it was read from (held here, so that their id names them): matching
+# a name against every pattern (`OffloadSettings.policy_for`) took 7 us for a name no policy takes, a few times a step.
+_POLICIES: dict[tuple[int, str | None], tuple[tuple[ToolPolicy, ...], PolicyKind]] = {}
+
+
+def _policy_of(settings: OffloadSettings, name: str | None) -> PolicyKind:
+    """`settings.policy_for(name)`, read once per tool name and policies."""
+    policies = settings.policies
+    known = _POLICIES.get((id(policies), name))
+    if known is not None and known[0] is policies:
+        return known[1]
+    if len(_POLICIES) >= 4096:  # settings made anew for every session of a long-lived process
+        _POLICIES.clear()
+    kind = settings.policy_for(name)
+    _POLICIES[(id(policies), name)] = (policies, kind)
+    return kind
 
 
 def _old_calls(messages: Sequence[Message], recent: set[int]) -> list[int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
@@ -26,9 +26,12 @@ Backend: TypeAlias = Literal["toktok", "tiktoken"]
 ENCODINGS: tuple[str, ...] = ("o200k_base", "cl100k_base")
 ACCEPTED = "'o200k_base' (default), 'cl100k_base', or the path of a Hugging Face tokenizer.json"
 
-# Batches smaller than this many characters are counted on one thread: starting workers costs
-# more than it saves on short input (and a batch of one text is one thread's work whatever its size).
-_PARALLEL_MIN_CHARS = 64_000
+# Characters each of toktok's threads gets at least: a smaller batch is counted on one thread (and a batch of
+# one text is one thread's work whatever its size). A thread costs its start, and on a machine whose other cores
+# are busy it waits for one: a step's batch of 72,000 characters took 1.8 ms on 2 threads, 0.5 ms on one (2
+# cores, load 1); batches of 0.4-5 MB were still 10-70% slower on 2 threads there (docs/engine.md, "What a
+# step costs"). From a million characters a thread has a few ms of work, which its start no longer outweighs.
+_CHARS_PER_THREAD = 1_000_000
 
 
 @functools.cache
@@ -75,9 +78,12 @@ class ToktokTokenizer:
         # SMALL_BUDGET characters are counted without it (`ctxkeep.tokens.lazybpe`), so a small input never does.
         self._count = toktok.batch_count
         self._small_left = SMALL_BUDGET
+        # The tokenizer's own count of one text (None: toktok has none), read with the first count: `_one_by_one`.
+        self._count_one: Callable[[str], int] | None = None
+        self._count_one_read = False
 
     def count_texts(self, texts: Sequence[str]) -> list[int]:
-        """Token counts of `texts`; large batches run on every core."""
+        """Token counts of `texts`; batches of millions of characters run on several cores."""
         items = texts if isinstance(texts, list) else list(texts)
         chars = sum(map(len, items))
         if chars <= self._small_left:
@@ -88,9 +94,31 @@ class ToktokTokenizer:
                 self._small_left -= chars
                 return counted
         self._small_left = 0  # toktok's vocabulary is loaded from here on, and it is the faster
-        threads = min(cores(), len(items)) if chars >= _PARALLEL_MIN_CHARS else 1
+        threads = max(1, min(cores(), len(items), chars // _CHARS_PER_THREAD))
+        one = self._one_by_one() if threads == 1 else None
+        if one is not None:
+            return [one(text) for text in items]
         counts: list[int] = self._count(items, self.name, threads=threads, with_special=False)
         return counts
+
+    def _one_by_one(self) -> Callable[[str], int] | None:
+        """toktok's count of one text (ordinary text, as `batch_count` with `with_special=False`), or None.
+
+        A `batch_count` call costs ~28 us before it counts anything (0.6 us for 100 characters one by one, 30 us in
+        a batch; 4 us and 32 us for 1,000): a step counts a few texts, so that was most of its counting. One by
+        one is faster at every size on one thread (280 us against 340 us for 80,000 characters). It is toktok's
+        `Tokenizer.count`, outside its documented API (`batch_count`): where a version has none, batches it is.
+        """
+        if not self._count_one_read:
+            try:
+                import toktok
+
+                count = toktok._encoding(self.name).count
+            except (AttributeError, KeyError):
+                count = None
+            self._count_one = count if callable(count) else None
+            self._count_one_read = True
+        return self._count_one
 
 
 # Constants of tiktoken_ext/openai_public.py (tiktoken 0.14). That module's functions download
