@@ -123,3 +123,34 @@ def test_single_layout_rewrites_one_summary_from_the_previous_one() -> None:
 def test_the_layout_is_checked() -> None:
     with pytest.raises(ValueError, match="summary_layout"):
         EngineSettings(summary_layout="layered")  # type: ignore[arg-type]
+
+
+class Dense(Numbered):
+    """A valid summary; an appended part (no previous summary, after the first) as long as it may be in characters,
+    of characters that take three tokens each where the plan reckons about four characters a token: the new part
+    costs twelve times what was planned."""
+
+    def summarize(self, request: SummaryRequest) -> str:
+        summary = super().summarize(request)
+        if request.previous is not None or len(self.requests) == 1:
+            return summary
+        return summary + "\n- " + "🀄" * max(0, request.max_chars - len(summary) - 3)
+
+
+def test_a_new_part_that_takes_the_context_over_the_window_sends_a_smaller_summary() -> None:
+    # The plan gave the new part a room reckoned in characters; its text took ~4x the tokens: the parts sent before
+    # cannot all stay (the cache is lost either way), so the smallest summary of them all is sent, and the one built
+    # on keeps every part.
+    summarizer = Dense()
+    window = FROZEN.compact.max_input_length
+    appended = 0
+    with Session(MemoryFolder(), settings=FROZEN, summarizer=summarizer) as session:
+        for i in range(60):
+            session.add(turn(i))
+            step = session.prepare("system prompt", now=NOW)
+            assert step.context.tokens <= window, (i, step.context.tokens)
+            body = step.live.summary_body or ""
+            if step.compaction is not None and PART_BREAK in body:  # a part was appended
+                appended += 1
+                assert step.compaction.smallest and PART_BREAK not in (step.live.summary or "")
+    assert appended >= 1

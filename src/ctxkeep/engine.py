@@ -250,9 +250,15 @@ def apply(live: Live, written: Written, *, setup: Setup, started: float) -> Step
         except CtxkeepError:
             archive_mod.restore(setup.store, live.archive)  # nothing may stay appended past the committed size
             raise
-    smallest = after.tokens > settings.compact.max_input_length and not plan.append
+    smallest = after.tokens > settings.compact.max_input_length
     if smallest:
-        after = _fitted(after, plan.request, settings.compact.max_input_length, counter, plan.minimal)
+        request = plan.request
+        if plan.append and live.summary_body:
+            # A new part that takes the context over the window (its text cost more tokens than its room was
+            # reckoned at): the parts sent before cannot all stay either (the cache is lost whatever is sent), so
+            # the smaller form is of them all; the summary built on keeps every part.
+            request = replace(request, previous=live.summary_body.replace(PART_BREAK, "\n\n"))
+        after = _fitted(after, request, settings.compact.max_input_length, counter, plan.minimal)
     compaction = Compaction(
         at=now,
         reason=plan.reason,
