@@ -339,3 +339,18 @@ def test_an_adapter_given_a_name_and_a_store_refuses_memory_tools_it_could_not_c
 
     with pytest.raises(WorkspaceError, match=r"Session.open\('agent-1', store=...\)"):
         memory_tools_of("agent-1", True, {"store": "postgresql://h/db"})
+
+
+def test_taking_a_workspace_lock_leaves_the_connections_lock_timeout_as_it_was(database: str) -> None:
+    # The lock's wait is set for its statement alone: a role's or a database's lock_timeout holds again after it,
+    # whether the lock was had or not (before: set to 0, no limit, for every later statement of the connection).
+    from ctxkeep.postgres.store import _advisory_lock
+
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE {conn.info.dbname} SET lock_timeout = '7s'")
+    with psycopg.connect(database, autocommit=True) as holder, psycopg.connect(database, autocommit=True) as conn:
+        assert conn.execute("SHOW lock_timeout").fetchone() == ("7s",)
+        assert _advisory_lock(conn, 1, 2, 5.0)
+        assert conn.execute("SHOW lock_timeout").fetchone() == ("7s",)
+        assert not _advisory_lock(holder, 1, 2, 0.2)  # held by `conn`: not had in time
+        assert holder.execute("SHOW lock_timeout").fetchone() == ("7s",)

@@ -500,12 +500,14 @@ def _advisory_lock(conn: psycopg.Connection[Any], space: int, key: int, timeout:
         row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (space, key)).fetchone()
         return bool(row and row[0])
     wait = "0" if math.isinf(timeout) else f"{max(1, round(timeout * 1000))}ms"  # 0: no limit
-    # One round trip: the timeout set, the lock, the timeout unset, in the order PostgreSQL evaluates a select
-    # list. A lock not had in time fails the statement, and its transaction's setting goes with it.
+    # One round trip: the timeout set, the lock, the timeout as it was (the role's, say) set again, in the order
+    # PostgreSQL evaluates a select list; the one it was is read first (a materialized CTE runs before the list). A
+    # lock not had in time fails the statement, and its transaction's setting goes with it.
     try:
         conn.execute(
-            "SELECT set_config('lock_timeout', %s, false), pg_advisory_lock(%s, %s),"
-            " set_config('lock_timeout', '0', false)",
+            "WITH was AS MATERIALIZED (SELECT current_setting('lock_timeout') AS timeout)"
+            " SELECT set_config('lock_timeout', %s, false), pg_advisory_lock(%s, %s),"
+            " set_config('lock_timeout', was.timeout, false) FROM was",
             (wait, space, key),
         )
     except psycopg.errors.LockNotAvailable:
