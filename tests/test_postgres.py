@@ -354,3 +354,17 @@ def test_taking_a_workspace_lock_leaves_the_connections_lock_timeout_as_it_was(d
         assert conn.execute("SHOW lock_timeout").fetchone() == ("7s",)
         assert not _advisory_lock(holder, 1, 2, 0.2)  # held by `conn`: not had in time
         assert holder.execute("SHOW lock_timeout").fetchone() == ("7s",)
+
+
+def test_a_database_emptied_under_a_running_process_is_made_again_on_the_next_open(database: str) -> None:
+    # A process (the proxy) checks the schema of a URL once; the database emptied since (dropped and made again,
+    # say) is brought to the schema again by the next store opened, not "relation does not exist" on every request.
+    with PostgresStore(database, "first", shared=True) as store:
+        store.commit_state(b"{}")
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA public CASCADE")
+        conn.execute("CREATE SCHEMA public")
+    with PostgresStore(database, "second", shared=True) as store:
+        store.commit_state(b"{}")
+    with psycopg.connect(database) as conn:
+        assert schema.version(conn) == schema.VERSION

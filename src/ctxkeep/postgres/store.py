@@ -120,8 +120,14 @@ class PostgresStore:
         with self._errors("open the workspace in"), self._pool.connection() as conn:
             if self._shared and create and self.url in _checked:
                 # The schema was found current for this URL: the workspace in one round trip (a proxy's request).
-                row = conn.execute(_MAKE_WORKSPACE, (self.workspace, self.workspace)).fetchone()
-                row = row or conn.execute(_MAKE_WORKSPACE, (self.workspace, self.workspace)).fetchone()
+                try:
+                    row = conn.execute(_MAKE_WORKSPACE, (self.workspace, self.workspace)).fetchone()
+                    row = row or conn.execute(_MAKE_WORKSPACE, (self.workspace, self.workspace)).fetchone()
+                except psycopg.errors.UndefinedTable:
+                    # The tables went since (the database dropped and made again under a running proxy, say): the
+                    # schema is checked again below, as on a first open, rather than every request failing.
+                    _checked.discard(self.url)
+                    row = None
                 if row is not None:
                     return int(row[0])
             found = schema.version(conn)
