@@ -185,6 +185,28 @@ def test_chunks_indexed_without_an_embedder_get_their_vectors_later(
         assert search(index, "parcels printer", k=1, mode="vector")[0].text.count("Zebra") == 1
 
 
+def test_chunks_another_process_indexed_without_an_embedder_get_vectors_at_the_next_look_over(
+    store: PostgresStore, minilm: MiniLMEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A long-lived process (the proxy) gave every chunk a vector; another process without the memory extra then
+    # indexes a new day log. Within a minute this process looks only at the files it re-indexes itself; at its
+    # next look over the whole index, the new chunks get vectors (before: only once it restarted).
+    _fill(store, 6)
+    with open_index(store, embedder=minilm) as index:
+        index.update()
+        append_daily(
+            store, "The staging database is restored every Sunday at 02:00.", at=datetime(2026, 3, 9, 9, 0, tzinfo=UTC)
+        )
+        with open_index(store) as plain:
+            assert plain.update().files == 1
+        held = index.stats()["vectors"]
+        assert index.update().embedded == 0
+        monkeypatch.setattr(pgindex, "_LOOK_OVER_SECONDS", 0.0)
+        assert index.update().embedded > 0
+        assert index.stats()["vectors"] > held
+        assert search(index, "when is staging restored", k=1, mode="vector")[0].text.count("Sunday") == 1
+
+
 def test_a_second_workspace_does_not_find_the_first_ones_vectors(vector_url: str, minilm: MiniLMEmbedder) -> None:
     name = uuid.uuid4().hex
     with PostgresStore(vector_url, f"{name}/a") as a, PostgresStore(vector_url, f"{name}/b") as b:

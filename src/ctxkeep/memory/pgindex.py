@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,9 +49,11 @@ _B = 0.75
 # A tsvector keeps lexemes of under 2 KB.
 _MAX_LEXEME_BYTES = 2046
 _said_full_text_only = False
-# The workspaces (`Store.where`) and models whose every chunk this process has seen given a vector: later
-# updates look only at the files they re-index.
-_filled: set[tuple[str, str]] = set()
+# The workspaces (`Store.where`) and models whose every chunk this process saw given a vector, and when: updates
+# look only at the files they re-index, and at the whole index again once `_LOOK_OVER_SECONDS` have passed (chunks
+# another process indexed without an embedder get theirs then, not only when this process restarts).
+_filled: dict[tuple[str, str], float] = {}
+_LOOK_OVER_SECONDS = 60.0
 # Vectors computed and written this many chunks at a time.
 _EMBED_BATCH = 256
 _INSERT = (
@@ -168,8 +171,9 @@ class PostgresIndex:
         conn.execute("DELETE FROM ctxkeep_index_chunk WHERE id = ANY(%s)", (old,))  # their vectors with them
 
     def _filled(self) -> bool:
-        """Whether this process has given every chunk of the workspace a vector of this model already."""
-        return (self.store.where(""), self._model) in _filled
+        """Whether this process gave every chunk of the workspace a vector of this model less than a minute ago."""
+        at = _filled.get((self.store.where(""), self._model))
+        return at is not None and time.monotonic() - at < _LOOK_OVER_SECONDS
 
     def _embed_missing(self, paths: list[str] | None = None) -> int:
         """Give the chunks lacking a vector of this index's model one (of the files `paths` only: the whole index
@@ -201,7 +205,7 @@ class PostgresIndex:
                     (self._model, [i for i, _ in part], [_vector(vectors[text]) for _, text in part]),
                 )
         if paths is None:
-            _filled.add((self.store.where(""), self._model))
+            _filled[(self.store.where(""), self._model)] = time.monotonic()
         return embedded
 
     def rebuild(self) -> Update:
