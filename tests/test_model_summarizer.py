@@ -469,23 +469,3 @@ def test_an_identifier_the_model_listed_in_two_subsections_is_listed_once() -> N
     request = SummaryRequest(messages=(Message.of("user", "Port ThinkingLevel into AgentSession."),))
     out = augment(reply, request)
     assert out.count("- `ThinkingLevel`") == 1 and "- `AgentSession`" in out and missing_sections(out) == []
-
-
-def test_summary_model_is_the_model_a_summarizer_calls_and_none_for_one_that_calls_none() -> None:
-    """One rule for "does this summarizer call a model": the engine prices a compaction by it, memory's flush
-    writes with it. A summarizer of the user's own with a `Model` as its ``model`` counts; a name does not."""
-    from ctxkeep.summarize import ExtractiveSummarizer, summary_model
-
-    model = Scripted("unused")
-    assert summary_model(ModelSummarizer(model)) is model
-    assert summary_model(ExtractiveSummarizer()) is None
-
-    class Own:
-        def __init__(self, model: object) -> None:
-            self.model = model
-
-        def summarize(self, request: SummaryRequest) -> str:
-            return ""
-
-    assert summary_model(Own(model)) is model
-    assert summary_model(Own("gpt-5-mini")) is None

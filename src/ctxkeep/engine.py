@@ -36,11 +36,12 @@ from .memory.hooks import MemoryHooks
 from .memory.rules import without_rules
 from .pairing import pair_groups
 from .plan import PART_BREAK, Manual, Plan, Skip, plan
+from .providers import Model
 from .settings import CHARS_PER_TOKEN, EngineSettings
 from .step import Compaction, Failure, cached_tokens
 from .step import Step as Step  # serve/ imports it from here
 from .store import Store
-from .summarize import ExtractiveSummarizer, Summarizer, SummaryRequest, resolve_language, summary_model
+from .summarize import ExtractiveSummarizer, Summarizer, SummaryRequest, resolve_language
 from .summarize.minimal import minimal_summary
 from .tokens import Counter, get_counter
 from .writer import SummaryWriter, WriteNow, Written, writer_for
@@ -94,7 +95,13 @@ class Setup:
         settings = settings or EngineSettings()
         counter = counter or get_counter("o200k_base")
         summarizer = summarizer or ExtractiveSummarizer()
-        memory = MemoryHooks(store=store, settings=settings.memory, counter=counter, model=summary_model(summarizer))
+        model = getattr(summarizer, "model", None)  # a `ModelSummarizer`'s compaction model
+        memory = MemoryHooks(
+            store=store,
+            settings=settings.memory,
+            counter=counter,
+            model=model if isinstance(model, Model) else None,
+        )
         writer = writer_for(summarizer, store, settings=settings, counter=counter)
         return cls(
             settings=settings, counter=counter, summarizer=summarizer, store=store, hooks=(memory,), writer=writer
@@ -178,7 +185,7 @@ def _spared(live: Live, setup: Setup) -> Live:
         before = live.fixed_tokens + live.summary_tokens + sum(live.counts[p] for p in range(first))
         summary = live.summary_tokens or settings.summary_max_chars // CHARS_PER_TOKEN
         kept = summary + kept_tokens(live, settings.compact.reserve)  # after the system prompt and tools
-        model = summary_model(setup.summarizer) is not None
+        model = getattr(setup.summarizer, "model", None) is not None
         cache = settings.offload.cache
         compacting = compaction_cost(
             kept, cache, read=live.tokens - live.fixed_tokens - kept if model else 0, written=summary if model else 0

@@ -26,7 +26,6 @@ from ctxkeep.summarize.request import (
     SummaryRequest,
     detect_language,
     resolve_language,
-    summary_model,
     with_originals,
 )
 from ctxkeep.summarize.sections.markdown import PROGRESS_SUBSECTIONS, SECTIONS, missing_sections, why_rejected
@@ -44,7 +43,6 @@ __all__ = [
     "detect_language",
     "missing_sections",
     "resolve_language",
-    "summary_model",
     "why_rejected",
     "with_originals",
 ]

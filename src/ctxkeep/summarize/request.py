@@ -8,7 +8,6 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, TypeAlias
 
 from ctxkeep.messages import Message
-from ctxkeep.providers import Model
 from ctxkeep.settings import LANGUAGES, MIN_SUMMARY_CHARS
 from ctxkeep.store import OFFLOAD_KEY
 from ctxkeep.summarize.facts.identifiers import find_identifiers
@@ -87,14 +86,6 @@ class Summarizer(Protocol):
     def summarize(self, request: SummaryRequest) -> str:
         """The summary text for `request`, at most ``request.max_chars`` characters."""
         ...
-
-
-def summary_model(summarizer: Summarizer) -> Model | None:
-    """The model `summarizer` calls to write a summary (a `ModelSummarizer`'s, or any summarizer's ``model``
-    attribute that is a `Model`), None for one that calls none (the extractive one). The engine prices a
-    compaction by it, and memory's flush writes with it."""
-    model = getattr(summarizer, "model", None)
-    return model if isinstance(model, Model) else None
 
 
 def offloaded_files(messages: Iterable[Message]) -> list[str]:
