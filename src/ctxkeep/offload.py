@@ -15,6 +15,7 @@ The stages, the per-tool policies and the choices made: docs/offload.md.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -195,7 +196,7 @@ def offload(
             out = replace(out, cap=settings.max_message_chars)
         name = names.get(out.call_id) if out.call_id else None
         stage: Stage = "recent" if i in recent else "old"
-        plan = _plan(message, out, stage, _policy_of(settings, name), settings, store)
+        plan = _plan(message, out, stage, _policy_of(settings.policies, name), settings, store)
         if plan is not None:
             changed[i], write = plan
             if write is not None:
@@ -243,22 +244,11 @@ def offload_new(
     return done
 
 
-# Each tool name's policy kind, by the policies it was read from (held here, so that their id names them): matching
-# a name against every pattern (`OffloadSettings.policy_for`) took 7 us for a name no policy takes, a few times a step.
-_POLICIES: dict[tuple[int, str | None], tuple[tuple[ToolPolicy, ...], PolicyKind]] = {}
-
-
-def _policy_of(settings: OffloadSettings, name: str | None) -> PolicyKind:
-    """`settings.policy_for(name)`, read once per tool name and policies."""
-    policies = settings.policies
-    known = _POLICIES.get((id(policies), name))
-    if known is not None and known[0] is policies:
-        return known[1]
-    if len(_POLICIES) >= 4096:  # settings made anew for every session of a long-lived process
-        _POLICIES.clear()
-    kind = settings.policy_for(name)
-    _POLICIES[(id(policies), name)] = (policies, kind)
-    return kind
+@functools.lru_cache(maxsize=4096)
+def _policy_of(policies: tuple[ToolPolicy, ...], name: str | None) -> PolicyKind:
+    """`OffloadSettings.policy_for` of `name` under `policies`, read once per pair: matching a name against every
+    pattern took 7 us for a name no policy takes, a few times a step."""
+    return OffloadSettings(policies=policies).policy_for(name)
 
 
 def _old_calls(messages: Sequence[Message], recent: set[int]) -> list[int]:
