@@ -131,7 +131,7 @@ def under_base(raw_path: str) -> str | None:
 
 def forwarded(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """The client's headers that go upstream, names in lower case: all but one hop's and ctxkeep's own."""
-    return [(k.lower(), v) for k, v in headers if k.lower() not in _REQUEST_DROP]
+    return [(name, v) for k, v in headers if (name := k.lower()) not in _REQUEST_DROP]
 
 
 def returned(headers: Mapping[str, str] | httpx.Headers) -> dict[str, str]:
